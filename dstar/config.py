@@ -1,0 +1,212 @@
+"""The one validated configuration type of dstar, its named presets and its TOML loader.
+
+Every parameter of the algorithm (golden model), of the workload run and of the hardware
+generator lives here, so that the golden model, the RTL, the testbenches and the reports agree.
+This module imports nothing but the standard library (the golden model uses it without Amaranth).
+
+Derived quantities (accumulator width, target clip bound, ...) are properties, never fields, so
+they cannot disagree with the fields they derive from. Invalid values raise ``ConfigError`` with
+a message naming the field and the value.
+"""
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+__all__ = ["Config", "ConfigError", "PRESETS", "preset", "load_config", "bits_signed"]
+
+PACKINGS = ("lockstep", "compact")
+
+
+class ConfigError(ValueError):
+    """A configuration field has a bad value, or a configuration cannot be built."""
+
+
+def bits_signed(bound: int) -> int:
+    """Width of the smallest two's-complement integer that holds every value in [-bound, bound]."""
+    return max(1, int(bound).bit_length() + 1)
+
+
+@dataclass(frozen=True)
+class Config:
+    """A complete dstar configuration. See ``docs`` in README.md for the meaning of each field."""
+
+    # --- differential linear layers (spec section 3) ---
+    group: int = 16             # G: channels per group; also the lanes of one PE column
+    e_max: int = 7              # largest per-group power-of-two shift
+    tau: int = 0                # tolerance in lattice units: dead zone and allowed rounding error
+    refresh_linear: int = 0     # key step every N steps (0: only the first step)
+    state_bits: int = 16        # width of the stored reconstruction Xs_int
+    # --- sparse attention reuse (spec section 4) ---
+    block_q: int = 16
+    block_k: int = 16
+    theta: float = 0.9          # cumulative block mass a query block's mask must reach
+    refresh_attn: int = 2       # attention key step every N steps (0: only the first)
+    # --- workload run (dstar analyze) ---
+    steps: int = 50             # DDIM steps
+    samples: int = 10           # class-conditional images (labels cycle 0..9)
+    cfg_scale: float = 1.5      # classifier-free guidance (1.0: off, no doubled batch)
+    seed: int = 0
+    # --- hardware generator (spec section 5) ---
+    k_tile: int = 64            # reduction rows of one weight tile (multiple of group)
+    m_tile: int = 8             # output columns of one weight tile (= PE columns per array)
+    n_arrays: int = 2           # PE arrays sharing one dispatcher
+    packing: str = "compact"    # "lockstep" or "compact"
+    lane_fifo_depth: int = 8    # per-lane operation queue of the compacting dispatcher
+    max_k: int = 512            # largest reduction dimension K a layer may have
+    max_m: int = 512            # largest output dimension M
+    max_tokens: int = 256       # largest number of token rows per layer run
+
+    def __post_init__(self):
+        for f in fields(self):
+            v = getattr(self, f.name)
+            want = f.type if isinstance(f.type, type) else eval(f.type)  # noqa: S307 (own types)
+            if want is float and isinstance(v, int) and not isinstance(v, bool):
+                object.__setattr__(self, f.name, float(v))
+                continue
+            if not isinstance(v, want) or isinstance(v, bool):
+                raise ConfigError(f"{f.name} must be {want.__name__}, got {v!r}")
+        self._check()
+
+    # ----- validation -----
+    def _range(self, name, lo, hi=None):
+        v = getattr(self, name)
+        if v < lo or (hi is not None and v > hi):
+            span = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+            raise ConfigError(f"{name} must be {span}, got {v!r}")
+
+    def _check(self):
+        self._range("group", 2, 64)
+        self._range("e_max", 0, 15)
+        self._range("tau", 0, 1 << 14)
+        self._range("refresh_linear", 0)
+        self._range("state_bits", 9, 32)
+        if (1 << (self.e_max - 1) if self.e_max else 0) >= self.state_max // 2:
+            raise ConfigError(f"state_bits={self.state_bits} is too narrow for e_max={self.e_max}: "
+                              "the rounding margin would eat half the state range")
+        self._range("block_q", 1, 1024)
+        self._range("block_k", 1, 1024)
+        if not 0.0 < self.theta <= 1.0:
+            raise ConfigError(f"theta must be in (0, 1], got {self.theta!r}")
+        self._range("refresh_attn", 0)
+        self._range("steps", 1, 1000)
+        self._range("samples", 1, 10000)
+        if self.cfg_scale < 1.0:
+            raise ConfigError(f"cfg_scale must be >= 1.0, got {self.cfg_scale!r}")
+        self._range("seed", 0)
+        self._range("k_tile", self.group, 4096)
+        if self.k_tile % self.group:
+            raise ConfigError(f"k_tile={self.k_tile} must be a multiple of group={self.group}")
+        self._range("m_tile", 1, 256)
+        self._range("n_arrays", 1, 64)
+        if self.packing not in PACKINGS:
+            raise ConfigError(f"packing must be one of {PACKINGS}, got {self.packing!r}")
+        self._range("lane_fifo_depth", 2, 1024)
+        self._range("max_k", self.group, 1 << 16)
+        if self.max_k % self.group:
+            raise ConfigError(f"max_k={self.max_k} must be a multiple of group={self.group}")
+        self._range("max_m", 1, 1 << 16)
+        self._range("max_tokens", 1, 1 << 20)
+        if self.acc_bits > 48:
+            raise ConfigError(f"accumulator would need {self.acc_bits} bits (> 48) for "
+                              f"max_k={self.max_k}, state_bits={self.state_bits}")
+
+    # ----- derived quantities (the integer contract of spec sections 2-3) -----
+    @property
+    def state_max(self) -> int:
+        """Largest magnitude ``Xs_int`` may hold: ``2**(state_bits-1) - 1``."""
+        return (1 << (self.state_bits - 1)) - 1
+
+    @property
+    def target_max(self) -> int:
+        """Bound the encoder clips its target ``X_int`` to, so that the state never overflows:
+        a rounded step lands at most ``2**(e_max-1)`` beyond the target."""
+        return self.state_max - ((1 << (self.e_max - 1)) if self.e_max else 0)
+
+    @property
+    def delta_max(self) -> int:
+        """Largest ``|D| = |target - Xs_int|``."""
+        return self.target_max + self.state_max
+
+    @property
+    def shift_bits(self) -> int:
+        return max(1, self.e_max.bit_length())
+
+    @property
+    def acc_bound(self) -> int:
+        """Largest ``|Y_int|`` at any time: ``max_k * 127 * state_max`` (the invariant
+        ``Y_int == W_q^T . Xs_int`` holds for every partial order of additions)."""
+        return self.max_k * 127 * self.state_max
+
+    @property
+    def acc_bits(self) -> int:
+        return bits_signed(self.acc_bound)
+
+    @property
+    def e_tol(self) -> int:
+        """Largest shift whose rounding error ``2**(e-1)`` is within ``tau`` (capped at e_max)."""
+        e = 0
+        while e < self.e_max and (1 << e) <= self.tau:
+            e += 1
+        return e
+
+    # ----- conversions -----
+    def replace(self, **changes) -> "Config":
+        unknown = sorted(set(changes) - {f.name for f in fields(self)})
+        if unknown:
+            raise ConfigError(f"unknown config field(s): {', '.join(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def derived(self) -> dict:
+        return {"state_max": self.state_max, "target_max": self.target_max,
+                "delta_max": self.delta_max, "shift_bits": self.shift_bits,
+                "acc_bits": self.acc_bits, "e_tol": self.e_tol}
+
+
+PRESETS: dict[str, Config] = {
+    "default": Config(),
+    # Fast simulation: small tiles and memories, a short sampling run.
+    "tiny": Config(k_tile=32, m_tile=4, n_arrays=2, lane_fifo_depth=4, max_k=128, max_m=64,
+                   max_tokens=32, steps=20, samples=4),
+}
+
+
+def preset(name: str) -> Config:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+
+
+def load_config(path: str | Path | None = None, preset_name: str | None = None,
+                **overrides) -> Config:
+    """Resolve a configuration: a preset (``default`` unless named), then a TOML file's keys
+    (a file may name its own base with ``preset = "..."``), then keyword overrides (``None``
+    values are ignored, so CLI options can be passed through)."""
+    table: dict = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            table = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {str(path)!r} does not exist") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+        base = table.pop("preset", None)
+        if base is not None:
+            if preset_name is not None and preset_name != base:
+                raise ConfigError(f"--preset {preset_name!r} conflicts with preset = {base!r} "
+                                  f"in {str(path)!r}")
+            preset_name = base
+    cfg = preset(preset_name or "default")
+    known = {f.name for f in fields(Config)}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        where = f" in {str(path)!r}" if path is not None else ""
+        raise ConfigError(f"unknown config key(s){where}: {', '.join(unknown)}")
+    cfg = cfg.replace(**table)
+    return cfg.replace(**{k: v for k, v in overrides.items() if v is not None})

@@ -1,0 +1,89 @@
+"""Differential linear layers (spec section 3): ``Y_t = Y_{t-1} + W_q^T . decode(enc(D))``.
+
+One ``DiffLinear`` holds one layer's integer state across sampling steps: the per-token lattice
+``d`` (fixed at key steps), the reconstruction ``Xs_int`` and the output accumulator ``Y_int``.
+After every step the invariant ``Y_int == W_q^T . Xs_int`` is checked exactly, as are the state
+bound and the closed-loop tolerance ``|X_int - Xs_int| <= tau`` on every group that was not
+clipped; a violation raises ``InvariantError``.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .encoder import Encoded, encode
+from .quant import exact_matmul, quantize_weights, to_lattice, token_lattice
+
+__all__ = ["DiffLinear", "InvariantError", "StepResult", "encode_step"]
+
+
+class InvariantError(AssertionError):
+    """The golden model broke one of its own invariants (a bug, never a user error)."""
+
+
+@dataclass
+class StepResult:
+    y: np.ndarray          # float output, (N, M)
+    enc: Encoded           # the encoded difference of this step
+    target: np.ndarray     # clipped X_int, (N, K)
+    key: bool
+
+
+def encode_step(target, xs, cfg):
+    """One encoder step on integer rows: returns ``(enc, xs_new)`` (the RTL's contract)."""
+    enc = encode(target - xs, cfg.group, cfg.e_max, cfg.tau)
+    return enc, xs + enc.decode()
+
+
+class DiffLinear:
+    """One differential linear layer ``y = x @ w.T + b`` with DSTAR's integer state.
+
+    ``w`` is ``(M, K)`` float (PyTorch layout); ``cfg`` a ``dstar.config.Config``."""
+
+    def __init__(self, w, b, cfg, name: str = "linear"):
+        self.name, self.cfg = name, cfg
+        self.w_q, self.s_w = quantize_weights(w)
+        self.bias = None if b is None else np.asarray(b, dtype=np.float64)
+        k = self.w_q.shape[0]
+        if k % cfg.group:
+            raise ValueError(f"{name}: K={k} is not a multiple of group={cfg.group}")
+        self.d = self.xs = self.y_int = None
+        self.steps_done = 0
+
+    def is_key(self, step: int) -> bool:
+        r = self.cfg.refresh_linear
+        return self.xs is None or step == 0 or (r > 0 and step % r == 0)
+
+    def __call__(self, x, step: int) -> StepResult:
+        x = np.asarray(x)
+        if x.ndim != 2 or x.shape[1] != self.w_q.shape[0]:
+            raise ValueError(f"{self.name}: input must be (N, {self.w_q.shape[0]}), "
+                             f"got {x.shape}")
+        key = self.is_key(step)
+        if not key and x.shape[0] != self.xs.shape[0]:
+            raise ValueError(f"{self.name}: {x.shape[0]} rows, but the state holds "
+                             f"{self.xs.shape[0]}")
+        cfg = self.cfg
+        if key:
+            self.d = token_lattice(x)
+            self.xs = np.zeros(x.shape, dtype=np.int64)
+            self.y_int = np.zeros((x.shape[0], self.w_q.shape[1]), dtype=np.int64)
+        target = np.clip(to_lattice(x, self.d), -cfg.target_max, cfg.target_max)
+        enc, xs_new = encode_step(target, self.xs, cfg)
+        self.y_int = self.y_int + exact_matmul(enc.decode(), self.w_q)
+        self.xs = xs_new
+        self._check(target, enc)
+        self.steps_done += 1
+        y = self.y_int * self.d[:, None] * self.s_w[None, :]
+        if self.bias is not None:
+            y = y + self.bias
+        return StepResult(y=y, enc=enc, target=target, key=key)
+
+    def _check(self, target, enc):
+        if not np.array_equal(self.y_int, exact_matmul(self.xs, self.w_q)):
+            raise InvariantError(f"{self.name}: Y_int != W_q^T . Xs_int")
+        if np.abs(self.xs).max(initial=0) > self.cfg.state_max:
+            raise InvariantError(f"{self.name}: state exceeds state_max={self.cfg.state_max}")
+        ok = ~np.repeat(enc.clipped, self.cfg.group, axis=-1)
+        if np.abs(target - self.xs)[ok].max(initial=0) > self.cfg.tau:
+            raise InvariantError(f"{self.name}: closed-loop error exceeds tau={self.cfg.tau}")

@@ -1,0 +1,202 @@
+"""NumPy DiT (Peebles & Xie): the workload model, with hooks for quantized linear layers.
+
+Shapes and module names follow facebookresearch/DiT ``models.py``; ``dstar.torch_dit`` is the
+PyTorch twin used for training, and the two are checked against each other in the tests.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["DiTShape", "pos_embed_2d"]
+
+
+@dataclass(frozen=True)
+class DiTShape:
+    """Architecture hyper-parameters of a DiT (the bundled one is ``DiTShape()``)."""
+    image_size: int = 32
+    patch: int = 2
+    in_channels: int = 1
+    hidden: int = 128
+    depth: int = 6
+    heads: int = 4
+    mlp_ratio: float = 4.0
+    num_classes: int = 10
+    freq_dim: int = 256
+
+    @property
+    def tokens(self) -> int:
+        return (self.image_size // self.patch) ** 2
+
+    @property
+    def mlp_hidden(self) -> int:
+        return int(self.hidden * self.mlp_ratio)
+
+
+def _sincos_1d(dim: int, pos: np.ndarray) -> np.ndarray:
+    omega = 1.0 / 10000 ** (np.arange(dim // 2, dtype=np.float64) / (dim / 2.0))
+    out = np.einsum("m,d->md", pos.reshape(-1).astype(np.float64), omega)
+    return np.concatenate([np.sin(out), np.cos(out)], axis=1)
+
+
+def pos_embed_2d(dim: int, grid: int) -> np.ndarray:
+    """Fixed 2-D sin-cos position embedding (MAE / DiT), ``(grid*grid, dim)`` float32."""
+    gh, gw = np.meshgrid(np.arange(grid, dtype=np.float64), np.arange(grid, dtype=np.float64))
+    # DiT stacks (w, h) and embeds half the channels from each axis.
+    emb = np.concatenate([_sincos_1d(dim // 2, gh), _sincos_1d(dim // 2, gw)], axis=1)
+    return emb.astype(np.float32)
+
+
+__all__ += ["DiT", "LINEAR_TYPES", "load_weights", "bundled_weights_path", "ATTN_SUFFIX"]
+
+LINEAR_TYPES = ("qkv", "proj", "fc1", "fc2")
+_LAYER_PATHS = {"qkv": "attn.qkv", "proj": "attn.proj", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
+ATTN_SUFFIX = "attn"
+
+
+def bundled_weights_path():
+    from pathlib import Path
+    return Path(__file__).parent / "data" / "dit_mnist.npz"
+
+
+def load_weights(path=None) -> tuple[DiTShape, dict[str, np.ndarray]]:
+    """Load a DiT weight file (``state_dict`` keys, float32, plus ``meta.*`` shape entries)."""
+    from pathlib import Path
+    path = Path(path) if path is not None else bundled_weights_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"DiT weight file {str(path)!r} does not exist")
+    with np.load(path) as f:
+        data = {k: f[k] for k in f.files}
+    meta = {k[5:]: v for k, v in data.items() if k.startswith("meta.")}
+    fields = DiTShape.__dataclass_fields__
+    shape = DiTShape(**{k: type(fields[k].default)(v) for k, v in meta.items() if k in fields})
+    weights = {k: v.astype(np.float32) for k, v in data.items() if not k.startswith("meta.")}
+    return shape, weights
+
+
+def _silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def _gelu_tanh(x):
+    c, a = np.float32(0.7978845608028654), np.float32(0.044715)
+    return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * (x + a * (x * x * x))))
+
+
+def _layernorm(x, eps=1e-6):
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps)
+
+
+def _modulate(x, shift, scale):
+    return x * (1 + scale[:, None, :]) + shift[:, None, :]
+
+
+def float_linear(name, x, w, b, step):
+    """Default linear hook: ``x @ w.T + b`` in float32."""
+    y = x @ w.T
+    return y if b is None else y + b
+
+
+def float_attention(name, q, k, v, step):
+    """Default attention hook: ``softmax(q k^T / sqrt(Dh)) v`` in float32."""
+    # Contiguous operands let NumPy's stacked matmul use BLAS per head.
+    q, k, v = (np.ascontiguousarray(a) for a in (q, k, v))
+    s = (q @ np.swapaxes(k, -1, -2)) * np.float32(1.0 / np.sqrt(q.shape[-1]))
+    s = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (s / s.sum(axis=-1, keepdims=True)) @ v
+
+
+class DiT:
+    """NumPy DiT forward pass with pluggable per-token linear layers and attention.
+
+    ``linear(name, x, w, b, step)`` computes the four per-token linears of every block
+    (``name`` like ``blocks.3.mlp.fc1``; ``x`` is ``(rows, K)`` with rows = batch * tokens,
+    ``w`` ``(M, K)``); ``attention(name, q, k, v, step)`` gets ``(B, H, N, Dh)`` arrays
+    (``name`` like ``blocks.3.attn``). Everything else (embedders, adaLN, LayerNorm, GELU,
+    final layer) runs in float32, as spec section 1 leaves it on the host.
+    """
+
+    def __init__(self, shape: DiTShape, weights: dict[str, np.ndarray]):
+        self.shape, self.w = shape, weights
+        missing = [k for k in self._required_keys() if k not in weights]
+        if missing:
+            raise ValueError(f"DiT weights lack {len(missing)} tensors, e.g. {missing[0]!r}")
+        self.pos_embed = pos_embed_2d(shape.hidden, shape.image_size // shape.patch)
+
+    @classmethod
+    def bundled(cls) -> "DiT":
+        return cls(*load_weights())
+
+    def _required_keys(self):
+        keys = ["x_embedder.proj.weight", "t_embedder.mlp.0.weight", "y_embedder.embedding_table.weight",
+                "final_layer.linear.weight", "final_layer.adaLN_modulation.1.weight"]
+        for i in range(self.shape.depth):
+            keys += [f"blocks.{i}.{p}.weight" for p in _LAYER_PATHS.values()]
+            keys.append(f"blocks.{i}.adaLN_modulation.1.weight")
+        return keys
+
+    def linear_names(self) -> list[str]:
+        return [f"blocks.{i}.{_LAYER_PATHS[t]}" for i in range(self.shape.depth)
+                for t in LINEAR_TYPES]
+
+    def attention_names(self) -> list[str]:
+        return [f"blocks.{i}.{ATTN_SUFFIX}" for i in range(self.shape.depth)]
+
+    def _lin(self, name, x):
+        return x @ self.w[name + ".weight"].T + self.w[name + ".bias"]
+
+    def patchify(self, x):
+        s = self.shape
+        b, g, p = x.shape[0], s.image_size // s.patch, s.patch
+        x = x.reshape(b, s.in_channels, g, p, g, p).transpose(0, 2, 4, 1, 3, 5)
+        return x.reshape(b, g * g, s.in_channels * p * p)
+
+    def unpatchify(self, x):
+        s = self.shape
+        b, g, p, c = x.shape[0], s.image_size // s.patch, s.patch, s.in_channels
+        x = x.reshape(b, g, g, p, p, c).transpose(0, 5, 1, 3, 2, 4)
+        return x.reshape(b, c, s.image_size, s.image_size)
+
+    def embed_timestep(self, t):
+        half = self.shape.freq_dim // 2
+        freqs = np.exp(-np.log(10000.0) * np.arange(half, dtype=np.float32) / half)
+        args = np.asarray(t, dtype=np.float32)[:, None] * freqs[None].astype(np.float32)
+        emb = np.concatenate([np.cos(args), np.sin(args)], axis=-1).astype(np.float32)
+        h = _silu(self._lin("t_embedder.mlp.0", emb))
+        return self._lin("t_embedder.mlp.2", h)
+
+    def forward(self, x, t, y, *, linear=float_linear, attention=float_attention, step=0):
+        """Predict epsilon for images ``x`` ``(B, C, H, W)`` at timesteps ``t`` with labels ``y``
+        (``num_classes`` is the null label of classifier-free guidance)."""
+        s, w = self.shape, self.w
+        x = np.asarray(x, dtype=np.float32)
+        kw = w["x_embedder.proj.weight"].reshape(s.hidden, -1)
+        h = self.patchify(x) @ kw.T + w["x_embedder.proj.bias"] + self.pos_embed
+        c = self.embed_timestep(t) + w["y_embedder.embedding_table.weight"][np.asarray(y)]
+        sc = _silu(c)
+        b, n, dim = h.shape
+        heads, dh = s.heads, dim // s.heads
+        for i in range(s.depth):
+            pre = f"blocks.{i}"
+            mod = self._lin(f"{pre}.adaLN_modulation.1", sc)
+            sh1, sc1, g1, sh2, sc2, g2 = np.split(mod, 6, axis=1)
+
+            def lin(path, a, pre=pre):
+                name = f"{pre}.{path}"
+                out = linear(name, a.reshape(-1, a.shape[-1]), w[name + ".weight"],
+                             w[name + ".bias"], step)
+                return np.asarray(out, dtype=np.float32).reshape(*a.shape[:-1], -1)
+
+            a = _modulate(_layernorm(h), sh1, sc1)
+            qkv = lin("attn.qkv", a).reshape(b, n, 3, heads, dh).transpose(2, 0, 3, 1, 4)
+            o = attention(f"{pre}.{ATTN_SUFFIX}", qkv[0], qkv[1], qkv[2], step)
+            o = np.asarray(o, dtype=np.float32).transpose(0, 2, 1, 3).reshape(b, n, dim)
+            h = h + g1[:, None, :] * lin("attn.proj", o)
+            a = _modulate(_layernorm(h), sh2, sc2)
+            h = h + g2[:, None, :] * lin("mlp.fc2", _gelu_tanh(lin("mlp.fc1", a)))
+        fm = self._lin("final_layer.adaLN_modulation.1", sc)
+        shift, scale = np.split(fm, 2, axis=1)
+        out = self._lin("final_layer.linear", _modulate(_layernorm(h), shift, scale))
+        return self.unpatchify(out)

@@ -1,0 +1,96 @@
+"""The DSTAR delta encoder: a power-of-two shift per group, a precision class per element.
+
+This is the integer contract of spec section 3 that the RTL (``hw.encoder``) reproduces bit for
+bit. For a difference ``D`` (integer lattice units) cut into groups of ``G`` consecutive channels:
+
+* ``round_shift(D, e) = (D + 2**(e-1)) >> e`` (arithmetic shift, round half up; ``D`` for e = 0).
+* A group *fits* at shift ``e`` when every ``round_shift(D, e)`` lies in INT8 ``[-128, 127]``.
+* The group's shift is the smallest ``e <= e_tol`` that fits (``e_tol``: the largest shift whose
+  rounding error ``2**(e-1)`` is ``<= tau``); failing that the smallest ``e <= e_max`` that fits
+  (the group is *clipped*: its error exceeds ``tau``); failing that ``e_max`` with every code
+  saturated to INT8 (the group is clipped and *saturated*).
+* Elements with ``|D| <= tau`` are coded 0 (dead zone). Each code ``q`` takes the cheapest class
+  that holds it: ZERO (q = 0, no pass), LOW (INT4 [-8, 7], one nibble pass) or HIGH (INT8, two
+  passes: low nibble unsigned ``q & 15``, high nibble signed ``q >> 4`` weighted by 16).
+* ``decode = q << e``.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["ZERO", "LOW", "HIGH", "PASSES", "round_shift", "Encoded", "encode", "split_nibbles"]
+
+ZERO, LOW, HIGH = 0, 1, 2
+PASSES = np.array([0, 1, 2], dtype=np.int64)      # nibble passes per class
+
+
+def round_shift(d, e):
+    """``(d + 2**(e-1)) >> e`` elementwise, with ``d`` for ``e == 0`` (int64, broadcasting)."""
+    d = np.asarray(d, dtype=np.int64)
+    e = np.asarray(e, dtype=np.int64)
+    half = np.where(e > 0, np.left_shift(1, np.maximum(e - 1, 0)), 0)
+    return np.right_shift(d + half, e)
+
+
+@dataclass
+class Encoded:
+    """Encoded groups of a ``(..., K)`` difference, ``n_groups = K // G``.
+
+    ``q``: int64 ``(..., K)`` codes in [-128, 127]; ``cls``: int8 ``(..., K)`` ZERO/LOW/HIGH;
+    ``shift``: int64 ``(..., n_groups)``; ``clipped`` / ``saturated``: bool ``(..., n_groups)``.
+    """
+    q: np.ndarray
+    cls: np.ndarray
+    shift: np.ndarray
+    clipped: np.ndarray
+    saturated: np.ndarray
+    group: int
+
+    def decode(self) -> np.ndarray:
+        """``q << e`` per element (int64, shape ``(..., K)``)."""
+        e = np.repeat(self.shift, self.group, axis=-1)
+        return np.left_shift(self.q, e)
+
+    @property
+    def group_cost(self) -> np.ndarray:
+        """Nibble passes of the most expensive element of each group (``(..., n_groups)``)."""
+        return PASSES[self.cls.reshape(*self.cls.shape[:-1], -1, self.group).max(axis=-1)]
+
+
+def encode(d, group: int, e_max: int, tau: int) -> Encoded:
+    """Encode a difference ``d`` (integers, shape ``(..., K)``, ``K`` a multiple of ``group``)."""
+    d = np.asarray(d)
+    if not np.issubdtype(d.dtype, np.integer):
+        raise TypeError(f"encode needs an integer difference, got dtype {d.dtype}")
+    d = d.astype(np.int64)
+    k = d.shape[-1]
+    if k % group:
+        raise ValueError(f"K={k} is not a multiple of the group size {group}")
+    dg = d.reshape(*d.shape[:-1], k // group, group)
+    # round_shift is monotone in d, so a group fits iff its extreme elements do.
+    dmax, dmin = dg.max(axis=-1), dg.min(axis=-1)
+    e_tol = 0
+    while e_tol < e_max and (1 << e_tol) <= tau:
+        e_tol += 1
+    shift = np.full(dmax.shape, -1, dtype=np.int64)
+    first_fit = np.full(dmax.shape, -1, dtype=np.int64)
+    for e in range(e_max + 1):
+        fits = (round_shift(dmax, e) <= 127) & (round_shift(dmin, e) >= -128)
+        if e <= e_tol:
+            shift = np.where((shift < 0) & fits, e, shift)
+        first_fit = np.where((first_fit < 0) & fits, e, first_fit)
+    saturated = first_fit < 0
+    clipped = shift < 0
+    shift = np.where(clipped, np.where(saturated, e_max, first_fit), shift)
+    q = np.clip(round_shift(dg, shift[..., None]), -128, 127)
+    q = np.where(np.abs(dg) <= tau, 0, q).reshape(d.shape)
+    cls = np.where(q == 0, ZERO, np.where((q >= -8) & (q <= 7), LOW, HIGH)).astype(np.int8)
+    return Encoded(q=q, cls=cls, shift=shift, clipped=clipped, saturated=saturated, group=group)
+
+
+def split_nibbles(q):
+    """HIGH codes as ``(lo, hi)`` with ``lo = q & 15`` (unsigned) and ``hi = q >> 4`` (signed),
+    so that ``q == lo + 16 * hi``."""
+    q = np.asarray(q, dtype=np.int64)
+    return q & 15, q >> 4

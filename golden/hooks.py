@@ -1,0 +1,47 @@
+"""Linear-layer hooks for ``golden.dit.DiT``: dense W8A8 and DSTAR's differential layers."""
+
+import numpy as np
+
+from .difflinear import DiffLinear
+from .quant import quantize_weights, w8a8_linear
+from .stats import OpStats
+
+__all__ = ["layer_type", "W8A8Linears", "DStarLinears"]
+
+
+def layer_type(name: str) -> str:
+    """``blocks.3.mlp.fc1`` -> ``fc1``."""
+    return name.rsplit(".", 1)[-1]
+
+
+class W8A8Linears:
+    """Dense per-token INT8 activations x per-channel INT8 weights, re-quantized every step."""
+
+    def __init__(self):
+        self._wq = {}
+
+    def __call__(self, name, x, w, b, step):
+        if name not in self._wq:
+            self._wq[name] = quantize_weights(w)
+        w_q, s_w = self._wq[name]
+        return w8a8_linear(x, w_q, s_w, b).astype(np.float32)
+
+
+class DStarLinears:
+    """One ``DiffLinear`` per layer name, created on first use; counts operations per step."""
+
+    def __init__(self, cfg, layer_types=("qkv", "proj", "fc1", "fc2"), on_result=None):
+        self.cfg = cfg
+        self.layers: dict[str, DiffLinear] = {}
+        self.stats = OpStats(layer_types)
+        self.on_result = on_result
+
+    def __call__(self, name, x, w, b, step):
+        layer = self.layers.get(name)
+        if layer is None:
+            layer = self.layers[name] = DiffLinear(w, b, self.cfg, name)
+        res = layer(x, step)
+        self.stats.add(step, layer_type(name), res.enc)
+        if self.on_result is not None:
+            self.on_result(name, step, res)
+        return res.y.astype(np.float32)
