@@ -43,6 +43,8 @@ class Config:
     block_k: int = 16
     theta: float = 0.9          # cumulative block mass a query block's mask must reach
     refresh_attn: int = 2       # attention key step every N steps (0: only the first)
+    attn_frac_bits: int = 6     # softmax exp2 LUT has 2**attn_frac_bits entries
+    attn_out_frac_bits: int = 8  # fraction bits of the integer attention output
     # --- workload run (dstar analyze) ---
     steps: int = 50             # DDIM steps
     samples: int = 10           # class-conditional images (labels cycle 0..9)
@@ -90,6 +92,8 @@ class Config:
         if not 0.0 < self.theta <= 1.0:
             raise ConfigError(f"theta must be in (0, 1], got {self.theta!r}")
         self._range("refresh_attn", 0)
+        self._range("attn_frac_bits", 1, 8)
+        self._range("attn_out_frac_bits", 0, 8)
         self._range("steps", 1, 1000)
         self._range("samples", 1, 10000)
         if self.cfg_scale < 1.0:

@@ -123,7 +123,8 @@ class DiT(nn.Module):
         self.y_embedder = LabelEmbedder(s.num_classes, s.hidden, class_dropout_prob)
         pe = pos_embed_2d(s.hidden, s.image_size // s.patch)
         self.register_buffer("pos_embed", torch.from_numpy(pe).float()[None], persistent=False)
-        self.blocks = nn.ModuleList(DiTBlock(s.hidden, s.heads, s.mlp_ratio) for _ in range(s.depth))
+        self.blocks = nn.ModuleList(DiTBlock(s.hidden, s.heads, s.mlp_ratio)
+                                    for _ in range(s.depth))
         self.final_layer = FinalLayer(s.hidden, s.patch, s.in_channels)
         self._init_weights()
 

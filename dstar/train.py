@@ -98,7 +98,7 @@ def main(argv=None) -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         with torch.no_grad():
-            for pe, pm in zip(ema.parameters(), model.parameters()):
+            for pe, pm in zip(ema.parameters(), model.parameters(), strict=True):
                 pe.mul_(0.999).add_(pm.detach(), alpha=0.001)
         step += 1
         run_loss = loss.item() if run_loss is None else 0.99 * run_loss + 0.01 * loss.item()

@@ -43,6 +43,7 @@ class DiffLinear:
     def __init__(self, w, b, cfg, name: str = "linear"):
         self.name, self.cfg = name, cfg
         self.w_q, self.s_w = quantize_weights(w)
+        self._w_f64 = self.w_q.astype(np.float64)       # exact: |w_q| <= 127
         self.bias = None if b is None else np.asarray(b, dtype=np.float64)
         k = self.w_q.shape[0]
         if k % cfg.group:
@@ -70,7 +71,7 @@ class DiffLinear:
             self.y_int = np.zeros((x.shape[0], self.w_q.shape[1]), dtype=np.int64)
         target = np.clip(to_lattice(x, self.d), -cfg.target_max, cfg.target_max)
         enc, xs_new = encode_step(target, self.xs, cfg)
-        self.y_int = self.y_int + exact_matmul(enc.decode(), self.w_q)
+        self.y_int += exact_matmul(enc.decode(), self._w_f64, 128 << cfg.e_max)
         self.xs = xs_new
         self._check(target, enc)
         self.steps_done += 1
@@ -80,10 +81,10 @@ class DiffLinear:
         return StepResult(y=y, enc=enc, target=target, key=key)
 
     def _check(self, target, enc):
-        if not np.array_equal(self.y_int, exact_matmul(self.xs, self.w_q)):
-            raise InvariantError(f"{self.name}: Y_int != W_q^T . Xs_int")
         if np.abs(self.xs).max(initial=0) > self.cfg.state_max:
             raise InvariantError(f"{self.name}: state exceeds state_max={self.cfg.state_max}")
+        if not np.array_equal(self.y_int, exact_matmul(self.xs, self._w_f64, self.cfg.state_max)):
+            raise InvariantError(f"{self.name}: Y_int != W_q^T . Xs_int")
         ok = ~np.repeat(enc.clipped, self.cfg.group, axis=-1)
         if np.abs(target - self.xs)[ok].max(initial=0) > self.cfg.tau:
             raise InvariantError(f"{self.name}: closed-loop error exceeds tau={self.cfg.tau}")

@@ -130,8 +130,9 @@ class DiT:
         return cls(*load_weights())
 
     def _required_keys(self):
-        keys = ["x_embedder.proj.weight", "t_embedder.mlp.0.weight", "y_embedder.embedding_table.weight",
-                "final_layer.linear.weight", "final_layer.adaLN_modulation.1.weight"]
+        keys = ["x_embedder.proj.weight", "t_embedder.mlp.0.weight",
+                "y_embedder.embedding_table.weight", "final_layer.linear.weight",
+                "final_layer.adaLN_modulation.1.weight"]
         for i in range(self.shape.depth):
             keys += [f"blocks.{i}.{p}.weight" for p in _LAYER_PATHS.values()]
             keys.append(f"blocks.{i}.adaLN_modulation.1.weight")

@@ -29,7 +29,7 @@ def mnist_path() -> Path:
 
 
 def load_mnist() -> tuple[np.ndarray, np.ndarray]:
-    """Return ``(images, labels)``: float32 ``(5000, 1, 32, 32)`` in [-1, 1] and int64 ``(5000,)``."""
+    """Return ``(images, labels)``: float32 ``(5000, 1, 32, 32)`` in [-1, 1], int64 ``(5000,)``."""
     with gzip.open(mnist_path(), "rt") as f:
         raw = np.loadtxt(f, delimiter=",", dtype=np.int64)
     pixels, labels = raw[:, :784], raw[:, 784]

@@ -32,10 +32,14 @@ def to_lattice(x, d):
     return np.rint(np.asarray(x, dtype=np.float64) / d[:, None]).astype(np.int64)
 
 
-def exact_matmul(a, b):
+def exact_matmul(a, b, a_bound=None):
     """Integer ``a @ b`` through float64 BLAS. Exact while every partial sum stays below 2**53,
-    which the config guarantees (``Config.acc_bits <= 48``); checked here all the same."""
-    bound = np.abs(a).max(initial=0) * np.abs(b).max(initial=0) * a.shape[-1]
+    which the config guarantees (``Config.acc_bits <= 48``); checked here all the same, from
+    ``a_bound`` (a known bound on ``|a|``) when given, else from ``a`` itself. ``b`` may be
+    given as float64 already (a cached weight)."""
+    if a_bound is None:
+        a_bound = np.abs(a).max(initial=0)
+    bound = int(a_bound) * int(np.abs(b).max(initial=0)) * a.shape[-1]
     if bound >= 2 ** 53:
         raise OverflowError(f"integer matmul bound {bound} exceeds float64's exact range")
     return (np.asarray(a, np.float64) @ np.asarray(b, np.float64)).astype(np.int64)

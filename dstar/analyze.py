@@ -1,0 +1,214 @@
+"""``dstar analyze``: one sampling run of the bundled DiT three ways (FP32, dense W8A8, DSTAR) on
+the same seeds, or the differential-linear analysis of a user trace.
+
+The result is one JSON-able dict; ``format_table`` renders it for people. PSNR compares final
+samples with the FP32 samples (peak-to-peak 2, images in [-1, 1]); the ops ratios are W8A8 nibble
+passes over DSTAR's on the linear layers (element-level ideal, and the ``lockstep`` packing).
+"""
+
+import time
+
+import numpy as np
+
+from golden.attention import AttentionReuse
+from golden.dit import LINEAR_TYPES, DiT
+from golden.hooks import DStarLinears, W8A8Linears, layer_type
+from golden.sampler import ddim_sample, initial_noise, sample_labels
+from golden.stats import OpStats
+
+__all__ = ["psnr", "run_bundled", "format_table"]
+
+
+def psnr(a, b, peak_to_peak: float = 2.0) -> float:
+    mse = float(np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10.0 * np.log10(peak_to_peak ** 2 / mse)
+
+
+def _dstar_block(stats: OpStats) -> dict:
+    tot = OpStats.summary(stats.total())
+    per_type = {t: OpStats.summary(stats.total(layer_type=t)) for t in stats.types}
+    per_step = []
+    for s in sorted(stats.counts):
+        sm = OpStats.summary(stats.total(step=s))
+        per_step.append({"step": s, **{k: round(sm[k], 6) for k in
+                                       ("zero_fraction", "low_fraction", "high_fraction",
+                                        "mean_passes", "ops_ratio_vs_w8a8",
+                                        "lockstep_ops_ratio_vs_w8a8")}})
+    return tot, per_type, per_step
+
+
+def run_bundled(cfg, model: DiT | None = None, classifier=None, progress=None) -> tuple[dict,
+                                                                                      dict]:
+    """Run the analysis on the bundled DiT. Returns ``(report, samples)`` where ``samples`` maps
+    ``fp32``/``w8a8``/``dstar`` to final images ``(samples, 1, H, W)``."""
+    model = model or DiT.bundled()
+    labels = sample_labels(cfg.samples)
+    noise = initial_noise(cfg.samples, model.shape, cfg.seed)
+    timing = {}
+
+    def run(tag, **hooks):
+        t0 = time.perf_counter()
+        out = ddim_sample(model, labels, noise, cfg.steps, cfg.cfg_scale, **hooks,
+                          on_step=(lambda i, t: progress(tag, i, cfg.steps)) if progress else None)
+        timing[tag] = time.perf_counter() - t0
+        return out
+
+    fp32 = run("fp32")
+    w8a8 = run("w8a8", linear=W8A8Linears())
+    dstar_lin = run("dstar-linear", linear=DStarLinears(cfg, LINEAR_TYPES))
+    attn_only = AttentionReuse(cfg, measure=True)
+    attn = run("attention", attention=attn_only)
+    dl = DStarLinears(cfg, LINEAR_TYPES)
+    both = AttentionReuse(cfg, measure=False)
+    dstar = run("dstar", linear=dl, attention=both)
+    tot, per_type, per_step = _dstar_block(dl.stats)
+    ast = attn_only.stats()
+    samples = {"fp32": fp32, "w8a8": w8a8, "dstar": dstar}
+    report = {
+        "workload": "bundled DiT (hidden 128, depth 6, 4 heads, patch 2) on MNIST-5k",
+        "steps": cfg.steps, "tokens": model.shape.tokens, "samples": cfg.samples,
+        "rows_per_linear": cfg.samples * model.shape.tokens * (2 if cfg.cfg_scale > 1 else 1),
+        "config": cfg.to_dict(),
+        "fp32": {"seconds": round(timing["fp32"], 3)},
+        "w8a8": {"psnr_vs_fp32_db": psnr(w8a8, fp32), "mean_passes": 2.0,
+                 "seconds": round(timing["w8a8"], 3)},
+        "dstar": {"psnr_vs_fp32_db": psnr(dstar, fp32), **tot,
+                  "seconds": round(timing["dstar"], 3),
+                  "steps_per_second": cfg.steps / timing["dstar"]},
+        "dstar_linear_only": {"psnr_vs_fp32_db": psnr(dstar_lin, fp32),
+                              "seconds": round(timing["dstar-linear"], 3)},
+        "attention": {
+            "psnr_vs_fp32_db": psnr(attn, fp32),
+            "blocks_computed_fraction": ast["blocks_computed_fraction"],
+            "blocks_computed_fraction_reuse_steps": ast["blocks_computed_fraction_reuse"],
+            "pv_blocks_fraction": ast["pv_blocks_fraction"],
+            "output_rel_err_vs_float": ast["err_vs_float"],
+            "output_rel_err_vs_float_reuse_steps": ast["err_vs_float_reuse"],
+            "dense_int_rel_err_vs_float": ast["err_dense_int"],
+            "per_step": [{"step": s, **v} for s, v in ast["per_step"].items()],
+        },
+        "ops_ratio_vs_w8a8": tot["ops_ratio_vs_w8a8"],
+        "lockstep_ops_ratio_vs_w8a8": tot["lockstep_ops_ratio_vs_w8a8"],
+        "per_layer_type": per_type,
+        "per_step": per_step,
+    }
+    if classifier is not None:
+        report["class_accuracy"] = {k: classifier.accuracy(v, labels) for k, v in samples.items()}
+    return report, samples
+
+
+def _fmt(v, digits=3):
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def format_table(rep: dict) -> str:
+    """A human-readable rendering of an analysis report."""
+    lines = [f"workload: {rep['workload']}",
+             f"steps {rep['steps']}, tokens {rep['tokens']}"
+             + (f", samples {rep['samples']}" if "samples" in rep else "")]
+    c = rep.get("config", {})
+    if c:
+        lines.append(f"config: G={c['group']} e_max={c['e_max']} tau={c['tau']} "
+                     f"refresh_linear={c['refresh_linear']} state_bits={c['state_bits']}")
+    lines.append("")
+    hdr = f"{'layer':<8}{'ZERO':>8}{'LOW':>8}{'HIGH':>8}{'low-bit':>9}{'passes':>8}" \
+          f"{'ideal x':>9}{'lockstep x':>11}{'clipped':>9}"
+    lines.append(hdr)
+    rows = dict(rep["per_layer_type"])
+    rows["all"] = rep["dstar"]
+    for name, s in rows.items():
+        lines.append(f"{name:<8}{s['zero_fraction']:>8.3f}{s['low_fraction']:>8.3f}"
+                     f"{s['high_fraction']:>8.3f}{s['low_bit_fraction']:>9.3f}"
+                     f"{s['mean_passes']:>8.3f}{s['ops_ratio_vs_w8a8']:>9.2f}"
+                     f"{s['lockstep_ops_ratio_vs_w8a8']:>11.2f}"
+                     f"{s['clipped_group_fraction']:>9.4f}")
+    lines.append("")
+    if "fp32" in rep:
+        lines.append("accuracy vs FP32 samples (PSNR, dB):  W8A8 "
+                     f"{_fmt(rep['w8a8']['psnr_vs_fp32_db'], 2)}   DSTAR linears "
+                     f"{_fmt(rep['dstar_linear_only']['psnr_vs_fp32_db'], 2)}   attention reuse "
+                     f"{_fmt(rep['attention']['psnr_vs_fp32_db'], 2)}   DSTAR (both) "
+                     f"{_fmt(rep['dstar']['psnr_vs_fp32_db'], 2)}")
+        a = rep["attention"]
+        lines.append(f"attention (theta={c['theta']}, refresh_attn={c['refresh_attn']}): "
+                     f"blocks computed {a['blocks_computed_fraction']:.3f} of all "
+                     f"({a['blocks_computed_fraction_reuse_steps'] or 0:.3f} on reuse steps), "
+                     f"output error vs float {a['output_rel_err_vs_float']:.4f} "
+                     f"(dense integer attention {a['dense_int_rel_err_vs_float']:.4f})")
+    if "output_sqnr_db" in rep.get("dstar", {}):
+        lines.append("linear outputs vs float (SQNR, dB):  W8A8 "
+                     f"{_fmt(rep['w8a8']['output_sqnr_db'], 2)}   DSTAR "
+                     f"{_fmt(rep['dstar']['output_sqnr_db'], 2)}")
+    if "class_accuracy" in rep:
+        ca = rep["class_accuracy"]
+        lines.append("class accuracy of samples (kNN on real digits): "
+                     + "  ".join(f"{k} {v:.2f}" for k, v in ca.items()))
+    lines.append(f"nibble passes vs dense W8A8: element-level {rep['ops_ratio_vs_w8a8']:.2f}x, "
+                 f"lockstep {rep['lockstep_ops_ratio_vs_w8a8']:.2f}x")
+    return "\n".join(lines)
+
+
+def layer_types_of(names) -> list[str]:
+    seen = []
+    for n in names:
+        t = layer_type(n)
+        if t not in seen:
+            seen.append(t)
+    return seen
+
+
+def _sqnr(signal_energy: float, noise_energy: float) -> float:
+    return float("inf") if noise_energy == 0 else 10.0 * np.log10(signal_energy / noise_energy)
+
+
+def run_trace(cfg, trace, source: str = "trace") -> dict:
+    """Teacher-forced differential-linear analysis of a trace (``golden.trace.Trace``): every
+    layer runs DSTAR and W8A8 on the recorded inputs; outputs are compared with float."""
+    from golden.difflinear import DiffLinear
+    from golden.quant import quantize_weights, w8a8_linear
+    types = layer_types_of(trace.linear_x)
+    stats = OpStats(types)
+    energy = {"signal": 0.0, "dstar": 0.0, "w8a8": 0.0}
+    for name, xs in trace.linear_x.items():
+        w, b = trace.linear_w[name], trace.linear_b[name]
+        k = w.shape[1]
+        if k % cfg.group:
+            raise ValueError(f"layer {name!r}: K={k} is not a multiple of group={cfg.group}")
+        layer = DiffLinear(w, b, cfg, name)
+        w_q, s_w = quantize_weights(w)
+        for s in range(trace.steps):
+            x = np.asarray(xs[s], dtype=np.float64)
+            ref = x @ np.asarray(w, np.float64).T + (0.0 if b is None else b)
+            res = layer(x, s)
+            stats.add(s, layer_type(name), res.enc)
+            energy["signal"] += float((ref ** 2).sum())
+            energy["dstar"] += float(((res.y - ref) ** 2).sum())
+            energy["w8a8"] += float(((w8a8_linear(x, w_q, s_w, b) - ref) ** 2).sum())
+    tot, per_type, per_step = _dstar_block(stats)
+    return {
+        "workload": source, "steps": trace.steps,
+        "tokens": int(next(iter(trace.linear_x.values())).shape[1]),
+        "layers": len(trace.linear_x), "config": cfg.to_dict(),
+        "w8a8": {"output_sqnr_db": _sqnr(energy["signal"], energy["w8a8"]),
+                 "psnr_vs_fp32_db": None, "mean_passes": 2.0},
+        "dstar": {"output_sqnr_db": _sqnr(energy["signal"], energy["dstar"]),
+                  "psnr_vs_fp32_db": None, **tot},
+        "ops_ratio_vs_w8a8": tot["ops_ratio_vs_w8a8"],
+        "lockstep_ops_ratio_vs_w8a8": tot["lockstep_ops_ratio_vs_w8a8"],
+        "per_layer_type": per_type, "per_step": per_step,
+    }
+
+
+def export_trace(cfg, path, model: DiT | None = None, layers=None, attention=True) -> None:
+    """Record the bundled model's FP32 sampling run (``cfg.samples``, ``cfg.steps``) as a trace."""
+    from golden.dit import float_attention, float_linear
+    from golden.trace import TraceRecorder, save_trace
+    model = model or DiT.bundled()
+    rec = TraceRecorder(float_linear, float_attention, layers, attention)
+    ddim_sample(model, sample_labels(cfg.samples), initial_noise(cfg.samples, model.shape,
+                                                                 cfg.seed),
+                cfg.steps, cfg.cfg_scale, linear=rec.linear, attention=rec.attention,
+                on_step=rec.on_step)
+    save_trace(path, rec.trace())

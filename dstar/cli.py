@@ -1,0 +1,224 @@
+"""The ``dstar`` console command: one front for analysis, traces, generation and benchmarks."""
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from .config import ConfigError, load_config
+
+__all__ = ["main"]
+
+
+class UserError(Exception):
+    """Bad input from the command line: reported in one line, exit status 2."""
+
+
+def _nonneg_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    return v
+
+
+def _pos_int(s: str) -> int:
+    v = _nonneg_int(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
+
+
+def _add_config_args(p: argparse.ArgumentParser, workload: bool = False) -> None:
+    p.add_argument("--preset", help="named preset (default: 'default'; see `dstar config`)")
+    p.add_argument("--config", type=Path, help="TOML file of config keys (may name a preset)")
+    if workload:
+        p.add_argument("--tau", type=_nonneg_int, help="encoder tolerance (lattice units)")
+        p.add_argument("--refresh-linear", type=_nonneg_int,
+                       help="key step every N steps (0: first step only)")
+        p.add_argument("--steps", type=_pos_int, help="DDIM steps")
+        p.add_argument("--samples", type=_pos_int, help="number of images")
+        p.add_argument("--seed", type=_nonneg_int, help="noise seed")
+
+
+def _config(args):
+    over = {k: getattr(args, a, None) for k, a in
+            (("tau", "tau"), ("refresh_linear", "refresh_linear"), ("steps", "steps"),
+             ("samples", "samples"), ("seed", "seed"))}
+    return load_config(args.config, args.preset, **over)
+
+
+def _json_default(o):
+    if isinstance(o, float) and not math.isfinite(o):
+        return str(o)
+    raise TypeError(type(o).__name__)
+
+
+def _dump(obj) -> str:
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [clean(x) for x in v]
+        if hasattr(v, "item"):
+            return clean(v.item())
+        return v
+    return json.dumps(clean(obj), indent=2, sort_keys=False)
+
+
+def cmd_config(args) -> int:
+    cfg = _config(args)
+    print(_dump({"config": cfg.to_dict(), "derived": cfg.derived()}))
+    return 0
+
+
+def _progress(quiet):
+    last = {}
+
+    def cb(tag, i, n):
+        if quiet:
+            return
+        if last.get(tag) is None:
+            last[tag] = time.perf_counter()
+            print(f"[{tag}] {n} steps ", end="", file=sys.stderr, flush=True)
+        print(".", end="" if i + 1 < n else f" {time.perf_counter() - last[tag]:.1f} s\n",
+              file=sys.stderr, flush=True)
+    return cb
+
+
+def cmd_analyze(args) -> int:
+    from . import analyze
+    cfg = _config(args)
+    if args.trace is not None:
+        from golden.trace import load_trace
+        rep = analyze.run_trace(cfg, load_trace(args.trace), source=str(args.trace))
+    else:
+        from golden.classifier import DigitClassifier
+
+        from .png import image_grid, write_png
+        rep, samples = analyze.run_bundled(cfg, classifier=DigitClassifier(),
+                                           progress=_progress(args.quiet))
+        if args.png:
+            write_png(args.png, image_grid([samples["fp32"], samples["w8a8"], samples["dstar"]]))
+            rep["png"] = str(args.png)
+    if args.output:
+        Path(args.output).write_text(_dump(rep) + "\n")
+    if args.json:
+        print(_dump(rep))
+    else:
+        print(analyze.format_table(rep))
+        if rep.get("png"):
+            print(f"sample grid (rows: FP32, W8A8, DSTAR): {rep['png']}")
+    return 0
+
+
+def cmd_trace(args) -> int:
+    from . import analyze
+    cfg = _config(args)
+    layers = args.layers.split(",") if args.layers else None
+    analyze.export_trace(cfg, args.output, layers=layers, attention=not args.no_attention)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    if args.what == "golden":
+        from golden.dit import DiT
+        from golden.hooks import DStarLinears
+        from golden.sampler import ddim_sample, initial_noise, sample_labels
+        cfg = _config(args)
+        model = DiT.bundled()
+        labels = sample_labels(cfg.samples)
+        noise = initial_noise(cfg.samples, model.shape, cfg.seed)
+        t0 = time.perf_counter()
+        ddim_sample(model, labels, noise, cfg.steps, cfg.cfg_scale)
+        t1 = time.perf_counter()
+        ddim_sample(model, labels, noise, cfg.steps, cfg.cfg_scale, linear=DStarLinears(cfg))
+        t2 = time.perf_counter()
+        rep = {"bench": "golden", "steps": cfg.steps, "samples": cfg.samples,
+               "fp32_steps_per_second": cfg.steps / (t1 - t0),
+               "dstar_steps_per_second": cfg.steps / (t2 - t1),
+               "dstar_seconds": t2 - t1}
+        print(_dump(rep) if args.json else
+              f"golden model, {cfg.samples} samples x {cfg.steps} DDIM steps: FP32 "
+              f"{rep['fp32_steps_per_second']:.2f} steps/s, DSTAR (invariant checked every step) "
+              f"{rep['dstar_steps_per_second']:.2f} steps/s")
+        return 0
+    raise UserError(f"unknown benchmark {args.what!r}")
+
+
+def cmd_train(args) -> int:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise UserError("training needs PyTorch: pip install -e '.[train]'") from None
+    from . import train
+    train.main(args.rest)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="dstar", description="DSTAR accelerator generator, golden "
+                                 "model and evaluation")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("config", help="print the resolved configuration and derived widths")
+    _add_config_args(p, workload=True)
+    p.set_defaults(func=cmd_config)
+
+    p = sub.add_parser("analyze", help="FP32 vs W8A8 vs DSTAR on the bundled DiT (or a trace)")
+    _add_config_args(p, workload=True)
+    p.add_argument("--trace", type=Path, help="analyse this trace file instead (golden.trace)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--output", type=Path, help="also write the JSON report here")
+    p.add_argument("--png", type=Path, default=Path("dstar_samples.png"),
+                   help="sample grid to write (default: %(default)s; '' to skip)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("trace", help="record the bundled DiT's FP32 run as a trace file")
+    _add_config_args(p, workload=True)
+    p.add_argument("-o", "--output", type=Path, required=True)
+    p.add_argument("--layers", help="comma-separated layer names (default: all)")
+    p.add_argument("--no-attention", action="store_true", help="do not record Q/K/V")
+    p.set_defaults(func=cmd_trace)
+
+    p = sub.add_parser("bench", help="benchmarks that print figures")
+    p.add_argument("what", choices=["golden"], help="golden: golden-model sampling speed")
+    _add_config_args(p, workload=True)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("train", help="train the workload DiT (needs the train extra)",
+                       add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_train)
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if getattr(args, "png", None) is not None and str(args.png) in ("", "."):
+        args.png = None
+    try:
+        return args.func(args)
+    except (ConfigError, UserError) as e:
+        print(f"dstar: error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError) as e:
+        from golden.trace import TraceError
+        if isinstance(e, TraceError | FileNotFoundError) or args.cmd in ("analyze", "trace"):
+            print(f"dstar: error: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

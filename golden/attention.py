@@ -1,0 +1,314 @@
+"""Sparse attention with reuse (spec section 4): the integer contract of the attention-reuse
+controller, on top of the fixed-point softmax of ``golden.softmax``. See ``golden/ATTENTION.md``.
+
+Number formats, per batch element ``b`` and head ``h`` (shapes ``(..., N, Dh)``):
+
+* ``Q``: INT8 per token (per query row of each head): ``s_q = max|q[n, :]| / 127`` (1 for a zero
+  row), ``Q = clip(rint(q / s_q), -127, 127)``, fresh every step.
+* ``K``: INT8 per head, ``s_k = max|k| / 127`` over the head's ``(N, Dh)``, fresh every step.
+* ``V``: INT8 per head; its lattice ``s_v`` is set on attention key steps and frozen until the next
+  one (like the activation lattice of spec section 2), so that the cached residual stays in the
+  units of the current output. On reuse steps ``V = clip(rint(v / s_v), -127, 127)`` (clipping is
+  counted in the stats).
+* Logits ``S = Q K^T`` (exact integers, ``|S| <= Dh * 127**2``); the multiplier ``(m, sh)`` of each
+  query row comes from ``logit_multiplier(s_q * s_k / sqrt(Dh))``.
+* Output ``O = normalize(P V, l)`` (``golden.softmax``): integers with ``out_frac_bits`` (8)
+  fraction bits in units of ``s_v``, i.e. ``o = O * s_v / 2**out_frac_bits``, ``|O| <= 127 * 2**8``.
+
+Blocks: queries in blocks of ``block_q`` rows, keys in blocks of ``block_k``; the last block of
+each may be shorter (ragged), so any ``N >= 1`` is accepted. A *mask* is a bool array
+``(..., nqb, nkb)`` of the key blocks each query block computes.
+
+Attention key step (the first call for a layer, ``step == 0``, and every ``refresh_attn`` steps):
+
+1. Full softmax over every key: ``(P, l)``; ``O_full = normalize(P V, l)``.
+2. Block mass: per row ``i`` and key block ``J`` the row's share ``q[i, J] = block_fraction(
+   sum_{j in J} P[i, j], l[i])`` (16-bit fraction, truncating), summed over the rows of each query
+   block: ``M[I, J] = sum_{i in I} q[i, J]``; the total is ``T[I] = sum_J M[I, J]``.
+3. Mask: key blocks sorted by descending ``M`` (ties: lower block index first); the smallest prefix
+   whose cumulative mass ``C`` satisfies ``C * 2**16 >= theta_q * T[I]`` with
+   ``theta_q = rint(theta * 2**16)``. ``theta_q == 2**16`` (theta = 1) selects every block, also
+   those of zero mass.
+4. ``O_sel``: the softmax restricted to the keys of the selected blocks (its own row max and row
+   sum), ``O_sel = normalize(P_sel V, l_sel)``; cache ``R = O_full - O_sel`` (integers,
+   ``|R| <= 2 * 127 * 2**8``). The step outputs ``O_full`` (``== O_sel + R`` exactly).
+
+Reuse step: ``O = O_sel + R`` with ``O_sel`` computed on the masked blocks only, from fresh Q, K, V.
+"""
+
+import math
+
+import numpy as np
+
+from .quant import exact_matmul
+from .softmax import (
+    DEFAULT_FRAC_BITS,
+    DEFAULT_OUT_FRAC_BITS,
+    block_fraction,
+    logit_multiplier,
+    normalize,
+    softmax_exp,
+)
+
+__all__ = ["THETA_BITS", "quantize_per_token", "quantize_per_head", "quantize_on", "theta_fixed",
+           "n_blocks", "expand_mask", "block_mass", "select_blocks", "attention_head",
+           "key_step_head", "reuse_step_head", "float_attention", "AttentionReuse"]
+
+THETA_BITS = 16
+
+
+# ----- quantization (host side) -----
+def _amax_scale(amax):
+    return np.where(amax > 0, amax / 127.0, 1.0)
+
+
+def quantize_per_token(x):
+    """``(..., N, D)`` float -> ``(x_int, s)``: INT8 per row, ``s`` ``(..., N)`` float64."""
+    x = np.asarray(x, dtype=np.float64)
+    s = _amax_scale(np.abs(x).max(axis=-1))
+    return np.clip(np.rint(x / s[..., None]), -127, 127).astype(np.int64), s
+
+
+def quantize_per_head(x):
+    """``(..., N, D)`` float -> ``(x_int, s)``: INT8 with one scale per head, ``s`` ``(...)``."""
+    x = np.asarray(x, dtype=np.float64)
+    s = _amax_scale(np.abs(x).max(axis=(-2, -1)))
+    return np.clip(np.rint(x / s[..., None, None]), -127, 127).astype(np.int64), s
+
+
+def quantize_on(x, s):
+    """``clip(rint(x / s), -127, 127)`` on a given per-head lattice ``s`` ``(...)``; returns
+    ``(x_int, n_clipped)``."""
+    u = np.rint(np.asarray(x, dtype=np.float64) / s[..., None, None])
+    return np.clip(u, -127, 127).astype(np.int64), int(np.count_nonzero(np.abs(u) > 127))
+
+
+def theta_fixed(theta: float) -> int:
+    """``theta_q = rint(theta * 2**16)`` in ``[1, 2**16]``."""
+    if not 0.0 < theta <= 1.0:
+        raise ValueError(f"theta must be in (0, 1], got {theta!r}")
+    return max(1, int(np.rint(theta * (1 << THETA_BITS))))
+
+
+# ----- blocks -----
+def n_blocks(n: int, block: int) -> int:
+    """Number of blocks of ``block`` covering ``n`` (the last one ragged)."""
+    if n < 1 or block < 1:
+        raise ValueError(f"need n >= 1 and block >= 1, got n={n}, block={block}")
+    return -(-n // block)
+
+
+def expand_mask(mask, n_q: int, n_k: int, block_q: int, block_k: int):
+    """Block mask ``(..., nqb, nkb)`` -> element mask ``(..., n_q, n_k)``."""
+    bi = np.arange(n_q) // block_q
+    bj = np.arange(n_k) // block_k
+    return np.asarray(mask, dtype=bool)[..., bi[:, None], bj[None, :]]
+
+
+def block_mass(p, lsum, block_q: int, block_k: int):
+    """Integer block masses ``M`` ``(..., nqb, nkb)`` of step 2 from a full softmax ``(p, l)``."""
+    n_q, n_k = p.shape[-2:]
+    b = np.add.reduceat(p, np.arange(0, n_k, block_k), axis=-1)
+    frac = block_fraction(b, lsum)
+    return np.add.reduceat(frac, np.arange(0, n_q, block_q), axis=-2)
+
+
+def select_blocks(mass, theta: float):
+    """Step 3: the mask ``(..., nqb, nkb)`` from block masses ``(..., nqb, nkb)``."""
+    mass = np.asarray(mass, dtype=np.int64)
+    tq = theta_fixed(theta)
+    if tq == 1 << THETA_BITS:
+        return np.ones(mass.shape, dtype=bool)
+    order = np.argsort(-mass, axis=-1, kind="stable")   # stable: lower index first on ties
+    cum = np.cumsum(np.take_along_axis(mass, order, axis=-1), axis=-1)
+    total = cum[..., -1:]
+    reached = (cum << THETA_BITS) >= tq * total
+    count = np.argmax(reached, axis=-1)[..., None] + 1   # reached[-1] is always true
+    sel_sorted = np.arange(mass.shape[-1]) < count
+    mask = np.zeros(mass.shape, dtype=bool)
+    np.put_along_axis(mask, order, sel_sorted, axis=-1)
+    return mask
+
+
+# ----- one head, integers in and out (the RTL testbench's reference) -----
+def _check_int(name, x, lo=-128, hi=127):
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.integer):
+        raise TypeError(f"{name} must be integer, got dtype {x.dtype}")
+    if x.size and (x.min() < lo or x.max() > hi):
+        raise ValueError(f"{name} must lie in [{lo}, {hi}]")
+    return x.astype(np.int64)
+
+
+def attention_head(q_int, k_int, v_int, m, sh, mask=None, *, block_q: int = 16,
+                   block_k: int = 16, frac_bits: int = DEFAULT_FRAC_BITS,
+                   out_frac_bits: int = DEFAULT_OUT_FRAC_BITS):
+    """Integer attention of one head (or a batch of heads, leading dims): INT8 ``q_int``
+    ``(..., N, Dh)``, ``k_int``/``v_int`` ``(..., Nk, Dh)``, per-row ``m``/``sh`` ``(..., N)``,
+    optional block ``mask`` ``(..., nqb, nkb)`` (``None``: dense). Returns ``(o, p, l)``: the
+    output ``O`` int64 ``(..., N, Dh)``, the 8-bit probabilities and their row sums."""
+    q, k, v = _check_int("q_int", q_int), _check_int("k_int", k_int), _check_int("v_int", v_int)
+    s = exact_matmul(q, np.swapaxes(k, -1, -2))
+    valid = None
+    if mask is not None:
+        valid = expand_mask(mask, q.shape[-2], k.shape[-2], block_q, block_k)
+    p, lsum = softmax_exp(s, m, sh, valid, frac_bits)
+    return normalize(exact_matmul(p, v), lsum, out_frac_bits), p, lsum
+
+
+def key_step_head(q_int, k_int, v_int, m, sh, *, block_q: int = 16, block_k: int = 16,
+                  theta: float = 0.9, frac_bits: int = DEFAULT_FRAC_BITS,
+                  out_frac_bits: int = DEFAULT_OUT_FRAC_BITS) -> dict:
+    """Attention key step of one head (or batch of heads), integers in and out. Returns a dict of
+    int64 arrays ``o_full``, ``o_sel``, ``r`` (``o_full - o_sel``), bool ``mask`` ``(..., nqb,
+    nkb)`` and the block masses ``mass``; the step's output is ``o_full``."""
+    kw = dict(block_q=block_q, block_k=block_k, frac_bits=frac_bits, out_frac_bits=out_frac_bits)
+    o_full, p, lsum = attention_head(q_int, k_int, v_int, m, sh, None, **kw)
+    mass = block_mass(p, lsum, block_q, block_k)
+    mask = select_blocks(mass, theta)
+    o_sel, _, _ = attention_head(q_int, k_int, v_int, m, sh, mask, **kw)
+    return {"o_full": o_full, "o_sel": o_sel, "r": o_full - o_sel, "mask": mask, "mass": mass}
+
+
+def reuse_step_head(q_int, k_int, v_int, m, sh, mask, r, *, block_q: int = 16,
+                    block_k: int = 16, frac_bits: int = DEFAULT_FRAC_BITS,
+                    out_frac_bits: int = DEFAULT_OUT_FRAC_BITS):
+    """Reuse step: ``O_sel + R`` (int64 ``(..., N, Dh)``), ``O_sel`` on the masked blocks only."""
+    o_sel, _, _ = attention_head(q_int, k_int, v_int, m, sh, mask, block_q=block_q,
+                                 block_k=block_k, frac_bits=frac_bits,
+                                 out_frac_bits=out_frac_bits)
+    return o_sel + np.asarray(r, dtype=np.int64)
+
+
+def float_attention(q, k, v):
+    """Reference ``softmax(q k^T / sqrt(Dh)) v`` in float64."""
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    z = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    z = np.exp(z - z.max(axis=-1, keepdims=True))
+    return (z / z.sum(axis=-1, keepdims=True)) @ v
+
+
+def _rel_err(a, ref) -> float:
+    n = float(np.linalg.norm(ref))
+    return float(np.linalg.norm(a - ref)) / n if n > 0 else float(np.linalg.norm(a))
+
+
+# ----- the DiT hook -----
+class AttentionReuse:
+    """The ``attn(name, q, k, v, step) -> out`` hook of ``golden.dit``: DSTAR sparse attention
+    with reuse, one state (mask, residual, V lattice) per layer ``name``, covering every batch
+    element and head of that layer. ``q, k, v``: float ``(B, H, N, Dh)`` before the 1/sqrt(Dh)
+    scale; returns float32 ``(B, H, N, Dh)``.
+
+    Parameters come from ``cfg`` (``block_q``, ``block_k``, ``theta``, ``refresh_attn``, and, if
+    the config has them, ``attn_frac_bits`` / ``attn_out_frac_bits``); keyword arguments override.
+    With ``measure`` each call also computes float attention and dense integer attention and
+    records the relative L2 errors of the output against them."""
+
+    def __init__(self, cfg, *, frac_bits: int | None = None, out_frac_bits: int | None = None,
+                 measure: bool = True):
+        self.cfg = cfg
+        self.block_q, self.block_k = cfg.block_q, cfg.block_k
+        self.theta, self.refresh = cfg.theta, cfg.refresh_attn
+        theta_fixed(self.theta)
+        self.frac_bits = frac_bits if frac_bits is not None else getattr(
+            cfg, "attn_frac_bits", DEFAULT_FRAC_BITS)
+        self.out_frac_bits = out_frac_bits if out_frac_bits is not None else getattr(
+            cfg, "attn_out_frac_bits", DEFAULT_OUT_FRAC_BITS)
+        self.measure = measure
+        self.state: dict[str, dict] = {}
+        self.records: list[dict] = []
+
+    def reset(self):
+        """Forget every layer's state and record (a new sampling run)."""
+        self.state.clear()
+        self.records.clear()
+
+    def is_key(self, name: str, step: int) -> bool:
+        r = self.refresh
+        return name not in self.state or step == 0 or (r > 0 and step % r == 0)
+
+    def _kw(self):
+        return dict(block_q=self.block_q, block_k=self.block_k, frac_bits=self.frac_bits,
+                    out_frac_bits=self.out_frac_bits)
+
+    def __call__(self, name: str, q, k, v, step: int):
+        q, k, v = (np.asarray(a) for a in (q, k, v))
+        if q.ndim != 4 or q.shape != k.shape or q.shape != v.shape:
+            raise ValueError(f"{name}: q, k, v must share one (B, H, N, Dh) shape, got "
+                             f"{q.shape}, {k.shape}, {v.shape}")
+        key = self.is_key(name, step)
+        st = self.state.get(name)
+        if not key and st["shape"] != q.shape:
+            raise ValueError(f"{name}: shape {q.shape} differs from the key step's {st['shape']}")
+        dh = q.shape[-1]
+        q_int, s_q = quantize_per_token(q)
+        k_int, s_k = quantize_per_head(k)
+        m, sh = logit_multiplier(s_q * s_k[..., None] / math.sqrt(dh), self.frac_bits)
+        n_clip = 0
+        if key:
+            v_int, s_v = quantize_per_head(v)
+            res = key_step_head(q_int, k_int, v_int, m, sh, theta=self.theta, **self._kw())
+            st = self.state[name] = {"shape": q.shape, "s_v": s_v, "mask": res["mask"],
+                                     "r": res["r"], "key_step": step}
+            o_int = res["o_full"]
+        else:
+            v_int, n_clip = quantize_on(v, st["s_v"])
+            o_int = reuse_step_head(q_int, k_int, v_int, m, sh, st["mask"], st["r"],
+                                    **self._kw())
+        scale = st["s_v"][..., None, None] / float(1 << self.out_frac_bits)
+        out = o_int * scale
+        sel = float(st["mask"].mean())
+        rec = {"name": name, "step": step, "key": key, "selected_fraction": sel,
+               "blocks_computed": 1.0 if key else sel,
+               "pv_blocks": 1.0 + sel if key else sel, "v_clipped": n_clip / v.size}
+        if self.measure:
+            ref = float_attention(q, k, v)
+            rec["err_vs_float"] = _rel_err(out, ref)
+            if key:
+                rec["err_dense_int"] = rec["err_vs_float"]
+            else:
+                v_fresh, s_fresh = quantize_per_head(v)
+                dense, _, _ = attention_head(q_int, k_int, v_fresh, m, sh, None, **self._kw())
+                rec["err_dense_int"] = _rel_err(
+                    dense * s_fresh[..., None, None] / float(1 << self.out_frac_bits), ref)
+        self.records.append(rec)
+        return out.astype(np.float32)
+
+    def stats(self) -> dict:
+        """Summary over every recorded call: counts, the mean fraction of QK^T blocks computed on
+        reuse steps and over all steps, the mean selected fraction of masks, the mean / max
+        relative error vs float attention (all, key, reuse steps) and of dense integer attention,
+        and per-step means over layers (``per_step``)."""
+        recs = self.records
+
+        def mean(key, cond=lambda r: True):
+            vals = [r[key] for r in recs if key in r and cond(r)]
+            return float(np.mean(vals)) if vals else None
+
+        def is_reuse(r):
+            return not r["key"]
+
+        per_step = {}
+        for s in sorted({r["step"] for r in recs}):
+            rs = [r for r in recs if r["step"] == s]
+            row = {"key": any(r["key"] for r in rs),
+                   "blocks_computed": float(np.mean([r["blocks_computed"] for r in rs]))}
+            if self.measure:
+                row["err_vs_float"] = float(np.mean([r["err_vs_float"] for r in rs]))
+            per_step[s] = row
+        errs = [r["err_vs_float"] for r in recs if "err_vs_float" in r]
+        return {
+            "calls": len(recs), "key_calls": sum(r["key"] for r in recs),
+            "blocks_computed_fraction": mean("blocks_computed"),
+            "blocks_computed_fraction_reuse": mean("blocks_computed", is_reuse),
+            "selected_fraction": mean("selected_fraction"),
+            "pv_blocks_fraction": mean("pv_blocks"),
+            "v_clipped_fraction": mean("v_clipped"),
+            "err_vs_float": mean("err_vs_float"),
+            "err_vs_float_key": mean("err_vs_float", lambda r: r["key"]),
+            "err_vs_float_reuse": mean("err_vs_float", is_reuse),
+            "err_vs_float_max": max(errs) if errs else None,
+            "err_dense_int": mean("err_dense_int"),
+            "per_step": per_step,
+        }

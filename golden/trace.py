@@ -1,0 +1,189 @@
+"""The dstar trace format: per-step inputs of a DiT's linear layers (and optionally attention).
+
+A trace is one ``.npz`` file (``numpy.savez``/``savez_compressed``) with these entries:
+
+=============================  ===============  ==============================================
+key                            dtype, shape      meaning
+=============================  ===============  ==============================================
+``format``                     str, ()           ``"dstar-trace/1"``
+``steps``                      int, ()           S, the number of sampling steps recorded
+``timesteps``                  int, (S,)         optional: the diffusion timestep of each step
+``linear/<name>/x``            float, (S, N, K)  input rows of linear layer ``<name>`` per step
+``linear/<name>/weight``       float, (M, K)     its weight (PyTorch layout)
+``linear/<name>/bias``         float, (M,)       optional: its bias
+``attn/<name>/q``, ``k``, ``v``  float, (S, B, H, N, Dh)  optional: attention inputs per head,
+                                                 before the 1/sqrt(Dh) scale
+=============================  ===============  ==============================================
+
+Rows ``N`` are all tokens of all sequences of the step (batch-major), fixed across steps.
+Layer names are free-form (``blocks.3.mlp.fc1``); the analysis groups layers by the last
+dot-separated part of the name (``fc1``). ``load_trace`` validates everything and raises
+``TraceError`` with a message naming the file, the key and what is wrong.
+"""
+
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["FORMAT", "TraceError", "Trace", "load_trace", "save_trace", "TraceRecorder"]
+
+FORMAT = "dstar-trace/1"
+
+
+class TraceError(ValueError):
+    """A trace file is missing, malformed or inconsistent."""
+
+
+@dataclass
+class Trace:
+    steps: int
+    linear_x: dict[str, np.ndarray] = field(default_factory=dict)      # name -> (S, N, K)
+    linear_w: dict[str, np.ndarray] = field(default_factory=dict)      # name -> (M, K)
+    linear_b: dict[str, np.ndarray | None] = field(default_factory=dict)
+    attn: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    timesteps: np.ndarray | None = None
+
+
+def save_trace(path, trace: Trace, compress: bool = True) -> None:
+    out = {"format": np.array(FORMAT), "steps": np.array(trace.steps)}
+    if trace.timesteps is not None:
+        out["timesteps"] = np.asarray(trace.timesteps, dtype=np.int64)
+    for name, x in trace.linear_x.items():
+        out[f"linear/{name}/x"] = x
+        out[f"linear/{name}/weight"] = trace.linear_w[name]
+        if trace.linear_b.get(name) is not None:
+            out[f"linear/{name}/bias"] = trace.linear_b[name]
+    for name, (q, k, v) in trace.attn.items():
+        out[f"attn/{name}/q"], out[f"attn/{name}/k"], out[f"attn/{name}/v"] = q, k, v
+    (np.savez_compressed if compress else np.savez)(path, **out)
+
+
+def _fail(path, msg):
+    raise TraceError(f"trace {str(path)!r}: {msg}")
+
+
+def load_trace(path) -> Trace:
+    path = Path(path)
+    if not path.is_file():
+        _fail(path, "file does not exist")
+    if not zipfile.is_zipfile(path):
+        _fail(path, "not an .npz archive (numpy.savez writes one)")
+    try:
+        f = np.load(path, allow_pickle=False)
+    except Exception as e:  # noqa: BLE001 (any unreadable file is the user's error)
+        _fail(path, f"not a readable .npz file ({type(e).__name__}: {e})")
+    with f:
+        if not hasattr(f, "files"):
+            _fail(path, "holds a single array, not an .npz archive of named entries")
+        keys = set(f.files)
+        if "format" not in keys:
+            _fail(path, f"no 'format' entry (expected {FORMAT!r})")
+        fmt = str(f["format"])
+        if fmt != FORMAT:
+            _fail(path, f"format is {fmt!r}, expected {FORMAT!r}")
+        if "steps" not in keys:
+            _fail(path, "no 'steps' entry")
+        steps = int(f["steps"])
+        if steps < 1:
+            _fail(path, f"steps must be >= 1, got {steps}")
+        tr = Trace(steps=steps)
+        if "timesteps" in keys:
+            tr.timesteps = f["timesteps"]
+            if tr.timesteps.shape != (steps,):
+                _fail(path, f"timesteps has shape {tr.timesteps.shape}, expected ({steps},)")
+        known = {"format", "steps", "timesteps"}
+        for key in sorted(keys - known):
+            parts = key.split("/")
+            if len(parts) != 3 or parts[0] not in ("linear", "attn") or not parts[1]:
+                _fail(path, f"unknown entry {key!r}")
+            kind, name, what = parts
+            arr = f[key]
+            if not np.issubdtype(arr.dtype, np.floating):
+                _fail(path, f"{key} must be floating point, got {arr.dtype}")
+            if not np.isfinite(arr).all():
+                _fail(path, f"{key} holds non-finite values")
+            if kind == "linear":
+                if what == "x":
+                    if arr.ndim != 3 or arr.shape[0] != steps:
+                        _fail(path, f"{key} must be (steps={steps}, N, K), got {arr.shape}")
+                    tr.linear_x[name] = arr
+                elif what == "weight":
+                    if arr.ndim != 2:
+                        _fail(path, f"{key} must be (M, K), got {arr.shape}")
+                    tr.linear_w[name] = arr
+                elif what == "bias":
+                    tr.linear_b[name] = arr
+                else:
+                    _fail(path, f"unknown entry {key!r}")
+            else:
+                if what not in ("q", "k", "v"):
+                    _fail(path, f"unknown entry {key!r}")
+                if arr.ndim != 5 or arr.shape[0] != steps:
+                    _fail(path, f"{key} must be (steps={steps}, B, H, N, Dh), got {arr.shape}")
+                tr.attn.setdefault(name, {})[what] = arr
+    for name in tr.linear_x.keys() | tr.linear_w.keys() | tr.linear_b.keys():
+        if name not in tr.linear_x:
+            _fail(path, f"linear/{name}/x is missing")
+        if name not in tr.linear_w:
+            _fail(path, f"linear/{name}/weight is missing")
+        k = tr.linear_x[name].shape[2]
+        m, kw = tr.linear_w[name].shape
+        if kw != k:
+            _fail(path, f"linear/{name}/weight has K={kw} but linear/{name}/x has K={k}")
+        b = tr.linear_b.get(name)
+        if b is not None and b.shape != (m,):
+            _fail(path, f"linear/{name}/bias has shape {b.shape}, expected ({m},)")
+        tr.linear_b.setdefault(name, None)
+    for name, d in list(tr.attn.items()):
+        missing = [w for w in "qkv" if w not in d]
+        if missing:
+            _fail(path, f"attn/{name}/{missing[0]} is missing")
+        if not (d["q"].shape == d["k"].shape == d["v"].shape):
+            _fail(path, f"attn/{name}: q, k, v shapes differ")
+        tr.attn[name] = (d["q"], d["k"], d["v"])
+    if not tr.linear_x:
+        _fail(path, "holds no linear layers (entries linear/<name>/x)")
+    return tr
+
+
+class TraceRecorder:
+    """Wraps ``DiT.forward`` hooks to record a ``Trace`` while the model runs.
+
+    ``layers``: an optional set of layer names to record (default: all)."""
+
+    def __init__(self, linear, attention, layers=None, record_attention=True):
+        self._linear, self._attention = linear, attention
+        self.layers = None if layers is None else set(layers)
+        self.record_attention = record_attention
+        self._x: dict[str, list] = {}
+        self._w, self._b = {}, {}
+        self._attn: dict[str, list] = {}
+        self.timesteps: list[int] = []
+
+    def on_step(self, step, t):
+        self.timesteps.append(t)
+
+    def linear(self, name, x, w, b, step):
+        if self.layers is None or name in self.layers:
+            self._x.setdefault(name, []).append(np.asarray(x, np.float32).copy())
+            self._w[name], self._b[name] = w, b
+        return self._linear(name, x, w, b, step)
+
+    def attention(self, name, q, k, v, step):
+        if self.record_attention:
+            self._attn.setdefault(name, []).append(tuple(np.asarray(a, np.float32).copy()
+                                                         for a in (q, k, v)))
+        return self._attention(name, q, k, v, step)
+
+    def trace(self) -> Trace:
+        tr = Trace(steps=len(self.timesteps), timesteps=np.array(self.timesteps, np.int64))
+        for name, xs in self._x.items():
+            tr.linear_x[name] = np.stack(xs)
+            tr.linear_w[name] = np.asarray(self._w[name], np.float32)
+            tr.linear_b[name] = None if self._b[name] is None else np.asarray(self._b[name],
+                                                                              np.float32)
+        for name, qkv in self._attn.items():
+            tr.attn[name] = tuple(np.stack([s[i] for s in qkv]) for i in range(3))
+        return tr

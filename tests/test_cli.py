@@ -1,0 +1,76 @@
+import json
+
+import numpy as np
+import pytest
+
+from dstar.cli import main
+from golden.trace import Trace, save_trace
+
+pytestmark = pytest.mark.unit
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_config_prints_resolved_and_derived(capsys):
+    code, out, _ = run(capsys, "config", "--preset", "tiny", "--tau", "3")
+    assert code == 0
+    d = json.loads(out)
+    assert d["config"]["tau"] == 3 and d["derived"]["e_tol"] == 2
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["config", "--preset", "huge"], "unknown preset 'huge'"),
+    (["analyze", "--trace", "/no/such.npz", "--quiet"], "does not exist"),
+    (["config", "--config", "/no/such.toml"], "does not exist"),
+])
+def test_bad_input_is_one_line(capsys, argv, msg):
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert msg in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_bad_cli_values_are_rejected(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["analyze", "--tau", "-2"])
+    assert e.value.code == 2
+    assert "--tau: expected an integer >= 0, got -2" in capsys.readouterr().err
+
+
+def test_analyze_trace_json(capsys, tmp_path):
+    rng = np.random.default_rng(0)
+    tr = Trace(steps=2)
+    x = rng.normal(size=(2, 4, 16)).astype(np.float32)
+    tr.linear_x["l.fc1"], tr.linear_w["l.fc1"], tr.linear_b["l.fc1"] = x, x[0, :3], None
+    f = tmp_path / "t.npz"
+    save_trace(f, tr)
+    code, out, _ = run(capsys, "analyze", "--trace", str(f), "--json", "--quiet")
+    assert code == 0
+    rep = json.loads(out)
+    assert rep["steps"] == 2 and rep["tokens"] == 4 and 0 <= rep["dstar"]["zero_fraction"] <= 1
+    # group 16 does not divide K = 16? it does; K = 12 would not:
+    tr.linear_x["l.fc1"] = x[..., :12]
+    tr.linear_w["l.fc1"] = x[0, :3, :12]
+    save_trace(f, tr)
+    code, _, err = run(capsys, "analyze", "--trace", str(f), "--quiet")
+    assert code == 2 and "K=12 is not a multiple of group=16" in err
+
+
+def test_analyze_bundled_json_keys(capsys, tmp_path):
+    png = tmp_path / "grid.png"
+    code, out, _ = run(capsys, "analyze", "--preset", "tiny", "--steps", "3", "--samples", "1",
+                       "--json", "--quiet", "--png", str(png))
+    assert code == 0
+    rep = json.loads(out)
+    for key in ("workload", "steps", "tokens", "ops_ratio_vs_w8a8", "lockstep_ops_ratio_vs_w8a8"):
+        assert key in rep
+    for key in ("low_bit_fraction", "zero_fraction", "mean_passes", "psnr_vs_fp32_db"):
+        assert isinstance(rep["dstar"][key], float)
+    assert isinstance(rep["w8a8"]["psnr_vs_fp32_db"], float)
+    assert 0 < rep["attention"]["blocks_computed_fraction"] <= 1
+    assert rep["steps"] == 3 and rep["tokens"] == 256
+    assert rep["ops_ratio_vs_w8a8"] == pytest.approx(2.0 / rep["dstar"]["mean_passes"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,77 @@
+import pytest
+
+from dstar.config import PRESETS, Config, ConfigError, bits_signed, load_config, preset
+
+pytestmark = pytest.mark.unit
+
+
+def test_presets_are_valid_and_named():
+    assert {"tiny", "default"} <= set(PRESETS)
+    for cfg in PRESETS.values():
+        assert isinstance(cfg, Config)
+        assert cfg.k_tile % cfg.group == 0
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("group", 1, "group"), ("group", 65, "group"), ("e_max", 16, "e_max"), ("tau", -1, "tau"),
+    ("state_bits", 8, "state_bits"), ("theta", 0.0, "theta"), ("theta", 1.5, "theta"),
+    ("packing", "zigzag", "packing"), ("k_tile", 24, "k_tile=24"), ("steps", 0, "steps"),
+    ("cfg_scale", 0.5, "cfg_scale"), ("max_k", 100, "max_k=100"), ("group", "16", "group"),
+    ("tau", True, "tau"), ("n_arrays", 0, "n_arrays"),
+])
+def test_bad_values_are_named(field, value, words):
+    with pytest.raises(ConfigError, match=words):
+        preset("default").replace(**{field: value})
+
+
+def test_unknown_field_is_named():
+    with pytest.raises(ConfigError, match="bogus"):
+        preset("default").replace(bogus=1)
+
+
+def test_unbuildable_accumulator_is_refused():
+    with pytest.raises(ConfigError, match="accumulator"):
+        Config(state_bits=32, max_k=1 << 16)
+
+
+def test_derived_widths():
+    cfg = preset("default")
+    assert cfg.state_max == 2 ** 15 - 1
+    assert cfg.target_max == cfg.state_max - 2 ** (cfg.e_max - 1)
+    # The accumulator must hold max_k * 127 * state_max and not one bit less.
+    assert cfg.acc_bound == cfg.max_k * 127 * cfg.state_max
+    assert -(1 << (cfg.acc_bits - 1)) <= -cfg.acc_bound
+    assert cfg.acc_bound <= (1 << (cfg.acc_bits - 1)) - 1
+    assert cfg.acc_bound > (1 << (cfg.acc_bits - 2)) - 1
+    assert [bits_signed(b) for b in (0, 1, 127, 128, 255)] == [1, 2, 8, 9, 9]
+
+
+@pytest.mark.parametrize("tau,e_tol", [(0, 0), (1, 1), (2, 2), (3, 2), (4, 3), (7, 3), (8, 4),
+                                       (10 ** 4, 7)])
+def test_e_tol(tau, e_tol):
+    assert preset("default").replace(tau=tau).e_tol == e_tol
+
+
+def test_toml_loading(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('preset = "tiny"\ntau = 2\npacking = "lockstep"\n')
+    cfg = load_config(f)
+    assert cfg.tau == 2 and cfg.packing == "lockstep" and cfg.k_tile == preset("tiny").k_tile
+    assert load_config(f, tau=3).tau == 3          # overrides win over the file
+    f.write_text("tua = 2\n")
+    with pytest.raises(ConfigError, match="unknown config key.*tua"):
+        load_config(f)
+    f.write_text("tau = [\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(f)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="unknown preset 'huge'"):
+        load_config(preset_name="huge")
+    f.write_text('preset = "tiny"\n')
+    with pytest.raises(ConfigError, match="conflicts"):
+        load_config(f, "default")
+
+
+def test_float_fields_accept_ints():
+    assert preset("default").replace(theta=1).theta == 1.0

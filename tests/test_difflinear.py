@@ -1,0 +1,93 @@
+import numpy as np
+import pytest
+
+from dstar.config import preset
+from golden.difflinear import DiffLinear, InvariantError
+from golden.quant import quantize_weights, to_lattice, token_lattice, w8a8_linear
+
+pytestmark = pytest.mark.unit
+
+
+def drift(rng, n, k, steps, scale=0.02):
+    x = rng.normal(size=(n, k))
+    for _ in range(steps):
+        yield x
+        x = x + scale * rng.normal(size=x.shape)
+
+
+def test_weight_and_token_quantization():
+    w = np.array([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0]])
+    w_q, s_w = quantize_weights(w)
+    assert w_q.shape == (3, 2) and w_q[:, 0].tolist() == [64, -127, 32] and s_w[1] == 1.0
+    assert (w_q[:, 1] == 0).all()
+    x = np.array([[0.0, 0.0], [1.27, -2.54]])
+    d = token_lattice(x)
+    assert d[0] == 1.0 and np.isclose(d[1], 0.02)
+    assert to_lattice(x, d)[1].tolist() == [64, -127]
+
+
+@pytest.mark.parametrize("tau", [0, 2])
+@pytest.mark.parametrize("refresh", [0, 3])
+def test_invariant_and_closed_loop_on_random_drift(tau, refresh):
+    cfg = preset("default").replace(tau=tau, refresh_linear=refresh)
+    rng = np.random.default_rng(tau + 10 * refresh)
+    w = rng.normal(size=(48, 64))
+    layer = DiffLinear(w, rng.normal(size=48), cfg)
+    keys = []
+    for s, x in enumerate(drift(rng, 20, 64, 8)):
+        res = layer(x, s)
+        keys.append(res.key)
+        # Invariant, independently: Y_int equals W_q^T . Xs_int computed here in int64.
+        assert np.array_equal(layer.y_int, layer.xs @ layer.w_q)
+        assert np.abs(res.target - layer.xs).max() <= tau
+    assert keys == [s == 0 or (refresh > 0 and s % refresh == 0) for s in range(8)]
+
+
+def test_tau0_matches_w8a8_on_the_key_step_and_tracks_later():
+    cfg = preset("default")
+    rng = np.random.default_rng(1)
+    w = rng.normal(size=(32, 64))
+    layer = DiffLinear(w, None, cfg)
+    w_q, s_w = quantize_weights(w)
+    xs = list(drift(rng, 16, 64, 5, scale=0.01))
+    y0 = layer(xs[0], 0).y
+    assert np.allclose(y0, w8a8_linear(xs[0], w_q, s_w), rtol=0, atol=1e-9)
+    for s, x in enumerate(xs[1:], 1):
+        y = layer(x, s).y
+        ref = x @ w.T
+        # Same lattice resolution as W8A8: the error stays at the INT8 quantization level.
+        assert np.abs(y - ref).max() < 0.05 * np.abs(ref).max()
+
+
+def test_state_saturation_is_clipped_not_overflowed():
+    cfg = preset("default").replace(state_bits=10, e_max=3)
+    rng = np.random.default_rng(2)
+    w = rng.normal(size=(8, 16))
+    layer = DiffLinear(w, None, cfg)
+    x = rng.normal(size=(4, 16))
+    layer(x, 0)
+    res = layer(x * 1000.0, 1)              # far outside the key step's lattice
+    assert np.abs(layer.xs).max() <= cfg.state_max
+    assert np.abs(res.target).max() == cfg.target_max
+    assert np.array_equal(layer.y_int, layer.xs @ layer.w_q)
+
+
+def test_invariant_violation_is_detected():
+    cfg = preset("default")
+    layer = DiffLinear(np.ones((4, 16)), None, cfg)
+    layer(np.ones((2, 16)), 0)
+    layer.y_int[0, 0] += 1                  # corrupt the accumulator
+    with pytest.raises(InvariantError, match="Y_int"):
+        layer(np.ones((2, 16)), 1)
+
+
+def test_bad_shapes():
+    cfg = preset("default")
+    with pytest.raises(ValueError, match="multiple of group"):
+        DiffLinear(np.ones((4, 20)), None, cfg)
+    layer = DiffLinear(np.ones((4, 16)), None, cfg)
+    with pytest.raises(ValueError, match=r"input must be \(N, 16\)"):
+        layer(np.ones((2, 8)), 0)
+    layer(np.ones((2, 16)), 0)
+    with pytest.raises(ValueError, match="3 rows"):
+        layer(np.ones((3, 16)), 1)

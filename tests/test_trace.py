@@ -1,0 +1,109 @@
+import numpy as np
+import pytest
+
+from dstar.analyze import export_trace, run_trace
+from golden.trace import FORMAT, Trace, TraceError, load_trace, save_trace
+
+pytestmark = pytest.mark.unit
+
+
+def small_trace(rng, steps=3, n=8, k=32, m=16):
+    tr = Trace(steps=steps, timesteps=np.arange(steps)[::-1].copy())
+    x = rng.normal(size=(n, k))
+    xs = [x + 0.01 * s * rng.normal(size=x.shape) for s in range(steps)]
+    tr.linear_x["blocks.0.mlp.fc1"] = np.stack(xs).astype(np.float32)
+    tr.linear_w["blocks.0.mlp.fc1"] = rng.normal(size=(m, k)).astype(np.float32)
+    tr.linear_b["blocks.0.mlp.fc1"] = rng.normal(size=m).astype(np.float32)
+    tr.linear_x["blocks.0.attn.proj"] = np.stack(xs).astype(np.float32)
+    tr.linear_w["blocks.0.attn.proj"] = rng.normal(size=(m, k)).astype(np.float32)
+    tr.linear_b["blocks.0.attn.proj"] = None
+    q = rng.normal(size=(steps, 1, 2, n, 4)).astype(np.float32)
+    tr.attn["blocks.0.attn"] = (q, q + 1, q - 1)
+    return tr
+
+
+def test_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    tr = small_trace(rng)
+    f = tmp_path / "t.npz"
+    save_trace(f, tr)
+    back = load_trace(f)
+    assert back.steps == tr.steps and np.array_equal(back.timesteps, tr.timesteps)
+    for name in tr.linear_x:
+        assert np.array_equal(back.linear_x[name], tr.linear_x[name])
+        assert np.array_equal(back.linear_w[name], tr.linear_w[name])
+        assert (back.linear_b[name] is None) == (tr.linear_b[name] is None)
+    for a, b in zip(back.attn["blocks.0.attn"], tr.attn["blocks.0.attn"], strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_analysis_of_a_trace_is_the_golden_model(tmp_path):
+    """run_trace on a saved trace gives the same counts as DiffLinear on the arrays directly."""
+    from dstar.config import preset
+    from golden.difflinear import DiffLinear
+    from golden.stats import count_encoded
+    rng = np.random.default_rng(1)
+    tr = small_trace(rng)
+    f = tmp_path / "t.npz"
+    save_trace(f, tr)
+    cfg = preset("default")
+    rep = run_trace(cfg, load_trace(f))
+    want = np.zeros(11, np.int64)
+    for name, xs in tr.linear_x.items():
+        layer = DiffLinear(tr.linear_w[name], tr.linear_b[name], cfg)
+        for s in range(tr.steps):
+            want += count_encoded(layer(xs[s], s).enc)
+    assert rep["dstar"]["mean_passes"] == pytest.approx((want[2] + 2 * want[3]) / want[0])
+    assert rep["layers"] == 2 and rep["steps"] == 3
+    assert set(rep["per_layer_type"]) == {"fc1", "proj"}
+    assert rep["dstar"]["output_sqnr_db"] > 25 and rep["w8a8"]["output_sqnr_db"] > 25
+
+
+def test_export_from_the_numpy_model_round_trips(tmp_path, tiny_cfg):
+    f = tmp_path / "bundled.npz"
+    cfg = tiny_cfg.replace(steps=2, samples=1)
+    export_trace(cfg, f, layers=["blocks.0.mlp.fc1", "blocks.5.mlp.fc2"])
+    tr = load_trace(f)
+    assert tr.steps == 2 and tr.timesteps.tolist() == [999, 0]
+    assert tr.linear_x["blocks.0.mlp.fc1"].shape == (2, 2 * 256, 128)   # CFG doubles rows
+    assert tr.linear_x["blocks.5.mlp.fc2"].shape == (2, 2 * 256, 512)
+    assert set(tr.attn) == {f"blocks.{i}.attn" for i in range(6)}
+    assert tr.attn["blocks.0.attn"][0].shape == (2, 2, 4, 256, 32)
+
+
+def _write(path, **entries):
+    np.savez(path, **entries)
+    return path
+
+
+@pytest.mark.parametrize("entries,msg", [
+    ({}, "no 'format' entry"),
+    ({"format": np.array("other/9"), "steps": np.array(1)}, "format is 'other/9'"),
+    ({"format": np.array(FORMAT)}, "no 'steps' entry"),
+    ({"format": np.array(FORMAT), "steps": np.array(2)}, "holds no linear layers"),
+    ({"format": np.array(FORMAT), "steps": np.array(2), "linear/a/x": np.zeros((3, 4, 16))},
+     r"linear/a/x must be \(steps=2, N, K\)"),
+    ({"format": np.array(FORMAT), "steps": np.array(1), "linear/a/x": np.zeros((1, 4, 16))},
+     "linear/a/weight is missing"),
+    ({"format": np.array(FORMAT), "steps": np.array(1), "linear/a/x": np.zeros((1, 4, 16)),
+      "linear/a/weight": np.zeros((8, 15))}, "weight has K=15 but linear/a/x has K=16"),
+    ({"format": np.array(FORMAT), "steps": np.array(1), "linear/a/x": np.full((1, 4, 16), np.nan),
+      "linear/a/weight": np.zeros((8, 16))}, "non-finite"),
+    ({"format": np.array(FORMAT), "steps": np.array(1), "linear/a/x": np.zeros((1, 4, 16), int),
+      "linear/a/weight": np.zeros((8, 16))}, "floating point"),
+    ({"format": np.array(FORMAT), "steps": np.array(1), "bogus": np.zeros(2)},
+     "unknown entry 'bogus'"),
+])
+def test_bad_traces_are_named(tmp_path, entries, msg):
+    f = _write(tmp_path / "bad.npz", **entries)
+    with pytest.raises(TraceError, match=msg):
+        load_trace(f)
+
+
+def test_unreadable_and_missing_files(tmp_path):
+    with pytest.raises(TraceError, match="does not exist"):
+        load_trace(tmp_path / "none.npz")
+    f = tmp_path / "text.npz"
+    f.write_text("hello")
+    with pytest.raises(TraceError, match="not an .npz archive"):
+        load_trace(f)

@@ -1,0 +1,72 @@
+"""The bundled trained DiT: NumPy model, sampler, legibility, and DSTAR over a whole run."""
+
+import numpy as np
+import pytest
+
+from golden.classifier import DigitClassifier
+from golden.difflinear import DiffLinear
+from golden.dit import LINEAR_TYPES, load_weights
+from golden.hooks import DStarLinears
+from golden.sampler import ddim_sample, initial_noise, sample_labels
+
+
+@pytest.mark.unit
+def test_bundled_weights_load(bundled_model):
+    shape, w = load_weights()
+    assert shape.hidden == 128 and shape.depth == 6 and shape.tokens == 256
+    assert all(np.isfinite(v).all() for v in w.values())
+    assert len(bundled_model.linear_names()) == 4 * shape.depth
+
+
+@pytest.mark.unit
+def test_samples_are_legible(bundled_model):
+    """Class-conditional FP32 samples are recognized by a kNN classifier of the real digits."""
+    n = 20
+    labels = sample_labels(n)
+    x = ddim_sample(bundled_model, labels, initial_noise(n, bundled_model.shape, 123), 25)
+    acc = DigitClassifier().accuracy(x, labels)
+    assert acc >= 0.6, f"only {acc:.0%} of class-conditional samples are recognized"
+    # And the classifier is not fooled by noise: pure noise images are not "legible".
+    noise = np.clip(initial_noise(n, bundled_model.shape, 5), -1, 1)
+    assert DigitClassifier().accuracy(noise, labels) < 0.4
+
+
+@pytest.mark.unit
+def test_invariant_over_a_whole_run(bundled_model, tiny_cfg):
+    """DSTAR on every linear layer of the real model over a whole sampling run: DiffLinear checks
+    Y_int == W_q^T . Xs_int (and the closed-loop bound) after every step; here we also recheck
+    it independently and count that every layer ran every step."""
+    seen = {}
+
+    def on_result(name, step, res):
+        layer = hooks.layers[name]
+        assert np.array_equal(layer.y_int, layer.xs @ layer.w_q)
+        seen[name] = seen.get(name, 0) + 1
+
+    hooks = DStarLinears(tiny_cfg, LINEAR_TYPES, on_result=on_result)
+    steps = tiny_cfg.steps
+    ddim_sample(bundled_model, sample_labels(2), initial_noise(2, bundled_model.shape, 0), steps,
+                linear=hooks)
+    assert seen == {n: steps for n in bundled_model.linear_names()}
+    tot = hooks.stats.total()
+    assert tot["elements"] == tot["zero"] + tot["low"] + tot["high"]
+    assert tot["passes"] <= tot["lockstep_passes"] <= tot["dense_passes"]
+    # The premise on real data: temporal differences make most elements cheap.
+    assert tot["passes"] * 2 < tot["dense_passes"]
+    assert isinstance(hooks.layers["blocks.0.mlp.fc1"], DiffLinear)
+
+
+@pytest.mark.torch
+def test_numpy_model_matches_pytorch(bundled_model):
+    torch = pytest.importorskip("torch", reason="PyTorch (the train extra) is not installed")
+    from dstar.torch_dit import DiT as TorchDiT
+    from dstar.torch_dit import from_numpy_weights
+    shape, w = load_weights()
+    tm = from_numpy_weights(TorchDiT(shape), w).eval()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 1, 32, 32)).astype(np.float32)
+    t, y = np.array([999, 400, 0]), np.array([3, 10, 7])
+    with torch.no_grad():
+        ref = tm(torch.from_numpy(x), torch.from_numpy(t), torch.from_numpy(y)).numpy()
+    got = bundled_model.forward(x, t, y)
+    assert np.abs(got - ref).max() <= 1e-4 * max(1.0, np.abs(ref).max())
