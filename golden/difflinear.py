@@ -85,6 +85,6 @@ class DiffLinear:
             raise InvariantError(f"{self.name}: state exceeds state_max={self.cfg.state_max}")
         if not np.array_equal(self.y_int, exact_matmul(self.xs, self._w_f64, self.cfg.state_max)):
             raise InvariantError(f"{self.name}: Y_int != W_q^T . Xs_int")
-        ok = ~np.repeat(enc.clipped, self.cfg.group, axis=-1)
-        if np.abs(target - self.xs)[ok].max(initial=0) > self.cfg.tau:
+        err = np.abs(target - self.xs).reshape(enc.clipped.shape + (self.cfg.group,))
+        if np.where(enc.clipped[..., None], 0, err).max(initial=0) > self.cfg.tau:
             raise InvariantError(f"{self.name}: closed-loop error exceeds tau={self.cfg.tau}")

@@ -78,7 +78,8 @@ def encode(d, group: int, e_max: int, tau: int) -> Encoded:
     shift = np.full(dmax.shape, -1, dtype=np.int64)
     first_fit = np.full(dmax.shape, -1, dtype=np.int64)
     for e in range(e_max + 1):
-        fits = (round_shift(dmax, e) <= 127) & (round_shift(dmin, e) >= -128)
+        half = (1 << (e - 1)) if e else 0
+        fits = ((dmax + half) >> e <= 127) & ((dmin + half) >> e >= -128)
         if e <= e_tol:
             shift[(shift < 0) & fits] = e
         first_fit[(first_fit < 0) & fits] = e

@@ -1,0 +1,251 @@
+"""SoftmaxUnit on Amaranth's simulator against ``golden.softmax``: random, equal, extreme,
+one-element and maximum-length rows, every ``x`` of the exponent table, length clamping, random
+valid gaps and back-pressure; with no stalls, every handshake at the cycle model's cycle."""
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from dstar.config import preset
+from golden.softmax import logit_multiplier, normalize, reciprocal
+from hw.softmax import Normalizer, SoftmaxUnit
+from sim.softmax_cycles import row_latency, row_period, schedule
+from sim.tb_softmax import check, real_rows, run_rows
+
+pytestmark = pytest.mark.amaranth
+
+
+class PysimIO:
+    """The adapter ``sim.tb_softmax.run_rows`` needs, on the component's stream members."""
+
+    def __init__(self, ctx, dut):
+        self.ctx, self.dut = ctx, dut
+
+    def _s(self, stream):
+        return getattr(self.dut, stream)
+
+    def put(self, stream, values):
+        self.ctx.set(self._s(stream).payload, values)
+
+    def set_valid(self, stream, v):
+        self.ctx.set(self._s(stream).valid, int(v))
+
+    def set_ready(self, stream, v):
+        self.ctx.set(self._s(stream).ready, int(v))
+
+    def ready(self, stream):
+        return bool(self.ctx.get(self._s(stream).ready))
+
+    def valid(self, stream):
+        return bool(self.ctx.get(self._s(stream).valid))
+
+    def payload(self, stream):
+        sig = self._s(stream).payload
+        v = self.ctx.get(sig)
+        return {name: int(getattr(v, name)) for name, _ in sig.shape()}
+
+    async def settle(self):
+        pass                                # ctx.get returns settled values
+
+    async def tick(self):
+        await self.ctx.tick()
+
+
+def run_unit(cfg, rows, m, sh, *, max_row=None, logit_bits=None, n_hdr=None, p_valid=1.0,
+             p_ready=1.0, seed=0):
+    kw = {} if logit_bits is None else {"logit_bits": logit_bits}
+    dut = SoftmaxUnit(cfg, max_row=max_row, **kw)
+    out = []
+
+    async def bench(ctx):
+        out.append(await run_rows(PysimIO(ctx, dut), rows, m, sh, dut.max_row, n_hdr=n_hdr,
+                                  p_valid=p_valid, p_ready=p_ready, seed=seed))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return out[0]
+
+
+def assert_unit(cfg, rows, m, sh, *, p_valid=1.0, p_ready=1.0, **kw):
+    res = run_unit(cfg, rows, m, sh, p_valid=p_valid, p_ready=p_ready, **kw)
+    sched = schedule([len(r) for r in rows]) if p_valid == 1.0 and p_ready == 1.0 else None
+    fails = check(res, rows, m, sh, cfg.attn_frac_bits, sched)
+    assert not fails, "\n".join(fails[:8])
+    return res
+
+
+def random_rows(rng, lengths, logit_std, cfg, dh=32):
+    """Logits of INT8 Q.K products (``dh`` terms) and the host's multiplier for a natural-log
+    logit std of about ``logit_std``."""
+    rows, scales = [], []
+    for n in lengths:
+        q = rng.integers(-127, 128, size=dh)
+        k = rng.integers(-127, 128, size=(n, dh))
+        s = k @ q
+        rows.append(s.tolist())
+        scales.append(logit_std / max(1.0, float(np.std(s)) if n > 1 else 3000.0))
+    m, sh = logit_multiplier(np.array(scales), cfg.attn_frac_bits)
+    return rows, m.tolist(), sh.tolist()
+
+
+@pytest.mark.parametrize("p_valid,p_ready", [(1.0, 1.0), (0.6, 0.5), (1.0, 0.25), (0.3, 1.0)])
+def test_random_rows(p_valid, p_ready):
+    cfg = preset("tiny")
+    rng = np.random.default_rng(int(p_valid * 10 + p_ready * 100))
+    lengths = [1, 32, 7, 16, 2, 31, 17, 5, 32, 1, 1, 12]
+    rows, m, sh = random_rows(rng, lengths, rng.choice([0.5, 1.0, 2.0, 4.0]), cfg)
+    res = assert_unit(cfg, rows, m, sh, p_valid=p_valid, p_ready=p_ready, seed=3)
+    assert any(0 < x < 255 for r in res.p for x in r)        # exercised more than 0 / 255
+
+
+def test_equal_extreme_and_single():
+    cfg = preset("tiny")
+    w = 23
+    smax, smin = (1 << (w - 1)) - 1, -(1 << (w - 1))
+    rows = [
+        [5] * 32,                                   # all equal: every p is 255
+        [smin] * 32,
+        [smax] + [smin] * 31,                       # d = 2**23 - 1: saturates
+        [smin] * 31 + [smax],
+        [smax, smin] * 16,
+        [smax],                                     # one-element rows
+        [smin],
+        [0],
+        [smax - 1, smax, smax, smax - 3],           # ties at the max
+        [smax] + [smin] * 31,
+        list(range(-16, 16)),
+    ]
+    m = [40000, 40000, 65535, 65535, 1, 65535, 0, 32768, 65535, 0, 32768]
+    sh = [20, 20, 0, 0, 47, 47, 0, 0, 0, 0, 13]
+    assert_unit(cfg, rows, m, sh)
+    assert_unit(cfg, rows, m, sh, p_valid=0.7, p_ready=0.4, seed=11)
+
+
+def test_every_exponent_input():
+    """``m = 1, sh = 0`` makes ``x = d``: rows ``[0, -x, ...]`` cover every ``x`` of the
+    exponent table and beyond its saturation point."""
+    cfg = preset("tiny")
+    xs = list(range(1, (9 << cfg.attn_frac_bits) + 40))
+    rows = [[0] + [-x for x in xs[i:i + 31]] for i in range(0, len(xs), 31)]
+    assert_unit(cfg, rows, [1] * len(rows), [0] * len(rows))
+
+
+def test_rounding_ties():
+    """``d * m`` exactly half an LSB above a step of ``x``: round half up."""
+    cfg = preset("tiny")
+    # m = 3, sh = 1: x = (3d + 1) >> 1, ties at every odd d.
+    rows = [[0] + [-d for d in range(1, 32)], [0] + [-d for d in range(32, 63)]]
+    assert_unit(cfg, rows, [3, 3], [1, 1])
+
+
+@pytest.mark.parametrize("frac_bits", [3, 8])
+def test_frac_bits(frac_bits):
+    cfg = preset("tiny").replace(attn_frac_bits=frac_bits)
+    rng = np.random.default_rng(frac_bits)
+    rows, m, sh = random_rows(rng, [32, 9, 1, 20], 2.0, cfg)
+    assert_unit(cfg, rows, m, sh)
+
+
+def test_max_length_default_config():
+    """Rows of ``max_tokens = 256`` keys with the default configuration's widths."""
+    cfg = preset("default")
+    rng = np.random.default_rng(5)
+    rows, m, sh = random_rows(rng, [256, 3, 256], 1.0, cfg, dh=128)
+    res = assert_unit(cfg, rows, m, sh, p_ready=0.8, seed=2)
+    assert res.sums[0][0] > 255 * 20
+
+
+def test_length_clamp():
+    """``n = 0`` reads as 1; ``n > max_row`` reads as ``max_row``."""
+    cfg = preset("tiny")
+    rows = [[7], list(range(32)), [3, 4]]
+    res = run_unit(cfg, rows, [30000] * 3, [12] * 3, n_hdr=[0, 63, 2])
+    assert not check(res, rows, [30000] * 3, [12] * 3, cfg.attn_frac_bits)
+
+
+def test_checker_catches_errors():
+    """The comparison is not vacuous: a wrong multiplier or a wrong schedule is reported."""
+    cfg = preset("tiny")
+    rows = [[0, -100, -200, 5], [1, 2]]
+    m, sh = [50000, 50000], [14, 14]
+    res = run_unit(cfg, rows, m, sh)
+    assert not check(res, rows, m, sh, cfg.attn_frac_bits, schedule([4, 2]))
+    assert check(res, rows, [60000, 50000], sh, cfg.attn_frac_bits)
+    assert check(res, rows, m, sh, cfg.attn_frac_bits, schedule([4, 3]))
+
+
+def test_cycle_model_figures():
+    assert [row_latency(n) for n in (1, 16, 32, 256)] == [2 * n + 27 for n in (1, 16, 32, 256)]
+    assert [row_period(n) for n in (1, 11, 12, 16, 32, 256)] == [19, 19, 20, 24, 40, 264]
+
+
+def test_real_head_rows():
+    """Rows of real attention logits of the bundled DiT (256 keys, default configuration)."""
+    cfg = preset("default")
+    rows, m, sh = real_rows(layer=2, head=1, rows=[0, 77, 255], frac_bits=cfg.attn_frac_bits)
+    res = assert_unit(cfg, rows, m, sh)
+    assert len(set(res.p[0])) > 20                  # a dense, non-trivial row
+
+
+def run_normalizer(cfg, acc, lsum, p_valid, p_ready, seed):
+    dut = Normalizer(cfg)
+    r, big_l = reciprocal(lsum)
+    rng = np.random.default_rng(seed)
+    got = []
+
+    async def bench(ctx):
+        i, held, offer = 0, None, False
+        for _ in range(40 * len(acc) + 50):
+            if not offer and i < len(acc) and rng.random() < p_valid:
+                offer = True
+                ctx.set(dut.i.payload, {"acc": int(acc[i]), "r": int(r[i]),
+                                        "big_l": int(big_l[i])})
+            ctx.set(dut.i.valid, int(offer))
+            rdy = rng.random() < p_ready
+            ctx.set(dut.o.ready, int(rdy))
+            if offer and ctx.get(dut.i.ready):
+                i += 1
+                offer = False
+            if ctx.get(dut.o.valid):
+                o = int(ctx.get(dut.o.payload).o)
+                assert held is None or held == o, "payload changed while waiting"
+                held = None if rdy else o
+                if rdy:
+                    got.append(o)
+            else:
+                assert held is None, "valid dropped before the beat was taken"
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return got
+
+
+@pytest.mark.parametrize("p_valid,p_ready", [(1.0, 1.0), (0.5, 0.5)])
+def test_normalizer(p_valid, p_ready):
+    cfg = preset("default")
+    rng = np.random.default_rng(17)
+    n = 300
+    lsum = rng.integers(255, 255 * cfg.max_tokens + 1, size=n)
+    lsum[:6] = [255, 255, 255 * cfg.max_tokens, 255 * cfg.max_tokens, 256, 511]
+    acc = rng.integers(-128 * lsum, 128 * lsum + 1)
+    acc[:6] = [128 * 255, -128 * 255, 128 * 255 * cfg.max_tokens, -128 * 255 * cfg.max_tokens,
+               0, -1]
+    acc[6:20] = lsum[6:20] // 2 * rng.choice([-1, 1], size=14)      # |O| about 128
+    got = run_normalizer(cfg, acc, lsum, p_valid, p_ready, seed=int(p_ready * 10))
+    want = normalize(acc[:, None], lsum, cfg.attn_out_frac_bits)[:, 0]
+    assert got == want.tolist()
+
+
+def test_odd_sizes():
+    """A memory of a non-power-of-two ``max_row`` and narrow logits at their extremes."""
+    cfg = preset("tiny")
+    hi, lo = 2047, -2048
+    rows = [[hi] + [lo] * 19, [lo, hi, 0], [7], list(range(-10, 10)), [hi] * 20]
+    m, sh = [65535, 30000, 1, 50000, 0], [0, 9, 0, 14, 0]
+    assert_unit(cfg, rows, m, sh, max_row=20, logit_bits=12)
+    assert_unit(cfg, rows, m, sh, max_row=20, logit_bits=12, p_valid=0.8, p_ready=0.6, seed=4)
