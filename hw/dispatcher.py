@@ -1,0 +1,322 @@
+"""Precision dispatcher: encoded slices in, nibble operations on the PE lanes out.
+
+Ref: dstar-spec.md sections 3 and 5 ("Precision dispatcher"); the operation lists and costs of
+both strategies are modelled in ``golden.dispatch`` and, cycle by cycle, in ``sim.cycle_model``.
+
+Element ops: ZERO no op; LOW one op (``nib = q``, shift ``e``); HIGH two ops (``q & 15``
+unsigned at shift ``e``, then ``q >> 4`` signed at shift ``e + 4``), so ``sum == q << e``.
+
+Strategies (``cfg.packing``):
+
+``lockstep``
+    The ``G`` lanes run each group of a slice together, for as many passes as its most
+    expensive element (all-ZERO groups cost nothing): a slice costs the sum of its groups'
+    costs. Lanes of cheaper elements idle (counted as ``count_zero``).
+
+``compact`` (chosen design)
+    Per-lane queues over each lane's slice of K. A slice is split into ``G`` lane bundles (lane
+    ``l`` gets one element of each of the slice's groups, with their shifts: element ``l``
+    rotated by the token index, see ``Geometry.lane_rotation``); bundles with a
+    non-zero element enter the lane's queue (``lane_fifo_depth`` deep) and a lane sequencer
+    issues only their non-zero nibbles, each carrying its weight row, closing the lane's
+    partial sum with the bundle's last nibble. The reduction in the PE array adds the lanes'
+    partial sums of a slice in slice order, so lanes drift apart by up to ``lane_fifo_depth``
+    queued bundles plus ``psum_depth`` unreduced sums: cost differences between tokens and
+    lanes average out instead of costing the maximum each time. The front end takes one whole
+    slice (``k_tile`` elements) per cycle, so it outruns the lanes whenever a lane's share of a
+    slice costs one pass or more on average (dense: ``2 * k_tile / G`` passes per slice).
+
+    Why this design (figures from ``sim.cycle_model``, exact against the RTL, default preset,
+    tau = 0; "of ideal" is the speedup over dense divided by the element-level ideal speedup;
+    the bundled DiT's figures move a little as its shipped weights are retrained):
+
+    * Static split (lane ``l`` always gets element ``l``) falls short: busy channels always land
+      on the same lanes, and deeper queues hardly help (``lane_fifo_depth`` 8 -> 32: +1% on
+      block 3's fc1). Rotating the element-to-lane assignment by the token index spreads each
+      channel over R lanes (``Geometry.lane_rotation``).
+    * Whole 50-step DDIM run of the bundled DiT, all 24 linear layers, every tenth step, same
+      encodings for all variants (``python -m sim.bench --steps 50 --blocks 0 1 2 3 4 5
+      --every 10 --lane-rotation 1 4 8 16``): ideal x3.27 over dense; compact R=1 x2.52 (77% of
+      ideal), R=4 x2.88 (88%), R=8 x3.00 (92%), R=16 x3.05 (93%); lockstep x1.68 (51%). Lane
+      utilization equals the fraction of ideal to within 0.01.
+    * Area (tiny preset, Yosys generic LUT4 with memories left unmapped): the PE array's logic
+      grows with R through its weight-row selection: 31.4k LUT4 for R=1 (and lockstep), 40.4k
+      for R=4, 75.4k for R=16; the compact dispatcher 2.9k LUT4 at R=4, 7.0k at R=16 (lockstep
+      0.8k). R=4 is the default: it clears the 80% target with margin at a third of the cost of
+      full rotation.
+    * What is left: on very sparse steps (ideal above x8) the front end's one slice per cycle
+      caps the speedup at ``2 * slice_groups`` = x8 (e.g. 49-66% of ideal on a few late
+      steps); a wider front end would lift it. On independent elements of the spec's mix
+      (57% ZERO / 40% LOW / 3% HIGH, ideal x4.36), compact gives x3.9-4.0 (89-92%) for any R,
+      lockstep x1.46.
+
+Arrays: every array holds a different block of ``m_tile`` output columns of the same weight
+rows, so all arrays receive the same operations (broadcast); their load is equal by
+construction, and what the dispatcher balances is lanes and tokens.
+
+Both strategies: throughput one slice per cycle into the dispatcher, with back-pressure on
+``i`` while a lane queue the slice needs is full (compact), while the sequencer is busy or the
+partial-sum credits are used up (lockstep), or while the reduction's slice queue (``o_token``)
+is full. ``i.ready`` depends combinationally on ``i.payload`` (which lanes the slice needs);
+no ``valid`` depends on a ``ready``. Lane ops have no back-pressure (the PE array takes one per
+lane per cycle); instead a lane starts a bundle only while it holds a partial-sum credit,
+returned on ``i_pop``. Ops are never dropped, duplicated or moved to another lane or slice
+(``tests/test_hw_dispatcher.py`` and ``tests/test_cocotb_dispatcher.py`` check every lane's op
+sequence under random gaps, back-pressure and slow reduction). Reset empties the queues;
+``clear`` zeroes the op counters.
+
+Members
+-------
+i : In(stream.Signature(encoded_slice_layout))
+o_op : Out(stream.Signature(lane_op_layout, always_ready=True)).array(G)
+o_token : Out(stream.Signature(token_layout))
+i_pop : In(G)
+    Partial sums consumed by the reduction, per lane.
+clear : In(1)
+count_low, count_high, count_zero : Out(32)
+    Issued lane ops on LOW elements, on HIGH elements, and on nothing (lockstep's idle lanes).
+"""
+
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from .geometry import Geometry
+from .layouts import encoded_group_layout, encoded_slice_layout, lane_op_layout, token_layout
+
+__all__ = ["LockstepDispatcher", "CompactDispatcher", "PrecisionDispatcher", "bundle_layout"]
+
+COUNTER_BITS = 32
+
+
+def bundle_layout(geo: Geometry) -> data.StructLayout:
+    """A lane's share of a slice: one code per group, with the group shifts."""
+    return data.StructLayout({
+        "q": data.ArrayLayout(signed(8), geo.slice_groups),
+        "shift": data.ArrayLayout(unsigned(geo.cfg.shift_bits), geo.slice_groups),
+        "rot": unsigned(geo.rot_bits),
+        "bank": unsigned(1),
+    })
+
+
+def _signature(geo):
+    return {
+        "i": In(stream.Signature(encoded_slice_layout(geo))),
+        "o_op": Out(stream.Signature(lane_op_layout(geo), always_ready=True)).array(geo.lanes),
+        "o_token": Out(stream.Signature(token_layout(geo))),
+        "i_pop": In(geo.lanes),
+        "clear": In(1),
+        "count_low": Out(COUNTER_BITS),
+        "count_high": Out(COUNTER_BITS),
+        "count_zero": Out(COUNTER_BITS),
+    }
+
+
+def _is_high(q):
+    return (q > 7) | (q < -8)
+
+
+def _nibble(q, second):
+    """Operand of pass ``second`` (0 or 1) of code ``q``: LOW ``q`` then nothing, HIGH the
+    unsigned low nibble then the signed high nibble."""
+    high = _is_high(q)
+    lo = Cat(q[0:4], 0).as_signed()
+    hi = q >> 4
+    return Mux(second, Mux(high, hi, 0), Mux(high, lo, q))
+
+
+def _lowest(m, bits, name):
+    """Index of the lowest set bit of ``bits`` (combinational priority encoder)."""
+    idx = Signal(range(max(2, len(bits))), name=name)
+    sel = 0
+    for b in reversed(range(len(bits))):
+        sel = Mux(bits[b], b, sel)
+    m.d.comb += idx.eq(sel)
+    return idx
+
+
+def _popcount(bits):
+    total = 0
+    for b in bits:
+        total = total + b
+    return total
+
+
+def _counters(m, comp, low, high, zero):
+    with m.If(comp.clear):
+        m.d.sync += [comp.count_low.eq(0), comp.count_high.eq(0), comp.count_zero.eq(0)]
+    with m.Else():
+        m.d.sync += [comp.count_low.eq(comp.count_low + _popcount(low)),
+                     comp.count_high.eq(comp.count_high + _popcount(high)),
+                     comp.count_zero.eq(comp.count_zero + _popcount(zero))]
+
+
+class CompactDispatcher(wiring.Component):
+    """Compacting strategy of the precision dispatcher (contract: the module docstring)."""
+
+    def __init__(self, geo: Geometry):
+        self._geo = geo
+        super().__init__(_signature(geo))
+
+    def elaborate(self, platform):
+        geo = self._geo
+        g_n, s_n, depth = geo.lanes, geo.slice_groups, geo.psum_depth
+        m = Module()
+        sl = self.i.payload
+        b_layout = bundle_layout(geo)
+
+        # Token t rotates which element of each group a lane gets (see Geometry.lane_rotation).
+        rot = Signal(range(geo.rotation), name="rot")
+        m.d.comb += rot.eq(sl.meta.token[:geo.rot_bits] if geo.rotation > 1 else 0)
+        queues, needs = [], []
+        for lane in range(g_n):
+            q = SyncFIFO(width=b_layout.size, depth=self._geo.cfg.lane_fifo_depth)
+            m.submodules[f"queue_{lane}"] = q
+            queues.append(q)
+            bundle = Signal(b_layout, name=f"bundle_{lane}")
+            m.d.comb += [bundle.bank.eq(sl.meta.bank), bundle.rot.eq(rot)]
+            for j in range(s_n):
+                code = sl.groups[j].q[geo.lane_element(lane, 0)]
+                for r in range(1, geo.rotation):
+                    code = Mux(rot == r, sl.groups[j].q[geo.lane_element(lane, r)], code)
+                m.d.comb += [bundle.q[j].eq(code), bundle.shift[j].eq(sl.groups[j].shift)]
+            need = Signal(name=f"need_{lane}")
+            m.d.comb += [need.eq(Cat(*[bundle.q[j] != 0 for j in range(s_n)]).any()),
+                         q.w_data.eq(bundle)]
+            needs.append(need)
+
+        # Front end: a slice goes in when every lane it has work for has room, and the
+        # reduction has room for its mask.
+        room = Signal()
+        m.d.comb += room.eq(Cat(*[~needs[n] | queues[n].w_rdy for n in range(g_n)]).all())
+        m.d.comb += [
+            self.o_token.valid.eq(self.i.valid & room),
+            self.o_token.payload.mask.eq(Cat(*needs)),
+            self.o_token.payload.meta.eq(sl.meta),
+            self.i.ready.eq(self.o_token.ready & room),
+        ]
+        take = self.i.valid & self.i.ready
+        for lane in range(g_n):
+            m.d.comb += queues[lane].w_en.eq(take & needs[lane])
+
+        # Lane sequencers.
+        lows, highs = [], []
+        for lane in range(g_n):
+            cur = Signal(b_layout, name=f"cur_{lane}")
+            rem = Signal(2 * s_n, name=f"rem_{lane}")
+            out = Signal(range(depth + 1), name=f"credit_used_{lane}")
+            b = _lowest(m, rem, f"pick_{lane}")
+            j, second = b >> 1, b[0]
+            qj = Signal(signed(8), name=f"qsel_{lane}")
+            ej = Signal(unsigned(geo.cfg.shift_bits), name=f"esel_{lane}")
+            m.d.comb += [qj.eq(cur.q[j]), ej.eq(cur.shift[j])]
+            rest = Signal(2 * s_n, name=f"rest_{lane}")
+            m.d.comb += rest.eq(rem & ~(1 << b))
+            op = self.o_op[lane]
+            close = rest == 0
+            m.d.comb += [
+                op.valid.eq(rem != 0),
+                op.payload.nib.eq(_nibble(qj, second)),
+                op.payload.shift.eq(ej + Mux(second, 4, 0)),
+                op.payload.row.eq(j),
+                op.payload.rot.eq(cur.rot),
+                op.payload.bank.eq(cur.bank),
+                op.payload.close.eq(close),
+            ]
+            head = data.View(b_layout, queues[lane].r_data)
+            load = Signal(name=f"load_{lane}")
+            m.d.comb += [load.eq(((rem == 0) | close) & queues[lane].r_rdy & (out < depth)),
+                         queues[lane].r_en.eq(load)]
+            with m.If(load):
+                m.d.sync += [cur.eq(head), rem.eq(_passes(head.q))]
+            with m.Elif(rem != 0):
+                m.d.sync += rem.eq(rest)
+            m.d.sync += out.eq(out + load - self.i_pop[lane])
+            high = _is_high(qj)
+            lows.append(op.valid & ~high)
+            highs.append(op.valid & high)
+        _counters(m, self, lows, highs, [])
+        return m
+
+
+def _passes(codes):
+    """Remaining-pass mask of a list of codes: bit 2j pass 0 of code j, bit 2j+1 pass 1."""
+    bits = []
+    for q in codes:
+        bits += [q != 0, _is_high(q)]
+    return Cat(*bits)
+
+
+class LockstepDispatcher(wiring.Component):
+    """Lockstep strategy of the precision dispatcher (contract: the module docstring)."""
+
+    def __init__(self, geo: Geometry):
+        self._geo = geo
+        super().__init__(_signature(geo))
+
+    def elaborate(self, platform):
+        geo = self._geo
+        g_n, s_n, depth = geo.lanes, geo.slice_groups, geo.psum_depth
+        m = Module()
+        sl = self.i.payload
+        cur = Signal(encoded_slice_layout(geo))
+        rem = Signal(2 * s_n)
+        out = Signal(range(depth + 1), name="credit_used")
+
+        b = _lowest(m, rem, "pick")
+        j, second = b >> 1, b[0]
+        rest = Signal(2 * s_n)
+        m.d.comb += rest.eq(rem & ~(1 << b))
+        close = rest == 0
+        free = (rem == 0) | close
+
+        group_bits = []
+        for g in range(s_n):
+            codes = [sl.groups[g].q[lane] for lane in range(g_n)]
+            group_bits += [Cat(*[q != 0 for q in codes]).any(),
+                           Cat(*[_is_high(q) for q in codes]).any()]
+        nonzero = Signal()
+        m.d.comb += nonzero.eq(Cat(*group_bits).any())
+        ok = Signal()
+        m.d.comb += [
+            ok.eq(free & (~nonzero | (out < depth))),
+            self.o_token.valid.eq(self.i.valid & ok),
+            self.o_token.payload.mask.eq(Mux(nonzero, (1 << g_n) - 1, 0)),
+            self.o_token.payload.meta.eq(sl.meta),
+            self.i.ready.eq(self.o_token.ready & ok),
+        ]
+        take = self.i.valid & self.i.ready
+        with m.If(take):
+            m.d.sync += [cur.eq(sl), rem.eq(Cat(*group_bits))]
+        with m.Elif(rem != 0):
+            m.d.sync += rem.eq(rest)
+        m.d.sync += out.eq(out + (take & nonzero) - self.i_pop[0])
+
+        group = Signal(encoded_group_layout(geo))
+        m.d.comb += group.eq(cur.groups[j])
+        lows, highs, zeros = [], [], []
+        for lane in range(g_n):
+            op = self.o_op[lane]
+            q = group.q[lane]
+            nib = _nibble(q, second)
+            m.d.comb += [
+                op.valid.eq(rem != 0),
+                op.payload.nib.eq(nib),
+                op.payload.shift.eq(group.shift + Mux(second, 4, 0)),
+                op.payload.row.eq(j),
+                op.payload.bank.eq(cur.meta.bank),
+                op.payload.close.eq(close),
+            ]
+            high = _is_high(q)
+            useful = (q != 0) & (~second | high)
+            lows.append(op.valid & useful & ~high)
+            highs.append(op.valid & useful & high)
+            zeros.append(op.valid & ~useful)
+        _counters(m, self, lows, highs, zeros)
+        return m
+
+
+def PrecisionDispatcher(geo: Geometry) -> wiring.Component:  # noqa: N802 (a factory)
+    """The dispatcher of ``geo.cfg.packing``."""
+    return {"lockstep": LockstepDispatcher, "compact": CompactDispatcher}[geo.cfg.packing](geo)

@@ -1,0 +1,145 @@
+"""Generation: deterministic Verilog of the linear-layer wrapper and its ``params.json``.
+
+The manifest holds everything a testbench or report needs so that none restates a width: the
+resolved config and its derived values, the hardware geometry, every top-level port with its
+direction and width, and the payload and memory-word layouts as field lists
+(``name``/``offset``/``width``/``signed``, LSB-first offsets into the flat vector).
+"""
+
+import json
+from pathlib import Path
+
+from amaranth import Shape, Signal
+from amaranth.back import verilog
+from amaranth.lib import data, wiring
+
+from . import layouts
+from .dispatcher import bundle_layout
+from .encoder import row_layouts
+from .linear import LinearLayer
+from .pe_array import token_depth, y_row_layout
+
+__all__ = ["generate", "generate_block", "manifest", "TOP_NAME"]
+
+TOP_NAME = "dstar_linear"
+SCHEMA_VERSION = 1
+
+
+def _fields(layout, prefix="", base=0):
+    """Flatten a layout into leaf fields (dotted names, ``[i]`` for array elements)."""
+    out = []
+    if isinstance(layout, data.StructLayout):
+        for name, fld in layout:
+            out += _fields(fld.shape, f"{prefix}{name}.", base + fld.offset)
+        return out
+    if isinstance(layout, data.ArrayLayout):
+        w = Shape.cast(layout.elem_shape).width
+        for i in range(layout.length):
+            out += _fields(layout.elem_shape, f"{prefix.rstrip('.')}[{i}].", base + i * w)
+        return out
+    shape = Shape.cast(layout)
+    return [{"name": prefix.rstrip("."), "offset": base, "width": shape.width,
+             "signed": shape.signed}]
+
+
+def _port_signals(top: wiring.Component) -> list:
+    """Signals of every port (constant members, such as an always-ready stream's ``ready``,
+    are not ports)."""
+    sigs = (_unview(sig) for _, _, sig in top.signature.flatten(top))
+    return [sig for sig in sigs if isinstance(sig, Signal)]
+
+
+def _unview(sig):
+    return sig.as_value() if isinstance(sig, data.View) else sig
+
+
+def _ports(top: wiring.Component) -> dict:
+    ports = {}
+    for path, member, sig in top.signature.flatten(top):
+        if not isinstance(_unview(sig), Signal):
+            continue
+        name = "__".join(str(p) for p in path)
+        ports[name] = {"dir": "in" if member.flow == wiring.In else "out",
+                       "width": Shape.cast(member.shape).width}
+    return ports
+
+
+def manifest(cfg, top: LinearLayer | None = None) -> dict:
+    """The ``params.json`` content for ``cfg`` (``top``: an already built wrapper)."""
+    top = top if top is not None else LinearLayer(cfg)
+    geo = top.geometry
+    t_l, s_l = row_layouts(geo)
+    lays = {
+        "target_row": t_l, "state_row": s_l, "y_row": y_row_layout(geo),
+        "weight_row": layouts.weight_row_layout(geo).members["w"],
+        "slice_cmd": layouts.slice_cmd_layout(geo),
+        "encoded_slice": layouts.encoded_slice_layout(geo),
+        "lane_op": layouts.lane_op_layout(geo),
+        "token": layouts.token_layout(geo),
+        "bundle": bundle_layout(geo),
+    }
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "top": TOP_NAME,
+        "config": cfg.to_dict(),
+        "derived": cfg.derived(),
+        "geometry": {**geo.to_dict(), "token_depth": token_depth(geo)},
+        "ports": _ports(top),
+        "layouts": {name: {"width": Shape.cast(lay).width, "fields": _fields(lay)}
+                    for name, lay in lays.items()},
+    }
+
+
+def generate_block(component: wiring.Component, name: str, cfg, layouts_: dict,
+                   outdir) -> dict:
+    """Write a sub-block (e.g. the dispatcher alone, for stream-level testbenches) as
+    ``<outdir>/<name>.v`` plus ``<outdir>/<name>.json`` (config, geometry, ports, layouts)."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    man = {
+        "schema_version": SCHEMA_VERSION, "top": name, "config": cfg.to_dict(),
+        "derived": cfg.derived(), "ports": _ports(component),
+        "layouts": {n: {"width": Shape.cast(lay).width, "fields": _fields(lay)}
+                    for n, lay in layouts_.items()},
+        "verilog": f"{name}.v",
+    }
+    text = verilog.convert(component, name=name, emit_src=False,
+                           ports=_port_signals(component))
+    (outdir / f"{name}.v").write_text(text)
+    (outdir / f"{name}.json").write_text(json.dumps(man, indent=1, sort_keys=True) + "\n")
+    return man
+
+
+def generate(cfg, outdir) -> dict:
+    """Write ``<outdir>/dstar_linear.v`` (no source paths: byte-identical across runs and
+    checkouts) and ``<outdir>/params.json``; return the manifest."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    top = LinearLayer(cfg)
+    man = manifest(cfg, top)
+    text = verilog.convert(top, name=TOP_NAME, emit_src=False)
+    (outdir / f"{TOP_NAME}.v").write_text(text)
+    man["verilog"] = f"{TOP_NAME}.v"
+    (outdir / "params.json").write_text(json.dumps(man, indent=1, sort_keys=True) + "\n")
+    return man
+
+
+def main(argv=None) -> None:
+    """``python -m hw.generate [--preset NAME] [--config FILE] [--packing P] -o DIR``."""
+    import argparse
+
+    from dstar.config import load_config
+
+    ap = argparse.ArgumentParser(prog="python -m hw.generate", description=main.__doc__)
+    ap.add_argument("--preset")
+    ap.add_argument("--config")
+    ap.add_argument("--packing", choices=["lockstep", "compact"])
+    ap.add_argument("-o", "--out", required=True)
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config, args.preset, packing=args.packing)
+    man = generate(cfg, args.out)
+    print(f"wrote {Path(args.out) / man['verilog']} and params.json")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""Linear-layer wrapper: one differential linear layer step, all weight tiles and token rows,
+from on-chip memories, with flat ports a testbench can drive.
+
+Ref: dstar-spec.md sections 3 and 5; golden counterpart ``golden.difflinear.DiffLinear``.
+"""
+
+from amaranth import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .dispatcher import COUNTER_BITS, PrecisionDispatcher
+from .encoder import DeltaEncoder, row_layouts
+from .geometry import Geometry, uwidth
+from .layouts import weight_row_layout
+from .pe_array import PEArray, y_row_layout
+
+__all__ = ["LinearLayer"]
+
+
+class LinearLayer(wiring.Component):
+    """Run one step of a differential linear layer ``Y_int (+)= W_q^T . decode(enc(X - Xs))``.
+
+    Memories (all loaded and read through the ``host_*`` ports while ``busy`` is low; word
+    layouts are in ``params.json``):
+
+    * target and state: ``row_depth`` words of ``k_tile`` elements, address
+      ``token * n_kt_max + kt`` (elements beyond K must be zero);
+    * weights, one memory per array: ``weight_depth`` words of ``m_tile`` INT8, address
+      ``k * n_mt_max + mt``, array ``a`` holding columns ``(mt * n_arrays + a) * m_tile ..``
+      (rows beyond K and columns beyond M must be zero);
+    * accumulators, one per array: ``y_depth`` words of ``m_tile`` ``acc_bits`` integers,
+      address ``token * n_mt_max + mt``.
+
+    ``start`` (while idle; ignored while busy) runs ``n_tokens`` rows over ``n_kt`` x ``n_mt``
+    weight tiles, K outer, columns inner, tokens innermost (if any of them is zero, nothing
+    runs). With ``key`` the state reads as zero and the first K tile overwrites ``Y`` (a key
+    step needs no memory clearing). Each tile is loaded at one row per cycle into the free half
+    of the arrays' double buffer while the previous tile runs. ``busy`` falls once the last
+    accumulator write is done; ``cycles`` then holds the cycles ``busy`` was high,
+    ``stall_load`` those in which the front end waited for a tile, and ``count_*`` the
+    dispatcher's lane-op counts (each op runs on every array at once, so they count once per
+    column block; all cleared by ``start``; ``sim.cycle_model`` predicts them all exactly).
+    Results are exact integers (no rounding or saturation beyond the encoder's, see
+    ``DeltaEncoder``); host writes while ``busy`` are not allowed.
+
+    Latency and throughput: one token slice per cycle into the encoder once its tile is loaded,
+    the PE lanes one nibble op per lane per cycle; see ``sim.cycle_model`` for the exact count.
+    Reset stops a run and empties every queue; the memories keep their contents.
+
+    Ports are flat vectors (no structs) so that cocotb drives them directly.
+    """
+
+    def __init__(self, cfg, lane_rotation: int = 0):
+        self._geo = geo = Geometry(cfg, lane_rotation)
+        t_l, s_l = row_layouts(geo)
+        super().__init__({
+            "start": In(1),
+            "n_tokens": In(uwidth(cfg.max_tokens + 1)),
+            "n_kt": In(uwidth(geo.n_kt_max + 1)),
+            "n_mt": In(uwidth(geo.n_mt_max + 1)),
+            "key": In(1),
+            "busy": Out(1),
+            "cycles": Out(COUNTER_BITS),
+            "stall_load": Out(COUNTER_BITS),
+            "count_low": Out(COUNTER_BITS),
+            "count_high": Out(COUNTER_BITS),
+            "count_zero": Out(COUNTER_BITS),
+            "host_row_addr": In(uwidth(geo.row_depth)),
+            "host_target_we": In(1),
+            "host_target_wdata": In(t_l.size),
+            "host_state_we": In(1),
+            "host_state_wdata": In(s_l.size),
+            "host_state_rdata": Out(s_l.size),
+            "host_w_addr": In(uwidth(geo.weight_depth)),
+            "host_w_we": In(cfg.n_arrays),
+            "host_w_wdata": In(8 * cfg.m_tile),
+            "host_y_addr": In(uwidth(geo.y_depth)),
+            "host_y_rdata": Out(y_row_layout(geo).size).array(cfg.n_arrays),
+        })
+
+    @property
+    def geometry(self) -> Geometry:
+        return self._geo
+
+    def elaborate(self, platform):
+        geo, cfg = self._geo, self._geo.cfg
+        m = Module()
+        m.submodules.encoder = enc = DeltaEncoder(geo)
+        m.submodules.dispatcher = disp = PrecisionDispatcher(geo)
+        arrays = []
+        for a in range(cfg.n_arrays):
+            arr = PEArray(geo)
+            m.submodules[f"array_{a}"] = arr
+            arrays.append(arr)
+
+        # --- host access ---
+        m.d.comb += [
+            enc.host_addr.eq(self.host_row_addr),
+            enc.host_target_we.eq(self.host_target_we),
+            enc.host_target_wdata.eq(self.host_target_wdata),
+            enc.host_state_we.eq(self.host_state_we),
+            enc.host_state_wdata.eq(self.host_state_wdata),
+            self.host_state_rdata.eq(enc.host_state_rdata),
+        ]
+        for a, arr in enumerate(arrays):
+            m.d.comb += [arr.host_y_addr.eq(self.host_y_addr),
+                         self.host_y_rdata[a].eq(arr.host_y_rdata)]
+
+        # --- datapath: encoder -> dispatcher -> arrays (ops and slices broadcast) ---
+        wiring.connect(m, enc.o, disp.i)
+        for arr in arrays:
+            for lane in range(geo.lanes):
+                m.d.comb += [arr.i_op[lane].valid.eq(disp.o_op[lane].valid),
+                             arr.i_op[lane].payload.eq(disp.o_op[lane].payload)]
+        readies = [arr.i_token.ready for arr in arrays]
+        all_ready = readies[0]
+        for r in readies[1:]:
+            all_ready = all_ready & r
+        m.d.comb += disp.o_token.ready.eq(all_ready)
+        for a, arr in enumerate(arrays):
+            others = [r for b, r in enumerate(readies) if b != a]
+            v = disp.o_token.valid
+            for r in others:
+                v = v & r
+            m.d.comb += [arr.i_token.valid.eq(v), arr.i_token.payload.eq(disp.o_token.payload)]
+        # The arrays run identical schedules, so array 0 speaks for all of them.
+        m.d.comb += disp.i_pop.eq(arrays[0].o_pop)
+
+        # --- sequencer state ---
+        run = Signal()
+        n_pass = Signal(range(geo.n_kt_max * geo.n_mt_max + 1))
+        m.d.comb += [n_pass.eq(self.n_kt * self.n_mt), self.busy.eq(run)]
+        pass_bits = range(geo.n_kt_max * geo.n_mt_max + 3)
+        l_p, f_p, d_p = Signal(pass_bits), Signal(pass_bits), Signal(pass_bits)
+
+        # --- weight loader: tile l_p into bank l_p % 2 once pass l_p - 2 is done ---
+        wmems = []
+        for a in range(cfg.n_arrays):
+            wm = Memory(shape=weight_row_layout(geo).members["w"], depth=geo.weight_depth,
+                        init=[])
+            m.submodules[f"weights_{a}"] = wm
+            wmems.append(wm)
+        l_active = Signal()
+        l_kt, l_mt = Signal(range(geo.n_kt_max + 1)), Signal(range(geo.n_mt_max + 1))
+        l_row = Signal(range(cfg.k_tile))
+        w_valid, w_row, w_bank = Signal(), Signal.like(l_row), Signal()
+        w_addr = Signal(range(geo.weight_depth))
+        m.d.comb += w_addr.eq((l_kt * cfg.k_tile + l_row) * geo.n_mt_max + l_mt)
+        for a, wm in enumerate(wmems):
+            wr, rd = wm.write_port(), wm.read_port()
+            m.d.comb += [wr.en.eq(self.host_w_we[a]), wr.addr.eq(self.host_w_addr),
+                         wr.data.eq(self.host_w_wdata), rd.addr.eq(w_addr)]
+            arr = arrays[a]
+            m.d.comb += [arr.i_wrow.valid.eq(w_valid), arr.i_wrow.payload.bank.eq(w_bank),
+                         arr.i_wrow.payload.row.eq(w_row), arr.i_wrow.payload.w.eq(rd.data)]
+        m.d.sync += [w_valid.eq(l_active), w_row.eq(l_row), w_bank.eq(l_p[0])]
+        with m.If(l_active):
+            m.d.sync += l_row.eq(l_row + 1)
+            with m.If(l_row == cfg.k_tile - 1):
+                m.d.sync += [l_active.eq(0), l_p.eq(l_p + 1), l_row.eq(0)]
+                with m.If(l_mt == self.n_mt - 1):
+                    m.d.sync += [l_mt.eq(0), l_kt.eq(l_kt + 1)]
+                with m.Else():
+                    m.d.sync += l_mt.eq(l_mt + 1)
+        with m.Elif(run & (l_p < n_pass) & (l_p < d_p + 2)):
+            m.d.sync += l_active.eq(1)
+
+        # --- front end: one slice command per cycle once its tile is loaded ---
+        f_kt, f_mt = Signal(range(geo.n_kt_max + 1)), Signal(range(geo.n_mt_max + 1))
+        f_t = Signal(range(cfg.max_tokens + 1))
+        pending = run & (f_p < n_pass)
+        cmd = enc.i.payload
+        m.d.comb += [
+            enc.i.valid.eq(pending & (f_p < l_p)),
+            cmd.kt.eq(f_kt),
+            cmd.key.eq(self.key),
+            cmd.commit.eq(f_mt == self.n_mt - 1),
+            cmd.meta.token.eq(f_t),
+            cmd.meta.bank.eq(f_p[0]),
+            cmd.meta.y_addr.eq(f_t * geo.n_mt_max + f_mt),
+            cmd.meta.overwrite.eq(self.key & (f_kt == 0)),
+            cmd.meta.last.eq(f_t == self.n_tokens - 1),
+        ]
+        with m.If(enc.i.valid & enc.i.ready):
+            with m.If(f_t == self.n_tokens - 1):
+                m.d.sync += [f_t.eq(0), f_p.eq(f_p + 1)]
+                with m.If(f_mt == self.n_mt - 1):
+                    m.d.sync += [f_mt.eq(0), f_kt.eq(f_kt + 1)]
+                with m.Else():
+                    m.d.sync += f_mt.eq(f_mt + 1)
+            with m.Else():
+                m.d.sync += f_t.eq(f_t + 1)
+
+        # --- start / done / counters ---
+        m.d.comb += [disp.clear.eq(self.start & ~run),
+                     self.count_low.eq(disp.count_low), self.count_high.eq(disp.count_high),
+                     self.count_zero.eq(disp.count_zero)]
+        with m.If(self.start & ~run):
+            # An empty layer (no tokens or no tiles) finishes at once instead of hanging.
+            m.d.sync += [run.eq((n_pass != 0) & (self.n_tokens != 0)),
+                         self.cycles.eq(0), self.stall_load.eq(0),
+                         l_p.eq(0), f_p.eq(0), d_p.eq(0), l_kt.eq(0), l_mt.eq(0), l_row.eq(0),
+                         f_kt.eq(0), f_mt.eq(0), f_t.eq(0)]
+        with m.Elif(run):
+            m.d.sync += self.cycles.eq(self.cycles + 1)
+            with m.If(pending & ~(f_p < l_p)):
+                m.d.sync += self.stall_load.eq(self.stall_load + 1)
+            with m.If(arrays[0].o_pass_done):
+                m.d.sync += d_p.eq(d_p + 1)
+                with m.If(d_p + 1 == n_pass):
+                    m.d.sync += run.eq(0)
+        return m

@@ -1,0 +1,168 @@
+"""Differential-quantization PE array: weight-stationary nibble lanes, per-lane partial sums,
+in-order reduction into the output accumulator memory.
+
+Ref: dstar-spec.md section 5 ("Differential-quantization PE array").
+"""
+
+from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .geometry import Geometry, uwidth
+from .layouts import lane_op_layout, token_layout, weight_row_layout
+
+__all__ = ["PEArray", "y_row_layout", "token_depth"]
+
+
+def y_row_layout(geo: Geometry) -> data.ArrayLayout:
+    """A word of the accumulator memory: ``m_tile`` signed ``acc_bits`` accumulators."""
+    return data.ArrayLayout(signed(geo.acc_bits), geo.cfg.m_tile)
+
+
+def token_depth(geo: Geometry) -> int:
+    """Slices that may wait for their reduction: enough to cover every lane queue and partial-sum
+    queue in flight, so that all-zero slices do not stall the dispatcher behind busy lanes."""
+    return geo.cfg.lane_fifo_depth + geo.psum_depth + 2
+
+
+class PEArray(wiring.Component):
+    """One array of ``G`` lanes by ``m_tile`` columns over a double-buffered ``k_tile x m_tile``
+    INT8 weight tile.
+
+    An op on lane ``l`` adds ``(nib * W[bank][row*G + i][c]) << shift`` to the lane's partial
+    sum of column ``c``, ``i = Geometry.lane_element(l, rot)`` (``i = l`` without rotation)
+    (``nib`` 5-bit signed: a LOW code, or a HIGH code's unsigned low / signed high nibble);
+    with ``close`` the finished partial sum enters the lane's partial-sum queue
+    (``psum_depth`` deep) and the lane's sum restarts at zero.
+
+    The reduction takes the slices of ``i_token`` in order (a ``token_depth``-deep queue):
+    once every lane of the slice's ``mask`` has a partial sum queued, it adds them (lanes outside
+    the mask add zero) and writes ``Y[y_addr] (+)= sum`` (``overwrite`` replaces), pulsing
+    ``o_pop`` for the lanes it consumed (credits for the dispatcher) and ``o_pass_done`` when a
+    slice with ``meta.last`` has been written. Sums are exact (no rounding); the accumulators
+    are ``acc_bits`` wide, which the configuration sizes so they cannot overflow.
+
+    Latency: an op affects the partial sum on the next edge; a slice's accumulator row is
+    written two cycles after its last closing op, if it is then the oldest slice. Throughput:
+    one op per lane per cycle, one slice reduction per cycle. Lane ops and weight rows have no
+    back-pressure: the dispatcher must not close more slices on a lane than its credits
+    (``psum_depth`` minus unreduced closes). ``i_token`` has back-pressure.
+    Reset empties the queues and partial sums; weights and the accumulator memory survive.
+
+    Members
+    -------
+    i_op : In(stream.Signature(lane_op_layout, always_ready=True)).array(G)
+    i_token : In(stream.Signature(token_layout))
+    i_wrow : In(stream.Signature(weight_row_layout, always_ready=True))
+        Writes row ``row`` of weight buffer ``bank``.
+    o_pop : Out(G)
+    o_pass_done : Out(1)
+    host_y_addr, host_y_rdata :
+        Accumulator read from outside, one cycle after the address.
+    """
+
+    def __init__(self, geo: Geometry):
+        self._geo = geo
+        super().__init__({
+            "i_op": In(stream.Signature(lane_op_layout(geo), always_ready=True)).array(geo.lanes),
+            "i_token": In(stream.Signature(token_layout(geo))),
+            "i_wrow": In(stream.Signature(weight_row_layout(geo), always_ready=True)),
+            "o_pop": Out(geo.lanes),
+            "o_pass_done": Out(1),
+            "host_y_addr": In(uwidth(geo.y_depth)),
+            "host_y_rdata": Out(y_row_layout(geo)),
+        })
+
+    def elaborate(self, platform):
+        geo, cfg = self._geo, self._geo.cfg
+        g_n, s_n, m_n = geo.lanes, geo.slice_groups, cfg.m_tile
+        m = Module()
+
+        # Weight tile, two buffers, as registers: every lane reads its own row each cycle.
+        row_l = data.ArrayLayout(signed(8), m_n)
+        wts = [[Signal(row_l, name=f"w{b}_{k}") for k in range(cfg.k_tile)] for b in range(2)]
+        with m.If(self.i_wrow.valid):
+            with m.Switch(self.i_wrow.payload.bank):
+                for b in range(2):
+                    with m.Case(b):
+                        with m.Switch(self.i_wrow.payload.row):
+                            for k in range(cfg.k_tile):
+                                with m.Case(k):
+                                    m.d.sync += wts[b][k].eq(self.i_wrow.payload.w)
+
+        psum_l = data.ArrayLayout(signed(geo.psum_bits), m_n)
+        fifos = []
+        for lane in range(g_n):
+            op = self.i_op[lane].payload
+            w = Signal(row_l, name=f"wsel_{lane}")
+            with m.Switch(Cat(op.bank, op.row, op.rot)):
+                for r in range(geo.rotation):
+                    for j in range(s_n):
+                        for b in range(2):
+                            with m.Case(b | j << 1 | r << (1 + geo.row_bits)):
+                                k = j * g_n + geo.lane_element(lane, r)
+                                m.d.comb += w.eq(wts[b][k])
+            acc = Signal(psum_l, name=f"acc_{lane}")
+            nxt = Signal(psum_l, name=f"acc_next_{lane}")
+            for c in range(m_n):
+                m.d.comb += nxt[c].eq(acc[c] + ((op.nib * w[c]) << op.shift))
+            fifo = SyncFIFO(width=psum_l.size, depth=geo.psum_depth)
+            m.submodules[f"psum_{lane}"] = fifo
+            fifos.append(fifo)
+            m.d.comb += [fifo.w_data.eq(nxt), fifo.w_en.eq(self.i_op[lane].valid & op.close)]
+            with m.If(self.i_op[lane].valid):
+                m.d.sync += acc.eq(Mux(op.close, 0, nxt))
+
+        # Reduction, stage A: pick the oldest slice once its lanes are in, sum their heads.
+        tokq = SyncFIFO(width=token_layout(geo).size, depth=token_depth(geo))
+        m.submodules.tokens = tokq
+        m.d.comb += [tokq.w_data.eq(self.i_token.payload), tokq.w_en.eq(self.i_token.valid),
+                     self.i_token.ready.eq(tokq.w_rdy)]
+        tok = data.View(token_layout(geo), tokq.r_data)
+        lanes_in = Signal()
+        m.d.comb += lanes_in.eq(Cat(*[~tok.mask[lane] | fifos[lane].r_rdy
+                                        for lane in range(g_n)]).all())
+        fire = Signal()
+        m.d.comb += [fire.eq(tokq.r_rdy & lanes_in), tokq.r_en.eq(fire)]
+        for lane in range(g_n):
+            m.d.comb += [fifos[lane].r_en.eq(fire & tok.mask[lane]),
+                         self.o_pop[lane].eq(fire & tok.mask[lane])]
+        sum_l = data.ArrayLayout(signed(geo.tile_sum_bits), m_n)
+        total = Signal(sum_l)
+        for c in range(m_n):
+            terms = []
+            for lane in range(g_n):
+                head = data.View(psum_l, fifos[lane].r_data)
+                terms.append(Mux(tok.mask[lane], head[c], 0))
+            m.d.comb += total[c].eq(_tree_sum(terms))
+
+        m.submodules.y = ymem = Memory(shape=y_row_layout(geo), depth=geo.y_depth, init=[])
+        y_wr = ymem.write_port()
+        # Transparent: a slice reduced right after another one of the same row (one-token
+        # layers) reads the value being written.
+        y_rd = ymem.read_port(transparent_for=(y_wr,))
+        y_host = ymem.read_port()
+        m.d.comb += [y_rd.addr.eq(tok.meta.y_addr),
+                     y_host.addr.eq(self.host_y_addr), self.host_y_rdata.eq(y_host.data)]
+
+        # Stage B: the read-modify-write.
+        b_valid, b_over, b_last = Signal(), Signal(), Signal()
+        b_addr = Signal.like(y_rd.addr)
+        b_sum = Signal(sum_l)
+        m.d.sync += [b_valid.eq(fire), b_over.eq(tok.meta.overwrite), b_last.eq(tok.meta.last),
+                     b_addr.eq(tok.meta.y_addr), b_sum.eq(total)]
+        m.d.comb += [y_wr.en.eq(b_valid), y_wr.addr.eq(b_addr),
+                     self.o_pass_done.eq(b_valid & b_last)]
+        for c in range(m_n):
+            m.d.comb += y_wr.data[c].eq(Mux(b_over, b_sum[c], y_rd.data[c] + b_sum[c]))
+        return m
+
+
+
+def _tree_sum(terms):
+    while len(terms) > 1:
+        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]

@@ -1,0 +1,169 @@
+"""Memory images and the step driver of the ``dstar_linear`` wrapper, from ``params.json`` only.
+
+Every width, depth and address rule comes from the manifest (``hw.generate.manifest``), so the
+same code drives the Amaranth simulation and the generated Verilog under cocotb. The driver talks
+to the design through a three-call adapter (``set(name, int)``, ``get(name) -> int`` (unsigned),
+``await tick()``), with ports named as in the Verilog (``host_y_rdata__0``).
+"""
+
+import numpy as np
+
+__all__ = ["pack", "unpack", "pack_named", "unpack_named", "LayerImage", "run_step",
+           "StepOutcome"]
+
+
+def pack(values, layout) -> int:
+    """Pack integers into a flat word of an array layout from the manifest (two's complement)."""
+    word = 0
+    for v, f in zip(values, layout["fields"], strict=True):
+        word |= (int(v) & ((1 << f["width"]) - 1)) << f["offset"]
+    return word
+
+
+def unpack(word, layout) -> list[int]:
+    out = []
+    for f in layout["fields"]:
+        v = (int(word) >> f["offset"]) & ((1 << f["width"]) - 1)
+        if f["signed"] and v >> (f["width"] - 1):
+            v -= 1 << f["width"]
+        out.append(v)
+    return out
+
+
+class LayerImage:
+    """Geometry of one layer (``K`` x ``M``, ``N`` tokens) on one generated configuration."""
+
+    def __init__(self, man: dict, k: int, m: int, n: int):
+        cfg, geo = man["config"], man["geometry"]
+        if k % cfg["group"] or not 0 < k <= cfg["max_k"]:
+            raise ValueError(f"K={k} must be a positive multiple of group <= max_k")
+        if not 0 < m <= cfg["max_m"] or not 0 < n <= cfg["max_tokens"]:
+            raise ValueError(f"M={m}, N={n} exceed max_m / max_tokens")
+        self.man, self.k, self.m, self.n = man, k, m, n
+        self.k_tile, self.m_tile = cfg["k_tile"], cfg["m_tile"]
+        self.n_arrays = cfg["n_arrays"]
+        self.n_kt = -(-k // self.k_tile)
+        self.n_mt = -(-m // geo["block_cols"])
+        self.n_kt_max, self.n_mt_max = geo["n_kt_max"], geo["n_mt_max"]
+
+    def row_words(self, rows, which: str) -> dict[int, int]:
+        """``rows`` (N, K) -> {address: word} of the target or state memory."""
+        lay = self.man["layouts"][f"{which}_row"]
+        pad = np.zeros((self.n, self.n_kt * self.k_tile), dtype=np.int64)
+        pad[:, :self.k] = rows
+        return {t * self.n_kt_max + kt: pack(pad[t, kt * self.k_tile:(kt + 1) * self.k_tile], lay)
+                for t in range(self.n) for kt in range(self.n_kt)}
+
+    def rows_from(self, words: dict[int, int], which: str) -> np.ndarray:
+        lay = self.man["layouts"][f"{which}_row"]
+        out = np.zeros((self.n, self.n_kt * self.k_tile), dtype=np.int64)
+        for t in range(self.n):
+            for kt in range(self.n_kt):
+                out[t, kt * self.k_tile:(kt + 1) * self.k_tile] = unpack(
+                    words[t * self.n_kt_max + kt], lay)
+        return out[:, :self.k]
+
+    def weight_words(self, w_q) -> list[dict[int, int]]:
+        """``w_q`` (K, M) INT8 -> per array {address: word}."""
+        lay = self.man["layouts"]["weight_row"]
+        bc = self.m_tile * self.n_arrays
+        pad = np.zeros((self.k, self.n_mt * bc), dtype=np.int64)
+        pad[:, :self.m] = w_q
+        out = []
+        for a in range(self.n_arrays):
+            words = {}
+            for k in range(self.k):
+                for mt in range(self.n_mt):
+                    c0 = mt * bc + a * self.m_tile
+                    words[k * self.n_mt_max + mt] = pack(pad[k, c0:c0 + self.m_tile], lay)
+            out.append(words)
+        return out
+
+    def y_addrs(self):
+        return [t * self.n_mt_max + mt for t in range(self.n) for mt in range(self.n_mt)]
+
+    def y_from(self, words: list[dict[int, int]]) -> np.ndarray:
+        lay = self.man["layouts"]["y_row"]
+        bc = self.m_tile * self.n_arrays
+        y = np.zeros((self.n, self.n_mt * bc), dtype=np.int64)
+        for a in range(self.n_arrays):
+            for t in range(self.n):
+                for mt in range(self.n_mt):
+                    c0 = mt * bc + a * self.m_tile
+                    y[t, c0:c0 + self.m_tile] = unpack(words[a][t * self.n_mt_max + mt], lay)
+        return y[:, :self.m]
+
+
+class StepOutcome:
+    def __init__(self, y, state, counters):
+        self.y, self.state, self.counters = y, state, counters
+
+
+async def run_step(io, img: LayerImage, target, *, key: bool, w_q=None, state=None,
+                   max_cycles: int = 1_000_000, read_back: bool = True) -> StepOutcome:
+    """Load (weights if given, targets, state if given), run one step, read Y and the state.
+
+    ``target``/``state`` are (N, K) integers; ``w_q`` (K, M). Returns the outcome with the
+    design's counters (``cycles`` etc.)."""
+    set_, get, tick = io
+    if w_q is not None:
+        for a, words in enumerate(img.weight_words(w_q)):
+            set_("host_w_we", 1 << a)
+            for addr, word in words.items():
+                set_("host_w_addr", addr)
+                set_("host_w_wdata", word)
+                await tick()
+        set_("host_w_we", 0)
+    t_words = img.row_words(target, "target")
+    s_words = img.row_words(state, "state") if state is not None else None
+    set_("host_target_we", 1)
+    set_("host_state_we", int(s_words is not None))
+    for addr, word in t_words.items():
+        set_("host_row_addr", addr)
+        set_("host_target_wdata", word)
+        if s_words is not None:
+            set_("host_state_wdata", s_words[addr])
+        await tick()
+    set_("host_target_we", 0)
+    set_("host_state_we", 0)
+    set_("n_tokens", img.n)
+    set_("n_kt", img.n_kt)
+    set_("n_mt", img.n_mt)
+    set_("key", int(key))
+    set_("start", 1)
+    await tick()
+    set_("start", 0)
+    for _ in range(max_cycles):
+        await tick()
+        if not get("busy"):
+            break
+    else:
+        raise TimeoutError(f"layer step still busy after {max_cycles} cycles")
+    counters = {n: get(n) for n in ("cycles", "stall_load", "count_low", "count_high",
+                                    "count_zero")}
+    if not read_back:
+        return StepOutcome(None, None, counters)
+    s_read, y_read = {}, [{} for _ in range(img.n_arrays)]
+    for addr in t_words:
+        set_("host_row_addr", addr)
+        await tick()
+        s_read[addr] = get("host_state_rdata")
+    for addr in img.y_addrs():
+        set_("host_y_addr", addr)
+        await tick()
+        for a in range(img.n_arrays):
+            y_read[a][addr] = get(f"host_y_rdata__{a}")
+    return StepOutcome(img.y_from(y_read), img.rows_from(s_read, "state"), counters)
+
+
+def pack_named(values: dict, layout) -> int:
+    """Pack ``{field name: int}`` into a flat word of any manifest layout (missing fields 0)."""
+    word = 0
+    for f in layout["fields"]:
+        v = int(values.get(f["name"], 0))
+        word |= (v & ((1 << f["width"]) - 1)) << f["offset"]
+    return word
+
+
+def unpack_named(word, layout) -> dict:
+    return dict(zip((f["name"] for f in layout["fields"]), unpack(word, layout), strict=True))

@@ -1,0 +1,50 @@
+"""The step driver (``sim.layer_io.run_step``) on Amaranth's simulator, for tests and the
+benchmark's RTL sample."""
+
+from amaranth.sim import Simulator
+
+from hw.generate import manifest
+from hw.linear import LinearLayer
+
+from .layer_io import LayerImage, run_step
+
+__all__ = ["run_layer_pysim"]
+
+
+def _io(ctx, dut):
+    def port(name):
+        if "__" in name:
+            base, idx = name.rsplit("__", 1)
+            return getattr(dut, base)[int(idx)]
+        return getattr(dut, name)
+
+    def set_(name, value):
+        ctx.set(port(name), value)
+
+    def get(name):
+        return int(ctx.get(port(name)))
+
+    return set_, get, ctx.tick
+
+
+def run_layer_pysim(cfg, w_q, steps, state=None, lane_rotation: int = 0):
+    """Run steps on the Amaranth simulator: ``steps`` is a list of ``(target, key)``; the weights
+    are loaded once (``state`` preloads the state memory before the first step). Returns a list
+    of ``StepOutcome``."""
+    dut = LinearLayer(cfg, lane_rotation)
+    man = manifest(cfg, dut)
+    n, k = steps[0][0].shape
+    img = LayerImage(man, k, w_q.shape[1], n)
+    outs = []
+
+    async def bench(ctx):
+        io = _io(ctx, dut)
+        for i, (target, key) in enumerate(steps):
+            outs.append(await run_step(io, img, target, key=key, w_q=w_q if i == 0 else None,
+                                       state=state if i == 0 else None))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return outs

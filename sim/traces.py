@@ -1,0 +1,62 @@
+"""Inputs of the linear layers of the bundled DiT over a DDIM sampling run (real activations).
+
+Runs the NumPy DiT (``golden.dit``, ``golden.sampler``) with the shipped weights
+(``golden/data/dit_mnist.npz``), DDIM eta = 0 without guidance, one sample of class ``label``,
+and records the input rows (256 tokens) of every linear layer of the blocks at every step.
+Results are cached under ``build/traces/`` keyed by the weights file's size and modification
+time (the file may still be updated by a training run).
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from golden.dit import DiT, bundled_weights_path, float_linear, load_weights
+from golden.sampler import ddim_sample, initial_noise
+
+__all__ = ["linear_inputs"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cache_path(layer, steps, take, label, seed, st) -> Path:
+    return ROOT / "build" / "traces" / (
+        f"{layer}_{steps}_{take}_{label}_{seed}_{st.st_size}_{int(st.st_mtime)}.npz")
+
+
+class _Enough(Exception):
+    pass
+
+
+def linear_inputs(layer: str = "blocks.0.mlp.fc1", steps: int = 20, label: int = 3,
+                  seed: int = 0, take: int | None = None):
+    """``(xs, w, b)``: ``xs`` float64 ``(take or steps, N, K)`` inputs of ``layer`` at the first
+    ``take`` steps (all by default) of a ``steps``-step run, ``w`` ``(M, K)`` and ``b`` ``(M,)``
+    its float weights."""
+    take = steps if take is None else min(take, steps)
+    st = bundled_weights_path().stat()
+    shape, weights = load_weights()
+    w, b = weights[f"{layer}.weight"], weights[f"{layer}.bias"]
+    cache = _cache_path(layer, steps, take, label, seed, st)
+    if cache.exists():
+        with np.load(cache) as z:
+            return z["xs"], w, b
+    # One sampling run records every linear layer of the blocks (and caches each).
+    rec: dict[str, list] = {}
+
+    def recorder(name, x, w_, b_, step):
+        if step >= take:
+            raise _Enough
+        if name.startswith("blocks."):
+            rec.setdefault(name, []).append(np.asarray(x, dtype=np.float64).copy())
+        return float_linear(name, x, w_, b_, step)
+
+    try:
+        ddim_sample(DiT(shape, weights), [label], initial_noise(1, shape, seed), steps,
+                    cfg_scale=1.0, linear=recorder)
+    except _Enough:
+        pass
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    for name, xs_l in rec.items():
+        np.savez(_cache_path(name, steps, take, label, seed, st), xs=np.stack(xs_l))
+    return np.stack(rec[layer]), w, b
