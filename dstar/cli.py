@@ -174,6 +174,12 @@ def cmd_synth(args) -> int:
     return 0
 
 
+def cmd_bench_cycles(args) -> int:
+    from sim import bench
+    bench.main(args.rest)
+    return 0
+
+
 def cmd_train(args) -> int:
     try:
         import torch  # noqa: F401
@@ -211,10 +217,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_trace)
 
     p = sub.add_parser("bench", help="benchmarks that print figures")
-    p.add_argument("what", choices=["golden"], help="golden: golden-model sampling speed")
-    _add_config_args(p, workload=True)
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_bench)
+    bsub = p.add_subparsers(dest="what", required=True, metavar="BENCH")
+    b = bsub.add_parser("golden", help="golden-model sampling speed (steps per second)")
+    _add_config_args(b, workload=True)
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_bench)
+    b = bsub.add_parser("cycles", add_help=False,
+                        help="linear-datapath cycles, utilization and ratio vs dense on the "
+                             "bundled DiT (options: dstar bench cycles --help)")
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    b.set_defaults(func=cmd_bench_cycles)
 
     p = sub.add_parser("generate", help="write the accelerator's Verilog and params.json")
     _add_config_args(p)
@@ -239,7 +251,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     ap = build_parser()
-    args = ap.parse_args(argv)
+    # Pass-through commands (train, bench cycles) hand every option they do not know to the
+    # tool they front; argparse's REMAINDER alone misses a leading option such as --help.
+    args, extra = ap.parse_known_args(argv)
+    if extra:
+        if not hasattr(args, "rest"):
+            ap.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.rest = extra + list(args.rest)
     if getattr(args, "png", None) is not None and str(args.png) in ("", "."):
         args.png = None
     try:

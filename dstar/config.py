@@ -56,6 +56,7 @@ class Config:
     n_arrays: int = 2           # PE arrays sharing one dispatcher
     packing: str = "compact"    # "lockstep" or "compact"
     lane_fifo_depth: int = 8    # per-lane operation queue of the compacting dispatcher
+    lane_rotation: int = 0      # compact: lanes each element may land on (0: min(4, group))
     max_k: int = 512            # largest reduction dimension K a layer may have
     max_m: int = 512            # largest output dimension M
     max_tokens: int = 256       # largest number of token rows per layer run
@@ -107,6 +108,10 @@ class Config:
         if self.packing not in PACKINGS:
             raise ConfigError(f"packing must be one of {PACKINGS}, got {self.packing!r}")
         self._range("lane_fifo_depth", 2, 1024)
+        r = self.lane_rotation
+        if r and (r > self.group or self.group % r or r & (r - 1)):
+            raise ConfigError(f"lane_rotation must be 0 or a power of two dividing "
+                              f"group={self.group}, got {r!r}")
         self._range("max_k", self.group, 1 << 16)
         if self.max_k % self.group:
             raise ConfigError(f"max_k={self.max_k} must be a multiple of group={self.group}")

@@ -51,8 +51,8 @@ class Geometry:
         """R: distinct lane rotations of the compacting strategy (1 for lockstep)."""
         if self.cfg.packing == "lockstep":
             return 1
-        if self.lane_rotation:
-            return self.lane_rotation
+        if self.lane_rotation or self.cfg.lane_rotation:
+            return self.lane_rotation or self.cfg.lane_rotation
         r = DEFAULT_LANE_ROTATION
         while self.cfg.group % r:
             r //= 2
