@@ -8,12 +8,22 @@ cd "$(dirname "$0")/.."
 
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
-if ! command -v iverilog >/dev/null 2>&1; then
+PY="${PYTHON:-$(command -v python3.11 || command -v python3)}"
+need=()
+command -v iverilog >/dev/null 2>&1 || need+=(iverilog)
+# Debian's own Python needs its venv module and, for cocotb (which embeds Python), the shared
+# libpython; pyenv-style builds bring both.
+"$PY" -c "import ensurepip, venv" >/dev/null 2>&1 || need+=(python3-venv)
+libpy="$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("INSTSONAME") or "")')"
+if [ -n "$libpy" ] && [ "$("$PY" -c 'import sys; print(sys.prefix)')" = /usr ] \
+        && ! ldconfig -p | grep -q "$libpy"; then
+    need+=("libpython$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')")
+fi
+if [ ${#need[@]} -gt 0 ]; then
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq iverilog >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-PY="${PYTHON:-$(command -v python3.11 || command -v python3)}"
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
