@@ -52,12 +52,6 @@ def _config(args):
     return load_config(args.config, args.preset, **over)
 
 
-def _json_default(o):
-    if isinstance(o, float) and not math.isfinite(o):
-        return str(o)
-    raise TypeError(type(o).__name__)
-
-
 def _dump(obj) -> str:
     def clean(v):
         if isinstance(v, float) and not math.isfinite(v):
