@@ -16,7 +16,7 @@ from golden.hooks import DStarLinears, W8A8Linears, layer_type
 from golden.sampler import ddim_sample, initial_noise, sample_labels
 from golden.stats import OpStats
 
-__all__ = ["psnr", "run_bundled", "format_table"]
+__all__ = ["psnr", "run_bundled", "format_table", "run_sweep", "format_sweep", "SWEEP_FIELDS"]
 
 
 def psnr(a, b, peak_to_peak: float = 2.0) -> float:
@@ -95,6 +95,96 @@ def run_bundled(cfg, model: DiT | None = None, classifier=None, progress=None) -
     if classifier is not None:
         report["class_accuracy"] = {k: classifier.accuracy(v, labels) for k, v in samples.items()}
     return report, samples
+
+
+#: Config fields ``run_sweep`` may vary: the accuracy/work knobs of both mechanisms.
+SWEEP_FIELDS = ("theta", "refresh_attn", "refresh_linear", "tau", "block_q", "block_k")
+
+#: The accuracy target of the attention issue: final-sample PSNR within this many dB of dense
+#: W8A8 while computing at most this fraction of the attention blocks on reuse steps.
+TARGET_PSNR_GAP_DB, TARGET_REUSE_BLOCKS = 1.0, 0.5
+
+
+def sweep_points(cfg, grid: dict) -> list[dict]:
+    """The cartesian product of ``grid`` (field -> values) as a list of override dicts, each
+    validated by building its config (``ConfigError`` names the bad field and value)."""
+    import itertools
+
+    for f in grid:
+        if f not in SWEEP_FIELDS:
+            raise ValueError(f"cannot sweep {f!r}; sweepable fields: {', '.join(SWEEP_FIELDS)}")
+        if not grid[f]:
+            raise ValueError(f"sweep of {f!r} has no values")
+    points = [dict(zip(grid, vals, strict=True)) for vals in itertools.product(*grid.values())]
+    for pt in points:
+        cfg.replace(**pt)
+    return points
+
+
+def run_sweep(cfg, grid: dict, model: DiT | None = None, progress=None) -> dict:
+    """The accuracy/work trade-off of DSTAR (both mechanisms on) over a grid of config
+    overrides (``grid``: field -> list of values, fields from ``SWEEP_FIELDS``): one FP32 and
+    one dense W8A8 run, then one DSTAR run per point, all on the same seeds. Per point: PSNR
+    vs FP32 and its gap to W8A8, the fraction of attention blocks computed (all steps and
+    reuse steps), the linear layers' element-level nibble-pass ratio vs W8A8, and whether the
+    point meets the target (gap <= 1 dB with <= 50 % of the blocks on reuse steps)."""
+    points = sweep_points(cfg, grid)
+    model = model or DiT.bundled()
+    labels = sample_labels(cfg.samples)
+    noise = initial_noise(cfg.samples, model.shape, cfg.seed)
+
+    def run(tag, **hooks):
+        return ddim_sample(model, labels, noise, cfg.steps, cfg.cfg_scale, **hooks,
+                           on_step=(lambda i, t: progress(tag, i, cfg.steps)) if progress
+                           else None)
+
+    fp32 = run("fp32")
+    w8a8_db = psnr(run("w8a8", linear=W8A8Linears()), fp32)
+    rows = []
+    for pt in points:
+        c = cfg.replace(**pt)
+        dl, at = DStarLinears(c, LINEAR_TYPES), AttentionReuse(c, measure=False)
+        t0 = time.perf_counter()
+        out = run(" ".join(f"{k}={v}" for k, v in pt.items()), linear=dl, attention=at)
+        ast, tot = at.stats(), OpStats.summary(dl.stats.total())
+        db = psnr(out, fp32)
+        reuse = ast["blocks_computed_fraction_reuse"]
+        rows.append({
+            **pt, "psnr_vs_fp32_db": db, "psnr_gap_vs_w8a8_db": w8a8_db - db,
+            "blocks_computed_fraction": ast["blocks_computed_fraction"],
+            "blocks_computed_fraction_reuse_steps": reuse,
+            "ops_ratio_vs_w8a8": tot["ops_ratio_vs_w8a8"],
+            "meets_target": bool(w8a8_db - db <= TARGET_PSNR_GAP_DB
+                                 and (reuse if reuse is not None else 1.0)
+                                 <= TARGET_REUSE_BLOCKS),
+            "seconds": round(time.perf_counter() - t0, 3)})
+    return {"workload": "bundled DiT sweep", "steps": cfg.steps, "samples": cfg.samples,
+            "config": cfg.to_dict(), "grid": {k: list(v) for k, v in grid.items()},
+            "w8a8": {"psnr_vs_fp32_db": w8a8_db},
+            "target": {"psnr_gap_vs_w8a8_db": TARGET_PSNR_GAP_DB,
+                       "blocks_computed_fraction_reuse_steps": TARGET_REUSE_BLOCKS},
+            "points": rows}
+
+
+def format_sweep(rep: dict) -> str:
+    """A human-readable rendering of a ``run_sweep`` report."""
+    fields = list(rep["grid"])
+    lines = [f"sweep on the bundled DiT: {rep['samples']} samples x {rep['steps']} steps, "
+             f"W8A8 PSNR vs FP32 {rep['w8a8']['psnr_vs_fp32_db']:.2f} dB; target: gap <= "
+             f"{rep['target']['psnr_gap_vs_w8a8_db']} dB at <= "
+             f"{rep['target']['blocks_computed_fraction_reuse_steps']:.0%} blocks on reuse "
+             "steps", ""]
+    lines.append("".join(f"{f:>15}" for f in fields)
+                 + f"{'PSNR dB':>9}{'gap dB':>8}{'blocks':>8}{'reuse':>8}{'lin x':>7}  target")
+    for r in rep["points"]:
+        reuse = r["blocks_computed_fraction_reuse_steps"]
+        lines.append("".join(f"{r[f]!s:>15}" for f in fields)
+                     + f"{r['psnr_vs_fp32_db']:>9.2f}{r['psnr_gap_vs_w8a8_db']:>8.2f}"
+                     + f"{r['blocks_computed_fraction']:>8.3f}"
+                     + (f"{reuse:>8.3f}" if reuse is not None else f"{'-':>8}")
+                     + f"{r['ops_ratio_vs_w8a8']:>7.2f}  "
+                     + ("meets" if r["meets_target"] else "-"))
+    return "\n".join(lines)
 
 
 def _fmt(v, digits=3):

@@ -43,12 +43,16 @@ def _add_config_args(p: argparse.ArgumentParser, workload: bool = False) -> None
         p.add_argument("--steps", type=_pos_int, help="DDIM steps")
         p.add_argument("--samples", type=_pos_int, help="number of images")
         p.add_argument("--seed", type=_nonneg_int, help="noise seed")
+        p.add_argument("--theta", type=float, help="attention mask mass threshold, (0, 1]")
+        p.add_argument("--refresh-attn", type=_nonneg_int,
+                       help="attention key step every N steps (0: first step only)")
 
 
 def _config(args):
     over = {k: getattr(args, a, None) for k, a in
             (("tau", "tau"), ("refresh_linear", "refresh_linear"), ("steps", "steps"),
-             ("samples", "samples"), ("seed", "seed"))}
+             ("samples", "samples"), ("seed", "seed"), ("theta", "theta"),
+             ("refresh_attn", "refresh_attn"))}
     return load_config(args.config, args.preset, **over)
 
 
@@ -86,9 +90,50 @@ def _progress(quiet):
     return cb
 
 
+def _sweep_grid(specs) -> dict:
+    """``["theta=0.5,0.9", "refresh_attn=2"]`` -> ``{"theta": [0.5, 0.9], "refresh_attn": [2]}``,
+    each value parsed as its config field's type."""
+    import dataclasses
+
+    from . import analyze
+    from .config import Config
+    types = {f.name: f.type for f in dataclasses.fields(Config)}
+    grid = {}
+    for spec in specs:
+        field, sep, values = spec.partition("=")
+        field = field.strip().replace("-", "_")
+        if not sep or not values.strip():
+            raise UserError(f"--sweep expects FIELD=V1,V2,..., got {spec!r}")
+        if field not in analyze.SWEEP_FIELDS:
+            raise UserError(f"--sweep: cannot sweep {field!r}; sweepable fields: "
+                            f"{', '.join(analyze.SWEEP_FIELDS)}")
+        if field in grid:
+            raise UserError(f"--sweep: {field!r} given twice")
+        conv = float if types[field] in (float, "float") else int
+        try:
+            grid[field] = [conv(v) for v in values.split(",")]
+        except ValueError:
+            raise UserError(f"--sweep: bad value in {spec!r} (expected {conv.__name__}s)") \
+                from None
+    return grid
+
+
 def cmd_analyze(args) -> int:
     from . import analyze
     cfg = _config(args)
+    if args.sweep:
+        if args.trace is not None:
+            raise UserError("--sweep runs the bundled DiT; it cannot be combined with --trace")
+        grid = _sweep_grid(args.sweep)
+        try:
+            analyze.sweep_points(cfg, grid)
+        except (ValueError, ConfigError) as e:
+            raise UserError(f"--sweep: {e}") from None
+        rep = analyze.run_sweep(cfg, grid, progress=_progress(args.quiet))
+        if args.output:
+            Path(args.output).write_text(_dump(rep) + "\n")
+        print(_dump(rep) if args.json else analyze.format_sweep(rep))
+        return 0
     if args.trace is not None:
         from golden.trace import load_trace
         rep = analyze.run_trace(cfg, load_trace(args.trace), source=str(args.trace))
@@ -201,6 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", type=Path, default=Path("dstar_samples.png"),
                    help="sample grid to write (default: %(default)s; '' to skip)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--sweep", action="append", metavar="FIELD=V1,V2",
+                   help="trade-off sweep of DSTAR (both mechanisms) over config values; repeat "
+                        "for a grid (fields: theta, refresh_attn, refresh_linear, tau, block_q, "
+                        "block_k)")
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("trace", help="record the bundled DiT's FP32 run as a trace file")

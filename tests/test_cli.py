@@ -26,6 +26,11 @@ def test_config_prints_resolved_and_derived(capsys):
     (["config", "--preset", "huge"], "unknown preset 'huge'"),
     (["analyze", "--trace", "/no/such.npz", "--quiet"], "does not exist"),
     (["config", "--config", "/no/such.toml"], "does not exist"),
+    (["analyze", "--sweep", "thet=1"], "cannot sweep 'thet'"),
+    (["analyze", "--sweep", "theta=1.5"], "theta must be in (0, 1], got 1.5"),
+    (["analyze", "--sweep", "refresh_attn=x"], "bad value in 'refresh_attn=x'"),
+    (["analyze", "--sweep", "theta"], "expects FIELD=V1,V2"),
+    (["analyze", "--sweep", "tau=0", "--sweep", "tau=1"], "'tau' given twice"),
 ])
 def test_bad_input_is_one_line(capsys, argv, msg):
     code, _, err = run(capsys, *argv)
@@ -74,3 +79,20 @@ def test_analyze_bundled_json_keys(capsys, tmp_path):
     assert rep["steps"] == 3 and rep["tokens"] == 256
     assert rep["ops_ratio_vs_w8a8"] == pytest.approx(2.0 / rep["dstar"]["mean_passes"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_analyze_sweep(capsys):
+    code, out, _ = run(capsys, "analyze", "--steps", "3", "--samples", "1", "--json", "--quiet",
+                       "--sweep", "theta=0.3,1", "--sweep", "refresh_attn=2")
+    assert code == 0
+    rep = json.loads(out)
+    pts = rep["points"]
+    assert [(p["theta"], p["refresh_attn"]) for p in pts] == [(0.3, 2), (1.0, 2)]
+    # theta = 1 computes every block; a low theta computes fewer on the reuse step (step 1).
+    assert pts[1]["blocks_computed_fraction"] == 1.0
+    assert pts[0]["blocks_computed_fraction_reuse_steps"] < 1.0
+    for p in pts:
+        assert p["psnr_gap_vs_w8a8_db"] == pytest.approx(
+            rep["w8a8"]["psnr_vs_fp32_db"] - p["psnr_vs_fp32_db"])
+        assert p["meets_target"] == (p["psnr_gap_vs_w8a8_db"] <= 1.0
+                                     and p["blocks_computed_fraction_reuse_steps"] <= 0.5)

@@ -44,13 +44,20 @@ def _case(cfg, w_q, targets, keys, state0=None):
     return case
 
 
-def real_case(cfg):
-    """The MLP's first linear of DiT block 0: 32 tokens, K = 128, the first 32 outputs (four
-    column blocks), over the key step and two delta steps of a 20-step DDIM run."""
+def real_case(cfg, *, steps=20, whole=False):
+    """The MLP's first linear of DiT block 0 over the key step and two delta steps of a
+    ``steps``-step DDIM run: the whole layer (256 tokens, K = 128, 512 outputs) with ``whole``,
+    else ``max_tokens`` tokens and the first four column blocks."""
     from sim.traces import linear_inputs
 
-    xs, w, b = linear_inputs("blocks.0.mlp.fc1", steps=20, take=3)
-    n, m = cfg.max_tokens, 4 * cfg.m_tile * cfg.n_arrays
+    xs, w, b = linear_inputs("blocks.0.mlp.fc1", steps=steps, take=3)
+    if whole:
+        n, m = xs.shape[1], w.shape[0]
+        if n > cfg.max_tokens or m > cfg.max_m or w.shape[1] > cfg.max_k:
+            raise ValueError(f"fc1 ({n} tokens, K={w.shape[1]}, M={m}) does not fit "
+                             f"max_tokens={cfg.max_tokens}, max_k={cfg.max_k}, max_m={cfg.max_m}")
+    else:
+        n, m = cfg.max_tokens, 4 * cfg.m_tile * cfg.n_arrays
     layer = DiffLinear(w[:m], b[:m], cfg)
     w_q, _ = quantize_weights(w[:m])
     targets = [layer(x[:n], s).target for s, x in enumerate(xs[:3])]
@@ -113,3 +120,12 @@ def test_lockstep_adversarial():
     cfg = preset("tiny").replace(packing="lockstep")
     cases = synthetic_cases(cfg)
     run_cocotb(cfg, "tiny-lockstep", {k: cases[k] for k in ("extreme", "uneven_one_tile")})
+
+
+@pytest.mark.slow
+def test_default_whole_fc1():
+    """The whole fc1 of block 0 (256 tokens x 128 -> 512) on the default preset's Verilog, over
+    the key step and two delta steps of the default 50-step run."""
+    cfg = preset("default")
+    run_cocotb(cfg, "default-compact", {"real_fc1_whole": real_case(cfg, steps=cfg.steps,
+                                                                      whole=True)})
