@@ -104,12 +104,13 @@ def _sweep_grid(specs) -> dict:
         field = field.strip().replace("-", "_")
         if not sep or not values.strip():
             raise UserError(f"--sweep expects FIELD=V1,V2,..., got {spec!r}")
-        if field not in analyze.SWEEP_FIELDS:
-            raise UserError(f"--sweep: cannot sweep {field!r}; sweepable fields: "
-                            f"{', '.join(analyze.SWEEP_FIELDS)}")
+        if field not in analyze.SWEEP_FIELDS and field not in analyze.SWEEP_MODES:
+            raise UserError(f"--sweep: cannot sweep {field!r}; sweepable: "
+                            f"{', '.join(analyze.SWEEP_FIELDS + tuple(analyze.SWEEP_MODES))}")
         if field in grid:
             raise UserError(f"--sweep: {field!r} given twice")
-        conv = float if types[field] in (float, "float") else int
+        conv = str if field in analyze.SWEEP_MODES else (
+            float if types[field] in (float, "float") else int)
         try:
             grid[field] = [conv(v) for v in values.split(",")]
         except ValueError:
@@ -249,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", action="append", metavar="FIELD=V1,V2",
                    help="trade-off sweep of DSTAR (both mechanisms) over config values; repeat "
                         "for a grid (fields: theta, refresh_attn, refresh_linear, tau, block_q, "
-                        "block_k)")
+                        "block_k; linears=dstar,w8a8,float and attention=dstar,float run one "
+                        "mechanism alone)")
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("trace", help="record the bundled DiT's FP32 run as a trace file")

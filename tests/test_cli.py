@@ -31,6 +31,7 @@ def test_config_prints_resolved_and_derived(capsys):
     (["analyze", "--sweep", "refresh_attn=x"], "bad value in 'refresh_attn=x'"),
     (["analyze", "--sweep", "theta"], "expects FIELD=V1,V2"),
     (["analyze", "--sweep", "tau=0", "--sweep", "tau=1"], "'tau' given twice"),
+    (["analyze", "--sweep", "linears=int4"], "linears must be one of dstar, w8a8, float"),
 ])
 def test_bad_input_is_one_line(capsys, argv, msg):
     code, _, err = run(capsys, *argv)
@@ -96,3 +97,15 @@ def test_analyze_sweep(capsys):
             rep["w8a8"]["psnr_vs_fp32_db"] - p["psnr_vs_fp32_db"])
         assert p["meets_target"] == (p["psnr_gap_vs_w8a8_db"] <= 1.0
                                      and p["blocks_computed_fraction_reuse_steps"] <= 0.5)
+
+
+def test_analyze_sweep_modes(capsys):
+    """One mechanism at a time: W8A8 linears with float attention is the W8A8 run itself."""
+    code, out, _ = run(capsys, "analyze", "--steps", "2", "--samples", "1", "--json", "--quiet",
+                       "--sweep", "linears=w8a8,float", "--sweep", "attention=float")
+    assert code == 0
+    rep = json.loads(out)
+    w8a8, flt = rep["points"]
+    assert w8a8["psnr_vs_fp32_db"] == rep["w8a8"]["psnr_vs_fp32_db"]
+    assert flt["psnr_vs_fp32_db"] is None                 # identical to FP32: infinite PSNR
+    assert not w8a8["meets_target"] and w8a8["ops_ratio_vs_w8a8"] is None
