@@ -98,7 +98,8 @@ def run_bundled(cfg, model: DiT | None = None, classifier=None, progress=None) -
 
 
 #: Config fields ``run_sweep`` may vary: the accuracy/work knobs of both mechanisms.
-SWEEP_FIELDS = ("theta", "refresh_attn", "refresh_linear", "tau", "block_q", "block_k")
+SWEEP_FIELDS = ("theta", "refresh_attn", "refresh_linear", "tau", "lattice_bits", "block_q",
+                "block_k")
 #: Which mechanism a sweep point runs where (to separate their effects): ``linears`` is
 #: ``dstar`` (default), ``w8a8`` or ``float``; ``attention`` is ``dstar`` (default) or ``float``.
 SWEEP_MODES = {"linears": ("dstar", "w8a8", "float"), "attention": ("dstar", "float")}

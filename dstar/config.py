@@ -38,6 +38,7 @@ class Config:
     tau: int = 0                # tolerance in lattice units: dead zone and allowed rounding error
     refresh_linear: int = 0     # key step every N steps (0: only the first step)
     state_bits: int = 16        # width of the stored reconstruction Xs_int
+    lattice_bits: int = 0       # extra fraction bits of the activation lattice (0: spec, max/127)
     # --- sparse attention reuse (spec section 4) ---
     block_q: int = 16
     block_k: int = 16
@@ -88,6 +89,11 @@ class Config:
         if (1 << (self.e_max - 1) if self.e_max else 0) >= self.state_max // 2:
             raise ConfigError(f"state_bits={self.state_bits} is too narrow for e_max={self.e_max}: "
                               "the rounding margin would eat half the state range")
+        self._range("lattice_bits", 0, 8)
+        if 127 << self.lattice_bits > self.target_max:
+            raise ConfigError(f"lattice_bits={self.lattice_bits} puts a key step's values "
+                              f"(up to {127 << self.lattice_bits}) beyond the state's "
+                              f"target_max={self.target_max} (state_bits={self.state_bits})")
         self._range("block_q", 1, 1024)
         self._range("block_k", 1, 1024)
         if not 0.0 < self.theta <= 1.0:

@@ -66,7 +66,7 @@ class DiffLinear:
                              f"{self.xs.shape[0]}")
         cfg = self.cfg
         if key:
-            self.d = token_lattice(x)
+            self.d = token_lattice(x, cfg.lattice_bits)
             self.xs = np.zeros(x.shape, dtype=np.int64)
             self.y_int = np.zeros((x.shape[0], self.w_q.shape[1]), dtype=np.int64)
         target = np.clip(to_lattice(x, self.d), -cfg.target_max, cfg.target_max)

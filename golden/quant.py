@@ -21,10 +21,12 @@ def quantize_weights(w):
     return np.ascontiguousarray(w_q.T), s_w
 
 
-def token_lattice(x):
-    """Per-token step ``d[n] = max|x[n, :]| / 127`` (1 for an all-zero row), float64 ``(N,)``."""
+def token_lattice(x, extra_bits: int = 0):
+    """Per-token step ``d[n] = max|x[n, :]| / (127 * 2**extra_bits)`` (1 for an all-zero row),
+    float64 ``(N,)``. ``extra_bits = 0`` is spec section 2's INT8 lattice; DSTAR's differential
+    layers may use a finer one (``Config.lattice_bits``), as their state is wider than INT8."""
     amax = np.abs(np.asarray(x, dtype=np.float64)).max(axis=-1)
-    return np.where(amax > 0, amax / 127.0, 1.0)
+    return np.where(amax > 0, amax / (127.0 * (1 << extra_bits)), 1.0)
 
 
 def to_lattice(x, d):
