@@ -17,7 +17,7 @@ def test_presets_are_valid_and_named():
     ("state_bits", 8, "state_bits"), ("theta", 0.0, "theta"), ("theta", 1.5, "theta"),
     ("packing", "zigzag", "packing"), ("k_tile", 24, "k_tile=24"), ("steps", 0, "steps"),
     ("cfg_scale", 0.5, "cfg_scale"), ("max_k", 100, "max_k=100"), ("group", "16", "group"),
-    ("tau", True, "tau"), ("n_arrays", 0, "n_arrays"),
+    ("tau", True, "tau"), ("n_arrays", 0, "n_arrays"), ("lattice_bits", 9, "lattice_bits"),
 ])
 def test_bad_values_are_named(field, value, words):
     with pytest.raises(ConfigError, match=words):
@@ -75,3 +75,9 @@ def test_toml_loading(tmp_path):
 
 def test_float_fields_accept_ints():
     assert preset("default").replace(theta=1).theta == 1.0
+
+
+def test_lattice_bits_must_fit_the_state():
+    with pytest.raises(ConfigError, match="lattice_bits=5 puts a key step's values"):
+        preset("default").replace(state_bits=12, lattice_bits=5)
+    assert preset("default").replace(lattice_bits=7).lattice_bits == 7
