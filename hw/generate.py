@@ -9,7 +9,7 @@ direction and width, and the payload and memory-word layouts as field lists
 import json
 from pathlib import Path
 
-from amaranth import Shape, Signal
+from amaranth import Shape, Signal, signed, unsigned
 from amaranth.back import verilog
 from amaranth.lib import data, wiring
 
@@ -19,9 +19,11 @@ from .encoder import row_layouts
 from .linear import LinearLayer
 from .pe_array import token_depth, y_row_layout
 
-__all__ = ["generate", "generate_block", "manifest", "TOP_NAME"]
+__all__ = ["generate", "generate_block", "manifest", "attention_manifest", "TOP_NAME",
+           "ATTN_TOP_NAME"]
 
 TOP_NAME = "dstar_linear"
+ATTN_TOP_NAME = "dstar_attention"
 SCHEMA_VERSION = 1
 
 
@@ -87,6 +89,43 @@ def manifest(cfg, top: LinearLayer | None = None) -> dict:
         "ports": _ports(top),
         "layouts": {name: {"width": Shape.cast(lay).width, "fields": _fields(lay)}
                     for name, lay in lays.items()},
+    }
+
+
+def attention_manifest(cfg, top=None) -> dict:
+    """The ``attention`` section of ``params.json``: the attention engine's geometry, ports and
+    memory-word layouts (``top``: an already built ``AttentionEngine``)."""
+    from .attention import OUT_BITS, RES_BITS, AttentionEngine, ms_layout
+
+    top = top if top is not None else AttentionEngine(cfg)
+    ag = top.geometry
+    g, mt = cfg.group, cfg.m_tile
+    lays = {
+        "q_word": data.ArrayLayout(signed(8), g),
+        "kt_word": data.ArrayLayout(signed(8), mt),
+        "v_word": data.ArrayLayout(signed(8), mt),
+        "ms_word": ms_layout(),
+        "o_word": signed(OUT_BITS),
+        "res_word": signed(RES_BITS),
+        "mask_word": unsigned(ag.nkb),
+    }
+    return {
+        "top": ATTN_TOP_NAME,
+        "verilog": f"{ATTN_TOP_NAME}.v",
+        "config": cfg.to_dict(),
+        "geometry": ag.to_dict(),
+        "ports": _ports(top),
+        "layouts": {name: {"width": Shape.cast(lay).width, "fields": _fields(lay)}
+                    for name, lay in lays.items()},
+        "addresses": {
+            "q": "i * rows_q + r (elements r*group ..)",
+            "kt": "d * n_kc + kc, array a: keys kc*block_cols + a*m_tile ..",
+            "v": "j * n_cp + cp, array a: columns cp*block_cols + a*m_tile ..",
+            "ms": "i",
+            "o": "i * head_dim + d",
+            "res": "(slot * n_max + i) * head_dim + d",
+            "mask": "slot * nqb + I, bit J: key block J selected for query block I",
+        },
     }
 
 
