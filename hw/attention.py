@@ -5,7 +5,7 @@ Ref: dstar-spec.md sections 4 and 5 ("Attention-reuse controller"); the bit-exac
 ``golden/ATTENTION.md`` (``golden.attention.key_step_head`` / ``reuse_step_head``).
 """
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -526,7 +526,8 @@ class AttentionEngine(wiring.Component):
             return [phase.eq(LIST), ls_j.eq(0), ls_start.eq(0), cnt.eq(0), n_valid.eq(0)]
 
         def start_tiles(is_pv):
-            return [phase.eq(LOAD), pv.eq(is_pv), in_tiles.eq(1), t_li.eq(0), t_cpos.eq(0), t_cp.eq(0),
+            return [phase.eq(LOAD), pv.eq(is_pv), in_tiles.eq(1), t_li.eq(0), t_cpos.eq(0),
+                    t_cp.eq(0),
                     t_kc.eq(sel_j[0] * ag.kc_per_block), l_row.eq(0), l_gs.eq(0),
                     l_addr.eq(Mux(is_pv, sel_j[0] * (bk * ag.n_cp),
                                   sel_j[0] * ag.kc_per_block))]
