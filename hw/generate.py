@@ -1,4 +1,5 @@
-"""Generation: deterministic Verilog of the linear-layer wrapper and its ``params.json``.
+"""Generation: deterministic Verilog of the linear-layer wrapper and of the attention engine,
+and their ``params.json``.
 
 The manifest holds everything a testbench or report needs so that none restates a width: the
 resolved config and its derived values, the hardware geometry, every top-level port with its
@@ -149,9 +150,12 @@ def generate_block(component: wiring.Component, name: str, cfg, layouts_: dict,
     return man
 
 
-def generate(cfg, outdir) -> dict:
-    """Write ``<outdir>/dstar_linear.v`` (no source paths: byte-identical across runs and
-    checkouts) and ``<outdir>/params.json``; return the manifest."""
+def generate(cfg, outdir, *, attention: bool = True) -> dict:
+    """Write ``<outdir>/dstar_linear.v`` and (with ``attention``) ``<outdir>/dstar_attention.v``
+    (no source paths: byte-identical across runs and checkouts) and ``<outdir>/params.json``
+    (the attention engine's part under ``attention``); return the manifest."""
+    from .attention import AttentionEngine
+
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     top = LinearLayer(cfg)
@@ -159,6 +163,11 @@ def generate(cfg, outdir) -> dict:
     text = verilog.convert(top, name=TOP_NAME, emit_src=False)
     (outdir / f"{TOP_NAME}.v").write_text(text)
     man["verilog"] = f"{TOP_NAME}.v"
+    if attention:
+        att = AttentionEngine(cfg)
+        man["attention"] = attention_manifest(cfg, att)
+        text = verilog.convert(att, name=ATTN_TOP_NAME, emit_src=False)
+        (outdir / f"{ATTN_TOP_NAME}.v").write_text(text)
     (outdir / "params.json").write_text(json.dumps(man, indent=1, sort_keys=True) + "\n")
     return man
 
@@ -177,7 +186,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     cfg = load_config(args.config, args.preset, packing=args.packing)
     man = generate(cfg, args.out)
-    print(f"wrote {Path(args.out) / man['verilog']} and params.json")
+    extra = f" and {man['attention']['verilog']}" if "attention" in man else ""
+    print(f"wrote {Path(args.out) / man['verilog']}{extra} and params.json")
 
 
 if __name__ == "__main__":
