@@ -256,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     ap = build_parser()
-    # Pass-through commands (train, bench cycles / attention) hand every option they do not know to the
+    # Pass-through commands (train, bench cycles) hand every option they do not know to the
     # tool they front; argparse's REMAINDER alone misses a leading option such as --help.
     args, extra = ap.parse_known_args(argv)
     if extra:
