@@ -114,19 +114,23 @@ class AttentionEngine(wiring.Component):
       ``a`` holding ``d = cp * m_tile * n_arrays + a * m_tile ..``;
     * ``(m, sh)`` per query row, address ``i``.
 
-    ``start`` (while idle) runs ``n_tokens`` (``N``) rows of slot ``slot``. The slot's step
-    counter decides the kind of step: an attention key step on the slot's first call since
-    ``clear`` and every ``refresh`` calls (``refresh = 0``: only the first), as
-    ``AttentionReuse.is_key`` for calls at steps 0, 1, 2, ...; ``key`` shows the decision.
-    Per query block ``I`` (``block_q`` rows, the last one ragged):
+    ``start`` (while idle; ignored unless ``1 <= n_tokens <= max_tokens``) runs ``n_tokens``
+    (``N``) rows of slot ``slot`` with ``theta_q = rint(theta * 2**16)`` (``1 .. 2**16``;
+    ``2**16`` and above select every block) and ``refresh``. The slot's step counter decides
+    the kind of step: an attention key step on the slot's first call since ``clear`` (or
+    reset) and every ``refresh`` calls (``refresh = 0``: only the first), as
+    ``AttentionReuse.is_key`` for calls at steps 0, 1, 2, ...; ``key`` shows the decision. A
+    reuse step must have its key step's ``N`` (the host's contract, as in the hook). Per query
+    block ``I`` (``block_q`` rows, the last one ragged):
 
     * key step: all tiles of QK^T into the PE array's accumulators; the softmax of every row
       (``p`` into the P memory, the block sums ``b`` and, with the row's ``(r, L)``, the block
       masses ``M``); the mask selection (descending ``M``, ties by ascending ``J``, the shortest
       prefix with ``C * 2**16 >= theta_q * T``, ``theta_q = 2**16``: all), written to the mask
       memory; PV over all tiles and normalization into the output memory (``O_full``); then
-      the masked softmax on the stored logits of the selected tiles, PV of the selected tiles,
-      and ``R = O_full - O_sel`` into the slot's residual cache;
+      the masked softmax on the logits of the selected tiles (still in the accumulators: QK^T
+      runs once per tile on a key step), PV of the selected tiles, and ``R = O_full - O_sel``
+      into the slot's residual cache;
     * reuse step: QK^T, softmax and PV of the selected tiles only; output ``O_sel + R``.
 
     The PE lanes see QK^T as a linear layer with K^T as the weight tile and each Q element as a
@@ -134,10 +138,17 @@ class AttentionEngine(wiring.Component):
     block as the weight tile and each ``p`` as two unsigned nibbles (shift 0 and 4): two lane
     ops per element, as spec section 5 prescribes for the linear layers.
 
-    Counters (cleared by ``start``): ``cycles`` (cycles ``busy`` was high), ``count_qk``,
-    ``count_pv`` (query-block x key-block tiles run through QK^T / PV; key step: all + 0 and
-    all + selected; reuse step: selected for both). ``sim.attention_cycles`` predicts
-    ``cycles`` exactly from ``N`` and the mask.
+    Counters (cleared by ``start``): ``cycles`` (cycles ``busy`` was high), ``count_qk`` and
+    ``count_pv``: query-block x key-block tiles run through QK^T (key step: all; reuse step:
+    the selected) and PV (key step: all + the selected; reuse step: the selected), as the
+    hook counts them. ``sim.attention_cycles`` predicts all three exactly from ``N`` and the
+    mask.
+
+    Why these choices: the lanes are the real ``PEArray`` (the spec runs QK^T and PV on the
+    linear layers' lanes), fed through its own op/token/weight-row ports; a tile uses weight
+    bank 0 and is loaded before its ops run (no load/compute overlap, which keeps the
+    schedule and its model simple); the softmax unit streams one logit per cycle and is the
+    bottleneck of a step (about half of its cycles, ``dstar bench attention``).
 
     Latency and throughput: the phases of a query block run one after the other (a K^T or V
     tile is loaded at one row per cycle, then the lanes take one nibble op per cycle, the
@@ -551,7 +562,8 @@ class AttentionEngine(wiring.Component):
                 m.d.sync += [s_valid[s].eq(0), s_phase[s].eq(0)]
 
         with m.If(phase == IDLE):
-            with m.If(self.start & ~run & (self.n_tokens != 0)):
+            # A step of no tokens, or of more than the memories hold, is ignored.
+            with m.If(self.start & ~run & (self.n_tokens != 0) & (self.n_tokens <= ag.n_max)):
                 ph = s_phase[self.slot]
                 is_key = ~s_valid[self.slot] | ((self.refresh != 0) & (ph == 0))
                 m.d.sync += [run.eq(1), key.eq(is_key), masked.eq(~is_key),

@@ -76,3 +76,15 @@ def test_real_head_and_ragged_edge_case():
     assert calls[0]["theta_q"] == theta_fixed(0.5)
     cases["ragged27"] = _case(cfg, calls, exp)
     run_cocotb(cfg, "tiny-attention", cases)
+
+
+@pytest.mark.slow
+def test_full_real_head_default_preset():
+    """The default preset and a whole real head (256 tokens, 16 x 16 tiles), theta 0.9,
+    refresh 2: a key step and a reuse step (layer 3, head 2, steps 0 and 1)."""
+    cfg = preset("default")
+    q, k, v = attention_inputs(3, 20, 3)
+    steps = [(q[s, 2], k[s, 2], v[s, 2]) for s in range(2)]
+    calls, exp = head_calls(cfg, steps, cfg.theta, cfg.refresh_attn, slot=3)
+    assert [e["key"] for e in exp] == [True, False] and not exp[0]["mask"].all()
+    run_cocotb(cfg, "default-attention", {"real_l3h2": _case(cfg, calls, exp)})
