@@ -93,7 +93,7 @@ class AttentionGeometry:
 
 
 # Sequencer phases (plain comparisons, no m.FSM: see hw.softmax on Icarus and FSM decoders).
-IDLE, LIST, LOAD, OPS, WAIT, SMAX, SEL, NORM = range(8)
+IDLE, LIST, TILES, WAIT, SMAX, SEL, NORM = range(7)
 
 
 class AttentionEngine(wiring.Component):
@@ -288,35 +288,89 @@ class AttentionEngine(wiring.Component):
         m.d.comb += ls_bit.eq(full | k_rd.data.bit_select(ls_j, 1))
 
         # ----- tile runner (QK^T or PV on the PE arrays) -----
+        # Two walks over the same tile sequence (QK^T: chunks of each selected block; PV:
+        # selected blocks of each column pass): the loader's, one tile ahead, fills the free
+        # weight bank while the lanes run the previous tile from the other one.
         pv = Signal()                       # the tile phases run PV (else QK^T)
-        t_li = Signal(jb)
-        t_cpos = Signal(range(bk + bc + 1))  # QK: chunk start within the block
-        t_kc = Signal(range(ag.n_kc + 1))
-        t_cp = Signal(range(ag.n_cp + 1))
-        cur_j = Signal(jb)
-        cur_len = Signal(range(bk + 1))
-        m.d.comb += [cur_j.eq(sel_j[t_li]), cur_len.eq(sel_len[t_li])]
+        tile_bits = 16
+
+        class Walk:
+            def __init__(self, name):
+                self.li = Signal(jb, name=f"{name}_li")
+                self.cpos = Signal(range(bk + bc + 1), name=f"{name}_cpos")  # QK chunk start
+                self.kc = Signal(range(ag.n_kc + 1), name=f"{name}_kc")
+                self.cp = Signal(range(ag.n_cp + 1), name=f"{name}_cp")
+                self.more = Signal(name=f"{name}_more")
+                self.bank = Signal(name=f"{name}_bank")
+                self.count = Signal(tile_bits, name=f"{name}_count")   # tiles finished
+                self.j = Signal(jb, name=f"{name}_j")
+                self.len = Signal(range(bk + 1), name=f"{name}_len")
+                m.d.comb += [self.j.eq(sel_j[self.li]), self.len.eq(sel_len[self.li])]
+
+            def start(self):
+                return [self.li.eq(0), self.cpos.eq(0), self.cp.eq(0), self.more.eq(1),
+                        self.kc.eq(sel_j[0] * ag.kc_per_block), self.bank.eq(0),
+                        self.count.eq(0)]
+
+            def advance(self):
+                """The tile finished: count it, step to the next one (or end)."""
+                nxt = Signal(jb, name=f"{self.li.name}_next")
+                m.d.comb += nxt.eq(self.li + 1)
+                m.d.sync += [self.count.eq(self.count + 1), self.bank.eq(~self.bank)]
+                with m.If(~pv & (self.cpos + bc < self.len)):
+                    m.d.sync += [self.cpos.eq(self.cpos + bc), self.kc.eq(self.kc + 1)]
+                with m.Elif(nxt < cnt):
+                    m.d.sync += [self.li.eq(nxt), self.cpos.eq(0),
+                                 self.kc.eq(sel_j[nxt] * ag.kc_per_block)]
+                with m.Elif(pv & (self.cp + 1 < ag.n_cp)):
+                    m.d.sync += [self.li.eq(0), self.cpos.eq(0), self.cp.eq(self.cp + 1),
+                                 self.kc.eq(sel_j[0] * ag.kc_per_block)]
+                with m.Else():
+                    m.d.sync += self.more.eq(0)
+
+        lw, xw = Walk("load"), Walk("ops")
         issued = Signal(16)
         in_tiles = Signal()                 # WAIT after tiles (else: the hop after LIST)
         done = Signal(16)
 
-        # LOAD: one weight row per cycle, written one cycle later (memory read latency).
+        # Loader: one weight row per cycle, written one cycle later (memory read latency), into
+        # bank lw.bank once the lanes are done with the tile that bank held (two tiles back).
+        ld_busy = Signal()
         l_row = Signal(range(max(dh, bk) + g + 1))
         l_gs = Signal(range(bk + g + 1))    # PV: start of the row's lane group in the block
         l_addr = Signal(uwidth(max(ag.kt_depth, ag.v_depth) + 1))
-        w_valid, w_row = Signal(), Signal(range(cfg.k_tile))
+        w_valid, w_row, w_bank = Signal(), Signal(range(cfg.k_tile)), Signal()
         for a in range(n_arr):
             m.d.comb += [kt_rd[a].addr.eq(l_addr), v_rd[a].addr.eq(l_addr)]
             arr = arrays[a]
-            m.d.comb += [arr.i_wrow.valid.eq(w_valid), arr.i_wrow.payload.bank.eq(0),
+            m.d.comb += [arr.i_wrow.valid.eq(w_valid), arr.i_wrow.payload.bank.eq(w_bank),
                          arr.i_wrow.payload.row.eq(w_row),
                          arr.i_wrow.payload.w.eq(Mux(pv, v_rd[a].data, kt_rd[a].data))]
         load_last = Signal()
-        m.d.comb += load_last.eq(Mux(pv, (l_row - l_gs == g - 1) & (l_gs + g >= cur_len),
+        m.d.comb += load_last.eq(Mux(pv, (l_row - l_gs == g - 1) & (l_gs + g >= lw.len),
                                      l_row == dh - 1))
+        ld_go = Signal()
+        m.d.comb += ld_go.eq((phase == TILES) & ~ld_busy & lw.more &
+                             (lw.count - xw.count <= 1))
         m.d.sync += w_valid.eq(0)
+        with m.If(ld_go):
+            m.d.sync += [ld_busy.eq(1), l_row.eq(0), l_gs.eq(0),
+                         l_addr.eq(Mux(pv, lw.j * (bk * ag.n_cp) + lw.cp, lw.kc))]
+        with m.If(ld_busy):
+            m.d.sync += [w_valid.eq(1), w_row.eq(l_row), w_bank.eq(lw.bank),
+                         l_row.eq(l_row + 1), l_addr.eq(l_addr + Mux(pv, ag.n_cp, ag.n_kc))]
+            with m.If(pv & (l_row - l_gs == g - 1)):
+                m.d.sync += l_gs.eq(l_gs + g)
+            with m.If(load_last):
+                m.d.sync += ld_busy.eq(0)
+                lw.advance()
 
-        # OPS: per row, per lane group r, the low then the high nibble; Q / P read a cycle ahead.
+        # Lanes: per row, per lane group r, the low then the high nibble (Q / P are read a
+        # cycle ahead), from bank xw.bank once the loader has finished that tile.
+        x_busy = Signal()
+        x_go = Signal()
+        m.d.comb += x_go.eq((phase == TILES) & ~x_busy & xw.more & (lw.count != xw.count))
+        cur_j, cur_len = xw.j, xw.len
         o_i = Signal(range(bq + 1))
         o_r = Signal(range(max(ag.rows_q, ag.kg_per_block) + 1))
         o_rg = Signal(range(bk + g + 1))    # PV: o_r * G
@@ -328,7 +382,7 @@ class AttentionEngine(wiring.Component):
         first_op = Signal()
         m.d.comb += first_op.eq((o_r == 0) & ~o_h)
         go = Signal()
-        m.d.comb += go.eq((phase == OPS) & (~first_op | tok_ready))
+        m.d.comb += go.eq(x_busy & (~first_op | tok_ready))
         kg_base = Signal(range(ag.n_kg + 1))
         m.d.comb += [q_rd.addr.eq((base_i + o_i) * ag.rows_q + o_r),
                      kg_base.eq(cur_j * ag.kg_per_block),
@@ -338,15 +392,22 @@ class AttentionEngine(wiring.Component):
             m.d.comb += [
                 arr.i_token.valid.eq(go & first_op),
                 tok.mask.eq((1 << g) - 1),
-                tok.meta.y_addr.eq(Mux(pv, ag.pv_base + o_i * ag.n_cp + t_cp,
-                                       o_i * ag.n_kc + t_kc)),
-                tok.meta.overwrite.eq(~pv | (t_li == 0)),
+                tok.meta.y_addr.eq(Mux(pv, ag.pv_base + o_i * ag.n_cp + xw.cp,
+                                       o_i * ag.n_kc + xw.kc)),
+                tok.meta.overwrite.eq(~pv | (xw.li == 0)),
                 tok.meta.last.eq(o_i == rows - 1),
             ]
-        op_v, op_h, op_close, op_pv = Signal(), Signal(), Signal(), Signal()
+        with m.If(x_go):
+            m.d.sync += [x_busy.eq(1), o_i.eq(0), o_r.eq(0), o_rg.eq(0), o_h.eq(0),
+                         issued.eq(issued + 1)]
+            with m.If(pv & (xw.cp == 0)):
+                m.d.sync += self.count_pv.eq(self.count_pv + 1)
+            with m.If(~pv & (xw.cpos == 0)):
+                m.d.sync += self.count_qk.eq(self.count_qk + 1)
+        op_v, op_h, op_close, op_pv, op_bank = Signal(), Signal(), Signal(), Signal(), Signal()
         op_r = Signal(geo.row_bits)
         m.d.sync += [op_v.eq(go), op_h.eq(o_h), op_r.eq(o_r), op_close.eq(o_h & r_last),
-                     op_pv.eq(pv)]
+                     op_pv.eq(pv), op_bank.eq(xw.bank)]
         for lane in range(g):
             qv, pval = q_rd.data[lane], p_rd.data[lane]
             # Q: unsigned low nibble, signed high nibble; p: two unsigned nibbles.
@@ -356,7 +417,7 @@ class AttentionEngine(wiring.Component):
                 op = arr.i_op[lane]
                 m.d.comb += [op.valid.eq(op_v), op.payload.nib.eq(nib),
                              op.payload.shift.eq(Mux(op_h, 4, 0)), op.payload.row.eq(op_r),
-                             op.payload.rot.eq(0), op.payload.bank.eq(0),
+                             op.payload.rot.eq(0), op.payload.bank.eq(op_bank),
                              op.payload.close.eq(op_close)]
         m.d.comb += [nrm.o.ready.eq(1), smx.o_p.ready.eq(1), smx.o_sum.ready.eq(1)]
 
@@ -537,11 +598,8 @@ class AttentionEngine(wiring.Component):
             return [phase.eq(LIST), ls_j.eq(0), ls_start.eq(0), cnt.eq(0), n_valid.eq(0)]
 
         def start_tiles(is_pv):
-            return [phase.eq(LOAD), pv.eq(is_pv), in_tiles.eq(1), t_li.eq(0), t_cpos.eq(0),
-                    t_cp.eq(0),
-                    t_kc.eq(sel_j[0] * ag.kc_per_block), l_row.eq(0), l_gs.eq(0),
-                    l_addr.eq(Mux(is_pv, sel_j[0] * (bk * ag.n_cp),
-                                  sel_j[0] * ag.kc_per_block))]
+            return [phase.eq(TILES), pv.eq(is_pv), in_tiles.eq(1), ld_busy.eq(0),
+                    x_busy.eq(0), lw.start(), xw.start()]
 
         def start_smax():
             return [phase.eq(SMAX), f_on.eq(1), f_hdr.eq(1), f_row.eq(0), f_li.eq(0),
@@ -584,19 +642,6 @@ class AttentionEngine(wiring.Component):
                 # A one-cycle hop through WAIT: the list written this cycle settles.
                 m.d.sync += [phase.eq(WAIT), in_tiles.eq(0)]
 
-        with m.If(phase == LOAD):
-            m.d.sync += [w_valid.eq(1), w_row.eq(l_row), l_row.eq(l_row + 1),
-                         l_addr.eq(l_addr + Mux(pv, ag.n_cp, ag.n_kc))]
-            with m.If(pv & (l_row - l_gs == g - 1)):
-                m.d.sync += l_gs.eq(l_gs + g)
-            with m.If(load_last):
-                m.d.sync += [phase.eq(OPS), o_i.eq(0), o_r.eq(0), o_rg.eq(0), o_h.eq(0),
-                             issued.eq(issued + 1)]
-                with m.If(pv & (t_cp == 0)):
-                    m.d.sync += self.count_pv.eq(self.count_pv + 1)
-                with m.If(~pv & (t_cpos == 0)):
-                    m.d.sync += self.count_qk.eq(self.count_qk + 1)
-
         with m.If(go):
             m.d.sync += o_h.eq(~o_h)
             with m.If(o_h):
@@ -604,23 +649,11 @@ class AttentionEngine(wiring.Component):
                 with m.If(r_last):
                     m.d.sync += [o_r.eq(0), o_rg.eq(0), o_i.eq(o_i + 1)]
                     with m.If(o_i == rows - 1):
-                        # Next tile: QK^T chunks of a block, blocks; PV blocks, column passes.
-                        nxt_li = Signal(jb)
-                        m.d.comb += nxt_li.eq(t_li + 1)
-                        m.d.sync += [phase.eq(LOAD), l_row.eq(0), l_gs.eq(0)]
-                        with m.If(~pv & (t_cpos + bc < cur_len)):
-                            m.d.sync += [t_cpos.eq(t_cpos + bc), t_kc.eq(t_kc + 1),
-                                         l_addr.eq(t_kc + 1)]
-                        with m.Elif(nxt_li < cnt):
-                            m.d.sync += [t_li.eq(nxt_li), t_cpos.eq(0),
-                                         t_kc.eq(sel_j[nxt_li] * ag.kc_per_block),
-                                         l_addr.eq(Mux(pv,
-                                                       sel_j[nxt_li] * (bk * ag.n_cp) + t_cp,
-                                                       sel_j[nxt_li] * ag.kc_per_block))]
-                        with m.Elif(pv & (t_cp + 1 < ag.n_cp)):
-                            m.d.sync += [t_li.eq(0), t_cp.eq(t_cp + 1),
-                                         l_addr.eq(sel_j[0] * (bk * ag.n_cp) + t_cp + 1)]
-                        with m.Else():
+                        m.d.sync += x_busy.eq(0)
+                        xw.advance()
+                        # The last tile: wait for its reductions.
+                        with m.If(~pv & (xw.cpos + bc >= xw.len) & (xw.li + 1 >= cnt) |
+                                  pv & (xw.li + 1 >= cnt) & (xw.cp + 1 >= ag.n_cp)):
                             m.d.sync += phase.eq(WAIT)
 
         # WAIT: the reductions of every issued tile are written (or the hop after LIST).

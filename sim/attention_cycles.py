@@ -7,11 +7,12 @@ length, ``nkb = ceil(N / Bk)``, ``G`` = lanes, ``BC = m_tile * n_arrays``):
 
 * LIST: one cycle per key block (``nkb``), then one hop cycle;
 * a tile of QK^T (per selected block ``J``, per chunk of ``BC`` keys): the K^T tile loads at
-  one row per cycle (``Dh``), then ``rows * 2 * Dh/G`` lane-op cycles (two nibble ops per
+  one row per cycle (``Dh``) and runs ``rows * 2 * Dh/G`` lane-op cycles (two nibble ops per
   Q element); a tile of PV (per column pass of ``BC`` outputs, per selected block): the V
-  rows of the block's lane groups (``ceil(blen_J / G) * G``), then
-  ``rows * 2 * ceil(blen_J / G)`` op cycles; after the last tile, ``WAIT_CYCLES`` until the
-  PE array's last reduction is written;
+  rows of the block's lane groups (``ceil(blen_J / G) * G``) and ``rows * 2 *
+  ceil(blen_J / G)`` op cycles. The two weight banks overlap the load of a tile with the ops
+  of the previous one (``tile_phase``); after the last tile, ``WAIT_CYCLES`` until the PE
+  array's last reduction is written;
 * SMAX: the softmax unit's schedule of ``rows`` rows of ``n_sel`` keys
   (``sim.softmax_cycles.schedule(...).cycles``, the feeder keeps it always fed) plus one;
 * SEL (key steps): ``picks * (nkb + 1)`` with ``picks`` = the selected blocks of the row of
@@ -30,7 +31,8 @@ import numpy as np
 from golden.attention import THETA_BITS
 from sim.softmax_cycles import schedule
 
-__all__ = ["AttentionCycles", "predict", "dense_cycles", "WAIT_CYCLES", "NORM_DRAIN"]
+__all__ = ["AttentionCycles", "predict", "dense_cycles", "tile_phase", "WAIT_CYCLES",
+           "NORM_DRAIN"]
 
 WAIT_CYCLES = 4         # last op -> psum queued -> reduction -> accumulator written -> seen
 NORM_DRAIN = 4          # accumulator read, normalizer (2 stages), output write, seen
@@ -53,6 +55,23 @@ def _blocks(n, b):
     return [min(b, n - s) for s in range(0, n, b)]
 
 
+def tile_phase(loads, ops) -> int:
+    """Cycles of a tile phase: tile ``t`` loads in ``loads[t]`` cycles and runs in ``ops[t]``.
+    The loader decides to start tile ``t`` once it is idle and the lanes are done with tile
+    ``t - 2`` (the bank it refills), issues its rows in the following cycles, and counts it the
+    cycle after its last row; the lanes start a tile the cycle after it is counted (and they
+    are idle); the phase ends ``WAIT_CYCLES`` after the last tile's lanes are counted."""
+    l_seen, x_seen = [], []
+    ld_free = x_free = 0
+    for t, (lc, oc) in enumerate(zip(loads, ops, strict=True)):
+        dec = max(ld_free, x_seen[t - 2] if t >= 2 else 0)
+        ld_free = dec + lc + 1
+        l_seen.append(ld_free)
+        x_free = max(x_free, l_seen[t]) + oc + 1
+        x_seen.append(x_free)
+    return x_seen[-1] + WAIT_CYCLES
+
+
 def predict(cfg, n: int, mask, key: bool, theta_q: int) -> AttentionCycles:
     """Counters of one step of ``N = n`` tokens with the block ``mask`` ``(nqb, nkb)`` (on key
     steps: the mask the step selects; ``theta_q``: ``golden.attention.theta_fixed(theta)``)."""
@@ -71,17 +90,12 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int) -> AttentionCycles:
     count_qk = count_pv = 0
 
     def qk(rows, sel):
-        t = 0
-        for j in sel:
-            t += -(-k_lens[j] // bc) * (dh + rows * 2 * rows_q)
-        return t + WAIT_CYCLES
+        n_chunks = sum(-(-k_lens[j] // bc) for j in sel)
+        return tile_phase([dh] * n_chunks, [rows * 2 * rows_q] * n_chunks)
 
     def pv(rows, sel):
-        t = 0
-        for j in sel:
-            ng = -(-k_lens[j] // g)
-            t += ng * g + rows * 2 * ng
-        return n_cp * t + WAIT_CYCLES
+        ngs = [-(-k_lens[j] // g) for j in sel] * n_cp
+        return tile_phase([ng * g for ng in ngs], [rows * 2 * ng for ng in ngs])
 
     def smax(rows, sel):
         return schedule([sum(k_lens[j] for j in sel)] * rows).cycles + 1
