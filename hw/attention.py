@@ -145,18 +145,20 @@ class AttentionEngine(wiring.Component):
     mask.
 
     Why these choices: the lanes are the real ``PEArray`` (the spec runs QK^T and PV on the
-    linear layers' lanes), fed through its own op/token/weight-row ports; a tile uses weight
-    bank 0 and is loaded before its ops run (no load/compute overlap, which keeps the
-    schedule and its model simple); the softmax unit streams one logit per cycle and is the
-    bottleneck of a step (about half of its cycles, ``dstar bench attention``).
+    linear layers' lanes), fed through its own op/token/weight-row ports, its two weight banks
+    alternating so that the next tile loads while the lanes run the current one; the phases
+    of a query block (list, QK^T, softmax, mask, PV, normalization) do not overlap, which
+    keeps the schedule and its model simple; the softmax unit streams one logit per cycle and
+    is the bottleneck of a step (about 60 % of its cycles, ``dstar bench attention``).
 
     Latency and throughput: the phases of a query block run one after the other (a K^T or V
-    tile is loaded at one row per cycle, then the lanes take one nibble op per cycle, the
-    softmax unit streams one logit per cycle; see ``sim.attention_cycles``). No stream of this
-    top has back-pressure from outside (the host only writes memories and polls ``busy``); the
-    internal streams to the softmax unit honour its ready. Rounding and saturation are those of
-    ``golden/ATTENTION.md``; outputs are exact. Reset stops a run and forgets every slot's step
-    counter; the memories (mask, residual, inputs, outputs) keep their contents.
+    tile loads at one row per cycle into the free weight bank, the lanes take one nibble op
+    per cycle, the softmax unit one logit per cycle; see ``sim.attention_cycles``). No stream
+    of this top has back-pressure from outside (the host only writes memories and polls
+    ``busy``); the internal streams to the softmax unit honour its ready. Rounding and
+    saturation are those of ``golden/ATTENTION.md``; outputs are exact. Reset stops a run and
+    forgets every slot's step counter; the memories (mask, residual, inputs, outputs) keep
+    their contents.
 
     Ports are flat vectors (no structs) so that cocotb drives them directly.
     """

@@ -105,6 +105,12 @@ def _random_step(rng, n, dh, logit_std=1.0):
 
 
 @pytest.fixture(scope="module")
+def small_cfg():
+    """The tiny preset with Dh = 16: half the lane work per tile, for the synthetic cases."""
+    return preset("tiny").replace(head_dim=16)
+
+
+@pytest.fixture(scope="module")
 def real_head():
     """Layer 0, head 1 of the bundled DiT, steps 0..2 of a 20-step run: float (q, k, v)."""
     q, k, v = attention_inputs(0, 20, 3)
@@ -127,20 +133,20 @@ def test_real_head_key_and_two_reuse_steps(tiny_cfg, real_head):
     check(cfg, calls, exp)
 
 
-def test_random_ragged_key_and_reuse(tiny_cfg):
+def test_random_ragged_key_and_reuse(small_cfg):
     """N = 27 (ragged query and key blocks), theta 0.5: key and reuse step."""
     rng = np.random.default_rng(5)
-    steps = [_random_step(rng, 27, tiny_cfg.head_dim, 2.0) for _ in range(2)]
-    calls, exp = int_calls(tiny_cfg, steps, 0.5, 2)
+    steps = [_random_step(rng, 27, small_cfg.head_dim, 2.0) for _ in range(2)]
+    calls, exp = int_calls(small_cfg, steps, 0.5, 2)
     assert [e["key"] for e in exp] == [True, False] and not exp[0]["mask"].all()
-    check(tiny_cfg, calls, exp)
+    check(small_cfg, calls, exp)
 
 
-def test_edge_cases(tiny_cfg):
+def test_edge_cases(small_cfg):
     """One simulation over several slots: theta = 1 with zero-mass blocks, single-block masks,
     a one-block sequence, all-equal logits (ties: the lower block first), extreme logits
     (+-127 everywhere) and a single token."""
-    cfg, dh = tiny_cfg, tiny_cfg.head_dim
+    cfg, dh = small_cfg, small_cfg.head_dim
     rng = np.random.default_rng(9)
     calls, exp = [], []
 
@@ -177,10 +183,10 @@ def test_edge_cases(tiny_cfg):
     check(cfg, calls, exp)
 
 
-def test_slot_refresh_policy(tiny_cfg):
+def test_slot_refresh_policy(small_cfg):
     """Two slots interleaved with refresh 2 (each slot counts its own calls), then refresh 0
     (only the first call is a key step); ``clear`` restarts every slot."""
-    cfg, dh = tiny_cfg, tiny_cfg.head_dim
+    cfg, dh = small_cfg, small_cfg.head_dim
     rng = np.random.default_rng(3)
     s0 = [_random_step(rng, 5, dh) for _ in range(3)]
     s1 = [_random_step(rng, 5, dh) for _ in range(3)]
