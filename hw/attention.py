@@ -424,6 +424,9 @@ class AttentionEngine(wiring.Component):
         m.d.comb += [nrm.o.ready.eq(1), smx.o_p.ready.eq(1), smx.o_sum.ready.eq(1)]
 
         # ----- softmax feeder: headers and logits (from the accumulators) -----
+        # The accumulator read port has one cycle of latency and no enable: its address is the
+        # key to offer next (the next one when this cycle's logit is taken), so the data in
+        # front of the unit always belongs to the offered key, stalls included.
         f_on, f_have, f_hdr = Signal(), Signal(), Signal()
         f_row = Signal(range(bq + 1))
         f_li = Signal(jb)
@@ -479,6 +482,10 @@ class AttentionEngine(wiring.Component):
                      smx.i_logit.payload.s.eq(Array(y[f_col] for y in y_rows)[f_a])]
 
         # ----- softmax outputs: P words, block sums b, (r, L) per row, block masses M -----
+        # p arrive in key order over the selected blocks (whole lane groups, as block_k is a
+        # multiple of G): a group's word is written with its last p (zeros past a ragged end).
+        # b has two banks by row parity: the next row's p arrive while the divider still works
+        # on this row's (r, L); a bank is consumed and cleared with its row's o_sum beat.
         p_row = Signal(range(bq + 1))
         p_li = Signal(jb)
         p_off = Signal(range(bk + 1))
