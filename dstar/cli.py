@@ -220,6 +220,12 @@ def cmd_bench_cycles(args) -> int:
     return 0
 
 
+def cmd_bench_attention(args) -> int:
+    from sim import bench_attention
+    bench_attention.main(args.rest)
+    return 0
+
+
 def cmd_train(args) -> int:
     try:
         import torch  # noqa: F401
@@ -272,6 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "bundled DiT (options: dstar bench cycles --help)")
     b.add_argument("rest", nargs=argparse.REMAINDER)
     b.set_defaults(func=cmd_bench_cycles)
+    b = bsub.add_parser("attention", add_help=False,
+                        help="attention-engine cycles of key and reuse steps vs dense on the "
+                             "bundled DiT (options: dstar bench attention --help)")
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    b.set_defaults(func=cmd_bench_attention)
 
     p = sub.add_parser("generate", help="write the accelerator's Verilog and params.json")
     _add_config_args(p)

@@ -46,6 +46,8 @@ class Config:
     refresh_attn: int = 2       # attention key step every N steps (0: only the first)
     attn_frac_bits: int = 6     # softmax exp2 LUT has 2**attn_frac_bits entries
     attn_out_frac_bits: int = 8  # fraction bits of the integer attention output
+    head_dim: int = 32          # Dh of the attention engine (the bundled DiT: 128 hidden / 4 heads)
+    attn_slots: int = 4         # layer/head slots of the attention engine (step counter, mask, R)
     # --- workload run (dstar analyze) ---
     steps: int = 50             # DDIM steps
     samples: int = 10           # class-conditional images (labels cycle 0..9)
@@ -101,6 +103,8 @@ class Config:
         self._range("refresh_attn", 0)
         self._range("attn_frac_bits", 1, 8)
         self._range("attn_out_frac_bits", 0, 8)
+        self._range("head_dim", 1, 128)      # the 23-bit logit / 24-bit PV widths assume <= 128
+        self._range("attn_slots", 1, 4096)
         self._range("steps", 1, 1000)
         self._range("samples", 1, 10000)
         if self.cfg_scale < 1.0:

@@ -1,4 +1,5 @@
-"""Generation: deterministic Verilog of the linear-layer wrapper and its ``params.json``.
+"""Generation: deterministic Verilog of the linear-layer wrapper and of the attention engine,
+and their ``params.json``.
 
 The manifest holds everything a testbench or report needs so that none restates a width: the
 resolved config and its derived values, the hardware geometry, every top-level port with its
@@ -9,7 +10,7 @@ direction and width, and the payload and memory-word layouts as field lists
 import json
 from pathlib import Path
 
-from amaranth import Shape, Signal
+from amaranth import Shape, Signal, signed, unsigned
 from amaranth.back import verilog
 from amaranth.lib import data, wiring
 
@@ -19,9 +20,11 @@ from .encoder import row_layouts
 from .linear import LinearLayer
 from .pe_array import token_depth, y_row_layout
 
-__all__ = ["generate", "generate_block", "manifest", "TOP_NAME"]
+__all__ = ["generate", "generate_block", "manifest", "attention_manifest", "TOP_NAME",
+           "ATTN_TOP_NAME"]
 
 TOP_NAME = "dstar_linear"
+ATTN_TOP_NAME = "dstar_attention"
 SCHEMA_VERSION = 1
 
 
@@ -90,6 +93,43 @@ def manifest(cfg, top: LinearLayer | None = None) -> dict:
     }
 
 
+def attention_manifest(cfg, top=None) -> dict:
+    """The ``attention`` section of ``params.json``: the attention engine's geometry, ports and
+    memory-word layouts (``top``: an already built ``AttentionEngine``)."""
+    from .attention import OUT_BITS, RES_BITS, AttentionEngine, ms_layout
+
+    top = top if top is not None else AttentionEngine(cfg)
+    ag = top.geometry
+    g, mt = cfg.group, cfg.m_tile
+    lays = {
+        "q_word": data.ArrayLayout(signed(8), g),
+        "kt_word": data.ArrayLayout(signed(8), mt),
+        "v_word": data.ArrayLayout(signed(8), mt),
+        "ms_word": ms_layout(),
+        "o_word": signed(OUT_BITS),
+        "res_word": signed(RES_BITS),
+        "mask_word": unsigned(ag.nkb),
+    }
+    return {
+        "top": ATTN_TOP_NAME,
+        "verilog": f"{ATTN_TOP_NAME}.v",
+        "config": cfg.to_dict(),
+        "geometry": ag.to_dict(),
+        "ports": _ports(top),
+        "layouts": {name: {"width": Shape.cast(lay).width, "fields": _fields(lay)}
+                    for name, lay in lays.items()},
+        "addresses": {
+            "q": "i * rows_q + r (elements r*group ..)",
+            "kt": "d * n_kc + kc, array a: keys kc*block_cols + a*m_tile ..",
+            "v": "j * n_cp + cp, array a: columns cp*block_cols + a*m_tile ..",
+            "ms": "i",
+            "o": "i * head_dim + d",
+            "res": "(slot * n_max + i) * head_dim + d",
+            "mask": "slot * nqb + I, bit J: key block J selected for query block I",
+        },
+    }
+
+
 def generate_block(component: wiring.Component, name: str, cfg, layouts_: dict,
                    outdir) -> dict:
     """Write a sub-block (e.g. the dispatcher alone, for stream-level testbenches) as
@@ -110,9 +150,12 @@ def generate_block(component: wiring.Component, name: str, cfg, layouts_: dict,
     return man
 
 
-def generate(cfg, outdir) -> dict:
-    """Write ``<outdir>/dstar_linear.v`` (no source paths: byte-identical across runs and
-    checkouts) and ``<outdir>/params.json``; return the manifest."""
+def generate(cfg, outdir, *, attention: bool = True) -> dict:
+    """Write ``<outdir>/dstar_linear.v`` and (with ``attention``) ``<outdir>/dstar_attention.v``
+    (no source paths: byte-identical across runs and checkouts) and ``<outdir>/params.json``
+    (the attention engine's part under ``attention``); return the manifest."""
+    from .attention import AttentionEngine
+
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     top = LinearLayer(cfg)
@@ -120,6 +163,11 @@ def generate(cfg, outdir) -> dict:
     text = verilog.convert(top, name=TOP_NAME, emit_src=False)
     (outdir / f"{TOP_NAME}.v").write_text(text)
     man["verilog"] = f"{TOP_NAME}.v"
+    if attention:
+        att = AttentionEngine(cfg)
+        man["attention"] = attention_manifest(cfg, att)
+        text = verilog.convert(att, name=ATTN_TOP_NAME, emit_src=False)
+        (outdir / f"{ATTN_TOP_NAME}.v").write_text(text)
     (outdir / "params.json").write_text(json.dumps(man, indent=1, sort_keys=True) + "\n")
     return man
 
@@ -138,7 +186,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     cfg = load_config(args.config, args.preset, packing=args.packing)
     man = generate(cfg, args.out)
-    print(f"wrote {Path(args.out) / man['verilog']} and params.json")
+    extra = f" and {man['attention']['verilog']}" if "attention" in man else ""
+    print(f"wrote {Path(args.out) / man['verilog']}{extra} and params.json")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,131 @@
+"""Exact cycle model of ``hw.attention.AttentionEngine``: the cycles of one head step (key or
+reuse) from ``N``, the mask and the configuration, plus the QK^T / PV tile counts.
+
+The engine runs the phases of each query block ``I`` one after the other (``rows`` = the
+block's query rows, ``n_sel`` = the keys of its selected blocks, ``blen_J`` = key block ``J``'s
+length, ``nkb = ceil(N / Bk)``, ``G`` = lanes, ``BC = m_tile * n_arrays``):
+
+* LIST: one cycle per key block (``nkb``), then one hop cycle;
+* a tile of QK^T (per selected block ``J``, per chunk of ``BC`` keys): the K^T tile loads at
+  one row per cycle (``Dh``) and runs ``rows * 2 * Dh/G`` lane-op cycles (two nibble ops per
+  Q element); a tile of PV (per column pass of ``BC`` outputs, per selected block): the V
+  rows of the block's lane groups (``ceil(blen_J / G) * G``) and ``rows * 2 *
+  ceil(blen_J / G)`` op cycles. The two weight banks overlap the load of a tile with the ops
+  of the previous one (``tile_phase``); after the last tile, ``WAIT_CYCLES`` until the PE
+  array's last reduction is written;
+* SMAX: the softmax unit's schedule of ``rows`` rows of ``n_sel`` keys
+  (``sim.softmax_cycles.schedule(...).cycles``, the feeder keeps it always fed) plus one;
+* SEL (key steps): ``picks * (nkb + 1)`` with ``picks`` = the selected blocks of the row of
+  the mask (one scan over the blocks and a commit per pick), 1 for ``theta = 1``;
+* NORM: ``rows * Dh`` accumulators through the normalizer, plus ``NORM_DRAIN``.
+
+Key step: LIST, QK^T (all), SMAX (all), SEL, PV (all), NORM (``O_full``), then LIST, SMAX
+(selected, on the kept logits), PV (selected), NORM (``R``). Reuse step: LIST, QK^T, SMAX,
+PV, NORM, all on the selected tiles.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from golden.attention import THETA_BITS
+from sim.softmax_cycles import schedule
+
+__all__ = ["AttentionCycles", "predict", "dense_cycles", "tile_phase", "WAIT_CYCLES",
+           "NORM_DRAIN"]
+
+WAIT_CYCLES = 4         # last op -> psum queued -> reduction -> accumulator written -> seen
+NORM_DRAIN = 4          # accumulator read, normalizer (2 stages), output write, seen
+
+
+@dataclass
+class AttentionCycles:
+    """Predicted counters of one step: ``cycles``, ``count_qk``, ``count_pv`` (the engine's
+    ports), and the cycles by phase (``phases``)."""
+    cycles: int
+    count_qk: int
+    count_pv: int
+    phases: dict
+
+    def counters(self) -> dict:
+        return {"cycles": self.cycles, "count_qk": self.count_qk, "count_pv": self.count_pv}
+
+
+def _blocks(n, b):
+    return [min(b, n - s) for s in range(0, n, b)]
+
+
+def tile_phase(loads, ops) -> int:
+    """Cycles of a tile phase: tile ``t`` loads in ``loads[t]`` cycles and runs in ``ops[t]``.
+    The loader decides to start tile ``t`` once it is idle and the lanes are done with tile
+    ``t - 2`` (the bank it refills), issues its rows in the following cycles, and counts it the
+    cycle after its last row; the lanes start a tile the cycle after it is counted (and they
+    are idle); the phase ends ``WAIT_CYCLES`` after the last tile's lanes are counted."""
+    l_seen, x_seen = [], []
+    ld_free = x_free = 0
+    for t, (lc, oc) in enumerate(zip(loads, ops, strict=True)):
+        dec = max(ld_free, x_seen[t - 2] if t >= 2 else 0)
+        ld_free = dec + lc + 1
+        l_seen.append(ld_free)
+        x_free = max(x_free, l_seen[t]) + oc + 1
+        x_seen.append(x_free)
+    return x_seen[-1] + WAIT_CYCLES
+
+
+def predict(cfg, n: int, mask, key: bool, theta_q: int) -> AttentionCycles:
+    """Counters of one step of ``N = n`` tokens with the block ``mask`` ``(nqb, nkb)`` (on key
+    steps: the mask the step selects; ``theta_q``: ``golden.attention.theta_fixed(theta)``)."""
+    g, dh = cfg.group, cfg.head_dim
+    bc = cfg.m_tile * cfg.n_arrays
+    q_lens, k_lens = _blocks(n, cfg.block_q), _blocks(n, cfg.block_k)
+    nkb = len(k_lens)
+    mask = np.asarray(mask, dtype=bool)
+    if mask.shape != (len(q_lens), nkb):
+        raise ValueError(f"mask must have shape {(len(q_lens), nkb)}, got {mask.shape}")
+    if not mask.any(axis=1).all():
+        raise ValueError("every query block needs at least one selected key block")
+    rows_q = dh // g
+    n_cp = -(-dh // bc)
+    ph = dict.fromkeys(("list", "qk", "smax", "sel", "pv", "norm"), 0)
+    count_qk = count_pv = 0
+
+    def qk(rows, sel):
+        n_chunks = sum(-(-k_lens[j] // bc) for j in sel)
+        return tile_phase([dh] * n_chunks, [rows * 2 * rows_q] * n_chunks)
+
+    def pv(rows, sel):
+        ngs = [-(-k_lens[j] // g) for j in sel] * n_cp
+        return tile_phase([ng * g for ng in ngs], [rows * 2 * ng for ng in ngs])
+
+    def smax(rows, sel):
+        return schedule([sum(k_lens[j] for j in sel)] * rows).cycles + 1
+
+    for i, rows in enumerate(q_lens):
+        sel = [j for j in range(nkb) if mask[i, j]]
+        every = list(range(nkb))
+        norm = rows * dh + NORM_DRAIN
+        if key:
+            ph["list"] += 2 * (nkb + 1)
+            ph["qk"] += qk(rows, every)
+            ph["smax"] += smax(rows, every) + smax(rows, sel)
+            ph["sel"] += 1 if theta_q >= 1 << THETA_BITS else len(sel) * (nkb + 1)
+            ph["pv"] += pv(rows, every) + pv(rows, sel)
+            ph["norm"] += 2 * norm
+            count_qk += nkb
+            count_pv += nkb + len(sel)
+        else:
+            ph["list"] += nkb + 1
+            ph["qk"] += qk(rows, sel)
+            ph["smax"] += smax(rows, sel)
+            ph["pv"] += pv(rows, sel)
+            ph["norm"] += norm
+            count_qk += len(sel)
+            count_pv += len(sel)
+    return AttentionCycles(sum(ph.values()), count_qk, count_pv, ph)
+
+
+def dense_cycles(cfg, n: int) -> int:
+    """Cycles of dense attention on the same engine: one pass over every tile (a reuse step
+    with every block selected: QK^T, softmax, PV and normalization once)."""
+    nqb, nkb = -(-n // cfg.block_q), -(-n // cfg.block_k)
+    return predict(cfg, n, np.ones((nqb, nkb), dtype=bool), False, 1 << THETA_BITS).cycles

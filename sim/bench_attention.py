@@ -1,0 +1,211 @@
+"""Benchmark of the attention-reuse controller on the bundled DiT: cycles of key and reuse steps
+of real heads, and the ratio to dense attention on the same engine.
+
+``python -m sim.bench_attention [--preset default] [--steps 20] [--take 6] [--layers 0 3 5]
+[--heads 0 1 2 3] [--theta 0.9] [--refresh 2] [--rtl N]`` (also ``dstar bench attention``)
+
+For every chosen layer and head it quantizes the head's Q, K, V of each of the first ``take``
+steps of a ``steps``-step DDIM run (one sample, label 3, no guidance) as
+``golden.attention.AttentionReuse`` does, runs the golden key / reuse steps (the slot's mask and
+residual carried over, ``refresh`` from the options), and predicts the engine's cycles with the
+exact model ``sim.attention_cycles``. ``--rtl N`` also runs the first ``N`` steps of the first
+layer/head on the Amaranth simulator and checks cycles and outputs against the model and the
+golden model (slow: about 1 k cycles per second). Figures per step kind: mean cycles, QK^T and
+PV tiles, and ``x dense`` = dense cycles / cycles (dense: one pass over every tile).
+"""
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from dstar.config import load_config
+from golden.attention import (
+    key_step_head,
+    quantize_on,
+    quantize_per_head,
+    quantize_per_token,
+    reuse_step_head,
+    theta_fixed,
+)
+from golden.dit import DiT, bundled_weights_path, float_attention, load_weights
+from golden.sampler import ddim_sample, initial_noise
+from golden.softmax import logit_multiplier
+from sim.attention_cycles import dense_cycles, predict
+
+__all__ = ["attention_inputs", "HeadSteps", "main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class _Enough(Exception):
+    pass
+
+
+def attention_inputs(layer: int = 0, steps: int = 20, take: int = 3, label: int = 3,
+                     seed: int = 0):
+    """Float ``q, k, v`` of the attention of DiT block ``layer`` at the first ``take`` steps of a
+    ``steps``-step DDIM run (one sample of ``label``, no guidance): three arrays
+    ``(take, H, N, Dh)`` (float32, before the 1/sqrt(Dh) scale). Cached under ``build/traces/``
+    keyed by the weights file's size and modification time."""
+    st = bundled_weights_path().stat()
+    cache = ROOT / "build" / "traces" / (
+        f"attn{layer}_{steps}_{take}_{label}_{seed}_{st.st_size}_{int(st.st_mtime)}.npz")
+    if cache.exists():
+        with np.load(cache) as z:
+            return z["q"], z["k"], z["v"]
+    shape, weights = load_weights()
+    name = f"blocks.{layer}.attn"
+    rec = []
+
+    def attn(n, q, k, v, step):
+        if step >= take:
+            raise _Enough
+        if n == name:
+            rec.append((q[0].copy(), k[0].copy(), v[0].copy()))
+        return float_attention(n, q, k, v, step)
+
+    try:
+        ddim_sample(DiT(shape, weights), [label], initial_noise(1, shape, seed), steps,
+                    cfg_scale=1.0, attention=attn)
+    except _Enough:
+        pass
+    q, k, v = (np.stack([r[i] for r in rec]).astype(np.float32) for i in range(3))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(cache, q=q, k=k, v=v)
+    return q, k, v
+
+
+class HeadSteps:
+    """One head (or any ``(N, Dh)`` float q, k, v per step) through DSTAR's integer attention
+    with a slot's refresh policy, as ``AttentionReuse`` quantizes it: per step the integer
+    inputs, ``key``, the expected output, residual and mask (the golden model's)."""
+
+    def __init__(self, theta: float = 0.9, refresh: int = 2, *, block_q: int = 16,
+                 block_k: int = 16, frac_bits: int = 6):
+        self.theta, self.refresh = theta, refresh
+        self.kw = dict(block_q=block_q, block_k=block_k, frac_bits=frac_bits)
+        self.calls = 0
+        self.s_v = self.mask = self.r = None
+
+    def step(self, q, k, v) -> dict:
+        q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+        key = self.calls == 0 or (self.refresh > 0 and self.calls % self.refresh == 0)
+        self.calls += 1
+        q_int, s_q = quantize_per_token(q)
+        k_int, s_k = quantize_per_head(k)
+        m, sh = logit_multiplier(s_q * s_k / math.sqrt(q.shape[-1]), self.kw["frac_bits"])
+        if key:
+            v_int, self.s_v = quantize_per_head(v)
+            res = key_step_head(q_int, k_int, v_int, m, sh, theta=self.theta, **self.kw)
+            self.mask, self.r = res["mask"], res["r"]
+            o = res["o_full"]
+        else:
+            v_int, _ = quantize_on(v, self.s_v)
+            o = reuse_step_head(q_int, k_int, v_int, m, sh, self.mask, self.r, **self.kw)
+        return {"q": q_int, "k": k_int, "v": v_int, "m": m, "sh": sh, "key": key, "o": o,
+                "r": self.r, "mask": self.mask, "s_v": float(self.s_v)}
+
+
+def _rtl_check(cfg, steps, theta, refresh):
+    """Run steps on the Amaranth simulator; returns measured counters per step, raising on a
+    mismatch with the golden output or the model."""
+    from amaranth.sim import Simulator
+
+    from hw.attention import AttentionEngine
+    from hw.generate import attention_manifest
+    from sim.tb_attention import HeadImage, run_head
+
+    dut = AttentionEngine(cfg)
+    img = HeadImage(attention_manifest(cfg, dut), steps[0]["q"].shape[0])
+    outs = []
+
+    async def bench(ctx):
+        io = (lambda n, v: ctx.set(getattr(dut, n), v),
+              lambda n: int(ctx.get(getattr(dut, n))), ctx.tick)
+        for s in steps:
+            outs.append(await run_head(io, img, s["q"], s["k"], s["v"], s["m"], s["sh"],
+                                       theta_q=theta_fixed(theta), refresh=refresh,
+                                       read_res=False))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    for i, (s, o) in enumerate(zip(steps, outs, strict=True)):
+        want = predict(cfg, s["q"].shape[0], s["mask"], s["key"], theta_fixed(theta))
+        if not np.array_equal(o.o, s["o"]) or o.counters != want.counters():
+            raise AssertionError(f"RTL step {i}: output or counters differ "
+                                 f"({o.counters} vs {want.counters()})")
+    return [o.counters for o in outs]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="dstar bench attention", description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="default")
+    ap.add_argument("--config")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--take", type=int, default=6)
+    ap.add_argument("--layers", type=int, nargs="+", default=[0, 3, 5])
+    ap.add_argument("--heads", type=int, nargs="+", default=[0, 1, 2, 3])
+    ap.add_argument("--theta", type=float)
+    ap.add_argument("--refresh", type=int)
+    ap.add_argument("--rtl", type=int, default=0)
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config, args.preset)
+    theta = cfg.theta if args.theta is None else args.theta
+    refresh = cfg.refresh_attn if args.refresh is None else args.refresh
+    tq = theta_fixed(theta)
+    rows = {True: [], False: []}
+    first = None
+    t0 = time.time()
+    for layer in args.layers:
+        q, k, v = attention_inputs(layer, args.steps, args.take)
+        n = q.shape[2]
+        if n > cfg.max_tokens or q.shape[3] != cfg.head_dim:
+            raise SystemExit(f"the DiT's heads (N={n}, Dh={q.shape[3]}) do not fit max_tokens="
+                             f"{cfg.max_tokens}, head_dim={cfg.head_dim}")
+        dense = dense_cycles(cfg, n)
+        for h in args.heads:
+            hs = HeadSteps(theta, refresh, block_q=cfg.block_q, block_k=cfg.block_k,
+                           frac_bits=cfg.attn_frac_bits)
+            steps = [hs.step(q[s, h], k[s, h], v[s, h]) for s in range(q.shape[0])]
+            if first is None:
+                first = steps
+            for s in steps:
+                c = predict(cfg, n, s["mask"], s["key"], tq)
+                rows[s["key"]].append((c.cycles, c.count_qk, c.count_pv, dense,
+                                       float(s["mask"].mean())))
+    nqb = -(-n // cfg.block_q)
+    tiles = nqb * -(-n // cfg.block_k)
+    print(f"attention engine, preset {args.preset}: N={n}, Dh={cfg.head_dim}, "
+          f"{cfg.block_q}x{cfg.block_k} blocks ({tiles} tiles), G={cfg.group} lanes x "
+          f"{cfg.m_tile} x {cfg.n_arrays} arrays; theta={theta}, refresh_attn={refresh}; "
+          f"layers {args.layers}, heads {args.heads}, steps 0..{args.take - 1} of {args.steps}")
+    print(f"dense attention (every tile once): {dense} cycles")
+    print(f"{'step':>6} {'count':>5} {'cycles':>9} {'QK tiles':>8} {'PV tiles':>8} "
+          f"{'mask':>6} {'x dense':>8}")
+    allc = []
+    for kind, name in ((True, "key"), (False, "reuse")):
+        r = np.array(rows[kind], dtype=np.float64)
+        if not len(r):
+            continue
+        allc.append(r[:, 0])
+        print(f"{name:>6} {len(r):>5} {r[:, 0].mean():>9.0f} {r[:, 1].mean():>8.1f} "
+              f"{r[:, 2].mean():>8.1f} {r[:, 4].mean():>6.3f} {dense / r[:, 0].mean():>8.3f}")
+    allc = np.concatenate(allc)
+    print(f"{'all':>6} {len(allc):>5} {allc.mean():>9.0f} {'':>8} {'':>8} {'':>6} "
+          f"{dense / allc.mean():>8.3f}")
+    print(f"(golden + cycle model: {time.time() - t0:.1f} s)")
+    if args.rtl:
+        t1 = time.time()
+        got = _rtl_check(cfg, first[:args.rtl], theta, refresh)
+        print(f"RTL (Amaranth simulator), layer {args.layers[0]} head {args.heads[0]}, "
+              f"{len(got)} steps: cycles {[g['cycles'] for g in got]} == model, outputs "
+              f"bit-exact ({time.time() - t1:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

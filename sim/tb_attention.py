@@ -1,0 +1,218 @@
+"""Host driver of ``hw.attention.AttentionEngine`` (any simulator) and its cocotb testbench.
+
+``run_head`` loads one head's Q, K, V and row multipliers into the engine's memories (layouts
+from the manifest's ``attention`` section, ``hw.generate.attention_manifest``), runs one step
+of a slot and reads the output, the slot's residual cache and mask back, through a three-call
+adapter (``set(name, int)``, ``get(name) -> int`` (unsigned), ``await tick()``), as
+``sim.layer_io`` does for the linear wrapper.
+
+The cocotb test reads ``DSTAR_ATTN_PARAMS`` (the manifest JSON) and ``DSTAR_ATTN_CASES`` (an
+``.npz``: per case and step the inputs, slot settings, and the golden outputs, residuals, masks
+and the cycle model's counters, computed outside the simulator); each case runs its steps on a
+freshly reset design and compares integers with equality.
+"""
+
+import json
+import os
+
+import numpy as np
+
+__all__ = ["HeadImage", "run_head", "HeadOutcome"]
+
+
+def _pack(values, width: int) -> int:
+    word = 0
+    for i, v in enumerate(values):
+        word |= (int(v) & ((1 << width) - 1)) << (i * width)
+    return word
+
+
+def _signed(v: int, width: int) -> int:
+    return v - (1 << width) if v >> (width - 1) & 1 else v
+
+
+class HeadImage:
+    """Memory words of one head on one generated configuration (``man``: the manifest's
+    ``attention`` section, with ``config`` and ``geometry``)."""
+
+    def __init__(self, man: dict, n: int):
+        cfg, geo = man["config"], man["geometry"]
+        if not 1 <= n <= cfg["max_tokens"]:
+            raise ValueError(f"N={n} must be in [1, max_tokens={cfg['max_tokens']}]")
+        self.man, self.n = man, n
+        self.g, self.dh = cfg["group"], cfg["head_dim"]
+        self.mt, self.n_arr = cfg["m_tile"], cfg["n_arrays"]
+        self.bc = self.mt * self.n_arr
+        self.n_kc, self.n_cp, self.rows_q = geo["n_kc"], geo["n_cp"], geo["rows_q"]
+        self.n_max, self.nqb = geo["n_max"], geo["nqb"]
+        self.bq, self.bk = cfg["block_q"], cfg["block_k"]
+
+    def _check(self, name, x, shape):
+        x = np.asarray(x, dtype=np.int64)
+        if x.shape != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {x.shape}")
+        return x
+
+    def q_words(self, q) -> dict[int, int]:
+        q = self._check("q", q, (self.n, self.dh))
+        return {i * self.rows_q + r: _pack(q[i, r * self.g:(r + 1) * self.g], 8)
+                for i in range(self.n) for r in range(self.rows_q)}
+
+    def k_words(self, k) -> list[dict[int, int]]:
+        """K (N, Dh) -> per array {d * n_kc + kc: word of K^T}."""
+        k = self._check("k", k, (self.n, self.dh))
+        pad = np.zeros((self.n_kc * self.bc, self.dh), dtype=np.int64)
+        pad[:self.n] = k
+        nkc = -(-self.n // self.bc)
+        return [{d * self.n_kc + kc: _pack(pad[kc * self.bc + a * self.mt:
+                                               kc * self.bc + (a + 1) * self.mt, d], 8)
+                 for d in range(self.dh) for kc in range(nkc)} for a in range(self.n_arr)]
+
+    def v_words(self, v) -> list[dict[int, int]]:
+        """V (N, Dh) -> per array {j * n_cp + cp: word} (rows up to the next lane group)."""
+        v = self._check("v", v, (self.n, self.dh))
+        n_up = -(-self.n // self.g) * self.g
+        pad = np.zeros((n_up, self.n_cp * self.bc), dtype=np.int64)
+        pad[:self.n, :self.dh] = v
+        return [{j * self.n_cp + cp: _pack(pad[j, cp * self.bc + a * self.mt:
+                                               cp * self.bc + (a + 1) * self.mt], 8)
+                 for j in range(n_up) for cp in range(self.n_cp)} for a in range(self.n_arr)]
+
+    def ms_words(self, m, sh) -> dict[int, int]:
+        return {i: int(m[i]) | int(sh[i]) << 16 for i in range(self.n)}
+
+
+class HeadOutcome:
+    def __init__(self, o, res, mask, key, counters):
+        self.o, self.res, self.mask, self.key, self.counters = o, res, mask, key, counters
+
+
+async def _write(io, we, wdata, words, we_value=1):
+    set_, _, tick = io
+    set_(we, we_value)
+    for addr, word in words.items():
+        set_("host_addr", addr)
+        set_(wdata, word)
+        await tick()
+    set_(we, 0)
+
+
+async def run_head(io, img: HeadImage, q, k, v, m, sh, *, slot: int = 0, theta_q: int = 58982,
+                   refresh: int = 2, read_res: bool = True, max_cycles: int = 5_000_000
+                   ) -> HeadOutcome:
+    """Load one head, run one step of ``slot``, read the output ``O`` (N, Dh), and (with
+    ``read_res``) the slot's residual R (N, Dh) and mask (nqb(N), nkb(N)) back."""
+    set_, get, tick = io
+    await _write(io, "host_q_we", "host_q_wdata", img.q_words(q))
+    for a, words in enumerate(img.k_words(k)):
+        await _write(io, "host_k_we", "host_k_wdata", words, 1 << a)
+    for a, words in enumerate(img.v_words(v)):
+        await _write(io, "host_v_we", "host_v_wdata", words, 1 << a)
+    await _write(io, "host_ms_we", "host_ms_wdata", img.ms_words(m, sh))
+    for name, val in (("slot", slot), ("n_tokens", img.n), ("theta_q", theta_q),
+                      ("refresh", refresh)):
+        set_(name, val)
+    set_("start", 1)
+    await tick()
+    set_("start", 0)
+    for _ in range(max_cycles):
+        await tick()
+        if not get("busy"):
+            break
+    else:
+        raise TimeoutError(f"attention step still busy after {max_cycles} cycles")
+    counters = {c: get(c) for c in ("cycles", "count_qk", "count_pv")}
+    key = bool(get("key"))
+    n, dh = img.n, img.dh
+    o = np.zeros((n, dh), dtype=np.int64)
+    for a in range(n * dh):
+        set_("host_o_addr", a)
+        await tick()
+        o.flat[a] = _signed(get("host_o_rdata"), 18)
+    res = mask = None
+    if read_res:
+        res = np.zeros((n, dh), dtype=np.int64)
+        base = slot * img.n_max * dh
+        for a in range(n * dh):
+            set_("host_res_addr", base + a)
+            await tick()
+            res.flat[a] = _signed(get("host_res_rdata"), 17)
+        nqb, nkb = -(-n // img.bq), -(-n // img.bk)
+        mask = np.zeros((nqb, nkb), dtype=bool)
+        for i in range(nqb):
+            set_("host_mask_addr", slot * img.nqb + i)
+            await tick()
+            word = get("host_mask_rdata")
+            mask[i] = [(word >> j) & 1 for j in range(nkb)]
+    return HeadOutcome(o, res, mask, key, counters)
+
+
+# ----- cocotb -----
+try:
+    import cocotb
+    from cocotb.clock import Clock
+    from cocotb.triggers import FallingEdge
+except ImportError:                         # the driver is usable without cocotb
+    cocotb = None
+
+
+def _load_cases():
+    with open(os.environ["DSTAR_ATTN_PARAMS"]) as f:
+        man = json.load(f)
+    with np.load(os.environ["DSTAR_ATTN_CASES"]) as z:
+        files = {k: z[k] for k in z.files}
+    names = sorted({k.split("/")[0] for k in files})
+    return man, [(name, {k.split("/", 1)[1]: v for k, v in files.items()
+                         if k.startswith(name + "/")}) for name in names]
+
+
+if cocotb is not None:
+    @cocotb.test()
+    async def test_cases(dut):
+        """Every case of ``DSTAR_ATTN_CASES``: bit-exact O, R and mask, cycles equal to the
+        model, on a freshly reset design per case."""
+        Clock(dut.clk, 10, unit="ns").start()
+        man, cases = _load_cases()
+        att = man["attention"]
+
+        def set_(name, value):
+            getattr(dut, name).value = int(value)
+
+        def get(name):
+            return int(getattr(dut, name).value)
+
+        async def tick():
+            await FallingEdge(dut.clk)
+
+        io = (set_, get, tick)
+        failures = []
+        for name, c in cases:
+            for pname, port in att["ports"].items():
+                if port["dir"] == "in":
+                    set_(pname, 0)
+            dut.rst.value = 1
+            await tick()
+            await tick()
+            dut.rst.value = 0
+            await tick()
+            n = int(c["n"])
+            img = HeadImage(att, n)
+            for s in range(len(c["keys"])):
+                out = await run_head(io, img, c["q"][s], c["k"][s], c["v"][s], c["m"][s],
+                                     c["sh"][s], slot=int(c["slot"]), theta_q=int(c["theta_q"]),
+                                     refresh=int(c["refresh"]))
+                want = dict(zip(("cycles", "count_qk", "count_pv"),
+                                (int(x) for x in c["counters"][s]), strict=True))
+                cocotb.log.info(f"{name} step {s}: key={out.key} {out.counters}")
+                if out.key != bool(c["keys"][s]):
+                    failures.append(f"{name} step {s}: key {out.key}")
+                if not np.array_equal(out.o, c["o"][s]):
+                    failures.append(f"{name} step {s}: O differs "
+                                    f"({int((out.o != c['o'][s]).sum())} elements)")
+                if not np.array_equal(out.res, c["r"][s]):
+                    failures.append(f"{name} step {s}: R differs")
+                if not np.array_equal(out.mask, c["mask"][s]):
+                    failures.append(f"{name} step {s}: mask differs")
+                if out.counters != want:
+                    failures.append(f"{name} step {s}: counters {out.counters} != {want}")
+        assert not failures, "; ".join(failures)

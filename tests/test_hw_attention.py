@@ -1,0 +1,242 @@
+"""AttentionEngine on Amaranth's simulator against ``golden.attention``: a real head of the
+bundled DiT over a key step and two reuse steps (also against the ``AttentionReuse`` hook),
+random heads with ragged blocks, theta = 1, single-block masks, one-block sequences, all-equal
+and extreme logits, the slots' refresh policy; outputs, residual cache and masks bit-exact, and
+every step's cycles and tile counts equal to ``sim.attention_cycles``."""
+
+import math
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from dstar.config import ConfigError, preset
+from golden.attention import AttentionReuse, theta_fixed
+from golden.softmax import logit_multiplier
+from hw.attention import AttentionEngine, AttentionGeometry
+from hw.generate import attention_manifest
+from sim.attention_cycles import dense_cycles, predict
+from sim.bench_attention import HeadSteps, attention_inputs
+from sim.tb_attention import HeadImage, run_head
+
+pytestmark = pytest.mark.amaranth
+
+
+def simulate(cfg, calls):
+    """Run ``calls`` (dicts: q, k, v, m, sh, slot, theta_q, refresh, optional ``clear``) in
+    order on one simulated engine; returns their ``HeadOutcome``s."""
+    dut = AttentionEngine(cfg)
+    man = attention_manifest(cfg, dut)
+    outs = []
+
+    async def bench(ctx):
+        io = (lambda n, v: ctx.set(getattr(dut, n), v),
+              lambda n: int(ctx.get(getattr(dut, n))), ctx.tick)
+        for c in calls:
+            if c.get("clear"):
+                ctx.set(dut.clear, 1)
+                await ctx.tick()
+                ctx.set(dut.clear, 0)
+            img = HeadImage(man, np.asarray(c["q"]).shape[0])
+            outs.append(await run_head(io, img, c["q"], c["k"], c["v"], c["m"], c["sh"],
+                                       slot=c["slot"], theta_q=c["theta_q"],
+                                       refresh=c["refresh"]))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return outs
+
+
+def check(cfg, calls, expected):
+    """Simulate and compare every call with its expected golden step (``HeadSteps.step``
+    dicts): key, O, R, mask, and the cycle model's counters."""
+    outs = simulate(cfg, calls)
+    for i, (c, e, o) in enumerate(zip(calls, expected, outs, strict=True)):
+        n = e["o"].shape[0]
+        want = predict(cfg, n, e["mask"], e["key"], c["theta_q"]).counters()
+        assert o.key == e["key"], f"call {i}: key"
+        assert np.array_equal(o.o, e["o"]), f"call {i}: O differs in {(o.o != e['o']).sum()}"
+        assert np.array_equal(o.res, e["r"]), f"call {i}: residual differs"
+        assert np.array_equal(o.mask, e["mask"]), f"call {i}: mask {o.mask} != {e['mask']}"
+        assert o.counters == want, f"call {i}: counters {o.counters} != model {want}"
+    return outs
+
+
+def head_calls(cfg, steps, theta, refresh, slot=0):
+    """Golden steps of one slot for float ``(q, k, v)`` per step, and the engine's calls."""
+    hs = HeadSteps(theta, refresh, block_q=cfg.block_q, block_k=cfg.block_k,
+                   frac_bits=cfg.attn_frac_bits)
+    exp = [hs.step(*s) for s in steps]
+    calls = [{**{k: e[k] for k in ("q", "k", "v", "m", "sh")}, "slot": slot,
+              "theta_q": theta_fixed(theta), "refresh": refresh} for e in exp]
+    return calls, exp
+
+
+def int_calls(cfg, steps, theta, refresh, slot=0):
+    """Like ``head_calls`` for integer steps ``(q, k, v, m, sh)`` (V given on its lattice)."""
+    from golden.attention import key_step_head, reuse_step_head
+
+    kw = dict(block_q=cfg.block_q, block_k=cfg.block_k, frac_bits=cfg.attn_frac_bits)
+    exp, mask, r = [], None, None
+    for i, (q, k, v, m, sh) in enumerate(steps):
+        key = i == 0 or (refresh > 0 and i % refresh == 0)
+        if key:
+            res = key_step_head(q, k, v, m, sh, theta=theta, **kw)
+            mask, r, o = res["mask"], res["r"], res["o_full"]
+        else:
+            o = reuse_step_head(q, k, v, m, sh, mask, r, **kw)
+        exp.append({"key": key, "o": o, "r": r, "mask": mask})
+    calls = [{"q": q, "k": k, "v": v, "m": m, "sh": sh, "slot": slot,
+              "theta_q": theta_fixed(theta), "refresh": refresh}
+             for q, k, v, m, sh in steps]
+    return calls, exp
+
+
+def _random_step(rng, n, dh, logit_std=1.0):
+    q = rng.integers(-127, 128, size=(n, dh))
+    k = rng.integers(-127, 128, size=(n, dh))
+    v = rng.integers(-127, 128, size=(n, dh))
+    # A natural-log scale giving logits of about logit_std (INT8 dot products ~ 127**2 Dh / 3).
+    scale = np.full(n, logit_std / (127 ** 2 * math.sqrt(dh / 3)))
+    m, sh = logit_multiplier(scale * rng.uniform(0.5, 2.0, n))
+    return q, k, v, m, sh
+
+
+@pytest.fixture(scope="module")
+def small_cfg():
+    """The tiny preset with Dh = 16: half the lane work per tile, for the synthetic cases."""
+    return preset("tiny").replace(head_dim=16)
+
+
+@pytest.fixture(scope="module")
+def real_head():
+    """Layer 0, head 1 of the bundled DiT, steps 0..2 of a 20-step run: float (q, k, v)."""
+    q, k, v = attention_inputs(0, 20, 3)
+    return [(q[s, 1], k[s, 1], v[s, 1]) for s in range(3)]
+
+
+def test_real_head_key_and_two_reuse_steps(tiny_cfg, real_head):
+    """The first 32 tokens of a real head (the tiny preset's max_tokens): key step, two reuse
+    steps; the golden side is cross-checked against the ``AttentionReuse`` hook itself."""
+    cfg, n, theta = tiny_cfg, tiny_cfg.max_tokens, 0.5
+    steps = [tuple(a[:n] for a in s) for s in real_head]
+    calls, exp = head_calls(cfg, steps, theta, 3)
+    assert [e["key"] for e in exp] == [True, False, False]
+    hook = AttentionReuse(cfg.replace(theta=theta, refresh_attn=3), measure=False)
+    for s, (q, k, v) in enumerate(steps):
+        out = hook("blocks.0.attn", q[None, None], k[None, None], v[None, None], s)
+        mine = (exp[s]["o"] * (exp[s]["s_v"] / 256.0)).astype(np.float32)
+        assert np.array_equal(out[0, 0], mine)
+    assert not exp[0]["mask"].all()             # a sparse mask at this theta
+    check(cfg, calls, exp)
+
+
+def test_random_ragged_key_and_reuse(small_cfg):
+    """N = 27 (ragged query and key blocks), theta 0.5: key and reuse step."""
+    rng = np.random.default_rng(5)
+    steps = [_random_step(rng, 27, small_cfg.head_dim, 2.0) for _ in range(2)]
+    calls, exp = int_calls(small_cfg, steps, 0.5, 2)
+    assert [e["key"] for e in exp] == [True, False] and not exp[0]["mask"].all()
+    check(small_cfg, calls, exp)
+
+
+def test_edge_cases(small_cfg):
+    """One simulation over several slots: theta = 1 with zero-mass blocks, single-block masks,
+    a one-block sequence, all-equal logits (ties: the lower block first), extreme logits
+    (+-127 everywhere) and a single token."""
+    cfg, dh = small_cfg, small_cfg.head_dim
+    rng = np.random.default_rng(9)
+    calls, exp = [], []
+
+    def add(steps, theta, refresh, slot):
+        c, e = int_calls(cfg, steps, theta, refresh, slot)
+        calls.extend(c)
+        exp.extend(e)
+
+    # theta = 1: key 0 dominates every row, the other block has zero mass, yet is computed.
+    q = np.full((20, dh), 127)
+    k = rng.integers(-3, 4, size=(20, dh))
+    k[0] = 127
+    v = rng.integers(-127, 128, size=(20, dh))
+    m, sh = logit_multiplier(np.full(20, 1e-3))
+    add([(q, k, v, m, sh)], 1.0, 0, 0)
+    # Single-block masks: the same head at theta 0.5 (block 0 holds all the mass).
+    add([(q, k, v, m, sh)], 0.5, 0, 1)
+    # One-block sequence (N <= Bq, Bk), random.
+    add([_random_step(rng, 9, dh)] * 1 + [_random_step(rng, 9, dh)], 0.9, 0, 2)
+    # All-equal logits: K = 0; two equal-mass blocks, theta 0.5 selects block 0 only.
+    z = np.zeros((32, dh), dtype=np.int64)
+    mz, shz = logit_multiplier(np.full(32, 0.01))
+    add([(rng.integers(-127, 128, size=(32, dh)), z, rng.integers(-127, 128, size=(32, dh)),
+          mz, shz)], 0.5, 0, 3)
+    calls[-1]["clear"] = True
+    # Extreme logits: +-127 everywhere (|S| = Dh * 127**2), V = -127 / 127.
+    sgn = rng.choice([-127, 127], size=(3, 20, dh))
+    me, she = logit_multiplier(np.full(20, 127.0 ** -2 / math.sqrt(dh) * 30))
+    add([(sgn[0], sgn[1], sgn[2], me, she)], 0.8, 0, 0)
+    # A single token.
+    add([_random_step(rng, 1, dh)], 0.9, 0, 1)
+    assert exp[0]["mask"].all() and exp[1]["mask"].tolist() == [[True, False], [True, False]]
+    assert exp[4]["mask"].tolist() == [[True, False], [True, False]]
+    check(cfg, calls, exp)
+
+
+def test_slot_refresh_policy(small_cfg):
+    """Two slots interleaved with refresh 2 (each slot counts its own calls), then refresh 0
+    (only the first call is a key step); ``clear`` restarts every slot."""
+    cfg, dh = small_cfg, small_cfg.head_dim
+    rng = np.random.default_rng(3)
+    s0 = [_random_step(rng, 5, dh) for _ in range(3)]
+    s1 = [_random_step(rng, 5, dh) for _ in range(3)]
+    c0, e0 = int_calls(cfg, s0, 0.9, 2, 0)
+    c1, e1 = int_calls(cfg, s1, 0.9, 2, 1)
+    calls = [c0[0], c1[0], c0[1], c1[1], c0[2], c1[2]]
+    exp = [e0[0], e1[0], e0[1], e1[1], e0[2], e1[2]]
+    c2, e2 = int_calls(cfg, s0, 0.9, 0, 0)
+    c2[0]["clear"] = True
+    check(cfg, calls + c2, exp + e2)
+    assert [e["key"] for e in exp + e2] == [True, True, False, False, True, True,
+                                            True, False, False]
+
+
+def test_config_errors():
+    with pytest.raises(ConfigError, match="head_dim"):
+        preset("tiny").replace(head_dim=0)
+    with pytest.raises(ConfigError, match="head_dim=24"):
+        AttentionGeometry(preset("tiny").replace(head_dim=24))
+    with pytest.raises(ConfigError, match="block_k=8"):
+        AttentionGeometry(preset("default").replace(block_k=8))
+    with pytest.raises(ConfigError, match="head_dim=64 must be <= k_tile"):
+        AttentionGeometry(preset("tiny").replace(head_dim=64))
+
+
+@pytest.mark.slow
+def test_default_preset_builds():
+    from amaranth.back import rtlil
+    rtlil.convert(AttentionEngine(preset("default")))
+
+
+def test_cycle_model_counts_tiles(tiny_cfg):
+    """Dense attention costs what a reuse step with every block costs; a key step costs more
+    than dense (its second, masked pass), a sparse reuse step less."""
+    cfg = tiny_cfg
+    full = np.ones((2, 2), dtype=bool)
+    sparse = np.array([[True, False], [False, True]])
+    d = dense_cycles(cfg, 32)
+    assert predict(cfg, 32, full, False, 65536).cycles == d
+    assert predict(cfg, 32, sparse, True, 58982).cycles > d
+    r = predict(cfg, 32, sparse, False, 58982)
+    assert r.cycles < d and (r.count_qk, r.count_pv) == (2, 2)
+    with pytest.raises(ValueError, match="at least one"):
+        predict(cfg, 32, np.zeros((2, 2), dtype=bool), False, 58982)
+
+
+@pytest.mark.slow
+def test_real_head_64_tokens(real_head):
+    """A real head, 64 tokens (4 x 4 tiles), theta 0.9, refresh 3, on a widened tiny preset."""
+    cfg = preset("tiny").replace(max_tokens=64)
+    steps = [tuple(a[:64] for a in s) for s in real_head]
+    calls, exp = head_calls(cfg, steps, 0.9, 3)
+    check(cfg, calls, exp)
