@@ -143,6 +143,29 @@ def _popcount(bits):
     return total
 
 
+def _tree_sum(terms):
+    while len(terms) > 1:
+        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
+def _tree_min(m, values, name):
+    level = 0
+    while len(values) > 1:
+        nxt = []
+        for i in range(0, len(values), 2):
+            if i + 1 == len(values):
+                nxt.append(values[i])
+                continue
+            v = Signal.like(values[i], name=f"{name}_{level}_{i // 2}")
+            a, b = values[i], values[i + 1]
+            m.d.comb += v.eq(Mux(b < a, b, a))
+            nxt.append(v)
+        values, level = nxt, level + 1
+    return values[0]
+
+
 def _counters(m, comp, low, high, zero):
     with m.If(comp.clear):
         m.d.sync += [comp.count_low.eq(0), comp.count_high.eq(0), comp.count_zero.eq(0)]
@@ -166,10 +189,38 @@ class CompactDispatcher(wiring.Component):
         sl = self.i.payload
         b_layout = bundle_layout(geo)
 
-        # Token t rotates which element of each group a lane gets (see Geometry.lane_rotation).
+        # Each slice takes the rotation that best balances the lanes (golden.dispatch.
+        # lane_rotations): ops per element, then per candidate rotation the excess-weighted sum.
         rot = Signal(range(geo.rotation), name="rot")
-        m.d.comb += rot.eq(sl.meta.token[:geo.rot_bits] if geo.rotation > 1 else 0)
-        queues, needs = [], []
+        ecost = []
+        for e in range(g_n):
+            c = Signal(range(2 * s_n + 1), name=f"ecost_{e}")
+            m.d.comb += c.eq(_popcount([bit for j in range(s_n)
+                                        for bit in (sl.groups[j].q[e] != 0,
+                                                    _is_high(sl.groups[j].q[e]))]))
+            ecost.append(c)
+        excess = [Signal(range(geo.excess_max + 1), name=f"excess_{lane}")
+                  for lane in range(g_n)]
+        if geo.rotation > 1:
+            best_key, best_r = None, None
+            for r in range(geo.rotation):
+                score = Signal(range(g_n * geo.excess_max * 2 * s_n + 1), name=f"score_{r}")
+                m.d.comb += score.eq(_tree_sum([excess[lane] * ecost[geo.lane_element(lane, r)]
+                                                for lane in range(g_n)]))
+                # Ties go to rotation t mod R first: the order is the key's low bits.
+                key = Signal(len(score) + geo.rot_bits, name=f"key_{r}")
+                m.d.comb += key.eq(Cat((r - sl.meta.token[:geo.rot_bits])[:geo.rot_bits],
+                                       score))
+                if best_key is None:
+                    best_key, best_r = key, r
+                else:
+                    nk = Signal.like(key, name=f"best_key_{r}")
+                    nr = Signal(range(geo.rotation), name=f"best_rot_{r}")
+                    m.d.comb += [nk.eq(Mux(key < best_key, key, best_key)),
+                                 nr.eq(Mux(key < best_key, r, best_r))]
+                    best_key, best_r = nk, nr
+            m.d.comb += rot.eq(best_r)
+        queues, needs, cands = [], [], []
         for lane in range(g_n):
             q = SyncFIFO(width=b_layout.size, depth=self._geo.cfg.lane_fifo_depth)
             m.submodules[f"queue_{lane}"] = q
@@ -181,6 +232,12 @@ class CompactDispatcher(wiring.Component):
                 for r in range(1, geo.rotation):
                     code = Mux(rot == r, sl.groups[j].q[geo.lane_element(lane, r)], code)
                 m.d.comb += [bundle.q[j].eq(code), bundle.shift[j].eq(sl.groups[j].shift)]
+            cand = Signal(range(2 * s_n + 1), name=f"cand_{lane}")
+            sel = ecost[geo.lane_element(lane, 0)]
+            for r in range(1, geo.rotation):
+                sel = Mux(rot == r, ecost[geo.lane_element(lane, r)], sel)
+            m.d.comb += cand.eq(sel)
+            cands.append(cand)
             need = Signal(name=f"need_{lane}")
             m.d.comb += [need.eq(Cat(*[bundle.q[j] != 0 for j in range(s_n)]).any()),
                          q.w_data.eq(bundle)]
@@ -199,6 +256,21 @@ class CompactDispatcher(wiring.Component):
         take = self.i.valid & self.i.ready
         for lane in range(g_n):
             m.d.comb += queues[lane].w_en.eq(take & needs[lane])
+
+        # Excess update on take: add the slice's ops, subtract the least loaded lane's, saturate.
+        if geo.rotation > 1:
+            news = []
+            for lane in range(g_n):
+                nw = Signal(range(geo.excess_max + 2 * s_n + 1), name=f"excess_new_{lane}")
+                m.d.comb += nw.eq(excess[lane] + cands[lane])
+                news.append(nw)
+            low = _tree_min(m, news, "excess_low")
+            with m.If(self.clear):
+                m.d.sync += [x.eq(0) for x in excess]
+            with m.Elif(take):
+                for lane in range(g_n):
+                    d = news[lane] - low
+                    m.d.sync += excess[lane].eq(Mux(d > geo.excess_max, geo.excess_max, d))
 
         # Lane sequencers.
         lows, highs = [], []
