@@ -14,41 +14,57 @@ Strategies (``cfg.packing``):
     costs. Lanes of cheaper elements idle (counted as ``count_zero``).
 
 ``compact`` (chosen design)
-    Per-lane queues over each lane's slice of K. A slice is split into ``G`` lane bundles (lane
-    ``l`` gets one element of each of the slice's groups, with their shifts: element ``l``
-    rotated by the token index, see ``Geometry.lane_rotation``); bundles with a
-    non-zero element enter the lane's queue (``lane_fifo_depth`` deep) and a lane sequencer
-    issues only their non-zero nibbles, each carrying its weight row, closing the lane's
-    partial sum with the bundle's last nibble. The reduction in the PE array adds the lanes'
-    partial sums of a slice in slice order, so lanes drift apart by up to ``lane_fifo_depth``
-    queued bundles plus ``psum_depth`` unreduced sums: cost differences between tokens and
-    lanes average out instead of costing the maximum each time. The front end takes one whole
-    slice (``k_tile`` elements) per cycle, so it outruns the lanes whenever a lane's share of a
-    slice costs one pass or more on average (dense: ``2 * k_tile / G`` passes per slice).
+    Per-lane queues over each lane's share of K. A slice is split into ``G`` lane bundles
+    (lane ``l`` gets one element of each of the slice's groups, with their shifts: element
+    ``(l - r (r + 1) / 2) mod G`` under the slice's rotation ``r``, ``0 <= r < R``, see
+    ``Geometry.lane_element``); bundles with a non-zero element enter the lane's queue
+    (``lane_fifo_depth`` deep) and a lane sequencer issues only their non-zero nibbles, each
+    carrying its weight row and rotation, closing the lane's partial sum with the bundle's last
+    nibble. The reduction in the PE array adds the lanes' partial sums of a slice in slice
+    order, so lanes drift apart by up to ``lane_fifo_depth`` queued bundles plus ``psum_depth``
+    unreduced sums: cost differences between tokens and lanes average out instead of costing
+    the maximum each time. The front end takes one whole slice (``k_tile`` elements) per
+    cycle.
 
-    Why this design (figures from ``sim.cycle_model``, exact against the RTL, default preset,
-    tau = 0; "of ideal" is the speedup over dense divided by the element-level ideal speedup;
-    the bundled DiT's figures move a little as its shipped weights are retrained):
+    Lane balancing: the dispatcher keeps each lane's *excess* (``excess_max``-saturated count
+    of the nibble ops given to it beyond the least loaded lane) and gives each slice the
+    rotation that minimises ``sum_l excess[l] * ops_r[l]`` (``ops_r[l]``: ops lane ``l`` would
+    get under rotation ``r``), ties to ``r = token mod R`` first; the chosen bundle costs are
+    then added to the excess and the minimum subtracted. The rule is
+    ``golden.dispatch.lane_rotations``; it depends only on the slice sequence (not on timing),
+    and ``clear`` (the start of a layer run) zeroes the excess. Hardware: ``G`` per-element op
+    counts, ``R`` excess-weighted sums of ``G`` small products, an ``R``-way minimum, ``G``
+    excess registers with a minimum tree; the PE array's weight-row selection is the same as
+    for any ``R`` rotations.
 
-    * Static split (lane ``l`` always gets element ``l``) falls short: busy channels always land
-      on the same lanes, and deeper queues hardly help (``lane_fifo_depth`` 8 -> 32: +1% on
-      block 3's fc1). Rotating the element-to-lane assignment by the token index spreads each
-      channel over R lanes (``Geometry.lane_rotation``).
-    * Whole 50-step DDIM run of the bundled DiT, all 24 linear layers, every tenth step, same
-      encodings for all variants (``python -m sim.bench --steps 50 --blocks 0 1 2 3 4 5
-      --every 10 --lane-rotation 1 4 8 16``): ideal x3.27 over dense; compact R=1 x2.52 (77% of
-      ideal), R=4 x2.88 (88%), R=8 x3.00 (92%), R=16 x3.05 (93%); lockstep x1.68 (51%). Lane
-      utilization equals the fraction of ideal to within 0.01.
-    * Area (tiny preset, Yosys generic LUT4 with memories left unmapped): the PE array's logic
-      grows with R through its weight-row selection: 31.4k LUT4 for R=1 (and lockstep), 40.4k
-      for R=4, 75.4k for R=16; the compact dispatcher 2.9k LUT4 at R=4, 7.0k at R=16 (lockstep
-      0.8k). R=4 is the default: it clears the 80% target with margin at a third of the cost of
-      full rotation.
-    * What is left: on very sparse steps (ideal above x8) the front end's one slice per cycle
-      caps the speedup at ``2 * slice_groups`` = x8 (e.g. 49-66% of ideal on a few late
-      steps); a wider front end would lift it. On independent elements of the spec's mix
-      (57% ZERO / 40% LOW / 3% HIGH, ideal x4.36), compact gives x3.9-4.0 (89-92%) for any R,
-      lockstep x1.46.
+    Why this design. Figures from ``sim.cycle_model`` (exact against the RTL) over the whole
+    50-step DDIM run of the bundled DiT, every step, all 24 linear layers (1200 layer-steps,
+    default preset, tau = 0, ``python -m sim.bench --lane-rotation 1 2 4 8 16``): ideal x4.35
+    over dense on the same lanes; "of ideal" = speedup over dense / ideal speedup;
+    utilization = useful lane cycles / all lane cycles. The front end's one slice per cycle
+    bounds utilization on this run at 0.964 (sparse steps 1-7, ideal up to x14, are capped at
+    ``2 * slice_groups`` = x8).
+
+    * Static split (lane ``l`` always gets element ``l``, R = 1): x3.09, 71% of ideal,
+      utilization 0.697 (idle: starved 0.254, credit 0.046). Busy channels always land on the
+      same lanes; a slice waits for room in the busiest lane's queue while the others starve.
+      Deeper queues hardly help (``lane_fifo_depth`` 8 -> 16: +0.6 points of utilization).
+    * Rotation by the token index, stride ``G/R`` (the previous design, ``r = t mod R``,
+      element ``(l - r G/R) mod G``): R = 4 x3.76, 87%, utilization 0.849. Its R lanes per
+      channel are one residue class mod ``G/R``, so load never moves between classes, and it
+      ignores the data.
+    * Balanced rotation (this design): R = 2 x3.42 (79%, utilization 0.771); R = 4 x4.09
+      (94%, 0.924; idle: starved 0.064, credit 0.009, load 0.003); R = 8 x4.25 (98%, 0.960,
+      at the front-end bound); R = 16 the same as R = 8. On every fifth step, R = 4: the
+      excess-weighted rule 0.885 with stride-G/R offsets, 0.946 with triangular offsets
+      (0.948 with 0, 1, 5, 10; 0.910 with 0, 5, 10, 15); a max-of-(excess + ops) rule
+      0.895; saturating the excess at 15 instead of 63 costs 1 point.
+    * Lockstep: x1.87, 43% of ideal, utilization 0.422 (idle lanes on ZERO elements 0.577).
+    * Area: see ``python -m sim.bench --area`` (tiny preset, per block). R = 4 is the
+      default: it clears both targets (>= 80% of ideal, utilization >= 0.90) at half the
+      PE-array weight selection of R = 8.
+    * What is left: the one-slice-per-cycle front end and reduction (x8 cap on very sparse
+      steps); lifting it needs two slices per cycle through the encoder and the reduction.
 
 Arrays: every array holds a different block of ``m_tile`` output columns of the same weight
 rows, so all arrays receive the same operations (broadcast); their load is equal by

@@ -26,6 +26,7 @@ Figures:
 import argparse
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -38,6 +39,7 @@ from sim.traces import linear_inputs
 
 __all__ = ["dense_encoding", "main"]
 
+ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ["mlp.fc1", "mlp.fc2", "attn.qkv", "attn.proj"]
 
 
@@ -56,11 +58,12 @@ class Tally:
     mix: np.ndarray = field(default_factory=lambda: np.zeros(3, dtype=np.int64))
     strat: dict = field(default_factory=dict)
 
-    def add_step(self, enc, dense):
+    def add_step(self, enc, dense, n_mt):
+        """``n_mt``: column blocks, the times each element is run (weights the ideal)."""
         counts = np.bincount(enc.cls.ravel(), minlength=3)
         self.mix += counts
-        self.elems += enc.cls.size
-        self.passes += int(counts[1] + 2 * counts[2])
+        self.elems += n_mt * enc.cls.size
+        self.passes += n_mt * int(counts[1] + 2 * counts[2])
         self.dense += dense
 
     def add_rep(self, label, rep):
@@ -114,10 +117,11 @@ def run_model(base, strategies, layers, steps, every):
         encs = [dl(x, s).enc for s, x in enumerate(xs)]
         chosen = [s for s in range(len(encs)) if s % every == 0]
         dense = predict(base, dense_encoding(encs[0]), k, m).cycles
+        n_mt = -(-m // (base.m_tile * base.n_arrays))
         lt = per_layer[layer] = Tally()
         for s in chosen:
             for t in (total, lt, per_step.setdefault(s, Tally())):
-                t.add_step(encs[s], dense)
+                t.add_step(encs[s], dense, n_mt)
         n_ls += len(chosen)
         for label, p, rot in strategies:
             t0 = time.perf_counter()
@@ -172,6 +176,46 @@ def run_rtl(base, strategies, layer, steps, n_rtl):
     return bad
 
 
+def strategy_area(base, strategies, targets=("cmos", "ice40")):
+    """Synthesize each strategy's dispatcher and one PE array (its lanes) alone with
+    ``synth.flows`` (Yosys, per block as ``synth.report`` does); returns
+    ``{label: {block: {target: summary}}}``."""
+    from hw import layouts
+    from hw.dispatcher import PrecisionDispatcher
+    from hw.generate import generate_block
+    from hw.geometry import Geometry
+    from hw.pe_array import PEArray
+    from synth.flows import synth_module
+
+    out = {}
+    for label, p, rot in strategies:
+        cfg = base.replace(packing=p, lane_rotation=rot)
+        geo = Geometry(cfg)
+        d = ROOT / "build" / "bench_area" / f"{p}-R{geo.rotation}"
+        lays = {"lane_op": layouts.lane_op_layout(geo)}
+        res = out[label] = {}
+        for block, comp in (("dispatcher", PrecisionDispatcher(geo)), ("pe_array", PEArray(geo))):
+            generate_block(comp, f"dstar_{block}", cfg, lays, d)
+            res[block] = {t: synth_module(d / f"dstar_{block}.v", f"dstar_{block}", t, d / t)
+                          for t in targets}
+    return out
+
+
+def print_area(area):
+    for label, blocks in area.items():
+        parts = []
+        for block, per_t in blocks.items():
+            f = []
+            if "cmos" in per_t:
+                c = per_t["cmos"]
+                f.append(f"{c['transistors'] / 1e3:.0f}k transistors "
+                         f"{c['area_um2_45nm'] / 1e6:.4f} mm2")
+            if "ice40" in per_t:
+                f.append(f"{per_t['ice40']['luts']} LUT4 {per_t['ice40']['ffs']} FF (iCE40)")
+            parts.append(f"{block} " + ", ".join(f))
+        print(f"{label:12s} " + " | ".join(parts))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m sim.bench")
     ap.add_argument("--preset", default="default")
@@ -190,6 +234,9 @@ def main(argv=None):
     ap.add_argument("--rtl", type=int, default=0,
                     help="run this many layer-steps on the Amaranth simulator too")
     ap.add_argument("--rtl-layer", default="blocks.3.mlp.fc1")
+    ap.add_argument("--area", nargs="?", const="tiny", metavar="PRESET",
+                    help="also synthesize each strategy's dispatcher and PE array (lanes) "
+                         "with Yosys, cmos and iCE40 flows (default preset: tiny)")
     args = ap.parse_args(argv)
     base = load_config(args.config, args.preset)
     steps = args.steps or base.steps
@@ -211,6 +258,10 @@ def main(argv=None):
         print(total.line(label, breakdown=True))
     print("model speed: " + ", ".join(f"{lab} {v:.1f} layer-steps/s" for lab, v in
                                       speed.items()))
+    if args.area:
+        print(f"== area per strategy ({args.area} preset, one dispatcher, one PE array of "
+              "lanes; Yosys per block) ==", flush=True)
+        print_area(strategy_area(load_config(None, args.area), strategies))
     if args.rtl:
         bad = run_rtl(base, strategies, args.rtl_layer, steps, args.rtl)
         print(f"RTL sample: {'model == RTL and bit-exact' if not bad else f'{bad} MISMATCHES'}")
