@@ -37,11 +37,13 @@ condition that, once true, stays true until the event happens):
 * ``F[s]`` the reduction takes the slice (in order, once every lane of it has closed); the
   weight loader starts tile ``p`` once pass ``p - 2`` is written back.
 
-The recurrences run over a batch of encodings of the same layer shape at once (NumPy over
-batch x lanes), then the idle lane cycles are classified per cycle from those event times.
-``predict_batch`` is what the benchmark uses; the RTL tests (``tests/test_hw_linear.py`` and
-the cocotb tests) assert ``predict`` equals the measured counters, and
-``tests/test_cycle_model.py`` that it equals the reference model.
+The compacting dispatcher's rotation of each slice depends only on the slice sequence
+(``slice_rotations``), so the lane costs are known before the recurrences run. The recurrences
+run over a batch of encodings of the same layer shape at once (NumPy over batch x lanes), then
+the idle lane cycles are classified gap by gap from those event times. ``predict_batch`` is
+what the benchmark uses; the RTL tests (``tests/test_hw_linear.py`` and the cocotb tests)
+assert ``predict`` equals the measured counters, and ``tests/test_cycle_model.py`` that it
+equals the reference model.
 """
 
 from dataclasses import dataclass, field
