@@ -17,7 +17,8 @@ import numpy as np
 
 from .encoder import HIGH, LOW, PASSES, Encoded, split_nibbles
 
-__all__ = ["element_ops", "lane_streams", "costs"]
+__all__ = ["element_ops", "rotation_offset", "lane_rotations", "lane_streams", "costs",
+           "lockstep_streams"]
 
 
 def element_ops(q: int, e: int) -> list[tuple[int, int]]:
@@ -31,20 +32,69 @@ def element_ops(q: int, e: int) -> list[tuple[int, int]]:
     return [(int(lo), e), (int(hi), e + 4)]
 
 
-def lane_streams(enc: Encoded, k_tile: int, rotation: int = 1):
+def rotation_offset(r: int, g: int) -> int:
+    """Lane offset of rotation ``r``: the triangular number ``r (r + 1) / 2`` mod ``G`` (under
+    rotation ``r`` lane ``l`` takes element ``(l - offset) mod G``). Triangular offsets are
+    distinct mod a power of two and their differences include 1, 2, 3, ...: a channel's work can
+    move to neighbouring lanes, so load spreads over all lanes, not within residue classes."""
+    return r * (r + 1) // 2 % g
+
+
+def _element_passes(q):
+    return (q != 0).astype(np.int64) + ((q > 7) | (q < -8))
+
+
+def lane_rotations(enc: Encoded, k_tile: int, rotation: int, order) -> list[int]:
+    """The compacting strategy's rotation of each slice ``(token, kt)`` of ``order`` (the
+    dispatcher's input order; a slice may come several times, once per column block).
+
+    Balancing rule: the dispatcher keeps each lane's *excess* (nibble ops assigned to it beyond
+    the least loaded lane, saturated at ``16 * S - 1``, all zero after ``clear``) and gives a
+    slice the rotation ``r`` that minimises ``sum_l excess[l] * ops[l]`` (``ops[l]``: the
+    slice's ops lane ``l`` would get under ``r``: heavy elements to lanes that are behind the
+    least); ties go to ``r = t mod R`` first, then ``t + 1 mod R``, ... Then
+    ``excess += ops`` and the minimum is subtracted."""
+    g = enc.group
+    s_n = k_tile // g
+    cap = 16 * s_n - 1
+    perm = [[(lane - rotation_offset(r, g)) % g for lane in range(g)] for r in range(rotation)]
+    excess = [0] * g
+    out = []
+    for t, kt in order:
+        q = enc.q[t, kt * k_tile:(kt + 1) * k_tile].reshape(s_n, g)
+        ops = [int(x) for x in _element_passes(q).sum(0)]
+        best = None
+        for r in range(rotation):
+            cand = [ops[perm[r][lane]] for lane in range(g)]
+            key = (sum(e * c for e, c in zip(excess, cand, strict=True)), (r - t) % rotation)
+            if best is None or key < best[0]:
+                best = (key, r, cand)
+        _, r, cand = best
+        out.append(r)
+        new = [e + c for e, c in zip(excess, cand, strict=True)]
+        low = min(new)
+        excess = [min(x - low, cap) for x in new]
+    return out
+
+
+def lane_streams(enc: Encoded, k_tile: int, rotation: int = 1, rots: dict | None = None):
     """The compacting strategy's work per slice: ``{(token, kt): [ops of lane 0, ...]}`` with
-    each op ``(nib, shift, row)`` (``row``: group within the slice). Token ``t`` gives lane ``l``
-    element ``(l - (t mod R) * G/R) mod G`` of each group. Slices whose lanes are all idle are
-    left out. K must be a multiple of ``k_tile`` (pad with zeros)."""
+    each op ``(nib, shift, row)`` (``row``: group within the slice). Under rotation ``r`` lane
+    ``l`` gets element ``(l - rotation_offset(r)) mod G`` of each group; ``rots`` gives each
+    slice's rotation (default: ``lane_rotations`` in the order ``kt`` outer, tokens inner).
+    Slices whose lanes are all idle are left out. K must be a multiple of ``k_tile``."""
     g = enc.group
     n, k = enc.q.shape
-    s_n, stride = k_tile // g, g // rotation
+    s_n = k_tile // g
+    if rots is None:
+        order = [(t, kt) for kt in range(k // k_tile) for t in range(n)]
+        rots = dict(zip(order, lane_rotations(enc, k_tile, rotation, order), strict=True))
     out = {}
     for t in range(n):
         for kt in range(k // k_tile):
             lanes = []
             for lane in range(g):
-                i = (lane - (t % rotation) * stride) % g
+                i = (lane - rotation_offset(rots[(t, kt)], g)) % g
                 ops = []
                 for j in range(s_n):
                     grp = kt * s_n + j

@@ -14,41 +14,62 @@ Strategies (``cfg.packing``):
     costs. Lanes of cheaper elements idle (counted as ``count_zero``).
 
 ``compact`` (chosen design)
-    Per-lane queues over each lane's slice of K. A slice is split into ``G`` lane bundles (lane
-    ``l`` gets one element of each of the slice's groups, with their shifts: element ``l``
-    rotated by the token index, see ``Geometry.lane_rotation``); bundles with a
-    non-zero element enter the lane's queue (``lane_fifo_depth`` deep) and a lane sequencer
-    issues only their non-zero nibbles, each carrying its weight row, closing the lane's
-    partial sum with the bundle's last nibble. The reduction in the PE array adds the lanes'
-    partial sums of a slice in slice order, so lanes drift apart by up to ``lane_fifo_depth``
-    queued bundles plus ``psum_depth`` unreduced sums: cost differences between tokens and
-    lanes average out instead of costing the maximum each time. The front end takes one whole
-    slice (``k_tile`` elements) per cycle, so it outruns the lanes whenever a lane's share of a
-    slice costs one pass or more on average (dense: ``2 * k_tile / G`` passes per slice).
+    Per-lane queues over each lane's share of K. A slice is split into ``G`` lane bundles
+    (lane ``l`` gets one element of each of the slice's groups, with their shifts: element
+    ``(l - r (r + 1) / 2) mod G`` under the slice's rotation ``r``, ``0 <= r < R``, see
+    ``Geometry.lane_element``); bundles with a non-zero element enter the lane's queue
+    (``lane_fifo_depth`` deep) and a lane sequencer issues only their non-zero nibbles, each
+    carrying its weight row and rotation, closing the lane's partial sum with the bundle's last
+    nibble. The reduction in the PE array adds the lanes' partial sums of a slice in slice
+    order, so lanes drift apart by up to ``lane_fifo_depth`` queued bundles plus ``psum_depth``
+    unreduced sums: cost differences between tokens and lanes average out instead of costing
+    the maximum each time. The front end takes one whole slice (``k_tile`` elements) per
+    cycle.
 
-    Why this design (figures from ``sim.cycle_model``, exact against the RTL, default preset,
-    tau = 0; "of ideal" is the speedup over dense divided by the element-level ideal speedup;
-    the bundled DiT's figures move a little as its shipped weights are retrained):
+    Lane balancing: the dispatcher keeps each lane's *excess* (``excess_max``-saturated count
+    of the nibble ops given to it beyond the least loaded lane) and gives each slice the
+    rotation that minimises ``sum_l excess[l] * ops_r[l]`` (``ops_r[l]``: ops lane ``l`` would
+    get under rotation ``r``), ties to ``r = token mod R`` first; the chosen bundle costs are
+    then added to the excess and the minimum subtracted. The rule is
+    ``golden.dispatch.lane_rotations``; it depends only on the slice sequence (not on timing),
+    and ``clear`` (the start of a layer run) zeroes the excess. Hardware: ``G`` per-element op
+    counts, ``R`` excess-weighted sums of ``G`` small products, an ``R``-way minimum, ``G``
+    excess registers with a minimum tree; the PE array's weight-row selection is the same as
+    for any ``R`` rotations.
 
-    * Static split (lane ``l`` always gets element ``l``) falls short: busy channels always land
-      on the same lanes, and deeper queues hardly help (``lane_fifo_depth`` 8 -> 32: +1% on
-      block 3's fc1). Rotating the element-to-lane assignment by the token index spreads each
-      channel over R lanes (``Geometry.lane_rotation``).
-    * Whole 50-step DDIM run of the bundled DiT, all 24 linear layers, every tenth step, same
-      encodings for all variants (``python -m sim.bench --steps 50 --blocks 0 1 2 3 4 5
-      --every 10 --lane-rotation 1 4 8 16``): ideal x3.27 over dense; compact R=1 x2.52 (77% of
-      ideal), R=4 x2.88 (88%), R=8 x3.00 (92%), R=16 x3.05 (93%); lockstep x1.68 (51%). Lane
-      utilization equals the fraction of ideal to within 0.01.
-    * Area (tiny preset, Yosys generic LUT4 with memories left unmapped): the PE array's logic
-      grows with R through its weight-row selection: 31.4k LUT4 for R=1 (and lockstep), 40.4k
-      for R=4, 75.4k for R=16; the compact dispatcher 2.9k LUT4 at R=4, 7.0k at R=16 (lockstep
-      0.8k). R=4 is the default: it clears the 80% target with margin at a third of the cost of
-      full rotation.
-    * What is left: on very sparse steps (ideal above x8) the front end's one slice per cycle
-      caps the speedup at ``2 * slice_groups`` = x8 (e.g. 49-66% of ideal on a few late
-      steps); a wider front end would lift it. On independent elements of the spec's mix
-      (57% ZERO / 40% LOW / 3% HIGH, ideal x4.36), compact gives x3.9-4.0 (89-92%) for any R,
-      lockstep x1.46.
+    Why this design. Figures from ``sim.cycle_model`` (exact against the RTL) over the whole
+    50-step DDIM run of the bundled DiT, every step, all 24 linear layers (1200 layer-steps,
+    default preset, tau = 0, ``python -m sim.bench --lane-rotation 1 2 4 8 16``): ideal x4.43
+    over dense on the same lanes; "of ideal" = speedup over dense / ideal speedup;
+    utilization = useful lane cycles / all lane cycles. The front end's one slice per cycle
+    bounds utilization on this run at 0.964 (sparse steps 1-7, ideal up to x14, are capped at
+    ``2 * slice_groups`` = x8).
+
+    * Static split (lane ``l`` always gets element ``l``, R = 1): x3.09, 70% of ideal,
+      utilization 0.697 (idle: starved 0.254, credit 0.046). Busy channels always land on the
+      same lanes; a slice waits for room in the busiest lane's queue while the others starve.
+      Deeper queues hardly help (``lane_fifo_depth`` 8 -> 16: +0.6 points of utilization).
+    * Rotation by the token index, stride ``G/R`` (the previous design, ``r = t mod R``,
+      element ``(l - r G/R) mod G``): R = 4 x3.76, 85%, utilization 0.849. Its R lanes per
+      channel are one residue class mod ``G/R``, so load never moves between classes, and it
+      ignores the data.
+    * Balanced rotation (this design): R = 2 x3.42 (77%, utilization 0.771); R = 4 x4.09
+      (92%, 0.924; idle: starved 0.064, credit 0.009, load 0.003); R = 8 x4.25 (96%, 0.960,
+      at the front-end bound); R = 16 the same as R = 8. Utilization on every fifth step,
+      R = 4: token rule 0.874; the excess-weighted rule 0.885 with stride-G/R offsets, 0.946
+      with triangular offsets (0.948 with 0, 1, 5, 10; 0.910 with 0, 5, 10, 15); a
+      max-of-(excess + ops) rule 0.895; saturating the excess at 15 instead of 63: -1 point.
+    * Lockstep: x1.87, 42% of ideal, utilization 0.422 (idle lanes on ZERO elements 0.577).
+    * Area (``python -m sim.bench --area``: tiny preset, G = 16, S = 2, m_tile = 4, one block
+      alone; cmos transistors incl. flip-flops / iCE40 LUT4): dispatcher lockstep 19k / 778,
+      compact R = 1 82k / 2386, compact R = 4 (balanced) 153k / 6643; one PE array 1010k /
+      25.5k for R = 1 and lockstep, 1061k / 29.7k for R = 4. The balancer and the rotation
+      muxes add 71k transistors to the dispatcher (R = 4 vs R = 1), 3% of two PE arrays.
+      R = 4 is the default: it clears both targets (>= 80% of ideal, utilization >= 0.90)
+      at half the weight-row selection of R = 8 (whose dispatcher's cmos synthesis did not
+      finish in 12 minutes).
+    * What is left: the one-slice-per-cycle front end and reduction (x8 cap on very sparse
+      steps); lifting it needs two slices per cycle through the encoder and the reduction.
 
 Arrays: every array holds a different block of ``m_tile`` output columns of the same weight
 rows, so all arrays receive the same operations (broadcast); their load is equal by
@@ -143,6 +164,29 @@ def _popcount(bits):
     return total
 
 
+def _tree_sum(terms):
+    while len(terms) > 1:
+        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
+def _tree_min(m, values, name):
+    level = 0
+    while len(values) > 1:
+        nxt = []
+        for i in range(0, len(values), 2):
+            if i + 1 == len(values):
+                nxt.append(values[i])
+                continue
+            v = Signal.like(values[i], name=f"{name}_{level}_{i // 2}")
+            a, b = values[i], values[i + 1]
+            m.d.comb += v.eq(Mux(b < a, b, a))
+            nxt.append(v)
+        values, level = nxt, level + 1
+    return values[0]
+
+
 def _counters(m, comp, low, high, zero):
     with m.If(comp.clear):
         m.d.sync += [comp.count_low.eq(0), comp.count_high.eq(0), comp.count_zero.eq(0)]
@@ -166,10 +210,38 @@ class CompactDispatcher(wiring.Component):
         sl = self.i.payload
         b_layout = bundle_layout(geo)
 
-        # Token t rotates which element of each group a lane gets (see Geometry.lane_rotation).
+        # Each slice takes the rotation that best balances the lanes (golden.dispatch.
+        # lane_rotations): ops per element, then per candidate rotation the excess-weighted sum.
         rot = Signal(range(geo.rotation), name="rot")
-        m.d.comb += rot.eq(sl.meta.token[:geo.rot_bits] if geo.rotation > 1 else 0)
-        queues, needs = [], []
+        ecost = []
+        for e in range(g_n):
+            c = Signal(range(2 * s_n + 1), name=f"ecost_{e}")
+            m.d.comb += c.eq(_popcount([bit for j in range(s_n)
+                                        for bit in (sl.groups[j].q[e] != 0,
+                                                    _is_high(sl.groups[j].q[e]))]))
+            ecost.append(c)
+        excess = [Signal(range(geo.excess_max + 1), name=f"excess_{lane}")
+                  for lane in range(g_n)]
+        if geo.rotation > 1:
+            best_key, best_r = None, None
+            for r in range(geo.rotation):
+                score = Signal(range(g_n * geo.excess_max * 2 * s_n + 1), name=f"score_{r}")
+                m.d.comb += score.eq(_tree_sum([excess[lane] * ecost[geo.lane_element(lane, r)]
+                                                for lane in range(g_n)]))
+                # Ties go to rotation t mod R first: the order is the key's low bits.
+                key = Signal(len(score) + geo.rot_bits, name=f"key_{r}")
+                m.d.comb += key.eq(Cat((r - sl.meta.token[:geo.rot_bits])[:geo.rot_bits],
+                                       score))
+                if best_key is None:
+                    best_key, best_r = key, r
+                else:
+                    nk = Signal.like(key, name=f"best_key_{r}")
+                    nr = Signal(range(geo.rotation), name=f"best_rot_{r}")
+                    m.d.comb += [nk.eq(Mux(key < best_key, key, best_key)),
+                                 nr.eq(Mux(key < best_key, r, best_r))]
+                    best_key, best_r = nk, nr
+            m.d.comb += rot.eq(best_r)
+        queues, needs, cands = [], [], []
         for lane in range(g_n):
             q = SyncFIFO(width=b_layout.size, depth=self._geo.cfg.lane_fifo_depth)
             m.submodules[f"queue_{lane}"] = q
@@ -181,6 +253,12 @@ class CompactDispatcher(wiring.Component):
                 for r in range(1, geo.rotation):
                     code = Mux(rot == r, sl.groups[j].q[geo.lane_element(lane, r)], code)
                 m.d.comb += [bundle.q[j].eq(code), bundle.shift[j].eq(sl.groups[j].shift)]
+            cand = Signal(range(2 * s_n + 1), name=f"cand_{lane}")
+            sel = ecost[geo.lane_element(lane, 0)]
+            for r in range(1, geo.rotation):
+                sel = Mux(rot == r, ecost[geo.lane_element(lane, r)], sel)
+            m.d.comb += cand.eq(sel)
+            cands.append(cand)
             need = Signal(name=f"need_{lane}")
             m.d.comb += [need.eq(Cat(*[bundle.q[j] != 0 for j in range(s_n)]).any()),
                          q.w_data.eq(bundle)]
@@ -199,6 +277,21 @@ class CompactDispatcher(wiring.Component):
         take = self.i.valid & self.i.ready
         for lane in range(g_n):
             m.d.comb += queues[lane].w_en.eq(take & needs[lane])
+
+        # Excess update on take: add the slice's ops, subtract the least loaded lane's, saturate.
+        if geo.rotation > 1:
+            news = []
+            for lane in range(g_n):
+                nw = Signal(range(geo.excess_max + 2 * s_n + 1), name=f"excess_new_{lane}")
+                m.d.comb += nw.eq(excess[lane] + cands[lane])
+                news.append(nw)
+            low = _tree_min(m, news, "excess_low")
+            with m.If(self.clear):
+                m.d.sync += [x.eq(0) for x in excess]
+            with m.Elif(take):
+                for lane in range(g_n):
+                    d = news[lane] - low
+                    m.d.sync += excess[lane].eq(Mux(d > geo.excess_max, geo.excess_max, d))
 
         # Lane sequencers.
         lows, highs = [], []

@@ -14,9 +14,10 @@ from dstar.config import Config, ConfigError, bits_signed
 
 __all__ = ["Geometry", "uwidth", "DEFAULT_LANE_ROTATION"]
 
-#: Rotations of the compacting strategy unless told otherwise: 88% of the element-level ideal
-#: over the bundled DiT's run at 1.3x the PE-array logic of the static split (which reaches
-#: 77%); full rotation (R = G) reaches 93% at 2.4x (``hw.dispatcher`` docstring).
+#: Rotations of the compacting strategy unless told otherwise: with the balanced choice per
+#: slice, 92% of the element-level ideal and lane utilization 0.92 over the bundled DiT's
+#: whole run (static split: 70%, 0.70; R = 8: 96%, 0.96 at twice the weight-row selection;
+#: ``hw.dispatcher`` docstring).
 DEFAULT_LANE_ROTATION = 4
 
 
@@ -28,11 +29,12 @@ def uwidth(n: int) -> int:
 @dataclass(frozen=True)
 class Geometry:
     """``lane_rotation`` (R, a power of two dividing G; 0 means the default, 4 or the largest
-    power of two below it that divides G): in the compacting strategy, token ``t`` gives lane
-    ``l`` element ``(l - (t mod R) * G/R) mod G`` of each group, so a busy channel's work
-    spreads over R lanes instead of always landing on one. R = 1 is the plain static split.
-    Each lane then selects among ``R * slice_groups`` weight rows per buffer (the area cost;
-    measurements in ``hw.dispatcher``)."""
+    power of two below it that divides G): in the compacting strategy, rotation ``r`` gives
+    lane ``l`` element ``(l - r (r + 1) / 2) mod G`` of each group, and the dispatcher picks one
+    of the R rotations per slice to balance the lanes (``hw.dispatcher``), so a busy channel's
+    work can land on R lanes instead of always one. R = 1 is the plain static split. Each lane
+    then selects among ``R * slice_groups`` weight rows per buffer (the area cost; measurements
+    in ``hw.dispatcher``)."""
     cfg: Config
     lane_rotation: int = 0
 
@@ -58,13 +60,19 @@ class Geometry:
             r //= 2
         return r
 
-    @property
-    def rotation_stride(self) -> int:
-        return self.cfg.group // self.rotation
+    def rotation_offset(self, rot: int) -> int:
+        """Lane offset of rotation ``rot`` (``golden.dispatch.rotation_offset``: triangular)."""
+        return rot * (rot + 1) // 2 % self.cfg.group
 
     def lane_element(self, lane: int, rot: int) -> int:
         """In-group element that ``lane`` handles under rotation index ``rot``."""
-        return (lane - rot * self.rotation_stride) % self.cfg.group
+        return (lane - self.rotation_offset(rot)) % self.cfg.group
+
+    @property
+    def excess_max(self) -> int:
+        """Saturation of the compacting dispatcher's per-lane excess (``16 * S - 1``: eight
+        dense bundles, as deep as a lane queue can usefully run ahead)."""
+        return 16 * self.slice_groups - 1
 
     @property
     def rot_bits(self) -> int:
@@ -162,7 +170,7 @@ class Geometry:
         return self.cfg.lane_fifo_depth
 
     def to_dict(self) -> dict:
-        names = ["lanes", "rotation", "rotation_stride", "slice_groups", "block_cols",
+        names = ["lanes", "rotation", "excess_max", "slice_groups", "block_cols",
                  "n_kt_max", "n_mt_max", "target_bits", "delta_bits", "op_shift_bits",
                  "token_bits", "row_bits", "psum_bits",
                  "tile_sum_bits", "acc_bits", "row_depth", "weight_depth", "y_depth",

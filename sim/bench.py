@@ -1,21 +1,32 @@
 """Benchmark of the linear datapath on the bundled DiT: cycles, PE-lane utilization and the cycle
 ratio versus the same layer run densely (every element HIGH, no skipping) on the same hardware.
 
-``python -m sim.bench [--preset default] [--steps 20] [--blocks 3] [--layers mlp.fc1 ...]
-[--packing compact lockstep] [--every N] [--lane-rotation R] [--rtl N]``
+``python -m sim.bench [--preset default] [--steps 50] [--blocks 0 1 ...] [--layers mlp.fc1 ...]
+[--packing compact lockstep] [--every N] [--lane-rotation R ...] [--rtl N] [--per-step]``
 
-For every chosen layer and sampling step it encodes the step with the golden model
-(``DiffLinear``, tau from the config) and predicts cycles with the exact cycle model; ``--rtl N``
-also runs the first ``N`` delta steps of the first layer on the Amaranth simulator (one column
-block, all tokens) and checks the measured cycles against the model. Figures:
+By default it covers the whole sampling run: every step of a ``--steps``-step DDIM run, every
+linear layer of every block (fc1, fc2, qkv, proj of the 6 blocks). For each layer it encodes
+every step with the golden model (``DiffLinear``, tau from the config) and predicts the cycles
+of every strategy with the exact cycle model (``sim.cycle_model.predict_batch``). ``--rtl N``
+also runs ``N`` layer-steps spread over the run (the key step and delta steps, of
+``--rtl-layer``, one column block, all tokens) on the Amaranth simulator and checks measured
+cycles, op counts, ``Y`` and state against the model and the golden model.
 
-* element mix (ZERO / LOW / HIGH) and ``ideal`` = dense nibble passes / element passes;
-* per strategy: cycles, ``x dense`` (dense cycles / cycles), the fraction of ``ideal`` reached,
-  lane utilization (useful lane cycles / all lane cycles) and the named idle lane cycles.
+Figures:
+
+* element mix (ZERO / LOW / HIGH) and ``ideal`` = dense nibble passes / element passes (every
+  lane busy with useful ops);
+* per strategy: cycles, ``x dense`` (dense cycles / cycles on the same lanes), the fraction of
+  ``ideal`` reached, lane utilization (useful lane cycles / all lane cycles) and the idle lane
+  cycles by cause (``sim.cycle_model``: load, fill, drain, credit, starved, zero);
+* per layer, per step (``--per-step``; aggregated over the layers) and over the whole run;
+* the model's speed in layer-steps per second.
 """
 
 import argparse
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -23,11 +34,13 @@ from dstar.config import load_config
 from golden.difflinear import DiffLinear, encode_step
 from golden.encoder import HIGH, Encoded
 from golden.quant import exact_matmul
-from sim.cycle_model import predict
-from sim.pysim_driver import run_layer_pysim
+from sim.cycle_model import ACCOUNTS, predict, predict_batch
 from sim.traces import linear_inputs
 
 __all__ = ["dense_encoding", "main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = ["mlp.fc1", "mlp.fc2", "attn.qkv", "attn.proj"]
 
 
 def dense_encoding(enc: Encoded) -> Encoded:
@@ -36,101 +49,222 @@ def dense_encoding(enc: Encoded) -> Encoded:
                    clipped=enc.clipped, saturated=enc.saturated, group=enc.group)
 
 
+@dataclass
+class Tally:
+    """Sums over layer-steps: ideal passes, dense cycles and each strategy's cycles."""
+    elems: int = 0
+    passes: int = 0
+    dense: int = 0
+    mix: np.ndarray = field(default_factory=lambda: np.zeros(3, dtype=np.int64))
+    strat: dict = field(default_factory=dict)
+
+    def add_step(self, enc, dense, n_mt):
+        """``n_mt``: column blocks, the times each element is run (weights the ideal)."""
+        counts = np.bincount(enc.cls.ravel(), minlength=3)
+        self.mix += counts
+        self.elems += n_mt * enc.cls.size
+        self.passes += n_mt * int(counts[1] + 2 * counts[2])
+        self.dense += dense
+
+    def add_rep(self, label, rep):
+        t = self.strat.setdefault(label, {"cycles": 0, "useful": 0, "lanes": 0,
+                                          **dict.fromkeys(ACCOUNTS, 0)})
+        t["cycles"] += rep.cycles
+        t["useful"] += rep.useful
+        t["lanes"] += rep.lanes * rep.cycles
+        for a in ACCOUNTS:
+            t[a] += rep.account[a]
+
+    @property
+    def ideal(self):
+        return 2 * self.elems / self.passes if self.passes else float("inf")
+
+    def line(self, label, breakdown=False):
+        t = self.strat[label]
+        sp = self.dense / t["cycles"]
+        out = (f"{label:12s} x{sp:5.2f} ({sp / self.ideal:4.0%} of ideal) "
+               f"util {t['useful'] / t['lanes']:.3f}")
+        if breakdown:
+            idle = " ".join(f"{a} {t[a] / t['lanes']:.3f}" for a in ACCOUNTS)
+            out += f"  cycles {t['cycles']}  idle lane fractions: {idle}"
+        return out
+
+    def head(self):
+        f = self.mix / max(1, self.mix.sum())
+        return f"mix {f[0]:.2f}/{f[1]:.2f}/{f[2]:.2f} ideal x{self.ideal:5.2f}"
+
+
+def _strategies(packings, rotations):
+    out = []
+    for p in packings:
+        if p == "compact":
+            out += [(f"compact/R{r}" if len(rotations) > 1 else "compact", p, r)
+                    for r in rotations]
+        else:
+            out.append((p, p, 0))
+    return out
+
+
+def run_model(base, strategies, layers, steps, every):
+    """Model every chosen step of every layer; returns (total, per layer, per step, speed)."""
+    total, per_layer, per_step = Tally(), {}, {}
+    secs = dict.fromkeys([s[0] for s in strategies], 0.0)
+    n_ls = 0
+    for layer in layers:
+        xs, w, b = linear_inputs(layer, steps=steps)
+        dl = DiffLinear(w, b, base)
+        k, m = w.shape[1], w.shape[0]
+        encs = [dl(x, s).enc for s, x in enumerate(xs)]
+        chosen = [s for s in range(len(encs)) if s % every == 0]
+        dense = predict(base, dense_encoding(encs[0]), k, m).cycles
+        n_mt = -(-m // (base.m_tile * base.n_arrays))
+        lt = per_layer[layer] = Tally()
+        for s in chosen:
+            for t in (total, lt, per_step.setdefault(s, Tally())):
+                t.add_step(encs[s], dense, n_mt)
+        n_ls += len(chosen)
+        for label, p, rot in strategies:
+            t0 = time.perf_counter()
+            reps = predict_batch(base.replace(packing=p), [encs[s] for s in chosen], k, m,
+                                 lane_rotation=rot)
+            secs[label] += time.perf_counter() - t0
+            for s, rep in zip(chosen, reps, strict=True):
+                for t in (total, lt, per_step[s]):
+                    t.add_rep(label, rep)
+        print(f"{layer:20s} K{k:4d} M{m:4d} {lt.head()} | "
+              + " | ".join(lt.line(lab) for lab, _, _ in strategies), flush=True)
+    return total, per_layer, per_step, {lab: n_ls / s for lab, s in secs.items()}, n_ls
+
+
+def run_rtl(base, strategies, layer, steps, n_rtl):
+    """``n_rtl`` layer-steps of ``layer`` (key step first, the rest spread over the run) on the
+    Amaranth simulator, one column block: measured counters vs the model, Y and state vs
+    golden. Returns the number of mismatches."""
+    from sim.pysim_driver import run_layer_pysim
+
+    xs, w, b = linear_inputs(layer, steps=steps)
+    dl = DiffLinear(w, b, base)
+    targets, states = [], []
+    for s, x in enumerate(xs):
+        states.append(dl.xs if s else None)
+        targets.append(dl(x, s).target)
+    sample = sorted({int(round(v)) for v in np.linspace(0, len(xs) - 1, n_rtl)})
+    cols = base.m_tile * base.n_arrays
+    w_q = dl.w_q[:, :cols]
+    k = w_q.shape[0]
+    bad = 0
+    for label, p, rot in strategies:
+        cfg = base.replace(packing=p)
+        t0 = time.time()
+        for s in sample:
+            key = s == 0
+            state = None if key else states[s]
+            out = run_layer_pysim(cfg, w_q, [(targets[s], key)], state=state,
+                                  lane_rotation=rot)[0]
+            enc_s, xs_g = encode_step(targets[s], np.zeros_like(targets[s]) if key else state,
+                                      cfg)
+            y_g = exact_matmul(enc_s.decode(), w_q)
+            model = predict(cfg, enc_s, k, cols, lane_rotation=rot)
+            same = model.counters() == out.counters
+            exact = np.array_equal(out.y, y_g) and np.array_equal(out.state, xs_g)
+            bad += (not same) + (not exact)
+            print(f"RTL {layer}[:, :{cols}] {label:12s} step {s:2d}: measured "
+                  f"{out.counters['cycles']:6d} cycles, model {model.cycles:6d} "
+                  f"({'equal' if same else 'DIFFERENT'}), util {model.utilization:.3f}, "
+                  f"Y and state {'bit-exact' if exact else 'DIFFERENT'}", flush=True)
+        print(f"  ({time.time() - t0:.0f}s of Amaranth simulation)")
+    return bad
+
+
+def strategy_area(base, strategies, targets=("cmos", "ice40")):
+    """Synthesize each strategy's dispatcher and one PE array (its lanes) alone with
+    ``synth.flows`` (Yosys, per block as ``synth.report`` does); returns
+    ``{label: {block: {target: summary}}}``."""
+    from hw import layouts
+    from hw.dispatcher import PrecisionDispatcher
+    from hw.generate import generate_block
+    from hw.geometry import Geometry
+    from hw.pe_array import PEArray
+    from synth.flows import synth_module
+
+    out = {}
+    for label, p, rot in strategies:
+        cfg = base.replace(packing=p, lane_rotation=rot)
+        geo = Geometry(cfg)
+        d = ROOT / "build" / "bench_area" / f"{p}-R{geo.rotation}"
+        lays = {"lane_op": layouts.lane_op_layout(geo)}
+        res = out[label] = {}
+        for block, comp in (("dispatcher", PrecisionDispatcher(geo)), ("pe_array", PEArray(geo))):
+            generate_block(comp, f"dstar_{block}", cfg, lays, d)
+            res[block] = {t: synth_module(d / f"dstar_{block}.v", f"dstar_{block}", t, d / t)
+                          for t in targets}
+    return out
+
+
+def print_area(area):
+    for label, blocks in area.items():
+        parts = []
+        for block, per_t in blocks.items():
+            f = []
+            if "cmos" in per_t:
+                c = per_t["cmos"]
+                f.append(f"{c['transistors'] / 1e3:.0f}k transistors "
+                         f"{c['area_um2_45nm'] / 1e6:.4f} mm2")
+            if "ice40" in per_t:
+                f.append(f"{per_t['ice40']['luts']} LUT4 {per_t['ice40']['ffs']} FF (iCE40)")
+            parts.append(f"{block} " + ", ".join(f))
+        print(f"{label:12s} " + " | ".join(parts))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m sim.bench")
     ap.add_argument("--preset", default="default")
     ap.add_argument("--config")
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--blocks", type=int, nargs="+", default=[3])
-    ap.add_argument("--layers", nargs="+", default=["mlp.fc1", "mlp.fc2", "attn.qkv",
-                                                   "attn.proj"])
+    ap.add_argument("--steps", type=int, default=None,
+                    help="DDIM steps of the run (default: the config's)")
+    ap.add_argument("--blocks", type=int, nargs="+", default=None,
+                    help="DiT blocks (default: all)")
+    ap.add_argument("--layers", nargs="+", default=LAYERS)
     ap.add_argument("--packing", nargs="+", default=["compact", "lockstep"])
-    ap.add_argument("--rtl", type=int, default=0)
     ap.add_argument("--every", type=int, default=1, help="model every N-th step only")
     ap.add_argument("--lane-rotation", type=int, nargs="+", default=[0],
                     help="compact strategy's lane rotation(s) R (0: the default, see "
                          "hw.geometry); several compare them on the same steps")
+    ap.add_argument("--per-step", action="store_true", help="print a line per step")
+    ap.add_argument("--rtl", type=int, default=0,
+                    help="run this many layer-steps on the Amaranth simulator too")
+    ap.add_argument("--rtl-layer", default="blocks.3.mlp.fc1")
+    ap.add_argument("--area", nargs="?", const="tiny", metavar="PRESET",
+                    help="also synthesize each strategy's dispatcher and PE array (lanes) "
+                         "with Yosys, cmos and iCE40 flows (default preset: tiny)")
     args = ap.parse_args(argv)
     base = load_config(args.config, args.preset)
-    # Strategies: (label, packing, lane rotation).
-    strategies = []
-    for p in args.packing:
-        if p == "compact":
-            strategies += [(f"compact/R{r}" if len(args.lane_rotation) > 1 else "compact",
-                            p, r) for r in args.lane_rotation]
-        else:
-            strategies.append((p, p, 0))
-    tot = {label: {"cycles": 0, "useful": 0, "lanes": 0} for label, _, _ in strategies}
-    tot_dense = tot_ideal_num = tot_ideal_den = 0
-    first = True
-    for blk in args.blocks:
-        for name in args.layers:
-            layer = f"blocks.{blk}.{name}"
-            xs, w, b = linear_inputs(layer, steps=args.steps)
-            dl = DiffLinear(w, b, base)
-            k, m = w.shape[1], w.shape[0]
-            dense = None
-            encs = []
-            for s, x in enumerate(xs):
-                r = dl(x, s)
-                encs.append((r.enc, r.target))
-            for s, (enc, _) in enumerate(encs):
-                if s % args.every:
-                    continue
-                t0 = time.time()
-                if dense is None:
-                    dense = predict(base, dense_encoding(enc), k, m).cycles
-                f = np.bincount(enc.cls.ravel(), minlength=3) / enc.cls.size
-                passes = enc.cls.size * f[1] + 2 * enc.cls.size * f[2]
-                ideal = 2 * enc.cls.size / passes
-                tot_dense += dense
-                tot_ideal_num += 2 * enc.cls.size
-                tot_ideal_den += passes
-                line = [f"{layer} step {s:2d} mix {f[0]:.2f}/{f[1]:.2f}/{f[2]:.2f} "
-                        f"ideal x{ideal:.2f} dense {dense}"]
-                for label, p, rot in strategies:
-                    rep = predict(base.replace(packing=p), enc, k, m, lane_rotation=rot)
-                    sp = dense / rep.cycles
-                    tot[label]["cycles"] += rep.cycles
-                    tot[label]["useful"] += rep.useful
-                    tot[label]["lanes"] += rep.lanes * rep.cycles
-                    idle = " ".join(f"{a}={v}" for a, v in rep.account.items() if v)
-                    line.append(f"  {label:10s} {rep.cycles:7d} cycles x{sp:.2f} "
-                                f"({sp / ideal:.0%} of ideal) util {rep.utilization:.2f} "
-                                f"idle lane-cycles: {idle}")
-                print("\n".join(line) + f"  [{time.time() - t0:.1f}s]", flush=True)
-            if first and args.rtl:
-                first = False
-                cols = base.m_tile * base.n_arrays
-                w_q = dl.w_q[:, :cols]
-                for label, p, rot in strategies:
-                    cfg = base.replace(packing=p)
-                    steps = [(encs[0][1], True)] + [(encs[s][1], False)
-                                                   for s in range(1, args.rtl + 1)]
-                    t0 = time.time()
-                    outs = run_layer_pysim(cfg, w_q, steps, lane_rotation=rot)
-                    xs_g = np.zeros_like(steps[0][0])
-                    y_g = np.zeros((xs_g.shape[0], cols), dtype=np.int64)
-                    for s, ((target, key), out) in enumerate(zip(steps, outs, strict=True)):
-                        if key:
-                            xs_g, y_g = np.zeros_like(xs_g), np.zeros_like(y_g)
-                        enc_s, xs_g = encode_step(target, xs_g, cfg)
-                        y_g = y_g + exact_matmul(enc_s.decode(), w_q)
-                        model = predict(cfg, enc_s, k, cols, lane_rotation=rot).counters()
-                        exact = (np.array_equal(out.y, y_g) and np.array_equal(out.state, xs_g))
-                        print(f"RTL {layer}[:, :{cols}] {label} step {s}: measured "
-                              f"{out.counters['cycles']} cycles, model {model['cycles']} "
-                              f"({'equal' if model == out.counters else 'DIFFERENT'}), "
-                              f"Y and state {'bit-exact' if exact else 'DIFFERENT'}",
-                              flush=True)
-                    print(f"  ({time.time() - t0:.0f}s of Amaranth simulation)")
-    print("== totals over the modelled layer-steps ==")
-    ideal = tot_ideal_num / tot_ideal_den
-    print(f"ideal x{ideal:.2f}, dense {tot_dense} cycles")
-    for label, t in tot.items():
-        sp = tot_dense / t["cycles"]
-        print(f"{label:10s} {t['cycles']} cycles x{sp:.2f} ({sp / ideal:.0%} of ideal), "
-              f"utilization {t['useful'] / t['lanes']:.2f}")
+    steps = args.steps or base.steps
+    if args.blocks is None:
+        from golden.dit import load_weights
+        args.blocks = list(range(load_weights()[0].depth))
+    strategies = _strategies(args.packing, args.lane_rotation)
+    layers = [f"blocks.{blk}.{name}" for blk in args.blocks for name in args.layers]
+    total, _, per_step, speed, n_ls = run_model(base, strategies, layers, steps, args.every)
+    if args.per_step:
+        print("== per step, over the layers ==")
+        for s, t in sorted(per_step.items()):
+            print(f"step {s:2d} {t.head()} | "
+                  + " | ".join(t.line(lab) for lab, _, _ in strategies))
+    print(f"== whole run: {n_ls} layer-steps ({len(layers)} layers x "
+          f"{n_ls // max(1, len(layers))} steps of {steps}), cycle model ==")
+    print(f"{total.head()}, dense {total.dense} cycles")
+    for label, _, _ in strategies:
+        print(total.line(label, breakdown=True))
+    print("model speed: " + ", ".join(f"{lab} {v:.1f} layer-steps/s" for lab, v in
+                                      speed.items()))
+    if args.area:
+        print(f"== area per strategy ({args.area} preset, one dispatcher, one PE array of "
+              "lanes; Yosys per block) ==", flush=True)
+        print_area(strategy_area(load_config(None, args.area), strategies))
+    if args.rtl:
+        bad = run_rtl(base, strategies, args.rtl_layer, steps, args.rtl)
+        print(f"RTL sample: {'model == RTL and bit-exact' if not bad else f'{bad} MISMATCHES'}")
 
 
 if __name__ == "__main__":

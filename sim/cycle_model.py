@@ -1,10 +1,8 @@
 """Exact cycle model of the ``dstar_linear`` wrapper (``hw.linear.LinearLayer``).
 
 Given a layer's shape and the encoded difference of a step (``golden.encoder.Encoded``), it
-replays the wrapper's control registers cycle by cycle (tile loader, front end, encoder pipeline,
-dispatcher lane queues and sequencers, partial-sum credits, in-order reduction) without any
-datapath, and returns the cycles ``busy`` is high, the op counters, and an account of every lane
-cycle that is not a useful nibble op:
+returns the cycles ``busy`` is high, the op counters, and an account of every lane cycle that is
+not a useful nibble op:
 
 ``load``
     the front end waits for a weight tile (the first tile of a run, or a tile that is not
@@ -23,18 +21,40 @@ cycle that is not a useful nibble op:
 ``zero``
     lockstep only: a lane issuing an op on a ZERO element or the empty second pass of a LOW one.
 
-``lane_cycles = G * cycles = useful + sum(account)`` holds by construction. The model must agree
-with the RTL exactly; ``tests/test_hw_linear.py`` and the cocotb tests assert it.
+``lane_cycles = G * cycles = useful + sum(account)`` holds by construction.
+
+How: instead of replaying the wrapper cycle by cycle (``sim.cycle_reference``, the executable
+specification this model is tested against), it computes, slice by slice in issue order, the
+cycle of each event as the maximum of the events it waits for (every wait in the wrapper is on a
+condition that, once true, stays true until the event happens):
+
+* ``C[s]`` the front end issues slice ``s`` (its tile is loaded, the encoder pipeline moves);
+* ``O[s]`` it reaches the encoder's output register, ``P[s]`` the dispatcher takes it (room in
+  the queues of the lanes it needs, in the reduction's slice queue; lockstep: sequencer free,
+  a partial-sum credit);
+* ``L[s, l]`` lane ``l`` loads its bundle (lane free, bundle queued, credit back), its ops
+  issue in the next ``cost`` cycles;
+* ``F[s]`` the reduction takes the slice (in order, once every lane of it has closed); the
+  weight loader starts tile ``p`` once pass ``p - 2`` is written back.
+
+The compacting dispatcher's rotation of each slice depends only on the slice sequence
+(``slice_rotations``), so the lane costs are known before the recurrences run. The recurrences
+run over a batch of encodings of the same layer shape at once (NumPy over batch x lanes), then
+the idle lane cycles are classified gap by gap from those event times. ``predict_batch`` is
+what the benchmark uses; the RTL tests (``tests/test_hw_linear.py`` and the cocotb tests)
+assert ``predict`` equals the measured counters, and ``tests/test_cycle_model.py`` that it
+equals the reference model.
 """
 
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from golden.encoder import HIGH
+from golden.encoder import HIGH, LOW
 
-__all__ = ["CycleReport", "predict", "slice_masks"]
+__all__ = ["CycleReport", "predict", "predict_batch", "slice_costs"]
+
+ACCOUNTS = ("load", "fill", "drain", "credit", "starved", "zero")
 
 
 @dataclass
@@ -62,238 +82,324 @@ class CycleReport:
                 "count_zero": self.count_zero}
 
 
-def slice_masks(enc, geo, n_kt: int):
-    """Per slice ``(token, kt)``: the lanes' remaining-pass masks (compact) and the group pass
-    mask (lockstep), as Python ints (bit ``2j``: pass 0 of group j, ``2j+1``: pass 1)."""
+def slice_costs(enc, geo, n_kt: int):
+    """``(element, group)``: per slice ``[t, kt]``, the nibble ops of each in-group element
+    over the slice's groups (``(N, n_kt, G)``; the compacting strategy gives each to one lane)
+    and the lockstep sequencer's group passes (``(N, n_kt)``)."""
     cfg = geo.cfg
     g_n, s_n = cfg.group, cfg.k_tile // cfg.group
     n, k = enc.q.shape
-    cls = np.zeros((n, n_kt * cfg.k_tile), dtype=np.int64)
+    cls = np.zeros((n, n_kt * cfg.k_tile), dtype=np.int8)
     cls[:, :k] = enc.cls
     cls = cls.reshape(n, n_kt, s_n, g_n)                       # [t, kt, j, element]
-    # Lane l of token t handles element lane_element(l, t mod R).
-    elem = np.array([[geo.lane_element(lane, r) for lane in range(g_n)]
+    ops = (cls != 0).astype(np.int32) + (cls == HIGH)
+    group = ((cls != 0).any(-1).astype(np.int32) + (cls == HIGH).any(-1)).sum(-1)
+    return ops.sum(2), group
+
+
+def slice_rotations(geo, elem, n_mt):
+    """Rotation the compacting dispatcher gives every slice, in issue order, ``(n_pass * N,
+    B)`` (``elem[t, kt, b, e]``: ops of each element); the rule is
+    ``golden.dispatch.lane_rotations``'s, which ``tests/test_cycle_model.py`` checks this
+    against."""
+    n, n_kt, batch, g_n = elem.shape
+    s_n = n_kt * n_mt * n
+    r_n = geo.rotation
+    rot = np.zeros((s_n, batch), dtype=np.int64)
+    if r_n == 1:
+        return rot
+    perm = np.array([[geo.lane_element(lane, r) for lane in range(g_n)] for r in range(r_n)])
+    excess = np.zeros((batch, g_n), dtype=np.int64)
+    rows = np.arange(batch)
+    for i in range(s_n):
+        t, kt = i % n, i // (n * n_mt)
+        cand = elem[t, kt][:, perm]                            # [b, r, l]
+        score = np.einsum("bl,brl->br", excess, cand)
+        r = (score * r_n + (np.arange(r_n) - t) % r_n).argmin(-1)
+        rot[i] = r
+        excess = excess + cand[rows, r]
+        excess = np.minimum(excess - excess.min(-1, keepdims=True), geo.excess_max)
+    return rot
+
+
+def lane_costs(geo, elem, n_mt):
+    """Ops of each lane's bundle of every slice in issue order, ``(n_pass * N, B, G)``."""
+    n, n_kt, batch, g_n = elem.shape
+    rot = slice_rotations(geo, elem, n_mt)
+    perm = np.array([[geo.lane_element(lane, r) for lane in range(g_n)]
                      for r in range(geo.rotation)])
-    cls = cls[np.arange(n)[:, None, None, None], np.arange(n_kt)[None, :, None, None],
-              np.arange(s_n)[None, None, :, None], elem[np.arange(n) % geo.rotation][:, None,
-                                                                                    None, :]]
-    nz, hi = cls != 0, cls == HIGH
-    weights_lo = 1 << (2 * np.arange(s_n))
-    lane = (np.einsum("tkjl,j->tkl", nz.astype(np.int64), weights_lo)
-            + np.einsum("tkjl,j->tkl", hi.astype(np.int64), 2 * weights_lo))
-    grp = (np.einsum("tkj,j->tk", nz.any(-1).astype(np.int64), weights_lo)
-           + np.einsum("tkj,j->tk", hi.any(-1).astype(np.int64), 2 * weights_lo))
-    # Lockstep op kinds per group pass: useful LOW, useful HIGH, idle lanes.
-    low_n = (nz & ~hi).sum(-1)
-    high_n = hi.sum(-1)
-    return lane.tolist(), grp.tolist(), low_n.tolist(), high_n.tolist()
+    s = np.arange(rot.shape[0])
+    e = elem[(s % n)[:, None], (s // (n * n_mt))[:, None], np.arange(batch)[None, :]]
+    return np.take_along_axis(e, perm[rot], axis=2)
 
 
-def _lowbit(x):
-    return (x & -x).bit_length() - 1
-
-
-def predict(cfg, enc, k: int, m: int, lane_rotation: int = 0,
-            max_cycles: int = 50_000_000) -> CycleReport:
+def predict(cfg, enc, k: int, m: int, lane_rotation: int = 0) -> CycleReport:
     """Cycles of one step of a ``K`` x ``M`` layer whose encoded difference is ``enc``
     (``enc.q`` is ``(N, K)``), on ``LinearLayer(cfg, lane_rotation)``."""
+    return predict_batch(cfg, [enc], k, m, lane_rotation)[0]
+
+
+def predict_batch(cfg, encs, k: int, m: int, lane_rotation: int = 0) -> list[CycleReport]:
+    """``predict`` for several encodings of the same layer (same ``N``, ``K``, ``M``)."""
     from hw.geometry import Geometry
     from hw.pe_array import token_depth
 
     geo = Geometry(cfg, lane_rotation)
-    n = enc.q.shape[0]
-    g_n, s_n = cfg.group, geo.slice_groups
-    depth_q, depth_p = cfg.lane_fifo_depth, geo.psum_depth
-    depth_t = token_depth(geo)
+    n = encs[0].q.shape[0]
+    if any(e.q.shape != encs[0].q.shape for e in encs):
+        raise ValueError("predict_batch: encodings of different shapes "
+                         f"{sorted({e.q.shape for e in encs})}")
     n_kt, n_mt = geo.n_kt(k), geo.n_mt(m)
-    n_pass = n_kt * n_mt
-    lane_masks, grp_masks, low_n, high_n = slice_masks(enc, geo, n_kt)
+    n_pass, g_n = n_kt * n_mt, cfg.group
+    lows = [n_mt * int(np.count_nonzero(e.cls == LOW)) for e in encs]
+    highs = [2 * n_mt * int(np.count_nonzero(e.cls == HIGH)) for e in encs]
+    if n == 0 or n_pass == 0:           # the wrapper does not start
+        return [CycleReport(0, 0, 0, 0, 0, g_n, dict.fromkeys(ACCOUNTS, 0)) for _ in encs]
+    costs = [slice_costs(e, geo, n_kt) for e in encs]
     compact = cfg.packing == "compact"
-
-    # Wrapper registers (state right after the start edge).
-    l_active, l_row, l_p, l_kt, l_mt = 0, 0, 0, 0, 0
-    f_p, f_t, f_kt, f_mt, d_p = 0, 0, 0, 0, 0
-    cycles = stall_load = 0
-    # Encoder pipeline: stage-1 and output registers hold (t, kt, last) or None.
-    s1 = out = None
-    # Reduction: slice queue of (mask, last), partial-sum levels, stage-B (valid, last).
-    tokq = deque()
-    plevel = [0] * g_n
-    b_valid = b_last = False
-    # Dispatcher.
-    queues = [deque() for _ in range(g_n)]
-    rem = [0] * g_n
-    used = [0] * g_n
-    cur_kind = [None] * g_n            # lockstep: (t, kt) of the slice in the sequencer
-    ls_rem, ls_used, ls_cur = 0, 0, None
-    started = [False] * g_n
-    cnt_low = cnt_high = cnt_zero = 0
-    acct = dict.fromkeys(("load", "fill", "drain", "credit", "starved", "zero"), 0)
-
-    run = True
-    while run:
-        if cycles >= max_cycles:
-            raise RuntimeError("cycle model did not finish")
-        pending = f_p < n_pass
-        # --- reduction, stage A ---
-        fire, pop_mask, head_last = False, 0, False
-        if tokq:
-            mask, head_last = tokq[0]
-            if all(plevel[lane] > 0 for lane in range(g_n) if mask >> lane & 1):
-                fire, pop_mask = True, mask
-        pass_done = b_valid and b_last
-        tokq_rdy = len(tokq) < depth_t
-        # --- dispatcher ---
-        push_close = [False] * g_n
-        loads = [None] * g_n
-        issued = [False] * g_n
+    if compact:
+        elem = np.stack([c[0] for c in costs], axis=2)         # [t, kt, b, e]
+        ev = _events_compact(geo, token_depth(geo), lane_costs(geo, elem, n_mt), n, n_kt,
+                             n_mt)
+    else:
+        group = np.stack([c[1] for c in costs], axis=2)        # [t, kt, b]
+        ev = _events_lockstep(geo, token_depth(geo), group, n, n_kt, n_mt)
+    reps = []
+    for b in range(len(encs)):
+        cycles = int(ev["F"][-1, b]) + 2
+        w_lo, w_hi = ev["w_lo"][:, b], ev["w_hi"][:, b]
+        stall = int(np.maximum(w_hi - w_lo, 0).sum())
         if compact:
-            for lane in range(g_n):
-                r = rem[lane]
-                close = False
-                if r:
-                    rest = r & (r - 1)
-                    close = rest == 0
-                    issued[lane] = True
-                    b = _lowbit(r)
-                    j = b >> 1
-                    if cur_kind[lane][j]:
-                        cnt_high += 1
-                    else:
-                        cnt_low += 1
-                if (r == 0 or close) and queues[lane] and used[lane] < depth_p:
-                    loads[lane] = queues[lane][0]
-                push_close[lane] = close
-            if out is not None:
-                t, kt, last = out
-                masks = lane_masks[t][kt]
-                room = all(masks[lane] == 0 or len(queues[lane]) < depth_q
-                           for lane in range(g_n))
-                ready = tokq_rdy and room
-            else:
-                ready = False
+            acct = _account_compact(geo, ev, b, cycles)
+            zero = 0
         else:
-            r = ls_rem
-            close = False
-            if r:
-                rest = r & (r - 1)
-                close = rest == 0
-                b = _lowbit(r)
-                j, second = b >> 1, b & 1
-                t0, kt0 = ls_cur
-                lo, hi = low_n[t0][kt0][j], high_n[t0][kt0][j]
-                useful = hi + (0 if second else lo)
-                cnt_high += hi
-                cnt_low += 0 if second else lo
-                cnt_zero += g_n - useful
-                acct["zero"] += g_n - useful
-                for lane in range(g_n):
-                    issued[lane] = True
-                    push_close[lane] = close
-            free = r == 0 or close
-            if out is not None:
-                t, kt, last = out
-                nonzero = grp_masks[t][kt] != 0
-                ready = tokq_rdy and free and (not nonzero or ls_used < depth_p)
-            else:
-                ready = False
-        take = out is not None and ready
-        adv = out is None or ready
-        # --- front end ---
-        cmd_valid = pending and f_p < l_p
-        cmd_fire = cmd_valid and adv
-        if pending and not f_p < l_p:
-            stall_load += 1
+            zero = g_n * n_mt * int(group[:, :, b].sum()) - lows[b] - highs[b]
+            acct = _account_lockstep(geo, ev, b, cycles)
+            acct["zero"] = zero
+        rep = CycleReport(cycles, stall, lows[b], highs[b], zero, g_n, acct)
+        assert rep.useful + sum(acct.values()) == g_n * cycles, "unaccounted lane cycles"
+        reps.append(rep)
+    return reps
 
-        # --- account for idle lanes (before updating state) ---
-        for lane in range(g_n):
-            if issued[lane]:
-                started[lane] = True
-                continue
-            if not started[lane]:
-                acct["fill" if l_p > 0 or not pending else "load"] += 1
-            elif not pending:
-                acct["drain"] += 1
-            elif pending and not (f_p < l_p) and not (queues[lane] if compact else ls_rem):
-                acct["load"] += 1
-            elif compact and queues[lane] and used[lane] >= depth_p:
-                acct["credit"] += 1
-            elif not compact and ls_used >= depth_p:
-                acct["credit"] += 1
-            else:
-                acct["starved"] += 1
 
-        # --- register updates ---
-        # reduction
-        if fire:
-            tokq.popleft()
-        for lane in range(g_n):
-            p = pop_mask >> lane & 1
-            plevel[lane] += int(push_close[lane]) - p
-            if plevel[lane] > depth_p or plevel[lane] < 0:
-                raise AssertionError("partial-sum queue over/underflow (model)")
-        b_valid, b_last = fire, fire and head_last
-        # dispatcher
-        if compact:
-            for lane in range(g_n):
-                if loads[lane] is not None:
-                    queues[lane].popleft()
-                    rem[lane], cur_kind[lane] = loads[lane]
-                elif rem[lane]:
-                    rem[lane] &= rem[lane] - 1
-                used[lane] += int(loads[lane] is not None) - (pop_mask >> lane & 1)
-            if take:
-                t, kt, last = out
-                masks = lane_masks[t][kt]
-                for lane in range(g_n):
-                    if masks[lane]:
-                        mk = masks[lane]
-                        kinds = [bool(mk >> (2 * j + 1) & 1) for j in range(s_n)]
-                        queues[lane].append((mk, kinds))
-                tokq.append((sum(1 << lane for lane in range(g_n) if masks[lane]), last))
-        else:
-            nonzero_take = False
-            if take:
-                t, kt, last = out
-                ls_cur = (t, kt)
-                ls_rem = grp_masks[t][kt]
-                nonzero_take = ls_rem != 0
-                tokq.append((((1 << g_n) - 1) if nonzero_take else 0, last))
-            elif ls_rem:
-                ls_rem &= ls_rem - 1
-            ls_used += int(nonzero_take) - (pop_mask & 1)
-        # encoder pipeline
-        if adv:
-            out = s1
-            s1 = (f_t, f_kt, f_t == n - 1) if cmd_fire else None
-        # front end
-        if cmd_fire:
-            if f_t == n - 1:
-                f_t, f_p = 0, f_p + 1
-                if f_mt == n_mt - 1:
-                    f_mt, f_kt = 0, f_kt + 1
-                else:
-                    f_mt += 1
-            else:
-                f_t += 1
-        # loader
-        if l_active:
-            if l_row == cfg.k_tile - 1:
-                l_active, l_p, l_row = 0, l_p + 1, 0
-                if l_mt == n_mt - 1:
-                    l_mt, l_kt = 0, l_kt + 1
-                else:
-                    l_mt += 1
-            else:
-                l_row += 1
-        elif l_p < n_pass and l_p < d_p + 2:
-            l_active = 1
-        # run / counters
-        cycles += 1
-        if pass_done:
-            d_p += 1
-            if d_p == n_pass:
-                run = False
-    rep = CycleReport(cycles, stall_load, cnt_low, cnt_high, cnt_zero, g_n, acct)
-    assert rep.useful + sum(acct.values()) == g_n * cycles, "unaccounted lane cycles"
-    return rep
+def _front(st, c_prev, t_tile):
+    """Front end and encoder pipeline: ``(C, O)`` of the next slice (see the module docstring).
+    The pipeline moves unless its output register holds a slice the dispatcher does not take,
+    i.e. outside ``[O, P)`` of the two slices ahead."""
+    c = np.maximum(c_prev + 1, t_tile)
+    c = np.where((c >= st["O2"]) & (c < st["P2"]), st["P2"], c)
+    c = np.where((c >= st["O1"]) & (c < st["P1"]), st["P1"], c)
+    return c, np.maximum(c + 1, st["P1"]) + 1
+
+
+def _run(geo, depth_t, n, n_kt, n_mt, batch, slice_step):
+    """Slice loop shared by both strategies: passes, weight loader, front end, slice queue and
+    in-order reduction; ``slice_step(s, kt, t, O, tq, F_prev)`` returns ``(P, F)``."""
+    k_tile = geo.cfg.k_tile
+    n_pass = n_kt * n_mt
+    s_n = n_pass * n
+    big = np.full(batch, -10, dtype=np.int64)
+    st = {"O1": big, "P1": big, "O2": big, "P2": big}
+    F = np.empty((s_n, batch), dtype=np.int64)
+    P = np.empty((s_n, batch), dtype=np.int64)
+    C = np.empty((s_n, batch), dtype=np.int64)
+    w_lo = np.empty((n_pass, batch), dtype=np.int64)
+    w_hi = np.empty((n_pass, batch), dtype=np.int64)
+    a_prev = None
+    c_prev = np.full(batch, -1, dtype=np.int64)
+    f_prev = np.full(batch, -1, dtype=np.int64)
+    s = 0
+    for p in range(n_pass):
+        kt = p // n_mt
+        # Loader: tile p starts once tile p-1 is in and pass p-2 is written back
+        # (d_p counts a pass two cycles after its last slice's reduction).
+        a = np.zeros(batch, dtype=np.int64) if a_prev is None else a_prev + k_tile + 1
+        if p >= 2:
+            a = np.maximum(a, F[(p - 1) * n - 1] + 2)
+        a_prev = a
+        t_tile = a + k_tile + 1
+        w_lo[p], w_hi[p] = c_prev + 1, t_tile
+        for t in range(n):
+            c, o = _front(st, c_prev, t_tile)
+            tq = F[s - depth_t] + 1 if s >= depth_t else 0
+            P[s], F[s] = slice_step(s, kt, t, o, tq, f_prev)
+            C[s] = c
+            st = {"O2": st["O1"], "P2": st["P1"], "O1": o, "P1": P[s]}
+            c_prev, f_prev = c, F[s]
+            s += 1
+    return {"F": F, "P": P, "C": C, "w_lo": w_lo, "w_hi": w_hi}
+
+
+def _events_compact(geo, depth_t, lane, n, n_kt, n_mt):
+    """Event times of the compacting strategy; ``lane[s, b, l]``: ops of each bundle."""
+    depth_q, depth_p = geo.cfg.lane_fifo_depth, geo.psum_depth
+    batch, g_n = lane.shape[1], lane.shape[2]
+    rows = np.arange(batch)[:, None]
+    cols = np.arange(g_n)[None, :]
+    ring_l = np.full((batch, g_n, depth_q), -1, dtype=np.int64)   # L of the last bundles
+    ring_f = np.full((batch, g_n, depth_p), -1, dtype=np.int64)   # F of the last bundles
+    idx = np.zeros((batch, g_n), dtype=np.int64)                  # bundles so far per lane
+    end = np.zeros((batch, g_n), dtype=np.int64)                  # lane's last close cycle
+    L = np.full((batch, g_n, n_kt * n_mt * n), -1, dtype=np.int32)
+
+    def step(s, kt, t, o, tq, f_prev):
+        nonlocal end, idx
+        cost = lane[s]
+        need = cost > 0
+        iq, ip = idx % depth_q, idx % depth_p
+        room = np.where(need, ring_l[rows, cols, iq] + 1, 0).max(1)
+        p_s = np.maximum(np.maximum(o, room), tq)
+        ld = np.maximum(np.maximum(end, p_s[:, None] + 1), ring_f[rows, cols, ip] + 1)
+        done = np.where(need, ld + cost + 1, 0).max(1)
+        f_s = np.maximum(np.maximum(f_prev + 1, p_s + 1), done)
+        ld = np.where(need, ld, -1)
+        L[:, :, s] = ld
+        end = np.where(need, ld + cost, end)
+        ring_l[rows, cols, iq] = np.where(need, ld, ring_l[rows, cols, iq])
+        ring_f[rows, cols, ip] = np.where(need, f_s[:, None], ring_f[rows, cols, ip])
+        idx = idx + need
+        return p_s, f_s
+
+    ev = _run(geo, depth_t, n, n_kt, n_mt, batch, step)
+    ev["L"] = L
+    ev["cost"] = lane
+    return ev
+
+
+def _events_lockstep(geo, depth_t, group, n, n_kt, n_mt):
+    """Event times of the lockstep strategy; ``group[t, kt, b]``: the slice's group passes."""
+    depth_p = geo.psum_depth
+    batch = group.shape[2]
+    rows = np.arange(batch)
+    ring_f = np.full((batch, depth_p), -1, dtype=np.int64)        # F of the last non-zero
+    idx = np.zeros(batch, dtype=np.int64)
+    free = np.zeros(batch, dtype=np.int64)                        # sequencer free from
+
+    def step(s, kt, t, o, tq, f_prev):
+        nonlocal free, idx
+        cost = group[t, kt]
+        nz = cost > 0
+        ip = idx % depth_p
+        credit = np.where(nz, ring_f[rows, ip] + 1, 0)
+        p_s = np.maximum(np.maximum(o, tq), np.maximum(free, credit))
+        free = p_s + np.maximum(cost, 1)
+        f_s = np.maximum(np.maximum(f_prev + 1, p_s + 1), np.where(nz, p_s + cost + 1, 0))
+        ring_f[rows, ip] = np.where(nz, f_s, ring_f[rows, ip])
+        idx = idx + nz
+        return p_s, f_s
+
+    ev = _run(geo, depth_t, n, n_kt, n_mt, batch, step)
+    ev["cost"] = group
+    return ev
+
+
+def _span(lo, hi):
+    """Cycles in ``[lo, hi]`` (0 if empty)."""
+    return np.maximum(hi - lo + 1, 0)
+
+
+def _classify(geo, ev, b, cycles, gaps, fresh, queued):
+    """Account of the idle lane cycles, gap by gap.
+
+    ``gaps = (a, z, q0, cr)``: idle cycles ``[a, z]`` of a lane after its first op, its next
+    bundle queued from ``q0`` on (compact; ``queued`` False: lockstep, no queue), its partial-sum
+    credits all taken through cycle ``cr``. ``fresh``: the last idle cycle before each lane's
+    first op (``cycles - 1`` for lanes that never issue)."""
+    a, z, q0, cr = gaps
+    c_last = ev["C"][-1, b]                       # pending while c <= c_last
+    t0 = ev["w_hi"][0, b]                         # the first tile is in (l_p > 0)
+    waiting = _intervals(ev["w_lo"][:, b], ev["w_hi"][:, b], cycles)
+    w_cum = np.concatenate([[0], np.cumsum(waiting)])
+
+    def w_in(lo, hi):
+        lo, hi = np.clip(lo, 0, cycles), np.clip(hi + 1, 0, cycles)
+        return np.where(hi > lo, w_cum[hi] - w_cum[np.minimum(lo, hi)], 0)
+
+    fresh_load = _span(0, np.minimum(np.minimum(fresh, t0 - 1), c_last))
+    drain = _span(np.maximum(a, c_last + 1), z)
+    hi = np.minimum(z, c_last)
+    if queued:
+        e_hi = np.minimum(hi, q0 - 1)             # queue empty: waiting for a tile or starved
+        load = w_in(a, e_hi)
+        credit = _span(np.maximum(a, q0), np.minimum(hi, cr))
+    else:
+        load = w_in(a, hi)
+        c_hi = np.minimum(hi, cr)
+        credit = _span(a, c_hi) - w_in(a, c_hi)
+    starved = _span(a, hi) - load - credit
+    return {"load": int(fresh_load.sum() + load.sum()),
+            "fill": int(_span(0, fresh).sum() - fresh_load.sum()),
+            "drain": int(drain.sum()), "credit": int(credit.sum()),
+            "starved": int(starved.sum()), "zero": 0}
+
+
+def _intervals(starts, stops, cycles):
+    """Per-cycle indicator of the union of ``[start, stop)`` intervals (empty ones ignored)."""
+    starts, stops = np.clip(starts, 0, cycles), np.clip(stops, 0, cycles)
+    keep = stops > starts
+    diff = np.bincount(starts[keep], minlength=cycles + 1) \
+        - np.bincount(stops[keep], minlength=cycles + 1)
+    return np.cumsum(diff)[:cycles] > 0
+
+
+def _gaps(lanes, start, cost, f_s, depth_p, cycles, g_n):
+    """Per lane (``lanes`` sorted, events in order): idle gap before each op burst
+    ``[start + 1, start + cost]`` after the lane's first, the final gap of each lane, and the
+    cycle through which each gap's credits are all taken (the pop of the bundle ``depth_p``
+    earlier on the same lane)."""
+    n = len(lanes)
+    ends = start + cost
+    new = np.ones(n, dtype=bool)
+    new[1:] = lanes[1:] != lanes[:-1]
+    a = np.empty(n, dtype=np.int64)
+    a[1:] = ends[:-1] + 1
+    cr = np.full(n, -1, dtype=np.int64)
+    if n > depth_p:
+        same = lanes[depth_p:] == lanes[:-depth_p]
+        cr[depth_p:] = np.where(same, f_s[:-depth_p], -1)
+    last = np.ones(n, dtype=bool)
+    last[:-1] = new[1:]
+    fresh = np.full(g_n, cycles - 1, dtype=np.int64)
+    fresh[lanes[new]] = start[new]
+    mid = ~new
+    # Final gaps: credits of the last depth_p bundles may still be out (lockstep only counts).
+    cr_end = np.full(n, -1, dtype=np.int64)
+    if n >= depth_p:
+        idx = np.arange(n) - depth_p + 1
+        ok = (idx >= 0)
+        ok[ok] &= lanes[idx[ok]] == lanes[ok]
+        cr_end[ok] = f_s[idx[ok]]
+    return (a[mid], start[mid], mid.nonzero()[0]), (ends[last] + 1, cr_end[last]), cr[mid], \
+        fresh
+
+
+def _account_compact(geo, ev, b, cycles):
+    g_n = geo.lanes
+    ld = ev["L"][b]                                                # [l, s]
+    lanes, s_idx = np.nonzero(ld >= 0)
+    cost = ev["cost"][s_idx, b, lanes].astype(np.int64)
+    start = ld[lanes, s_idx].astype(np.int64)
+    f_s, p_s = ev["F"][s_idx, b], ev["P"][s_idx, b]
+    (a, z, sel), (fa, _), cr, fresh = _gaps(lanes, start, cost, f_s, geo.psum_depth,
+                                            cycles, g_n)
+    n_fin = len(fa)
+    gaps = (np.concatenate([a, fa]), np.concatenate([z, np.full(n_fin, cycles - 1)]),
+            np.concatenate([p_s[sel] + 1, np.full(n_fin, cycles)]),
+            np.concatenate([cr, np.full(n_fin, -1)]))
+    return _classify(geo, ev, b, cycles, gaps, fresh, True)
+
+
+def _account_lockstep(geo, ev, b, cycles):
+    cost = ev["cost"][:, :, b]                                     # [t, kt]
+    n, n_kt = cost.shape
+    s_n = ev["P"].shape[0]
+    s = np.arange(s_n)
+    c_s = cost[s % n, s // (s_n // n_kt)].astype(np.int64)
+    nz = np.nonzero(c_s > 0)[0]
+    lanes = np.zeros(len(nz), dtype=np.int64)
+    (a, z, sel), (fa, fcr), cr, fresh = _gaps(lanes, ev["P"][nz, b], c_s[nz], ev["F"][nz, b],
+                                              geo.psum_depth, cycles, 1)
+    gaps = (np.concatenate([a, fa]), np.concatenate([z, np.full(len(fa), cycles - 1)]),
+            None, np.concatenate([cr, fcr]))
+    one = _classify(geo, ev, b, cycles, gaps, fresh, False)
+    return {k: geo.lanes * v for k, v in one.items()}

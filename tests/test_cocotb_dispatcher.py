@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dstar.config import preset
-from golden.dispatch import lane_streams, lockstep_streams
+from golden.dispatch import lane_rotations, lane_streams, lockstep_streams
 from golden.encoder import encode
 from hw import layouts
 from hw.dispatcher import PrecisionDispatcher
@@ -32,8 +32,11 @@ def case(geo, rng, probs):
     d[3, ::g_n] = 200
     enc = encode(d, g_n, cfg.e_max, cfg.tau)
     order = [(t, kt) for kt in range(k // cfg.k_tile) for t in range(n)]
+    rots = dict.fromkeys(order, 0)
     if cfg.packing == "compact":
-        want = lane_streams(enc, cfg.k_tile, geo.rotation)
+        rots = dict(zip(order, lane_rotations(enc, cfg.k_tile, geo.rotation, order),
+                        strict=True))
+        want = lane_streams(enc, cfg.k_tile, geo.rotation, rots)
     else:
         want = lockstep_streams(enc, cfg.k_tile)
     ops, masks = [], []
@@ -42,7 +45,7 @@ def case(geo, rng, probs):
         masks.append(sum(1 << lane for lane in range(g_n) if lanes[lane]))
         for lane, lane_ops in enumerate(lanes):
             for idx, (nib, sh, row) in enumerate(lane_ops):
-                ops.append([lane, nib, sh, row, t % geo.rotation, kt & 1,
+                ops.append([lane, nib, sh, row, rots[(t, kt)], kt & 1,
                             int(idx == len(lane_ops) - 1)])
     n_low, n_high = int((enc.cls == 1).sum()), 2 * int((enc.cls == 2).sum())
     return {

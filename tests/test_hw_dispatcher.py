@@ -6,7 +6,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from dstar.config import preset
-from golden.dispatch import lane_streams, lockstep_streams
+from golden.dispatch import lane_rotations, lane_streams, lockstep_streams
 from golden.encoder import encode
 from hw.dispatcher import PrecisionDispatcher
 from hw.geometry import Geometry
@@ -99,18 +99,21 @@ def test_dispatcher_ops(packing, p_valid, p_tok_ready, p_reduce):
     n, k = 12, 2 * cfg.k_tile
     enc = encoded(cfg, rng, n, k)
     ops, tokens, counts = run_dispatcher(geo, enc, rng, p_valid, p_tok_ready, p_reduce)
+    order = [(t, kt) for kt in range(k // cfg.k_tile) for t in range(n)]
+    rots = dict.fromkeys(order, 0)
     if packing == "compact":
-        want = lane_streams(enc, cfg.k_tile, geo.rotation)
+        rots = dict(zip(order, lane_rotations(enc, cfg.k_tile, geo.rotation, order),
+                        strict=True))
+        want = lane_streams(enc, cfg.k_tile, geo.rotation, rots)
     else:
         want = lockstep_streams(enc, cfg.k_tile)
-    order = [(t, kt) for kt in range(k // cfg.k_tile) for t in range(n)]
     assert [(t, kt) for t, kt, _ in tokens] == order
     for lane in range(cfg.group):
         exp = []
         for t, kt in order:
             lane_ops = want.get((t, kt), [[]] * cfg.group)[lane]
             for idx, (nib, sh, row) in enumerate(lane_ops):
-                exp.append((nib, sh, row, t % geo.rotation, kt & 1,
+                exp.append((nib, sh, row, rots[(t, kt)], kt & 1,
                             int(idx == len(lane_ops) - 1)))
         assert ops[lane] == exp, f"lane {lane}"
     for t, kt, mask in tokens:
