@@ -1,11 +1,13 @@
 """cocotb on Icarus: the generated ``dstar_attention`` Verilog runs a real head of the bundled DiT
-over a key step and two reuse steps, and a ragged random edge case, bit-exact against the golden
-model (outputs, residual cache, masks), with cycles equal to ``sim.attention_cycles``.
+over a key step and two reuse steps, a ragged random case and the edge cases (theta = 1 with a
+zero-mass block, a one-block sequence, all-equal logits, extreme logits), bit-exact against the
+golden model (outputs, residual cache, masks), with cycles equal to ``sim.attention_cycles``.
 
 The cases are computed here and handed to ``sim/tb_attention.py`` in an ``.npz``; the testbench
 reads the memory geometry from ``params.json``'s ``attention`` section.
 """
 
+import math
 import os
 import shutil
 from pathlib import Path
@@ -15,6 +17,7 @@ import pytest
 
 from dstar.config import preset
 from golden.attention import theta_fixed
+from golden.softmax import logit_multiplier
 from hw.generate import ATTN_TOP_NAME, generate
 from sim.attention_cycles import predict
 from sim.bench_attention import attention_inputs
@@ -75,7 +78,38 @@ def test_real_head_and_ragged_edge_case():
     calls, exp = int_calls(cfg, rsteps, 0.5, 0, slot=0)
     assert calls[0]["theta_q"] == theta_fixed(0.5)
     cases["ragged27"] = _case(cfg, calls, exp)
+    cases.update(edge_cases(cfg))
     run_cocotb(cfg, "tiny-attention", cases)
+
+
+def edge_cases(cfg):
+    """The edge cases of ``tests/test_hw_attention.py::test_edge_cases`` at the preset's Dh."""
+    dh, rng, cases = cfg.head_dim, np.random.default_rng(19), {}
+    # theta = 1: key 0 dominates every row, the other key block has zero mass, yet is computed.
+    q = np.full((20, dh), 127)
+    k = rng.integers(-3, 4, size=(20, dh))
+    k[0] = 127
+    v = rng.integers(-127, 128, size=(20, dh))
+    m, sh = logit_multiplier(np.full(20, 1e-3))
+    calls, exp = int_calls(cfg, [(q, k, v, m, sh)] * 2, 1.0, 0, slot=2)
+    assert exp[0]["mask"].all()
+    cases["theta1"] = _case(cfg, calls, exp)
+    # One-block sequence (N <= Bq, Bk): key and reuse step.
+    calls, exp = int_calls(cfg, [_random_step(rng, 9, dh) for _ in range(2)], 0.9, 0, slot=3)
+    cases["one_block9"] = _case(cfg, calls, exp)
+    # All-equal logits (K = 0): two equal-mass key blocks, theta 0.5 takes block 0 only.
+    z = np.zeros((32, dh), dtype=np.int64)
+    mz, shz = logit_multiplier(np.full(32, 0.01))
+    calls, exp = int_calls(cfg, [(rng.integers(-127, 128, size=(32, dh)), z,
+                                  rng.integers(-127, 128, size=(32, dh)), mz, shz)], 0.5, 0)
+    assert exp[0]["mask"].tolist() == [[True, False], [True, False]]
+    cases["all_equal"] = _case(cfg, calls, exp)
+    # Extreme logits: +-127 everywhere (|S| = Dh * 127**2), V = +-127.
+    sgn = rng.choice([-127, 127], size=(3, 20, dh))
+    me, she = logit_multiplier(np.full(20, 127.0 ** -2 / math.sqrt(dh) * 30))
+    calls, exp = int_calls(cfg, [(sgn[0], sgn[1], sgn[2], me, she)], 0.8, 0, slot=1)
+    cases["extreme"] = _case(cfg, calls, exp)
+    return cases
 
 
 @pytest.mark.slow
