@@ -64,11 +64,6 @@ class DenseGeometry:
         return self.cfg.k_tile // self.lanes
 
     @property
-    def chunk_bits(self) -> int:
-        """One cycle's sum of ``lanes`` products of one column."""
-        return bits_signed(self.lanes * _INT8_MAG * _INT8_MAG)
-
-    @property
     def slice_bits(self) -> int:
         """One token's contribution of one pass to one output column."""
         return bits_signed(self.cfg.k_tile * _INT8_MAG * _INT8_MAG)
@@ -83,8 +78,8 @@ class DenseGeometry:
         b = self.base
         out = {n: getattr(b, n) for n in ("block_cols", "n_kt_max", "n_mt_max", "row_depth",
                                            "weight_depth", "y_depth")}
-        out.update({n: getattr(self, n) for n in ("lanes", "chunks", "chunk_bits",
-                                                   "slice_bits", "acc_bits")})
+        out.update({n: getattr(self, n) for n in ("lanes", "chunks", "slice_bits",
+                                                   "acc_bits")})
         return out
 
 
@@ -126,12 +121,12 @@ class DenseArray(wiring.Component):
     ``Y[y_addr] (+)= sum`` (``overwrite`` replaces). Sums are exact (no rounding, no
     saturation: ``acc_bits`` holds any ``max_k``-term INT8 dot product).
 
-    Latency: products and their lane sum are registered (stage A, one cycle after the chunk),
-    the slice sum is accumulated there and the accumulator row read; the row is written one
-    cycle later (stage B), when ``o_pass_done`` pulses for a ``last`` chunk. Throughput: one
-    chunk per cycle, no back-pressure (``i_chunk`` is always ready). A row is read and
-    rewritten at most once per ``chunks >= 2`` cycles, so its read needs no bypass of the
-    write. Reset clears the stage registers; weights and the accumulator memory survive.
+    Latency: the products are registered (stage A, one cycle after the chunk), where their lane
+    sum is added to the slice sum and, on a closing chunk, the accumulator row is read; the row
+    is written one cycle later (stage B), when ``o_pass_done`` pulses for a ``last`` chunk.
+    Throughput: one chunk per cycle, no back-pressure (``i_chunk`` is always ready). A row is
+    read and rewritten at most once per ``chunks >= 2`` cycles, so its read needs no bypass of
+    the write. Reset clears the stage registers; weights and the accumulator memory survive.
 
     Members
     -------
@@ -170,9 +165,12 @@ class DenseArray(wiring.Component):
                                 with m.Case(k):
                                     m.d.sync += wts[b][k].eq(self.i_wrow.payload.w)
 
-        # Stage E (combinational from the chunk): weight rows, products, lane sum per column.
+        # Stage E (combinational from the chunk): weight rows and products, registered (a
+        # register between the multipliers and the lane sum also keeps Yosys from merging
+        # them into one multiply-accumulate cell per column, which ABC maps very slowly).
         ck = self.i_chunk.payload
-        prods = [[] for _ in range(m_n)]
+        prod_l = data.ArrayLayout(signed(16), m_n)
+        prods = []
         for lane in range(n_l):
             w = Signal(row_l, name=f"wsel_{lane}")
             with m.Switch(Cat(ck.bank, ck.chunk)):
@@ -180,9 +178,9 @@ class DenseArray(wiring.Component):
                     for b in range(2):
                         with m.Case(b | j << 1):
                             m.d.comb += w.eq(wts[b][j * n_l + lane])
-            for c in range(m_n):
-                prods[c].append(ck.x[lane] * w[c])
-        a_sum = Signal(data.ArrayLayout(signed(dg.chunk_bits), m_n))
+            p = Signal(prod_l, name=f"prod_{lane}")
+            m.d.sync += [p[c].eq(ck.x[lane] * w[c]) for c in range(m_n)]
+            prods.append(p)
         a_valid, a_first, a_close, a_over, a_last = (Signal(name=f"a_{n}") for n in
                                                      ("valid", "first", "close", "over",
                                                       "last"))
@@ -190,14 +188,12 @@ class DenseArray(wiring.Component):
         m.d.sync += [a_valid.eq(self.i_chunk.valid), a_first.eq(ck.first),
                      a_close.eq(ck.close), a_over.eq(ck.overwrite), a_last.eq(ck.last),
                      a_addr.eq(ck.y_addr)]
-        for c in range(m_n):
-            m.d.sync += a_sum[c].eq(_tree_sum(prods[c]))
 
-        # Stage A: the slice sum; on the closing chunk, read the accumulator row.
+        # Stage A: the lane sum into the slice sum; on the closing chunk, read the row of Y.
         acc_l = data.ArrayLayout(signed(dg.slice_bits), m_n)
         acc, nxt = Signal(acc_l, name="acc"), Signal(acc_l, name="acc_next")
         for c in range(m_n):
-            m.d.comb += nxt[c].eq(Mux(a_first, 0, acc[c]) + a_sum[c])
+            m.d.comb += nxt[c].eq(Mux(a_first, 0, acc[c]) + _tree_sum([p[c] for p in prods]))
         with m.If(a_valid):
             m.d.sync += acc.eq(nxt)
 
