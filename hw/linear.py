@@ -15,7 +15,7 @@ from .geometry import Geometry, uwidth
 from .layouts import weight_row_layout
 from .pe_array import PEArray, y_row_layout
 
-__all__ = ["LinearLayer"]
+__all__ = ["LinearLayer", "load_tiles"]
 
 
 class LinearLayer(wiring.Component):
@@ -135,36 +135,7 @@ class LinearLayer(wiring.Component):
         l_p, f_p, d_p = Signal(pass_bits), Signal(pass_bits), Signal(pass_bits)
 
         # --- weight loader: tile l_p into bank l_p % 2 once pass l_p - 2 is done ---
-        wmems = []
-        for a in range(cfg.n_arrays):
-            wm = Memory(shape=weight_row_layout(geo).members["w"], depth=geo.weight_depth,
-                        init=[])
-            m.submodules[f"weights_{a}"] = wm
-            wmems.append(wm)
-        l_active = Signal()
-        l_kt, l_mt = Signal(range(geo.n_kt_max + 1)), Signal(range(geo.n_mt_max + 1))
-        l_row = Signal(range(cfg.k_tile))
-        w_valid, w_row, w_bank = Signal(), Signal.like(l_row), Signal()
-        w_addr = Signal(range(geo.weight_depth))
-        m.d.comb += w_addr.eq((l_kt * cfg.k_tile + l_row) * geo.n_mt_max + l_mt)
-        for a, wm in enumerate(wmems):
-            wr, rd = wm.write_port(), wm.read_port()
-            m.d.comb += [wr.en.eq(self.host_w_we[a]), wr.addr.eq(self.host_w_addr),
-                         wr.data.eq(self.host_w_wdata), rd.addr.eq(w_addr)]
-            arr = arrays[a]
-            m.d.comb += [arr.i_wrow.valid.eq(w_valid), arr.i_wrow.payload.bank.eq(w_bank),
-                         arr.i_wrow.payload.row.eq(w_row), arr.i_wrow.payload.w.eq(rd.data)]
-        m.d.sync += [w_valid.eq(l_active), w_row.eq(l_row), w_bank.eq(l_p[0])]
-        with m.If(l_active):
-            m.d.sync += l_row.eq(l_row + 1)
-            with m.If(l_row == cfg.k_tile - 1):
-                m.d.sync += [l_active.eq(0), l_p.eq(l_p + 1), l_row.eq(0)]
-                with m.If(l_mt == self.n_mt - 1):
-                    m.d.sync += [l_mt.eq(0), l_kt.eq(l_kt + 1)]
-                with m.Else():
-                    m.d.sync += l_mt.eq(l_mt + 1)
-        with m.Elif(run & (l_p < n_pass) & (l_p < d_p + 2)):
-            m.d.sync += l_active.eq(1)
+        load_tiles(m, geo, self, arrays, run, n_pass, l_p, d_p, self.start & ~run)
 
         # --- front end: one slice command per cycle once its tile is loaded ---
         f_kt, f_mt = Signal(range(geo.n_kt_max + 1)), Signal(range(geo.n_mt_max + 1))
@@ -200,8 +171,7 @@ class LinearLayer(wiring.Component):
             # An empty layer (no tokens or no tiles) finishes at once instead of hanging.
             m.d.sync += [run.eq((n_pass != 0) & (self.n_tokens != 0)),
                          self.cycles.eq(0), self.stall_load.eq(0),
-                         l_p.eq(0), f_p.eq(0), d_p.eq(0), l_kt.eq(0), l_mt.eq(0), l_row.eq(0),
-                         f_kt.eq(0), f_mt.eq(0), f_t.eq(0)]
+                         f_p.eq(0), d_p.eq(0), f_kt.eq(0), f_mt.eq(0), f_t.eq(0)]
         with m.Elif(run):
             m.d.sync += self.cycles.eq(self.cycles + 1)
             with m.If(pending & ~(f_p < l_p)):
@@ -211,3 +181,47 @@ class LinearLayer(wiring.Component):
                 with m.If(d_p + 1 == n_pass):
                     m.d.sync += run.eq(0)
         return m
+
+
+def load_tiles(m, geo, top, arrays, run, n_pass, l_p, d_p, restart):
+    """The weight loader of both layer tops (``LinearLayer``, ``hw.dense.DenseLinearLayer``).
+
+    Owns one weight memory per array (``weights_<a>``, ``weight_depth`` words of ``m_tile``
+    INT8, written through ``top.host_w_*``) and, while ``run``, loads tile ``l_p`` (K tiles
+    outer, ``top.n_mt`` column blocks inner) into bank ``l_p % 2`` of every array's ``i_wrow``,
+    one row per cycle (the row reaches the array one cycle after its address), as soon as pass
+    ``l_p - 2`` is done (``d_p`` passes done) and ``l_p < n_pass``; ``l_p`` counts the tiles
+    completely addressed. ``restart`` rewinds the loader to tile 0."""
+    cfg = geo.cfg
+    wmems = []
+    for a in range(cfg.n_arrays):
+        wm = Memory(shape=weight_row_layout(geo).members["w"], depth=geo.weight_depth,
+                    init=[])
+        m.submodules[f"weights_{a}"] = wm
+        wmems.append(wm)
+    l_active = Signal()
+    l_kt, l_mt = Signal(range(geo.n_kt_max + 1)), Signal(range(geo.n_mt_max + 1))
+    l_row = Signal(range(cfg.k_tile))
+    w_valid, w_row, w_bank = Signal(), Signal.like(l_row), Signal()
+    w_addr = Signal(range(geo.weight_depth))
+    m.d.comb += w_addr.eq((l_kt * cfg.k_tile + l_row) * geo.n_mt_max + l_mt)
+    for a, wm in enumerate(wmems):
+        wr, rd = wm.write_port(), wm.read_port()
+        m.d.comb += [wr.en.eq(top.host_w_we[a]), wr.addr.eq(top.host_w_addr),
+                     wr.data.eq(top.host_w_wdata), rd.addr.eq(w_addr)]
+        arr = arrays[a]
+        m.d.comb += [arr.i_wrow.valid.eq(w_valid), arr.i_wrow.payload.bank.eq(w_bank),
+                     arr.i_wrow.payload.row.eq(w_row), arr.i_wrow.payload.w.eq(rd.data)]
+    m.d.sync += [w_valid.eq(l_active), w_row.eq(l_row), w_bank.eq(l_p[0])]
+    with m.If(l_active):
+        m.d.sync += l_row.eq(l_row + 1)
+        with m.If(l_row == cfg.k_tile - 1):
+            m.d.sync += [l_active.eq(0), l_p.eq(l_p + 1), l_row.eq(0)]
+            with m.If(l_mt == top.n_mt - 1):
+                m.d.sync += [l_mt.eq(0), l_kt.eq(l_kt + 1)]
+            with m.Else():
+                m.d.sync += l_mt.eq(l_mt + 1)
+    with m.Elif(run & (l_p < n_pass) & (l_p < d_p + 2)):
+        m.d.sync += l_active.eq(1)
+    with m.If(restart):
+        m.d.sync += [l_p.eq(0), l_kt.eq(0), l_mt.eq(0), l_row.eq(0)]

@@ -60,7 +60,8 @@ class PEArray(wiring.Component):
     o_pop : Out(G)
     o_pass_done : Out(1)
     host_y_addr, host_y_rdata :
-        Accumulator read from outside, one cycle after the address.
+        Accumulator read from outside, one cycle after the address, on the reduction's read
+        port while no slice is reduced (always, once the layer is idle).
     """
 
     def __init__(self, geo: Geometry):
@@ -141,11 +142,11 @@ class PEArray(wiring.Component):
         m.submodules.y = ymem = Memory(shape=y_row_layout(geo), depth=geo.y_depth, init=[])
         y_wr = ymem.write_port()
         # Transparent: a slice reduced right after another one of the same row (one-token
-        # layers) reads the value being written.
+        # layers) reads the value being written. The host reads through the same port whenever
+        # no slice is reduced (a second, host-only port would double the memory).
         y_rd = ymem.read_port(transparent_for=(y_wr,))
-        y_host = ymem.read_port()
-        m.d.comb += [y_rd.addr.eq(tok.meta.y_addr),
-                     y_host.addr.eq(self.host_y_addr), self.host_y_rdata.eq(y_host.data)]
+        m.d.comb += [y_rd.addr.eq(Mux(fire, tok.meta.y_addr, self.host_y_addr)),
+                     self.host_y_rdata.eq(y_rd.data)]
 
         # Stage B: the read-modify-write.
         b_valid, b_over, b_last = Signal(), Signal(), Signal()

@@ -1,10 +1,11 @@
 """Committed area baselines: ``synth/baselines/<preset>.json``, one entry per Yosys version.
 
 An entry records, for the configuration hash it was made from, the totals per target and the
-per-instance counts per module of the ``METRICS``. ``compare`` reports every metric that grew
-by more than ``TOLERANCE`` (relative); shrinking is fine, but a shrink beyond the tolerance is
-reported as a note so the baseline gets refreshed (``python -m synth.report --preset tiny
---target cmos --target ice40 --write-baseline``) and keeps catching growth.
+per-instance counts per module of the ``METRICS``, and the same of the dense INT8 baseline
+(``dense``, see ``synth.report``), which ``compare`` judges the same way. ``compare`` reports
+every metric that grew by more than ``TOLERANCE`` (relative); shrinking is fine, but a shrink
+beyond the tolerance is reported as a note so the baseline gets refreshed (``python -m
+synth.report --preset tiny --target all --write-baseline``) and keeps catching growth.
 
 Different Yosys versions map differently, so an entry only judges reports of its own version.
 """
@@ -38,15 +39,27 @@ def _pick(res: dict) -> dict:
     return {m: res[m] for m in METRICS if m in res}
 
 
-def _entry(report: dict) -> dict:
+def _metrics(report: dict) -> dict:
     return {
         "config_hash": report["config_hash"],
-        "report_version": report["report_version"],
         "targets": {t: _pick(v) for t, v in report["targets"].items()},
         "modules": {k: {"instances": m["instances"],
                         "targets": {t: _pick(v) for t, v in m["targets"].items()}}
                     for k, m in report["modules"].items()},
     }
+
+
+def _entry(report: dict) -> dict:
+    out = {**_metrics(report), "report_version": report["report_version"]}
+    if report.get("dense_baseline"):
+        out["dense"] = _metrics(report["dense_baseline"])
+    return out
+
+
+def _merge(old: dict, new: dict) -> None:
+    old["targets"].update(new["targets"])
+    for k, m in new["modules"].items():
+        old["modules"].setdefault(k, m)["targets"].update(m["targets"])
 
 
 def write_baseline(report: dict) -> Path:
@@ -58,11 +71,14 @@ def write_baseline(report: dict) -> Path:
         "yosys": {}}
     new = _entry(report)
     old = data["yosys"].get(report["yosys_version"])
-    if old and old["config_hash"] == new["config_hash"]:
-        old["targets"].update(new["targets"])
-        for k, m in new["modules"].items():
-            old["modules"].setdefault(k, m)["targets"].update(m["targets"])
-        old["report_version"] = new["report_version"]
+    if old and old["config_hash"] == new["config_hash"] \
+            and old.get("report_version") == new["report_version"]:
+        _merge(old, new)
+        if "dense" in new:
+            if old.get("dense", {}).get("config_hash") == new["dense"]["config_hash"]:
+                _merge(old["dense"], new["dense"])
+            else:
+                old["dense"] = new["dense"]
     else:
         data["yosys"][report["yosys_version"]] = new
     BASELINES.mkdir(parents=True, exist_ok=True)
@@ -89,14 +105,19 @@ def compare(report: dict, base: dict, tolerance: float = TOLERANCE) -> tuple[lis
             elif rel < -tolerance:
                 notes.append(line + " (shrunk: refresh the baseline)")
 
-    for t, old in base["targets"].items():
-        if t in report["targets"]:
-            check(t, report["targets"][t], old, growths)
-    for k, mod in base["modules"].items():
-        new_mod = report["modules"].get(k)
-        if new_mod is None:
-            continue
-        for t, old in mod["targets"].items():
-            if t in new_mod["targets"]:
-                check(f"{k}/{t}", new_mod["targets"][t], old, notes)
+    def check_all(rep, bas, prefix):
+        for t, old in bas["targets"].items():
+            if t in rep["targets"]:
+                check(prefix + t, rep["targets"][t], old, growths)
+        for k, mod in bas["modules"].items():
+            new_mod = rep["modules"].get(k)
+            if new_mod is None:
+                continue
+            for t, old in mod["targets"].items():
+                if t in new_mod["targets"]:
+                    check(f"{prefix}{k}/{t}", new_mod["targets"][t], old, notes)
+
+    check_all(report, base, "")
+    if base.get("dense") and report.get("dense_baseline"):
+        check_all(report["dense_baseline"], base["dense"], "dense ")
     return growths, notes

@@ -15,6 +15,9 @@ module of the file either flattened into it or blackboxed (see ``synth_module``)
 ``ecp5`` / ``ecp5_dsp``
     ``synth_ecp5 -nodsp`` / ``synth_ecp5``: LUT4, CCU2C (2-bit carry chains), PFUMX/L6MUX21
     (wide-mux slices), TRELLIS_FF, DP16KD / TRELLIS_DPR16X4, and MULT18X18D with DSPs.
+``ecp5_dsp_top``
+    As ``ecp5_dsp``, but the coarse passes run per module (``-noflatten``) and the design is
+    flattened before LUT mapping: the flow of whole tops for nextpnr (``synth.report``).
 ``xc7``
     ``synth_xilinx -family xc7 -nodsp -flatten``: LUT1..6, CARRY4, MUXF7/8, FD*, RAMB18/36
     (this and both ECP5 flows run ``splitnets`` before LUT mapping, a workaround for Yosys
@@ -113,6 +116,11 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            "synth_ecp5 -top {top} -nodsp -run map_luts:", _FPGA_KINDS, "ECP5, no DSP"),
     Target("ecp5_dsp", "synth_ecp5 -top {top} -run :map_luts; splitnets; "
            "synth_ecp5 -top {top} -run map_luts:", _FPGA_KINDS, "ECP5 with MULT18X18D"),
+    # Whole tops for nextpnr: the coarse passes per module (a flat `share` on the tiny top ran
+    # for more than 13 minutes), then one flat netlist for LUT mapping and place and route.
+    Target("ecp5_dsp_top", "synth_ecp5 -top {top} -noflatten -run :map_luts; flatten; "
+           "splitnets; synth_ecp5 -top {top} -run map_luts:", _FPGA_KINDS,
+           "ECP5 with MULT18X18D, coarse synthesis per module, flattened before LUT mapping"),
     Target("xc7", "synth_xilinx -family xc7 -top {top} -nodsp -flatten -run :map_luts; "
            "splitnets; synth_xilinx -family xc7 -top {top} -nodsp -flatten -run map_luts:",
            _FPGA_KINDS, "Xilinx 7-series, no DSP"),

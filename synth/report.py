@@ -20,8 +20,18 @@ boundaries (as in a hierarchical ASIC flow), so totals are slightly above a flat
 the whole top (``flat_total=True`` runs that for comparison). The cmos target keeps memories of
 at least ``SRAM_MIN_DEPTH`` words as SRAM macros; ``memories`` lists them with their area.
 
-Fmax (``fmax=True``): nextpnr-ecp5 out of context on the ECP5 (no DSP) netlist of the PE array
-block alone and of the whole top, flattened (``synth.fmax``).
+Fmax (``fmax=True``): nextpnr-ecp5 out of context on the ECP5 netlists with DSPs
+(``FMAX_FLOW``) of the PE array block alone and of the whole top (``synth.fmax``): without
+MULT18X18D the ``tiny`` top (about 94k LUT4) does not fit the LFE5U-85F's 84k LUT4. The whole
+top is synthesized by the ``ecp5_dsp_top`` flow: ``synth_ecp5 -noflatten`` up to LUT mapping
+(so Yosys's ``share`` pass, which ran for more than 13 minutes on the flattened ``tiny`` top,
+works on one block at a time), then ``flatten`` and LUT mapping of the whole design, so nextpnr
+and its timing see one flat netlist.
+
+Dense baseline (``dense``): the same per-block synthesis of the configuration with
+``packing = "dense"`` (``hw.dense``: 8-bit x 8-bit lanes at the same peak 8-bit throughput, the
+same tiles, weight memories and host ports, no encoder, no dispatcher); ``area_ratio`` divides
+DSTAR's totals by the baseline's.
 """
 
 import hashlib
@@ -40,7 +50,7 @@ __all__ = ["REPORT_VERSION", "ALL_TARGETS", "BLOCK_KINDS", "run", "format_table"
            "config_hash", "preset_name", "generate_verilog", "blocks", "main"]
 
 #: Version of the report's JSON layout; bump on any change of keys or meaning.
-REPORT_VERSION = 1
+REPORT_VERSION = 2
 ALL_TARGETS = ("cmos", "ice40", "ecp5", "ecp5_dsp", "xc7")
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "synth"
@@ -54,6 +64,14 @@ SEQUENCER = "sequencer"
 STANDALONE = {"dstar_softmax": ("hw.softmax", "SoftmaxUnit")}
 #: What ``fmax=True`` places and routes.
 FMAX_BLOCKS = ("pe_array", "top")
+#: The flow of the whole top for nextpnr: hierarchical ECP5 synthesis, flattened after the
+#: coarse passes (``synth.flows``), since a flat synth_ecp5 of the top stalls in ``share``.
+TOP_FLOW = "ecp5_dsp_top"
+#: The flow of the blocks placed and routed for Fmax.
+FMAX_FLOW = "ecp5_dsp"
+#: Metrics of ``area_ratio`` (DSTAR / dense baseline).
+RATIO_KEYS = ("area_um2_45nm", "area_um2_45nm_logic", "transistors", "cells", "luts", "ffs",
+              "dsps")
 
 _SUM_KEYS = ("cells", "luts", "carries", "muxes", "ffs", "brams", "lutram", "dsps", "gates",
              "transistors", "transistors_logic", "transistors_sram", "sram_bits",
@@ -74,10 +92,10 @@ def preset_name(cfg: Config) -> str:
     return "custom"
 
 
-def generate_verilog(cfg: Config, outdir: Path) -> tuple[Path, dict]:
-    """Write the configuration's Verilog and ``params.json`` into ``outdir`` (and, for every
-    ``STANDALONE`` block the generator has, ``<name>.v``); files whose content is unchanged are
-    left alone (their age lets ``reuse`` trust earlier results)."""
+def generate_verilog(cfg: Config, outdir: Path, standalone: bool = True) -> tuple[Path, dict]:
+    """Write the configuration's Verilog and ``params.json`` into ``outdir`` (and, with
+    ``standalone``, for every ``STANDALONE`` block the generator has, ``<name>.v``); files whose
+    content is unchanged are left alone (their age lets ``reuse`` trust earlier results)."""
     import importlib
     import shutil
 
@@ -85,7 +103,7 @@ def generate_verilog(cfg: Config, outdir: Path) -> tuple[Path, dict]:
     outdir = Path(outdir)
     fresh = outdir.with_name(outdir.name + ".new")
     man = generate(cfg, fresh)
-    for name, (mod, cls) in STANDALONE.items():
+    for name, (mod, cls) in (STANDALONE if standalone else {}).items():
         try:
             comp = getattr(importlib.import_module(mod), cls)(cfg)
         except (ImportError, AttributeError):
@@ -126,16 +144,23 @@ def _natural(name: str):
 
 
 def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = None,
-        jobs: int = 1, flat_total: bool = False, reuse: bool = False) -> dict:
+        jobs: int = 1, flat_total: bool = False, reuse: bool = False,
+        dense: bool | None = None) -> dict:
     """Synthesize ``cfg`` for ``targets`` (names of ``synth.flows.TARGETS``) and return the
     report (see ``REPORT_VERSION``); it is also written to ``<outdir>/report.json``.
 
     ``targets[t]``: the totals of target ``t`` (``synth.flows.summarize`` keys, summed over
-    the top's blocks x instances; ``fmax_mhz`` on ``ecp5`` when ``fmax``). ``modules[kind]``:
+    the top's blocks x instances; ``fmax_mhz`` on ``FMAX_FLOW`` when ``fmax``). ``modules[kind]``:
     the block kind's ``module``, ``instances``, ``in_top`` and per-target counts *per
     instance*. ``memories``: the SRAM
     macros of the cmos target. ``fmax`` (``True`` for both, or a tuple naming ``"pe_array"``
     and/or ``"top"``): nextpnr results of the PE array block and of the flat top.
+    ``dense`` (default: unless ``cfg`` is itself the dense baseline): also synthesize, the same
+    way, the dense INT8 baseline of the same tiles, arrays and peak 8-bit throughput
+    (``cfg`` with ``packing = "dense"``, ``hw.dense``) into ``dense_baseline`` (``config_hash``,
+    ``targets``, ``modules``, ``memories``), and ``area_ratio[t][metric]`` = DSTAR / dense
+    of the totals (``RATIO_KEYS``), ``area_ratio[t]["modules"][kind]`` per block kind both
+    have (per instance).
     ``outdir`` defaults to ``build/synth/<preset>-<config hash>``; ``jobs`` Yosys runs at once;
     ``reuse`` takes a block's statistics from an earlier run in ``outdir`` when its script and
     Verilog are unchanged (``synth.flows.synth_module``).
@@ -146,9 +171,56 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
         raise ValueError(f"unknown synthesis target(s) {unknown}; choose from {list(TARGETS)}")
     name = preset_name(cfg)
     fmax = FMAX_BLOCKS if fmax is True else tuple(fmax or ())
+    dense = cfg.packing != "dense" if dense is None else dense
     outdir = Path(outdir) if outdir else BUILD / f"{name}-{config_hash(cfg)}"
     t0 = time.monotonic()
-    verilog, man = generate_verilog(cfg, outdir / "rtl")
+    top, verilog, pe_mod, modules = _synth_blocks(cfg, targets, fmax, outdir, jobs, reuse)
+    totals = {t: _total(modules, t) for t in targets}
+
+    report = {
+        "report_version": REPORT_VERSION,
+        "preset": name,
+        "config_hash": config_hash(cfg),
+        "config": cfg.to_dict(),
+        "top": top,
+        "yosys_version": yosys_version(),
+        "method": "per-block",
+        "cmos_assumptions": CMOS_ASSUMPTIONS,
+        "targets": totals,
+        "modules": modules,
+        "memories": _memories(modules),
+    }
+    if dense:
+        dcfg = cfg.replace(packing="dense")
+        _, _, _, dmods = _synth_blocks(dcfg, targets, (), outdir / "dense", jobs, reuse,
+                                       standalone=False)
+        dtot = {t: _total(dmods, t) for t in targets}
+        report["dense_baseline"] = {"config_hash": config_hash(dcfg), "packing": "dense",
+                                    "targets": dtot, "modules": dmods,
+                                    "memories": _memories(dmods)}
+        report["area_ratio"] = _ratios(totals, dtot, modules, dmods)
+    if flat_total:
+        report["flat"] = {t: _strip(synth_module(verilog, top, t, outdir / t / "flat"))
+                          for t in targets}
+    if fmax:
+        fdir = outdir / "fmax"
+        report["nextpnr_version"] = _fmax.nextpnr_version()
+        report["fmax"] = _run_fmax(fmax, top, pe_mod, fdir, outdir / FMAX_FLOW, jobs, reuse)
+        if FMAX_FLOW in totals and "top" in report["fmax"]:
+            totals[FMAX_FLOW]["fmax_mhz"] = report["fmax"]["top"].get("fmax_mhz")
+        for kind, f in report["fmax"].items():
+            if FMAX_FLOW in modules.get(kind, {}).get("targets", {}):
+                modules[kind]["targets"][FMAX_FLOW]["fmax_mhz"] = f.get("fmax_mhz")
+    report["seconds"] = round(time.monotonic() - t0, 1)
+    (outdir / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    return report
+
+
+def _synth_blocks(cfg: Config, targets: tuple, fmax: tuple, outdir: Path, jobs: int,
+                  reuse: bool, standalone: bool = True):
+    """Generate ``cfg`` into ``<outdir>/rtl`` and synthesize its blocks for ``targets`` (and
+    the netlists ``fmax`` needs); returns ``(top, verilog, pe_array module, modules)``."""
+    verilog, man = generate_verilog(cfg, outdir / "rtl", standalone)
     top = man["top"]
     blks = blocks(verilog, top)
     pe_mod = next((b["module"] for b in blks if b["kind"] == "pe_array"), None)
@@ -156,14 +228,14 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
     jobs_list = []
     for t in targets:
         for b in blks:
-            want_net = "pe_array" in fmax and t == "ecp5" and b["module"] == pe_mod
+            want_net = "pe_array" in fmax and t == FMAX_FLOW and b["module"] == pe_mod
             jobs_list.append((t, b, want_net))
-    if "pe_array" in fmax and "ecp5" not in targets and pe_mod:
-        jobs_list.append(("ecp5", next(b for b in blks if b["module"] == pe_mod), True))
+    if "pe_array" in fmax and FMAX_FLOW not in targets and pe_mod:
+        jobs_list.append((FMAX_FLOW, next(b for b in blks if b["module"] == pe_mod), True))
 
     fdir = outdir / "fmax"
-    if "top" in fmax:       # the flat top for nextpnr, synthesized alongside the blocks
-        jobs_list.insert(0, ("ecp5", {"kind": "top", "module": top}, True))
+    if "top" in fmax:       # the whole top for nextpnr, synthesized alongside the blocks
+        jobs_list.insert(0, (TOP_FLOW, {"kind": "top", "module": top}, True))
 
     def work(job):
         t, b, net = job
@@ -183,35 +255,22 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
     for (t, b, _), res in results:
         if t in targets:
             modules[b["kind"]]["targets"][t] = res
-    totals = {t: _total(modules, t) for t in targets}
+    return top, verilog, pe_mod, modules
 
-    report = {
-        "report_version": REPORT_VERSION,
-        "preset": name,
-        "config_hash": config_hash(cfg),
-        "config": cfg.to_dict(),
-        "top": top,
-        "yosys_version": yosys_version(),
-        "method": "per-block",
-        "cmos_assumptions": CMOS_ASSUMPTIONS,
-        "targets": totals,
-        "modules": modules,
-        "memories": _memories(modules),
-    }
-    if flat_total:
-        report["flat"] = {t: _strip(synth_module(verilog, top, t, outdir / t / "flat"))
-                          for t in targets}
-    if fmax:
-        report["nextpnr_version"] = _fmax.nextpnr_version()
-        report["fmax"] = _run_fmax(fmax, top, pe_mod, fdir, outdir / "ecp5", jobs, reuse)
-        if "ecp5" in totals and "top" in report["fmax"]:
-            totals["ecp5"]["fmax_mhz"] = report["fmax"]["top"].get("fmax_mhz")
-        for kind, f in report["fmax"].items():
-            if "ecp5" in modules.get(kind, {}).get("targets", {}):
-                modules[kind]["targets"]["ecp5"]["fmax_mhz"] = f.get("fmax_mhz")
-    report["seconds"] = round(time.monotonic() - t0, 1)
-    (outdir / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    return report
+
+def _ratios(totals: dict, dense: dict, modules: dict, dmods: dict) -> dict:
+    """DSTAR / dense of every ``RATIO_KEYS`` metric both have (dense non-zero), per target, and
+    per block kind both tops have (``modules``)."""
+    def ratio(a: dict, b: dict) -> dict:
+        return {k: round(a[k] / b[k], 3) for k in RATIO_KEYS if a.get(k) and b.get(k)}
+
+    out = {}
+    for t, tot in totals.items():
+        out[t] = ratio(tot, dense.get(t, {}))
+        out[t]["modules"] = {k: ratio(m["targets"][t], dmods[k]["targets"][t])
+                             for k, m in modules.items()
+                             if t in m["targets"] and t in dmods.get(k, {}).get("targets", {})}
+    return out
 
 
 def _strip(res: dict) -> dict:
@@ -241,12 +300,13 @@ def _memories(modules: dict) -> list[dict]:
     return out
 
 
-def _run_fmax(which, top: str, pe_mod: str | None, fdir: Path, ecp5dir: Path,
+def _run_fmax(which, top: str, pe_mod: str | None, fdir: Path, netdir: Path,
               jobs: int, reuse: bool) -> dict:
-    """nextpnr on the PE array's ECP5 netlist (from the per-block run) and on the flat top."""
-    runs = {"top": fdir / f"{top}.ecp5.json"} if "top" in which else {}
+    """nextpnr on the PE array's netlist (``FMAX_FLOW``, per-block run) and on the whole top
+    (``TOP_FLOW``, flattened)."""
+    runs = {"top": fdir / f"{top}.{TOP_FLOW}.json"} if "top" in which else {}
     if pe_mod and "pe_array" in which:
-        runs["pe_array"] = ecp5dir / f"{pe_mod}.ecp5.json"
+        runs["pe_array"] = netdir / f"{pe_mod}.{FMAX_FLOW}.json"
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futs = {k: pool.submit(_fmax.place_and_route, net, fdir, reuse=reuse)
                 for k, net in runs.items()}
@@ -281,6 +341,11 @@ def format_table(report: dict) -> str:
     lines += ["", "Totals (sum over blocks x instances; cmos area at 45 nm incl. SRAM):"]
     lines += _grid(head, rows)
 
+    if report.get("dense_baseline"):
+        lines += ["", "DSTAR vs the dense INT8 baseline (same tiles and arrays, equal peak 8-bit "
+                  "throughput; ratio = DSTAR / dense):"]
+        lines += _grid(["target", "metric", "DSTAR", "dense", "ratio", "pe_array ratio"],
+                       _ratio_rows(report))
     lines += ["", "Per module (per instance; 'xN': instances):"]
     mhead = ["module", "target"] + ["cells", "luts", "ffs", "brams", "transistors", "area mm^2"]
     mrows = []
@@ -301,7 +366,8 @@ def format_table(report: dict) -> str:
                          f"{m['read_ports']}/{m['write_ports']}",
                          f"{m['area_um2_45nm'] / 1e6:.4f}"] for m in report["memories"]])
     if report.get("fmax"):
-        lines += ["", f"Fmax (nextpnr-ecp5 {report.get('nextpnr_version')}, out of context):"]
+        lines += ["", f"Fmax (nextpnr-ecp5 {report.get('nextpnr_version')}, out of context, "
+                  f"{FMAX_FLOW} netlists):"]
         for what, f in report["fmax"].items():
             cp = f.get("critical_path") or {}
             d = f["device"]
@@ -312,6 +378,25 @@ def format_table(report: dict) -> str:
                              f"levels, {cp['routing_ns']} ns routing): "
                              f"{_ep(cp['start'])} -> {_ep(cp['end'])}")
     return "\n".join(lines)
+
+
+#: The area metric the ratio table shows per target.
+_RATIO_SHOWN = {"cmos": "area_um2_45nm", "ice40": "luts", "ecp5": "luts", "ecp5_dsp": "luts",
+                "xc7": "luts"}
+
+
+def _ratio_rows(report: dict) -> list:
+    rows = []
+    dense = report["dense_baseline"]["targets"]
+    for t, ratios in report["area_ratio"].items():
+        for k in (_RATIO_SHOWN.get(t, "cells"), "ffs"):
+            a, b = report["targets"][t].get(k), dense.get(t, {}).get(k)
+            if k.startswith("area_um2"):
+                k, a, b = "area mm^2", a and f"{a / 1e6:.3f}", b and f"{b / 1e6:.3f}"
+            key = _RATIO_SHOWN.get(t, "cells") if k == "area mm^2" else k
+            rows.append([t, k, a, b, ratios.get(key), ratios["modules"].get("pe_array",
+                                                                            {}).get(key)])
+    return rows
 
 
 def _ep(e: dict) -> str:
@@ -350,6 +435,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--flat-total", action="store_true")
+    ap.add_argument("--no-dense", action="store_true", help="skip the dense INT8 baseline")
     ap.add_argument("--write-baseline", action="store_true")
     ap.add_argument("--reuse", action="store_true",
                     help="reuse statistics of an earlier run of the same Verilog")
@@ -358,7 +444,7 @@ def main(argv=None) -> int:
     targets = ALL_TARGETS if not args.target or "all" in args.target else tuple(args.target)
     fmax = FMAX_BLOCKS if args.fmax == "all" else (args.fmax,) if args.fmax else ()
     rep = run(cfg, targets, fmax, jobs=args.jobs, flat_total=args.flat_total,
-              reuse=args.reuse)
+              reuse=args.reuse, dense=False if args.no_dense else None)
     if args.write_baseline:
         print(f"wrote {write_baseline(rep)}")
     print(json.dumps(rep, indent=1, sort_keys=True) if args.json else format_table(rep))

