@@ -42,7 +42,9 @@ import numpy as np
 
 from .quant import exact_matmul
 from .softmax import (
+    DEFAULT_E_MAX,
     DEFAULT_FRAC_BITS,
+    DEFAULT_GROUP,
     DEFAULT_OUT_FRAC_BITS,
     block_fraction,
     logit_multiplier,
@@ -106,7 +108,8 @@ def expand_mask(mask, n_q: int, n_k: int, block_q: int, block_k: int):
 
 
 def block_mass(p, lsum, block_q: int, block_k: int):
-    """Integer block masses ``M`` ``(..., nqb, nkb)`` of step 2 from a full softmax ``(p, l)``."""
+    """Integer block masses ``M`` ``(..., nqb, nkb)`` of step 2 from a full softmax's applied
+    weights and row sums ``(w, l)``."""
     n_q, n_k = p.shape[-2:]
     b = np.add.reduceat(p, np.arange(0, n_k, block_k), axis=-1)
     frac = block_fraction(b, lsum)
@@ -142,29 +145,33 @@ def _check_int(name, x, lo=-128, hi=127):
 
 def attention_head(q_int, k_int, v_int, m, sh, mask=None, *, block_q: int = 16,
                    block_k: int = 16, frac_bits: int = DEFAULT_FRAC_BITS,
-                   out_frac_bits: int = DEFAULT_OUT_FRAC_BITS):
+                   out_frac_bits: int = DEFAULT_OUT_FRAC_BITS, group: int = DEFAULT_GROUP,
+                   e_max: int = DEFAULT_E_MAX):
     """Integer attention of one head (or a batch of heads, leading dims): INT8 ``q_int``
     ``(..., N, Dh)``, ``k_int``/``v_int`` ``(..., Nk, Dh)``, per-row ``m``/``sh`` ``(..., N)``,
-    optional block ``mask`` ``(..., nqb, nkb)`` (``None``: dense). Returns ``(o, p, l)``: the
-    output ``O`` int64 ``(..., N, Dh)``, the 8-bit probabilities and their row sums."""
+    optional block ``mask`` ``(..., nqb, nkb)`` (``None``: dense); ``group``/``e_max``: the
+    probabilities' exponent groups (``golden.softmax``). Returns ``(o, w, l)``: the output ``O``
+    int64 ``(..., N, Dh)``, the applied integer weights ``w = p << shift`` and their row sums."""
     q, k, v = _check_int("q_int", q_int), _check_int("k_int", k_int), _check_int("v_int", v_int)
     s = exact_matmul(q, np.swapaxes(k, -1, -2))
     valid = None
     if mask is not None:
         valid = expand_mask(mask, q.shape[-2], k.shape[-2], block_q, block_k)
-    p, lsum = softmax_exp(s, m, sh, valid, frac_bits)
-    return normalize(exact_matmul(p, v), lsum, out_frac_bits), p, lsum
+    w, lsum = softmax_exp(s, m, sh, valid, frac_bits, group, e_max)
+    return normalize(exact_matmul(w, v), lsum, out_frac_bits), w, lsum
 
 
 def key_step_head(q_int, k_int, v_int, m, sh, *, block_q: int = 16, block_k: int = 16,
                   theta: float = 0.9, frac_bits: int = DEFAULT_FRAC_BITS,
-                  out_frac_bits: int = DEFAULT_OUT_FRAC_BITS) -> dict:
+                  out_frac_bits: int = DEFAULT_OUT_FRAC_BITS, group: int = DEFAULT_GROUP,
+                  e_max: int = DEFAULT_E_MAX) -> dict:
     """Attention key step of one head (or batch of heads), integers in and out. Returns a dict of
     int64 arrays ``o_full``, ``o_sel``, ``r`` (``o_full - o_sel``), bool ``mask`` ``(..., nqb,
     nkb)`` and the block masses ``mass``; the step's output is ``o_full``."""
-    kw = dict(block_q=block_q, block_k=block_k, frac_bits=frac_bits, out_frac_bits=out_frac_bits)
-    o_full, p, lsum = attention_head(q_int, k_int, v_int, m, sh, None, **kw)
-    mass = block_mass(p, lsum, block_q, block_k)
+    kw = dict(block_q=block_q, block_k=block_k, frac_bits=frac_bits, out_frac_bits=out_frac_bits,
+              group=group, e_max=e_max)
+    o_full, w, lsum = attention_head(q_int, k_int, v_int, m, sh, None, **kw)
+    mass = block_mass(w, lsum, block_q, block_k)
     mask = select_blocks(mass, theta)
     o_sel, _, _ = attention_head(q_int, k_int, v_int, m, sh, mask, **kw)
     return {"o_full": o_full, "o_sel": o_sel, "r": o_full - o_sel, "mask": mask, "mass": mass}
@@ -172,11 +179,12 @@ def key_step_head(q_int, k_int, v_int, m, sh, *, block_q: int = 16, block_k: int
 
 def reuse_step_head(q_int, k_int, v_int, m, sh, mask, r, *, block_q: int = 16,
                     block_k: int = 16, frac_bits: int = DEFAULT_FRAC_BITS,
-                    out_frac_bits: int = DEFAULT_OUT_FRAC_BITS):
+                    out_frac_bits: int = DEFAULT_OUT_FRAC_BITS, group: int = DEFAULT_GROUP,
+                    e_max: int = DEFAULT_E_MAX):
     """Reuse step: ``O_sel + R`` (int64 ``(..., N, Dh)``), ``O_sel`` on the masked blocks only."""
     o_sel, _, _ = attention_head(q_int, k_int, v_int, m, sh, mask, block_q=block_q,
                                  block_k=block_k, frac_bits=frac_bits,
-                                 out_frac_bits=out_frac_bits)
+                                 out_frac_bits=out_frac_bits, group=group, e_max=e_max)
     return o_sel + np.asarray(r, dtype=np.int64)
 
 
@@ -201,7 +209,8 @@ class AttentionReuse:
     scale; returns float32 ``(B, H, N, Dh)``.
 
     Parameters come from ``cfg`` (``block_q``, ``block_k``, ``theta``, ``refresh_attn``, and, if
-    the config has them, ``attn_frac_bits`` / ``attn_out_frac_bits``); keyword arguments override.
+    the config has them, ``attn_frac_bits`` / ``attn_out_frac_bits`` and the probabilities'
+    exponent groups ``group`` / ``e_max``); keyword arguments override.
     With ``measure`` each call also computes float attention and dense integer attention and
     records the relative L2 errors of the output against them."""
 
@@ -215,6 +224,8 @@ class AttentionReuse:
             cfg, "attn_frac_bits", DEFAULT_FRAC_BITS)
         self.out_frac_bits = out_frac_bits if out_frac_bits is not None else getattr(
             cfg, "attn_out_frac_bits", DEFAULT_OUT_FRAC_BITS)
+        self.group = getattr(cfg, "group", DEFAULT_GROUP)
+        self.e_max = getattr(cfg, "e_max", DEFAULT_E_MAX)
         self.measure = measure
         self.state: dict[str, dict] = {}
         self.records: list[dict] = []
@@ -230,7 +241,7 @@ class AttentionReuse:
 
     def _kw(self):
         return dict(block_q=self.block_q, block_k=self.block_k, frac_bits=self.frac_bits,
-                    out_frac_bits=self.out_frac_bits)
+                    out_frac_bits=self.out_frac_bits, group=self.group, e_max=self.e_max)
 
     def __call__(self, name: str, q, k, v, step: int):
         q, k, v = (np.asarray(a) for a in (q, k, v))

@@ -11,15 +11,26 @@ or the keys of the selected blocks):
 1. ``Smax = max_j S[i, j]``; ``d = Smax - S >= 0``.
 2. ``x = round_shift(d * m, sh)`` (``(v + 2**(sh-1)) >> sh``, round half up; ``v`` for sh = 0):
    the distance from the row max in the base-2 domain, unsigned, ``F`` fraction bits.
-3. ``xi = x >> F``, ``f = x & (2**F - 1)``; ``p = (LUT[f] + 2**(xi+7)) >> (xi+8)`` (round half up)
-   with ``LUT[f] = floor(255 * 2**8 * 2**(-f / 2**F) + 0.5)`` (``2**F`` entries of 16 bits).
-   So ``p ~= 255 * 2**-(x / 2**F)`` is an **unnormalized** unsigned 8-bit probability: the row
-   max gets exactly 255, and ``p = 0`` whenever ``xi >= 9`` (the hardware may saturate there).
-4. ``l = sum_j p`` (integer row sum, ``255 <= l <= 255 * n_valid``); invalid keys have ``p = 0``.
+3. ``xi = x >> F``, ``f = x & (2**F - 1)``. Keys are in *groups* of ``G = group`` consecutive
+   key indices (``j // G``; the last group of a row may be shorter). Per row and group ``g`` the
+   group exponent is ``e_g = min(min_{valid j in g} xi_j, E)`` (``E = e_max``; ``e_g = E`` for a
+   group without valid keys), and each valid key gets the 8-bit **mantissa**
+   ``p = (LUT[f] + 2**(xi-e_g+7)) >> (xi-e_g+8)`` (round half up; ``p = 0`` once
+   ``xi - e_g >= 9``) with ``LUT[f] = floor(255 * 2**8 * 2**(-f / 2**F) + 0.5)`` (``2**F``
+   entries of 16 bits): ``p ~= 255 * 2**(e_g - x / 2**F)``, so a group's largest key has
+   ``128 <= p <= 255`` and the row max gets exactly 255 (its group has ``e_g = 0``).
+4. The applied integer weight is ``w = p << (E - e_g)`` (the group's *shift* ``E - e_g``), an
+   **unnormalized** probability ``~= 255 * 2**E * 2**(-x / 2**F)``, and ``l = sum_j w``
+   (``255 * 2**E <= l <= 255 * 2**E * n_valid``); invalid keys have ``p = w = 0``.
 
-Normalization is deferred to the output (as FlashAttention does): PV runs on the 8-bit ``p``
-(two unsigned nibbles) giving integer ``acc = sum_j p[i, j] * V[j, :]``, then ``normalize``
-divides by ``l`` through a reciprocal:
+This is DSTAR's group format of the linear layers' differences (spec section 2: a power-of-two
+shift per group of ``G`` elements, 8-bit elements as two nibbles) applied to probabilities: PV
+runs on the PE lanes as ``(p & 15) * V << shift`` and ``(p >> 4) * V << (shift + 4)``, the shifts
+the lanes already have for ``e <= e_max``. ``e_max = 0`` gives one exponent per row (the plain
+8-bit unnormalized format).
+
+Normalization is deferred to the output (as FlashAttention does): PV gives the integer
+``acc = sum_j w[i, j] * V[j, :]``, then ``normalize`` divides by ``l`` through a reciprocal:
 
 5. ``L = bit_length(l)``, ``r = floor((2**(L+16) - 1) / l)``, an unsigned 17-bit value in
    ``[2**16, 2**17)`` (one per row: a 17-step restoring divider or any exact floor divider).
@@ -27,12 +38,15 @@ divides by ``l`` through a reciprocal:
    round half up): ``out ~= acc * 2**out_frac_bits / l``, within 1 for INT8 V and
    ``out_frac_bits <= 8``.
 
-Why unnormalized 8-bit probabilities: the maps of a DiT are dense (workload.md 4d: 90 % of a row's
-mass needs ~60 % of the keys), so a normalized 8-bit probability (``255 * p / sum``) of a
-256-token row is 0..3 LSB and most of the information is lost (mean row L1 error 0.27 against
-0.012 for this scheme, logits of std 1); relative to the row max the same 8 bits keep much finer
-steps, the applied weights ``p / l`` still sum to 1, and the division costs ``Dh`` multiplies per
-row instead of ``N``.
+Why unnormalized probabilities: the maps of a DiT are dense (workload.md 4d: 90 % of a row's mass
+needs ~60 % of the keys), so a normalized 8-bit probability (``255 * p / sum``) of a 256-token
+row is 0..3 LSB and most of the information is lost; relative to the row max the same 8 bits keep
+much finer steps, the applied weights ``w / l`` still sum to 1, and the division costs ``Dh``
+multiplies per row instead of ``N``. Why a shift per group: with one exponent per row (8 bits
+relative to the row max) most keys of a dense map sit at 2..60 of 255, and the bundled DiT's final
+samples lose 13 dB of PSNR against float attention on the same INT8 Q/K/V (49.3 vs 62.4 dB,
+2 samples); with a shift per 16 keys (``E = 7``) they lose 3.7 dB (58.7 dB), at no cost in lane
+operations (two nibbles per key either way).
 """
 
 import functools
@@ -40,9 +54,10 @@ import functools
 import numpy as np
 
 __all__ = ["LOG2E", "MANT_BITS", "SHIFT_MAX", "EXP_EXTRA_BITS", "RECIP_BITS", "DEFAULT_FRAC_BITS",
-           "DEFAULT_OUT_FRAC_BITS", "exp_lut", "logit_multiplier", "round_shift", "bit_length",
-           "softmax_exp", "exp2_fixed", "reciprocal", "normalize", "block_fraction",
-           "softmax_probs", "softmax_error"]
+           "DEFAULT_OUT_FRAC_BITS", "DEFAULT_GROUP", "DEFAULT_E_MAX", "exp_lut",
+           "logit_multiplier", "round_shift", "bit_length", "softmax_groups", "softmax_exp",
+           "exp2_fixed", "reciprocal", "normalize", "block_fraction", "softmax_probs",
+           "softmax_error", "sum_bits"]
 
 LOG2E = 1.4426950408889634
 MANT_BITS = 16          # m: unsigned 16 bits, in [2**15, 2**16) unless clamped
@@ -51,7 +66,21 @@ EXP_EXTRA_BITS = 8      # LUT entries carry 8 bits below the 8-bit probability
 RECIP_BITS = 16         # r has 16 fraction bits below its leading one (17 bits in all)
 DEFAULT_FRAC_BITS = 6   # F: LUT of 2**6 = 64 entries x 16 bits
 DEFAULT_OUT_FRAC_BITS = 8
+DEFAULT_GROUP = 16      # G: keys per exponent group (the configuration's ``group``)
+DEFAULT_E_MAX = 7       # E: largest group exponent (the configuration's ``e_max``)
 P_MAX = 255
+
+
+def sum_bits(n: int, e_max: int = DEFAULT_E_MAX) -> int:
+    """Width of a row sum ``l <= 255 * 2**e_max * n`` (and of a block sum)."""
+    return ((P_MAX << e_max) * n).bit_length()
+
+
+def _check_group(group: int, e_max: int):
+    if not isinstance(group, int) or group < 1:
+        raise ValueError(f"group must be an int >= 1, got {group!r}")
+    if not isinstance(e_max, int) or not 0 <= e_max <= 15:
+        raise ValueError(f"e_max must be an int in [0, 15], got {e_max!r}")
 
 
 def _check_frac_bits(frac_bits: int):
@@ -109,14 +138,17 @@ def bit_length(v) -> np.ndarray:
     return np.frexp(np.asarray(v, dtype=np.float64))[1].astype(np.int64)
 
 
-def softmax_exp(s_int, m, sh, valid=None, frac_bits: int = DEFAULT_FRAC_BITS):
-    """Steps 1-4 of the module contract on a row-major block of logits.
+def softmax_groups(s_int, m, sh, valid=None, frac_bits: int = DEFAULT_FRAC_BITS,
+                   group: int = DEFAULT_GROUP, e_max: int = DEFAULT_E_MAX):
+    """Steps 1-4 of the module contract on a row-major block of logits, in the hardware's form.
 
     ``s_int``: integer logits ``(..., N, Nk)``; ``m``, ``sh``: int ``(..., N)`` per query row;
     ``valid``: optional bool, broadcastable to ``s_int``, the keys taking part (every row needs at
-    least one). Returns ``(p, l)``: int64 ``p`` ``(..., N, Nk)`` in ``[0, 255]`` (0 on invalid
-    keys, 255 on each row's max) and int64 row sums ``l`` ``(..., N)``."""
+    least one). Returns ``(p, shift, l)``: int64 mantissas ``p`` ``(..., N, Nk)`` in ``[0, 255]``
+    (0 on invalid keys), the group shifts ``E - e_g`` ``(..., N, ceil(Nk / group))`` in
+    ``[0, e_max]``, and the row sums ``l = sum p << shift`` ``(..., N)``."""
     _check_frac_bits(frac_bits)
+    _check_group(group, e_max)
     s = np.asarray(s_int)
     if not np.issubdtype(s.dtype, np.integer):
         raise TypeError(f"softmax_exp needs integer logits, got dtype {s.dtype}")
@@ -134,8 +166,30 @@ def softmax_exp(s_int, m, sh, valid=None, frac_bits: int = DEFAULT_FRAC_BITS):
     smin = np.iinfo(np.int64).min
     smax = np.where(valid, s, smin).max(axis=-1, keepdims=True)
     d = np.where(valid, smax - s, 0)
-    p = np.where(valid, exp2_fixed(round_shift(d * m, sh), frac_bits), 0)
-    return p, p.sum(axis=-1)
+    x = round_shift(d * m, sh)
+    nk = s.shape[-1]
+    ng = -(-nk // group)
+    xi = np.where(valid, x >> frac_bits, e_max)
+    pad = ng * group - nk
+    if pad:
+        xi = np.concatenate([xi, np.full(xi.shape[:-1] + (pad,), e_max, np.int64)], axis=-1)
+    e = np.minimum(xi.reshape(xi.shape[:-1] + (ng, group)).min(axis=-1), e_max)
+    e_key = np.repeat(e, group, axis=-1)[..., :nk]
+    # Valid keys have e_g <= xi, so the offset distance is >= 0; invalid ones get p = 0.
+    p = np.where(valid, exp2_fixed(np.where(valid, x - (e_key << frac_bits), 0), frac_bits), 0)
+    shift = e_max - e
+    w = np.left_shift(p, e_max - e_key)
+    return p, shift, w.sum(axis=-1)
+
+
+def softmax_exp(s_int, m, sh, valid=None, frac_bits: int = DEFAULT_FRAC_BITS,
+                group: int = DEFAULT_GROUP, e_max: int = DEFAULT_E_MAX):
+    """Steps 1-4 as applied weights: ``(w, l)`` with int64 ``w = p << shift`` ``(..., N, Nk)``
+    (``255 << e_max`` on each row's max, 0 on invalid keys) and the row sums ``l``; arguments as
+    ``softmax_groups``."""
+    p, shift, lsum = softmax_groups(s_int, m, sh, valid, frac_bits, group, e_max)
+    nk = p.shape[-1]
+    return np.left_shift(p, np.repeat(shift, group, axis=-1)[..., :nk]), lsum
 
 
 def exp2_fixed(x, frac_bits: int = DEFAULT_FRAC_BITS) -> np.ndarray:
@@ -192,23 +246,25 @@ def block_fraction(b, lsum):
     return np.right_shift(np.asarray(b, dtype=np.int64) * r[..., None], big_l[..., None])
 
 
-def softmax_probs(s_int, m, sh, valid=None, frac_bits: int = DEFAULT_FRAC_BITS) -> np.ndarray:
-    """The probabilities the fixed-point pipeline applies, ``p / l`` as float64 (for error
+def softmax_probs(s_int, m, sh, valid=None, frac_bits: int = DEFAULT_FRAC_BITS,
+                  group: int = DEFAULT_GROUP, e_max: int = DEFAULT_E_MAX) -> np.ndarray:
+    """The probabilities the fixed-point pipeline applies, ``w / l`` as float64 (for error
     measurement only; the hardware never forms them)."""
-    p, lsum = softmax_exp(s_int, m, sh, valid, frac_bits)
-    return p / lsum[..., None]
+    w, lsum = softmax_exp(s_int, m, sh, valid, frac_bits, group, e_max)
+    return w / lsum[..., None]
 
 
-def softmax_error(s_int, scale, frac_bits: int = DEFAULT_FRAC_BITS) -> dict:
+def softmax_error(s_int, scale, frac_bits: int = DEFAULT_FRAC_BITS, group: int = DEFAULT_GROUP,
+                  e_max: int = DEFAULT_E_MAX) -> dict:
     """Error of the fixed-point softmax against float64 ``softmax(s_int * scale)`` for integer
     logits ``(..., N, Nk)`` and a natural-log scale per row ``(..., N)`` (``s_q * s_k / sqrt(Dh)``),
     the multiplier quantized by ``logit_multiplier``. Returns max/mean absolute error of the
-    applied probabilities ``p / l``, the same in units of the row max (where 1 LSB = 1/255),
+    applied probabilities ``w / l``, the same in units of the row max (where 1 LSB = 1/255),
     and the mean/max per-row L1 distance."""
     s = np.asarray(s_int, dtype=np.int64)
     scale = np.asarray(scale, dtype=np.float64)
     m, sh = logit_multiplier(scale, frac_bits)
-    got = softmax_probs(s, m, sh, frac_bits=frac_bits)
+    got = softmax_probs(s, m, sh, frac_bits=frac_bits, group=group, e_max=e_max)
     z = s * scale[..., None]
     z = z - z.max(axis=-1, keepdims=True)
     ref = np.exp(z)

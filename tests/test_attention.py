@@ -31,19 +31,21 @@ def _rshift(v, s):
     return v if s == 0 else (v + (1 << (s - 1))) >> s
 
 
-def ref_head(q, k, v, m, sh, mask, bq, bk, frac_bits=6, ob=8):
+def ref_head(q, k, v, m, sh, mask, bq, bk, frac_bits=6, ob=8, group=16, e_max=7):
     n, nk, dh = len(q), len(k), len(q[0])
     out = []
     for i in range(n):
         s = [sum(q[i][d] * k[j][d] for d in range(dh)) for j in range(nk)]
         ok = [mask is None or bool(mask[i // bq][j // bk]) for j in range(nk)]
         smax = max(sv for sv, o in zip(s, ok, strict=True) if o)
+        xs = [_rshift((smax - sv) * m[i], sh[i]) for sv in s]
         p = []
-        for sv, o in zip(s, ok, strict=True):
-            x = _rshift((smax - sv) * m[i], sh[i])
+        for j, (x, o) in enumerate(zip(xs, ok, strict=True)):
+            g = range(j - j % group, min(j - j % group + group, nk))
+            e = min([e_max] + [xs[jj] >> frac_bits for jj in g if ok[jj]])
             f, xi = x % (1 << frac_bits), x >> frac_bits
             lut = math.floor(255 * 256 * 2.0 ** (-f / (1 << frac_bits)) + 0.5)
-            p.append(_rshift(lut, xi + 8) if o else 0)
+            p.append(_rshift(lut, xi - e + 8) << (e_max - e) if o else 0)
         lsum = sum(p)
         big_l = lsum.bit_length()
         r = ((1 << (big_l + 16)) - 1) // lsum
@@ -68,18 +70,19 @@ def int_head(q, k, v, frac_bits=6):
 
 
 # ----- one head against the reference -----
-@pytest.mark.parametrize("n,bq,bk,masked", [(21, 4, 8, True), (21, 4, 8, False), (7, 16, 16, True),
-                                             (16, 5, 3, True)])
-def test_head_matches_reference(n, bq, bk, masked):
+@pytest.mark.parametrize("n,bq,bk,masked,group",
+                         [(21, 4, 8, True, 16), (21, 4, 8, False, 16), (7, 16, 16, True, 16),
+                          (16, 5, 3, True, 16), (37, 4, 8, True, 4), (37, 4, 8, False, 3)])
+def test_head_matches_reference(n, bq, bk, masked, group):
     rng = np.random.default_rng(n + bq)
-    qi, ki, vi, m, sh, _ = int_head(*rand_head(rng, n, 8, std=2.0))
+    qi, ki, vi, m, sh, _ = int_head(*rand_head(rng, n, 8, std=3.0))
     mask = None
     if masked:
         mask = rng.random((n_blocks(n, bq), n_blocks(n, bk))) < 0.5
         mask[np.arange(mask.shape[0]), rng.integers(0, mask.shape[1], mask.shape[0])] = True
-    o, p, lsum = attention_head(qi, ki, vi, m, sh, mask, block_q=bq, block_k=bk)
+    o, p, lsum = attention_head(qi, ki, vi, m, sh, mask, block_q=bq, block_k=bk, group=group)
     want = ref_head(qi.tolist(), ki.tolist(), vi.tolist(), m.tolist(), sh.tolist(),
-                    None if mask is None else mask.tolist(), bq, bk)
+                    None if mask is None else mask.tolist(), bq, bk, group=group)
     assert o.tolist() == want
     assert np.all(np.abs(o) <= 127 << 8)
 

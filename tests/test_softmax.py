@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from golden.softmax import (
+    DEFAULT_E_MAX,
     EXP_EXTRA_BITS,
     exp2_fixed,
     exp_lut,
@@ -15,7 +16,11 @@ from golden.softmax import (
     reciprocal,
     softmax_error,
     softmax_exp,
+    softmax_groups,
 )
+
+E = DEFAULT_E_MAX
+TOP = 255 << E          # the applied weight of a row's max
 
 pytestmark = pytest.mark.unit
 
@@ -29,17 +34,21 @@ def ref_rshift(v, s):
     return v if s == 0 else (v + (1 << (s - 1))) >> s
 
 
-def ref_row(s_row, m, sh, valid, frac_bits):
+def ref_row(s_row, m, sh, valid, frac_bits, group=16, e_max=E):
+    """Applied weights ``w`` of one row and their sum, key by key in Python ints."""
     smax = max(s for s, ok in zip(s_row, valid, strict=True) if ok)
-    p = []
-    for s, ok in zip(s_row, valid, strict=True):
-        if not ok:
-            p.append(0)
+    xs = [ref_rshift((smax - s) * m, sh) if ok else None
+          for s, ok in zip(s_row, valid, strict=True)]
+    w = []
+    for j, x in enumerate(xs):
+        if x is None:
+            w.append(0)
             continue
-        x = ref_rshift((smax - s) * m, sh)
+        g0 = j - j % group
+        e = min([e_max] + [xo >> frac_bits for xo in xs[g0:g0 + group] if xo is not None])
         xi, f = x >> frac_bits, x % (1 << frac_bits)
-        p.append(ref_rshift(ref_lut(f, frac_bits), xi + 8))
-    return p, sum(p)
+        w.append(ref_rshift(ref_lut(f, frac_bits), xi - e + 8) << (e_max - e))
+    return w, sum(w)
 
 
 def ref_normalize(acc, lsum, ob):
@@ -110,25 +119,56 @@ def test_logit_multiplier_clamps():
 
 
 # ----- softmax_exp -----
-@pytest.mark.parametrize("frac_bits", [4, 6])
-def test_softmax_exp_matches_reference(frac_bits):
+@pytest.mark.parametrize("frac_bits, group, e_max",
+                         [(4, 16, 7), (6, 16, 7), (6, 4, 7), (6, 3, 2), (6, 1, 15), (6, 5, 0)])
+def test_softmax_exp_matches_reference(frac_bits, group, e_max):
     rng = np.random.default_rng(1)
-    s, scale = int_logits(rng, (3, 9, 13), 16, std=2.0)
+    s, scale = int_logits(rng, (3, 9, 37), 16, std=3.0)
     m, sh = logit_multiplier(scale, frac_bits)
     valid = rng.random(s.shape) < 0.7
     valid[..., 0] = True
-    p, lsum = softmax_exp(s, m, sh, valid, frac_bits)
+    valid[0, :, 8:16] = False               # whole groups without a valid key
+    w, lsum = softmax_exp(s, m, sh, valid, frac_bits, group, e_max)
     for idx in np.ndindex(s.shape[:-1]):
-        rp, rl = ref_row(s[idx].tolist(), int(m[idx]), int(sh[idx]), valid[idx].tolist(),
-                         frac_bits)
-        assert p[idx].tolist() == rp and lsum[idx] == rl
+        rw, rl = ref_row(s[idx].tolist(), int(m[idx]), int(sh[idx]), valid[idx].tolist(),
+                         frac_bits, group, e_max)
+        assert w[idx].tolist() == rw and lsum[idx] == rl
+    p, shift, lsum2 = softmax_groups(s, m, sh, valid, frac_bits, group, e_max)
+    assert shift.shape == s.shape[:-1] + (-(-37 // group),)
+    assert np.all((p >= 0) & (p <= 255)) and np.all((shift >= 0) & (shift <= e_max))
+    assert np.array_equal(np.left_shift(p, np.repeat(shift, group, -1)[..., :37]), w)
+    assert np.array_equal(lsum2, lsum)
+    # a group's largest valid key keeps 8 significant bits unless its exponent is clamped
+    for idx in np.ndindex(s.shape[:-1]):
+        for g in range(shift.shape[-1]):
+            sl = slice(g * group, (g + 1) * group)
+            if valid[idx][sl].any() and shift[idx][g] > 0:
+                assert p[idx][sl].max() >= 128
+
+
+def test_e_max_zero_is_one_exponent_per_row():
+    rng = np.random.default_rng(11)
+    s, scale = int_logits(rng, (5, 40), 32, std=2.0)
+    m, sh = logit_multiplier(scale)
+    w0, _ = softmax_exp(s, m, sh, group=16, e_max=0)
+    w1, _ = softmax_exp(s, m, sh, group=40, e_max=0)
+    assert np.array_equal(w0, w1) and w0.max() == 255
+
+
+def test_group_arguments_checked():
+    s = np.zeros((1, 4), dtype=np.int64)
+    m, sh = logit_multiplier(np.array([0.1]))
+    with pytest.raises(ValueError, match="group"):
+        softmax_exp(s, m, sh, group=0)
+    with pytest.raises(ValueError, match="e_max"):
+        softmax_exp(s, m, sh, e_max=16)
 
 
 def test_all_equal_logits():
     s = np.full((4, 37), 1234, dtype=np.int64)
     m, sh = logit_multiplier(np.full(4, 0.01))
-    p, lsum = softmax_exp(s, m, sh)
-    assert np.all(p == 255) and np.all(lsum == 255 * 37)
+    w, lsum = softmax_exp(s, m, sh)
+    assert np.all(w == TOP) and np.all(lsum == TOP * 37)
 
 
 def test_extreme_logits():
@@ -137,20 +177,22 @@ def test_extreme_logits():
     s = np.array([[big, -big, -big, big - 1, 0], [-big, -big, -big, -big, -big]], dtype=np.int64)
     m, sh = logit_multiplier(np.array([100.0, 100.0]))    # scale far beyond any real DiT
     p, lsum = softmax_exp(s, m, sh)
-    assert p[0].tolist() == [255, 0, 0, 0, 0] and lsum[0] == 255
-    assert p[1].tolist() == [255] * 5
+    assert p[0].tolist() == [TOP, 0, 0, 0, 0] and lsum[0] == TOP
+    assert p[1].tolist() == [TOP] * 5
+    p, lsum = softmax_exp(s, m, sh, group=1)     # far keys alone in their group: still 0
+    assert p[0].tolist() == [TOP, 0, 0, 0, 0] and lsum[0] == TOP
     m, sh = logit_multiplier(np.array([1e-12, 1e-12]))    # scale ~0: uniform
     p, _ = softmax_exp(s, m, sh)
-    assert np.all(p == 255)
+    assert np.all(p == TOP)
     m, sh = np.array([(1 << 16) - 1] * 2), np.array([0, 47])   # widest multiplier, both shifts
     p, _ = softmax_exp(s, m, sh)
-    assert p[0].tolist() == [255, 0, 0, 0, 0]
+    assert p[0].tolist() == [TOP, 0, 0, 0, 0]
 
 
 def test_one_element_rows():
     s = np.array([[-5], [0], [16129]], dtype=np.int64)
     p, lsum = softmax_exp(s, *logit_multiplier(np.array([0.1, 1.0, 10.0])))
-    assert p.ravel().tolist() == [255] * 3 and lsum.tolist() == [255] * 3
+    assert p.ravel().tolist() == [TOP] * 3 and lsum.tolist() == [TOP] * 3
 
 
 def test_row_properties_random():
@@ -158,20 +200,20 @@ def test_row_properties_random():
     s, scale = int_logits(rng, (6, 32, 64), 32, std=1.5)
     m, sh = logit_multiplier(scale)
     p, lsum = softmax_exp(s, m, sh)
-    assert np.all(p[np.arange(6)[:, None], np.arange(32)[None], s.argmax(-1)] == 255)
-    assert np.all((p >= 0) & (p <= 255)) and np.array_equal(lsum, p.sum(-1))
-    assert np.all((lsum >= 255) & (lsum <= 255 * 64))
-    # monotone within a row: a larger logit never gets a smaller p
-    order = np.argsort(s, axis=-1, kind="stable")
-    ps = np.take_along_axis(p, order, axis=-1)
-    assert np.all(np.diff(ps, axis=-1) >= 0)
+    assert np.all(p[np.arange(6)[:, None], np.arange(32)[None], s.argmax(-1)] == TOP)
+    assert np.all((p >= 0) & (p <= TOP)) and np.array_equal(lsum, p.sum(-1))
+    assert np.all((lsum >= TOP) & (lsum <= TOP * 64))
+    # monotone within a group: a larger logit never gets a smaller weight
+    sg, pg = s.reshape(6, 32, 4, 16), p.reshape(6, 32, 4, 16)
+    order = np.argsort(sg, axis=-1, kind="stable")
+    assert np.all(np.diff(np.take_along_axis(pg, order, axis=-1), axis=-1) >= 0)
 
 
 def test_invalid_keys_excluded():
     s = np.array([[100, 5, 4]], dtype=np.int64)
     m, sh = logit_multiplier(np.array([0.05]))
     p, lsum = softmax_exp(s, m, sh, valid=np.array([[False, True, True]]))
-    assert p[0, 0] == 0 and p[0, 1] == 255 and lsum[0] == p[0].sum()
+    assert p[0, 0] == 0 and p[0, 1] == TOP and lsum[0] == p[0].sum()
     with pytest.raises(ValueError):
         softmax_exp(s, m, sh, valid=np.zeros((1, 3), bool))
     with pytest.raises(TypeError):
@@ -202,21 +244,26 @@ def test_normalize_reference_and_bound(ob):
 
 
 # ----- error against float softmax (stated bounds, see golden/ATTENTION.md) -----
-def exponent_bound(frac_bits):
-    """|p - 255 exp(z - zmax)| bound in LSB: exponent rounding 2**-(F+1) plus 2**-16 relative
-    multiplier error over the 9 octaves where p > 0, then LUT and final rounding."""
-    return 255 * (2.0 ** (2.0 ** -(frac_bits + 1) + 9 * 2.0 ** -16) - 1) + 0.5 + 0.5 / 256
+def exponent_bound(frac_bits, e_max=E):
+    """|p - 255 exp(z - zmax) 2**e_g| bound in mantissa LSB: exponent rounding 2**-(F+1) plus
+    2**-16 relative multiplier error over the ``e_max + 9`` octaves where p > 0, then LUT and
+    final rounding."""
+    octaves = e_max + 9
+    return 255 * (2.0 ** (2.0 ** -(frac_bits + 1) + octaves * 2.0 ** -16) - 1) + 0.5 + 0.5 / 256
 
 
 @pytest.mark.parametrize("frac_bits", [4, 6, 8])
-def test_unnormalized_error_bound(frac_bits):
+@pytest.mark.parametrize("e_max", [0, 7])
+def test_unnormalized_error_bound(frac_bits, e_max):
     rng = np.random.default_rng(4)
     s, scale = int_logits(rng, (4, 64, 64), 32, std=2.0)
     m, sh = logit_multiplier(scale, frac_bits)
-    p, _ = softmax_exp(s, m, sh, frac_bits=frac_bits)
+    w, _ = softmax_exp(s, m, sh, frac_bits=frac_bits, e_max=e_max)
+    _, shift, _ = softmax_groups(s, m, sh, frac_bits=frac_bits, e_max=e_max)
+    unit = np.exp2(np.repeat(shift, 16, axis=-1)).astype(np.float64)   # one mantissa LSB
     z = s * scale[..., None]
-    ideal = 255 * np.exp(z - z.max(-1, keepdims=True))
-    assert np.abs(p - ideal).max() <= exponent_bound(frac_bits)
+    ideal = (255 << e_max) * np.exp(z - z.max(-1, keepdims=True))
+    assert np.all(np.abs(w - ideal) <= exponent_bound(frac_bits, e_max) * unit)
 
 
 def test_probability_error_vs_float():
