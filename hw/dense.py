@@ -30,6 +30,7 @@ from .dispatcher import COUNTER_BITS
 from .geometry import Geometry, uwidth
 from .layouts import weight_row_layout
 from .linear import load_tiles
+from .pe_array import weight_tile
 
 __all__ = ["DenseGeometry", "DenseArray", "DenseLinearLayer", "chunk_layout",
            "target_row_layout", "y_row_layout"]
@@ -154,16 +155,7 @@ class DenseArray(wiring.Component):
         n_l, n_c, m_n = dg.lanes, dg.chunks, cfg.m_tile
         m = Module()
 
-        row_l = data.ArrayLayout(signed(8), m_n)
-        wts = [[Signal(row_l, name=f"w{b}_{k}") for k in range(cfg.k_tile)] for b in range(2)]
-        with m.If(self.i_wrow.valid):
-            with m.Switch(self.i_wrow.payload.bank):
-                for b in range(2):
-                    with m.Case(b):
-                        with m.Switch(self.i_wrow.payload.row):
-                            for k in range(cfg.k_tile):
-                                with m.Case(k):
-                                    m.d.sync += wts[b][k].eq(self.i_wrow.payload.w)
+        row_l, wts = weight_tile(m, self.i_wrow, cfg.k_tile, m_n)
 
         # Stage E (combinational from the chunk): weight rows and products, registered (a
         # register between the multipliers and the lane sum also keeps Yosys from merging

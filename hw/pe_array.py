@@ -13,7 +13,7 @@ from amaranth.lib.wiring import In, Out
 from .geometry import Geometry, uwidth
 from .layouts import lane_op_layout, token_layout, weight_row_layout
 
-__all__ = ["PEArray", "y_row_layout", "token_depth"]
+__all__ = ["PEArray", "y_row_layout", "token_depth", "weight_tile"]
 
 
 def y_row_layout(geo: Geometry) -> data.ArrayLayout:
@@ -25,6 +25,23 @@ def token_depth(geo: Geometry) -> int:
     """Slices that may wait for their reduction: enough to cover every lane queue and partial-sum
     queue in flight, so that all-zero slices do not stall the dispatcher behind busy lanes."""
     return geo.cfg.lane_fifo_depth + geo.psum_depth + 2
+
+
+def weight_tile(m: Module, wrow, k_tile: int, m_tile: int):
+    """The double-buffered ``k_tile x m_tile`` INT8 weight tile as registers, written one row
+    per beat of the ``weight_row_layout`` stream ``wrow`` (no back-pressure). Returns the row
+    layout and ``wts[bank][row]``."""
+    row_l = data.ArrayLayout(signed(8), m_tile)
+    wts = [[Signal(row_l, name=f"w{b}_{k}") for k in range(k_tile)] for b in range(2)]
+    with m.If(wrow.valid):
+        with m.Switch(wrow.payload.bank):
+            for b in range(2):
+                with m.Case(b):
+                    with m.Switch(wrow.payload.row):
+                        for k in range(k_tile):
+                            with m.Case(k):
+                                m.d.sync += wts[b][k].eq(wrow.payload.w)
+    return row_l, wts
 
 
 class PEArray(wiring.Component):
@@ -82,16 +99,7 @@ class PEArray(wiring.Component):
         m = Module()
 
         # Weight tile, two buffers, as registers: every lane reads its own row each cycle.
-        row_l = data.ArrayLayout(signed(8), m_n)
-        wts = [[Signal(row_l, name=f"w{b}_{k}") for k in range(cfg.k_tile)] for b in range(2)]
-        with m.If(self.i_wrow.valid):
-            with m.Switch(self.i_wrow.payload.bank):
-                for b in range(2):
-                    with m.Case(b):
-                        with m.Switch(self.i_wrow.payload.row):
-                            for k in range(cfg.k_tile):
-                                with m.Case(k):
-                                    m.d.sync += wts[b][k].eq(self.i_wrow.payload.w)
+        row_l, wts = weight_tile(m, self.i_wrow, cfg.k_tile, m_n)
 
         psum_l = data.ArrayLayout(signed(geo.psum_bits), m_n)
         fifos = []

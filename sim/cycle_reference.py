@@ -6,24 +6,8 @@ Given a layer's shape and the encoded difference of a step (``golden.encoder.Enc
 replays the wrapper's control registers cycle by cycle (tile loader, front end, encoder pipeline,
 dispatcher lane queues and sequencers, partial-sum credits, in-order reduction) without any
 datapath, and returns the cycles ``busy`` is high, the op counters, and an account of every lane
-cycle that is not a useful nibble op:
-
-``load``
-    the front end waits for a weight tile (the first tile of a run, or a tile that is not
-    loaded yet because slices are fewer than the ``k_tile`` cycles a load takes);
-``fill``
-    before the lane's first op of the run (encoder and dispatcher pipeline);
-``drain``
-    after the front end has issued every slice (lanes that finished early, and the reduction's
-    write-back at the end);
-``credit``
-    the lane has a bundle queued but all its partial-sum credits are taken (it runs too far ahead
-    of the slowest lane: imbalance);
-``starved``
-    the lane has nothing queued while the front end is running (the front end's one slice per
-    cycle, or back-pressure from another lane's full queue: imbalance);
-``zero``
-    lockstep only: a lane issuing an op on a ZERO element or the empty second pass of a LOW one.
+cycle that is not a useful nibble op, in the categories ``sim.cycle_model`` defines (``load``,
+``fill``, ``drain``, ``credit``, ``starved``, ``zero``).
 
 ``lane_cycles = G * cycles = useful + sum(account)`` holds by construction. The model must agree
 with the RTL exactly; ``tests/test_cycle_model.py`` checks ``sim.cycle_model`` against it.

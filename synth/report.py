@@ -28,6 +28,16 @@ top is synthesized by the ``ecp5_dsp_top`` flow: ``synth_ecp5 -noflatten`` up to
 works on one block at a time), then ``flatten`` and LUT mapping of the whole design, so nextpnr
 and its timing see one flat netlist.
 
+Attention engine: the configuration's ``dstar_attention.v`` (``hw.attention``, written beside the
+linear top unless the configuration is the dense baseline) is split the same way: its
+``softmax`` and ``normalizer`` blocks, and ``attention_controller`` (the engine's top with every
+block blackboxed: the block schedule, slot counters, mask memory, residual cache, Q/K^T/V/P and
+output memories). Its PE arrays are left out: the accelerator runs attention on the linear
+datapath's arrays (spec section 5), so they are counted once, in the linear part. These modules
+carry ``part = "attention"``; ``targets`` stays the linear datapath (what ``area_ratio`` compares
+with the dense baseline), ``attention.targets`` sums the engine's modules and
+``accelerator.targets`` is the sum of both.
+
 Dense baseline (``dense``): the same per-block synthesis of the configuration with
 ``packing = "dense"`` (``hw.dense``: 8-bit x 8-bit lanes at the same peak 8-bit throughput, the
 same tiles, weight memories and host ports, no encoder, no dispatcher); ``area_ratio`` divides
@@ -50,18 +60,17 @@ __all__ = ["REPORT_VERSION", "ALL_TARGETS", "BLOCK_KINDS", "run", "format_table"
            "config_hash", "preset_name", "generate_verilog", "blocks", "main"]
 
 #: Version of the report's JSON layout; bump on any change of keys or meaning.
-REPORT_VERSION = 2
+REPORT_VERSION = 3
 ALL_TARGETS = ("cmos", "ice40", "ecp5", "ecp5_dsp", "xc7")
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "synth"
 
 #: Report names of the block kinds (instance name without ``_<n>`` -> kind).
 BLOCK_KINDS = {"array": "pe_array", "encoder": "encoder", "dispatcher": "dispatcher",
-               "softmax": "softmax", "reuse_ctrl": "controller", "controller": "controller"}
+               "softmax": "softmax", "normalizer": "normalizer"}
 SEQUENCER = "sequencer"
-#: Blocks not (yet) instantiated by the top, synthesized alone from their own Verilog and
-#: reported in ``modules`` with ``in_top`` false (not part of the totals): name -> class.
-STANDALONE = {"dstar_softmax": ("hw.softmax", "SoftmaxUnit")}
+#: The attention engine's top with its blocks blackboxed.
+ATTN_CONTROLLER = "attention_controller"
 #: What ``fmax=True`` places and routes.
 FMAX_BLOCKS = ("pe_array", "top")
 #: The flow of the whole top for nextpnr: hierarchical ECP5 synthesis, flattened after the
@@ -92,23 +101,15 @@ def preset_name(cfg: Config) -> str:
     return "custom"
 
 
-def generate_verilog(cfg: Config, outdir: Path, standalone: bool = True) -> tuple[Path, dict]:
-    """Write the configuration's Verilog and ``params.json`` into ``outdir`` (and, with
-    ``standalone``, for every ``STANDALONE`` block the generator has, ``<name>.v``); files whose
+def generate_verilog(cfg: Config, outdir: Path) -> tuple[Path, dict]:
+    """Write the configuration's Verilog and ``params.json`` into ``outdir``; files whose
     content is unchanged are left alone (their age lets ``reuse`` trust earlier results)."""
-    import importlib
     import shutil
 
-    from hw.generate import generate, generate_block
+    from hw.generate import generate
     outdir = Path(outdir)
     fresh = outdir.with_name(outdir.name + ".new")
     man = generate(cfg, fresh)
-    for name, (mod, cls) in (STANDALONE if standalone else {}).items():
-        try:
-            comp = getattr(importlib.import_module(mod), cls)(cfg)
-        except (ImportError, AttributeError):
-            continue
-        generate_block(comp, name, cfg, {}, fresh)
     outdir.mkdir(parents=True, exist_ok=True)
     for f in sorted(fresh.iterdir()):
         old = outdir / f.name
@@ -118,9 +119,8 @@ def generate_verilog(cfg: Config, outdir: Path, standalone: bool = True) -> tupl
     return outdir / man["verilog"], man
 
 
-def blocks(verilog: Path, top: str) -> list[dict]:
-    """The top's direct children grouped by kind: ``[{"kind", "module", "instances"}]`` (the
-    first instance's module is the one synthesized), plus the blackboxed top (``sequencer``)."""
+def _children(verilog: Path, top: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The top's direct children and the same grouped by block kind."""
     kids = [m for m in verilog_modules(verilog)
             if m.startswith(top + ".") and "." not in m[len(top) + 1:]]
     groups: dict[str, list[str]] = {}
@@ -128,14 +128,27 @@ def blocks(verilog: Path, top: str) -> list[dict]:
         inst = mod[len(top) + 1:]
         base = re.sub(r"_\d+$", "", inst)
         groups.setdefault(BLOCK_KINDS.get(base, base), []).append(mod)
+    return kids, groups
+
+
+def blocks(verilog: Path, top: str, attention: Path | None = None) -> list[dict]:
+    """The top's direct children grouped by kind: ``[{"kind", "module", "instances"}]`` (the
+    first instance's module is the one synthesized), plus the blackboxed top (``sequencer``);
+    with ``attention`` (the engine's Verilog) its blocks except the PE arrays and its
+    blackboxed top (``attention_controller``), each with ``part = "attention"``."""
+    kids, groups = _children(verilog, top)
     out = [{"kind": kind, "module": sorted(mods, key=_natural)[0], "instances": len(mods)}
            for kind, mods in groups.items()]
     out.append({"kind": SEQUENCER, "module": top, "instances": 1, "blackbox": tuple(kids)})
-    for name in STANDALONE:
-        path = Path(verilog).parent / f"{name}.v"
-        if path.exists():
-            out.append({"kind": name.removeprefix("dstar_"), "module": name, "instances": 1,
-                        "verilog": path, "in_top": False})
+    if attention is not None:
+        atop = Path(attention).stem
+        akids, agroups = _children(attention, atop)
+        for kind, mods in agroups.items():
+            if kind != "pe_array":      # shared with the linear datapath: counted there
+                out.append({"kind": kind, "module": sorted(mods, key=_natural)[0],
+                            "instances": len(mods), "verilog": attention, "part": "attention"})
+        out.append({"kind": ATTN_CONTROLLER, "module": atop, "instances": 1,
+                    "blackbox": tuple(akids), "verilog": attention, "part": "attention"})
     return out
 
 
@@ -151,9 +164,10 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
 
     ``targets[t]``: the totals of target ``t`` (``synth.flows.summarize`` keys, summed over
     the top's blocks x instances; ``fmax_mhz`` on ``FMAX_FLOW`` when ``fmax``). ``modules[kind]``:
-    the block kind's ``module``, ``instances``, ``in_top`` and per-target counts *per
-    instance*. ``memories``: the SRAM
-    macros of the cmos target. ``fmax`` (``True`` for both, or a tuple naming ``"pe_array"``
+    the block kind's ``module``, ``instances``, ``part`` (``linear`` or ``attention``) and
+    per-target counts *per instance*. ``attention`` / ``accelerator``: the engine's totals and
+    the sum of both parts (see the module docstring). ``memories``: the SRAM macros of the cmos
+    target. ``fmax`` (``True`` for both, or a tuple naming ``"pe_array"``
     and/or ``"top"``): nextpnr results of the PE array block and of the flat top.
     ``dense`` (default: unless ``cfg`` is itself the dense baseline): also synthesize, the same
     way, the dense INT8 baseline of the same tiles, arrays and peak 8-bit throughput
@@ -190,10 +204,14 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
         "modules": modules,
         "memories": _memories(modules),
     }
+    if any(mod["part"] == "attention" for mod in modules.values()):
+        report["attention"] = {"top": man_attention_top(modules),
+                               "targets": {t: _total(modules, t, "attention") for t in targets},
+                               "pe_arrays": "shared with the linear datapath (counted there)"}
+        report["accelerator"] = {"targets": {t: _total(modules, t, None) for t in targets}}
     if dense:
         dcfg = cfg.replace(packing="dense")
-        _, _, _, dmods = _synth_blocks(dcfg, targets, (), outdir / "dense", jobs, reuse,
-                                       standalone=False)
+        _, _, _, dmods = _synth_blocks(dcfg, targets, (), outdir / "dense", jobs, reuse)
         dtot = {t: _total(dmods, t) for t in targets}
         report["dense_baseline"] = {"config_hash": config_hash(dcfg), "packing": "dense",
                                     "targets": dtot, "modules": dmods,
@@ -217,12 +235,13 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
 
 
 def _synth_blocks(cfg: Config, targets: tuple, fmax: tuple, outdir: Path, jobs: int,
-                  reuse: bool, standalone: bool = True):
+                  reuse: bool):
     """Generate ``cfg`` into ``<outdir>/rtl`` and synthesize its blocks for ``targets`` (and
     the netlists ``fmax`` needs); returns ``(top, verilog, pe_array module, modules)``."""
-    verilog, man = generate_verilog(cfg, outdir / "rtl", standalone)
+    verilog, man = generate_verilog(cfg, outdir / "rtl")
     top = man["top"]
-    blks = blocks(verilog, top)
+    att = man.get("attention")
+    blks = blocks(verilog, top, verilog.parent / att["verilog"] if att else None)
     pe_mod = next((b["module"] for b in blks if b["kind"] == "pe_array"), None)
 
     jobs_list = []
@@ -250,7 +269,7 @@ def _synth_blocks(cfg: Config, targets: tuple, fmax: tuple, outdir: Path, jobs: 
         results = [r for r in pool.map(work, jobs_list) if r[0][1]["kind"] != "top"]
 
     modules: dict = {b["kind"]: {"module": b["module"], "instances": b["instances"],
-                                 "in_top": b.get("in_top", True), "targets": {}}
+                                 "part": b.get("part", "linear"), "targets": {}}
                      for b in blks}
     for (t, b, _), res in results:
         if t in targets:
@@ -273,15 +292,21 @@ def _ratios(totals: dict, dense: dict, modules: dict, dmods: dict) -> dict:
     return out
 
 
+def man_attention_top(modules: dict) -> str:
+    """Name of the attention engine's top (its controller's module)."""
+    return modules[ATTN_CONTROLLER]["module"]
+
+
 def _strip(res: dict) -> dict:
     return {k: v for k, v in res.items() if k not in ("cells_by_type", "memories")}
 
 
-def _total(modules: dict, target: str) -> dict:
+def _total(modules: dict, target: str, part: str = "linear") -> dict:
+    """Sums over the ``part``'s blocks x instances (``None``: every part)."""
     out: dict = {}
     for mod in modules.values():
         res = mod["targets"].get(target)
-        if res is None or not mod["in_top"]:
+        if res is None or part not in (None, mod.get("part", "linear")):
             continue
         for k in _SUM_KEYS:
             if k in res:
@@ -338,8 +363,20 @@ def format_table(report: dict) -> str:
         rows.append([t, tot.get("cells"), tot.get("luts"), tot.get("carries"), tot.get("ffs"),
                      tot.get("brams"), tot.get("dsps"), tot.get("transistors"),
                      f"{area / 1e6:.3f}" if area is not None else None, tot.get("fmax_mhz")])
-    lines += ["", "Totals (sum over blocks x instances; cmos area at 45 nm incl. SRAM):"]
+    lines += ["", "Totals of the linear datapath (sum over blocks x instances; cmos area at 45 nm "
+              "incl. SRAM):"]
     lines += _grid(head, rows)
+    for part, title in (("attention", "Attention engine (without the PE arrays it shares):"),
+                        ("accelerator", "Accelerator (linear datapath + attention engine):")):
+        if report.get(part):
+            prow = []
+            for t, tot in report[part]["targets"].items():
+                area = tot.get("area_um2_45nm")
+                prow.append([t, tot.get("cells"), tot.get("luts"), tot.get("carries"),
+                             tot.get("ffs"), tot.get("brams"), tot.get("dsps"),
+                             tot.get("transistors"),
+                             f"{area / 1e6:.3f}" if area is not None else None, None])
+            lines += ["", title] + _grid(head, prow)
 
     if report.get("dense_baseline"):
         lines += ["", "DSTAR vs the dense INT8 baseline (same tiles and arrays, equal peak 8-bit "
@@ -352,8 +389,9 @@ def format_table(report: dict) -> str:
     for kind, mod in report["modules"].items():
         for t, res in mod["targets"].items():
             area = res.get("area_um2_45nm")
-            label = f"{kind} x{mod['instances']}" if mod.get("in_top", True) else \
-                f"({kind} alone)"
+            label = f"{kind} x{mod['instances']}"
+            if mod.get("part", "linear") != "linear":
+                label = f"{mod['part']}: {label}"
             mrows.append([label, t, res.get("cells"), res.get("luts"),
                           res.get("ffs"), res.get("brams"), res.get("transistors"),
                           f"{area / 1e6:.3f}" if area is not None else None])
