@@ -103,8 +103,8 @@ class SoftmaxUnit(wiring.Component):
       (round half up, ``d*m`` for ``sh = 0``; a coarse and a fine shift stage) saturated at
       ``(E + 9) * 2**F``; ``p = (LUT[f] + 2**(k+7)) >> (k+8)`` with ``k = xi - e_g`` (0 for
       ``k >= 9``) into the ``o_p`` register; ``l`` adds each ``p << (E - e_g)`` the cycle
-      after. Alongside each key, a copy of the first six stages (its own multiplier) runs its
-      group's ``Gmax`` from the group-max memory: ``x`` of the group's largest key is the
+      after. Alongside each key, a copy of stages 1-6 (the group-max memory's read port, its
+      own multiplier) runs the key's group max ``Gmax``: ``x`` of the group's largest key is the
       group's smallest (``x`` is non-decreasing in ``d``), so ``e_g = min(x_g >> F, E)``
       (``x_g`` saturated at ``E * 2**F``). With ``E = 0`` every ``e_g`` is 0 and neither the
       group-max memory nor the copy exist;
