@@ -12,14 +12,14 @@ from amaranth.lib.wiring import In, Out
 
 from dstar.config import Config, ConfigError, bits_signed
 from golden.attention import THETA_BITS
-from golden.softmax import MANT_BITS, RECIP_BITS, SHIFT_MAX
+from golden.softmax import MANT_BITS, RECIP_BITS, SHIFT_MAX, sum_bits
 
 from .dispatcher import COUNTER_BITS
 from .geometry import Geometry, uwidth
 from .pe_array import PEArray
 from .softmax import Normalizer, SoftmaxUnit
 
-__all__ = ["AttentionEngine", "AttentionGeometry", "ms_layout"]
+__all__ = ["AttentionEngine", "AttentionGeometry", "ms_layout", "p_word_layout"]
 
 SH_BITS = SHIFT_MAX.bit_length()
 OUT_BITS = 18           # O_sel + R, signed (golden/ATTENTION.md)
@@ -29,6 +29,13 @@ RES_BITS = 17           # R = O_full - O_sel, signed
 def ms_layout() -> data.StructLayout:
     """A query row's logit multiplier ``(m, sh)`` (``golden.softmax.logit_multiplier``)."""
     return data.StructLayout({"m": unsigned(MANT_BITS), "sh": unsigned(SH_BITS)})
+
+
+def p_word_layout(cfg: Config) -> data.StructLayout:
+    """A P word: the 8-bit mantissas of one group of ``G`` keys (``golden.softmax`` group
+    format; zeros past a ragged end) and the group's shift ``e_max - e_g``."""
+    return data.StructLayout({"p": data.ArrayLayout(unsigned(8), cfg.group),
+                              "shift": unsigned(cfg.shift_bits)})
 
 
 class AttentionGeometry:
@@ -70,9 +77,21 @@ class AttentionGeometry:
                               f"cannot hold a query block's logits and PV sums "
                               f"({self.pv_base + cfg.block_q * self.n_cp} words)")
         self.logit_bits = bits_signed(dh * 128 * 128)
-        self.pv_acc_bits = bits_signed(128 * 255 * n)
+        # Applied weights w = p << shift <= 255 * 2**e_max (golden.softmax group format).
+        w_max = 255 << cfg.e_max
+        self.pv_acc_bits = bits_signed(128 * w_max * n)
         if cfg.acc_bits < max(self.logit_bits, self.pv_acc_bits):
-            raise ConfigError(f"acc_bits={cfg.acc_bits} is narrower than the attention sums")
+            raise ConfigError(f"acc_bits={cfg.acc_bits} is narrower than the attention sums "
+                              f"({max(self.logit_bits, self.pv_acc_bits)} bits)")
+        # A lane's PV partial sum runs over a key block's groups, a reduction over its keys.
+        if bits_signed(128 * w_max * self.kg_per_block) > self.lin.psum_bits:
+            raise ConfigError(f"block_k={cfg.block_k}: a lane's PV partial sum (up to "
+                              f"{128 * w_max * self.kg_per_block}) overflows the PE array's "
+                              f"{self.lin.psum_bits}-bit partial sums")
+        if bits_signed(128 * w_max * cfg.block_k) > self.lin.tile_sum_bits:
+            raise ConfigError(f"block_k={cfg.block_k}: a PV tile's sum (up to "
+                              f"{128 * w_max * cfg.block_k}) overflows the PE array's "
+                              f"{self.lin.tile_sum_bits}-bit tile sums")
         self.kt_depth = dh * self.n_kc
         self.v_depth = self.n_kg * g * self.n_cp
         self.q_depth = n * self.rows_q
@@ -80,7 +99,7 @@ class AttentionGeometry:
         self.o_depth = n * dh
         self.res_depth = cfg.attn_slots * n * dh
         self.mask_depth = cfg.attn_slots * self.nqb
-        self.b_bits = (255 * cfg.block_k).bit_length()
+        self.b_bits = sum_bits(cfg.block_k, cfg.e_max)
         self.mass_bits = 16 + (cfg.block_q - 1).bit_length()
         self.total_bits = self.mass_bits + (self.nkb - 1).bit_length()
 
@@ -124,19 +143,24 @@ class AttentionEngine(wiring.Component):
     block ``I`` (``block_q`` rows, the last one ragged):
 
     * key step: all tiles of QK^T into the PE array's accumulators; the softmax of every row
-      (``p`` into the P memory, the block sums ``b`` and, with the row's ``(r, L)``, the block
-      masses ``M``); the mask selection (descending ``M``, ties by ascending ``J``, the shortest
-      prefix with ``C * 2**16 >= theta_q * T``, ``theta_q = 2**16``: all), written to the mask
-      memory; PV over all tiles and normalization into the output memory (``O_full``); then
-      the masked softmax on the logits of the selected tiles (still in the accumulators: QK^T
-      runs once per tile on a key step), PV of the selected tiles, and ``R = O_full - O_sel``
-      into the slot's residual cache;
+      (in ``golden.softmax``'s group format: per group of ``G`` keys one P word of 8-bit
+      mantissas ``p`` and the group's shift ``s = e_max - e_g``; the block sums ``b`` of the
+      applied weights ``p << s`` and, with the row's ``(r, L)``, the block masses ``M``); the
+      mask selection (descending ``M``, ties by ascending ``J``, the shortest prefix with
+      ``C * 2**16 >= theta_q * T``, ``theta_q = 2**16``: all), written to the mask memory;
+      PV over all tiles and normalization into the output memory (``O_full``); then the
+      masked softmax on the logits of the selected tiles (still in the accumulators: QK^T runs
+      once per tile on a key step), PV of the selected tiles, and ``R = O_full - O_sel`` into
+      the slot's residual cache;
     * reuse step: QK^T, softmax and PV of the selected tiles only; output ``O_sel + R``.
 
     The PE lanes see QK^T as a linear layer with K^T as the weight tile and each Q element as a
     HIGH element (unsigned low nibble, signed high nibble with shift 4), and PV with the V
-    block as the weight tile and each ``p`` as two unsigned nibbles (shift 0 and 4): two lane
-    ops per element, as spec section 5 prescribes for the linear layers.
+    block as the weight tile and each ``p`` as two unsigned nibbles with its group's shift
+    (``s`` and ``s + 4``, at most ``e_max + 4``, the lanes' range): two lane ops per element, as
+    spec section 5 prescribes for the linear layers. ``AttentionGeometry`` raises
+    ``ConfigError`` when the PV sums (up to ``128 * 255 * 2**e_max`` per key) could overflow the
+    lanes' partial sums, the tile sums or ``acc_bits``.
 
     Counters (cleared by ``start``): ``cycles`` (cycles ``busy`` was high), ``count_qk`` and
     ``count_pv``: query-block x key-block tiles run through QK^T (key step: all; reuse step:
@@ -241,7 +265,7 @@ class AttentionEngine(wiring.Component):
                      ms_wr.en.eq(self.host_ms_we), ms_wr.addr.eq(self.host_addr),
                      ms_wr.data.eq(self.host_ms_wdata)]
         u8g = data.ArrayLayout(unsigned(8), g)
-        m.submodules.p = p_mem = Memory(shape=u8g, depth=ag.p_depth, init=[])
+        m.submodules.p = p_mem = Memory(shape=p_word_layout(cfg), depth=ag.p_depth, init=[])
         p_wr, p_rd = p_mem.write_port(), p_mem.read_port()
         m.submodules.o = o_mem = Memory(shape=signed(OUT_BITS), depth=ag.o_depth, init=[])
         o_wr, o_rd, o_host = o_mem.write_port(), o_mem.read_port(), o_mem.read_port()
@@ -410,15 +434,18 @@ class AttentionEngine(wiring.Component):
         op_r = Signal(geo.row_bits)
         m.d.sync += [op_v.eq(go), op_h.eq(o_h), op_r.eq(o_r), op_close.eq(o_h & r_last),
                      op_pv.eq(pv), op_bank.eq(xw.bank)]
+        # Q: shift 0 / 4; p: the group's shift s / s + 4 (w = p << s, golden.softmax).
+        op_shift = Signal(geo.op_shift_bits)
+        m.d.comb += op_shift.eq(Mux(op_pv, p_rd.data.shift, 0) + Mux(op_h, 4, 0))
         for lane in range(g):
-            qv, pval = q_rd.data[lane], p_rd.data[lane]
+            qv, pval = q_rd.data[lane], p_rd.data.p[lane]
             # Q: unsigned low nibble, signed high nibble; p: two unsigned nibbles.
             nib = Mux(op_h, Mux(op_pv, pval[4:8], qv.as_signed() >> 4),
                       Mux(op_pv, pval[0:4], qv.as_unsigned()[0:4]))
             for arr in arrays:
                 op = arr.i_op[lane]
                 m.d.comb += [op.valid.eq(op_v), op.payload.nib.eq(nib),
-                             op.payload.shift.eq(Mux(op_h, 4, 0)), op.payload.row.eq(op_r),
+                             op.payload.shift.eq(op_shift), op.payload.row.eq(op_r),
                              op.payload.rot.eq(0), op.payload.bank.eq(op_bank),
                              op.payload.close.eq(op_close)]
         m.d.comb += [nrm.o.ready.eq(1), smx.o_p.ready.eq(1), smx.o_sum.ready.eq(1)]
@@ -483,7 +510,9 @@ class AttentionEngine(wiring.Component):
 
         # ----- softmax outputs: P words, block sums b, (r, L) per row, block masses M -----
         # p arrive in key order over the selected blocks (whole lane groups, as block_k is a
-        # multiple of G): a group's word is written with its last p (zeros past a ragged end).
+        # multiple of G, so the unit's groups are the key-index groups): a group's word is
+        # written with its last p (zeros past a ragged end) and the group's shift, which every
+        # p of the group carries. b sums the applied weights p << shift.
         # b has two banks by row parity: the next row's p arrive while the divider still works
         # on this row's (r, L); a bank is consumed and cleared with its row's o_sum beat.
         p_row = Signal(range(bq + 1))
@@ -502,11 +531,14 @@ class AttentionEngine(wiring.Component):
         p_len = Signal(range(bk + 1))
         m.d.comb += [pj.eq(sel_j[p_li]), p_len.eq(sel_len[p_li])]
         pval = smx.o_p.payload.p
+        wval = Signal(ag.b_bits)
+        m.d.comb += wval.eq(pval << smx.o_p.payload.shift)
         p_blk_end = Signal()
         m.d.comb += p_blk_end.eq(p_off + 1 == p_len)
-        pword = Signal(u8g)
+        pword = Signal(p_word_layout(cfg))
+        m.d.comb += pword.shift.eq(smx.o_p.payload.shift)
         for lane in range(g):
-            m.d.comb += pword[lane].eq(Mux(p_lane == lane, pval, pbuf[lane]))
+            m.d.comb += pword.p[lane].eq(Mux(p_lane == lane, pval, pbuf[lane]))
         m.d.comb += [p_wr.addr.eq(p_row * ag.n_kg + p_kg), p_wr.data.eq(pword),
                      p_wr.en.eq(smx.o_p.valid & ((p_lane == g - 1) | p_blk_end))]
         with m.If(smx.o_p.valid):
@@ -516,9 +548,9 @@ class AttentionEngine(wiring.Component):
             for j in range(nkb):
                 with m.If(pj == j):
                     with m.If(p_row[0]):
-                        m.d.sync += b_sum[1][j].eq(b_sum[1][j] + pval)
+                        m.d.sync += b_sum[1][j].eq(b_sum[1][j] + wval)
                     with m.Else():
-                        m.d.sync += b_sum[0][j].eq(b_sum[0][j] + pval)
+                        m.d.sync += b_sum[0][j].eq(b_sum[0][j] + wval)
             with m.If(smx.o_p.payload.last):
                 m.d.sync += [p_row.eq(p_row + 1), p_li.eq(0), p_off.eq(0),
                              p_kg.eq(sel_j[0] * ag.kg_per_block), p_lane.eq(0)]

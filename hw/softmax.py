@@ -1,7 +1,8 @@
 """Streaming fixed-point softmax unit (and the output normalizer of the deferred division).
 
 Ref: dstar-spec.md section 4 (fixed-point softmax); the bit-exact contract is
-``golden.softmax.softmax_exp`` (``p``, ``l``), ``golden.softmax.reciprocal`` (``r``, ``L``) and
+``golden.softmax.softmax_groups`` (mantissas ``p``, group shifts, ``l``),
+``golden.softmax.reciprocal`` (``r``, ``L``) and
 ``golden.softmax.normalize``; ``golden/ATTENTION.md`` restates it with widths.
 """
 
@@ -11,7 +12,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from dstar.config import Config, ConfigError, bits_signed
-from golden.softmax import EXP_EXTRA_BITS, MANT_BITS, RECIP_BITS, SHIFT_MAX, exp_lut
+from golden.softmax import EXP_EXTRA_BITS, MANT_BITS, RECIP_BITS, SHIFT_MAX, exp_lut, sum_bits
 
 __all__ = ["LOGIT_BITS", "P_BITS", "row_cmd_layout", "logit_layout", "prob_layout",
            "row_sum_layout", "norm_in_layout", "norm_out_layout", "SoftmaxUnit", "Normalizer"]
@@ -23,10 +24,6 @@ R_BITS = RECIP_BITS + 1
 SH_BITS = SHIFT_MAX.bit_length()
 EXP_STAGES = 7          # registers from the memory read to o_p
 DIV_CYCLES = R_BITS     # restoring divider: one quotient bit per cycle
-
-
-def _sum_bits(max_row: int) -> int:
-    return (255 * max_row).bit_length()
 
 
 def row_cmd_layout(max_row: int) -> data.StructLayout:
@@ -44,15 +41,18 @@ def logit_layout(logit_bits: int) -> data.StructLayout:
     return data.StructLayout({"s": signed(logit_bits)})
 
 
-def prob_layout() -> data.StructLayout:
-    """One unnormalized probability ``p`` (``0 .. 255``); ``last``: the row's last key."""
-    return data.StructLayout({"p": unsigned(P_BITS), "last": unsigned(1)})
+def prob_layout(shift_bits: int) -> data.StructLayout:
+    """One unnormalized probability in group format: the 8-bit mantissa ``p`` (``0 .. 255``)
+    and its group's ``shift = e_max - e_g`` (``shift_bits = Config.shift_bits`` wide), the
+    applied weight being ``p << shift``; ``last``: the row's last key."""
+    return data.StructLayout({"p": unsigned(P_BITS), "shift": unsigned(shift_bits),
+                              "last": unsigned(1)})
 
 
-def row_sum_layout(max_row: int) -> data.StructLayout:
-    """A row's sum ``l``, its reciprocal ``r = floor((2**(L+16) - 1) / l)`` and
-    ``big_l = L = bit_length(l)``."""
-    lb = _sum_bits(max_row)
+def row_sum_layout(max_row: int, e_max: int) -> data.StructLayout:
+    """A row's sum ``l`` (``golden.softmax.sum_bits(max_row, e_max)`` wide), its reciprocal
+    ``r = floor((2**(L+16) - 1) / l)`` and ``big_l = L = bit_length(l)``."""
+    lb = sum_bits(max_row, e_max)
     return data.StructLayout({
         "l": unsigned(lb),
         "r": unsigned(R_BITS),
@@ -60,12 +60,12 @@ def row_sum_layout(max_row: int) -> data.StructLayout:
     })
 
 
-def norm_in_layout(acc_bits: int, max_row: int) -> data.StructLayout:
+def norm_in_layout(acc_bits: int, max_row: int, e_max: int) -> data.StructLayout:
     """One PV accumulator value with its row's ``(r, L)``."""
     return data.StructLayout({
         "acc": signed(acc_bits),
         "r": unsigned(R_BITS),
-        "big_l": range(_sum_bits(max_row) + 1),
+        "big_l": range(sum_bits(max_row, e_max) + 1),
     })
 
 
@@ -85,21 +85,29 @@ def _bit_length(m: Module, v, width: int, name: str) -> Signal:
 
 
 class SoftmaxUnit(wiring.Component):
-    """Fixed-point softmax of integer logit rows: per row, the unnormalized 8-bit probabilities
-    ``p`` in key order, then the integer sum ``l`` and the reciprocal ``(r, L)`` of the deferred
-    normalization, bit-exact with ``golden.softmax.softmax_exp`` and
-    ``golden.softmax.reciprocal`` (every streamed key is a valid key).
+    """Fixed-point softmax of integer logit rows in DSTAR's group format: per row, each key's
+    8-bit mantissa ``p`` with its group's shift, in key order, then the integer sum ``l`` and
+    the reciprocal ``(r, L)`` of the deferred normalization, bit-exact with
+    ``golden.softmax.softmax_groups`` and ``golden.softmax.reciprocal`` (every streamed key is
+    a valid key; the groups are ``G = cfg.group`` consecutive streamed keys, the row's last
+    group possibly shorter; ``E = cfg.e_max``).
 
     A row is a header on ``i_row`` (``m``, ``sh``, ``n``) and then ``n`` logits on ``i_logit``,
     one per beat. Three processes, each with its own registers, work on consecutive rows:
 
     * the *loader* takes the header, then writes the ``n`` logits into one half of a
-      ``2 * max_row``-word memory (ping-pong) while tracking the row max ``Smax``;
+      ``2 * max_row``-word memory (ping-pong) while tracking the row max ``Smax`` and, into one
+      half of a ``2 * ceil(max_row / G)``-word memory beside it, each group's max ``Gmax``;
     * the *exponent pass* reads the row back, one key per cycle, through a 7-stage pipeline:
       memory read (two registers); ``d = Smax - S``; ``d * m``; ``x = (d*m + 2**(sh-1)) >> sh``
       (round half up, ``d*m`` for ``sh = 0``; a coarse and a fine shift stage) saturated at
-      ``9 * 2**F``; ``p = (LUT[f] + 2**(xi+7)) >> (xi+8)`` into the ``o_p`` register; ``l``
-      adds each ``p`` the cycle after;
+      ``(E + 9) * 2**F``; ``p = (LUT[f] + 2**(k+7)) >> (k+8)`` with ``k = xi - e_g`` (0 for
+      ``k >= 9``) into the ``o_p`` register; ``l`` adds each ``p << (E - e_g)`` the cycle
+      after. Alongside each key, a copy of stages 1-6 (the group-max memory's read port, its
+      own multiplier) runs the key's group max ``Gmax``: ``x`` of the group's largest key is the
+      group's smallest (``x`` is non-decreasing in ``d``), so ``e_g = min(x_g >> F, E)``
+      (``x_g`` saturated at ``E * 2**F``). With ``E = 0`` every ``e_g`` is 0 and neither the
+      group-max memory nor the copy exist;
     * the *divider* takes ``l`` and runs a 17-step restoring division of ``2**(L+16) - 1`` by
       ``l`` (one quotient bit per cycle), then offers ``(l, r, L)`` on ``o_sum``.
 
@@ -121,7 +129,8 @@ class SoftmaxUnit(wiring.Component):
     may be offered before its last ``p`` is taken (they are separate streams).
 
     Rounding and saturation: exactly those of ``golden.softmax`` (``x`` saturates at
-    ``9 * 2**F``, where ``p`` is 0 either way; ``r`` is the exact floor). Row lengths outside
+    ``(E + 9) * 2**F``, where ``p`` is 0 either way as ``e_g <= E``; ``r`` is the exact
+    floor). Row lengths outside
     ``1 .. max_row`` are clamped into it (``n = 0`` reads as 1). ``sh`` of 48 .. 63 (outside the
     golden contract, which stops at 47) goes through the same formula.
 
@@ -131,8 +140,8 @@ class SoftmaxUnit(wiring.Component):
     Parameters
     ----------
     cfg : Config
-        ``attn_frac_bits`` (``F``, LUT of ``2**F`` entries) and ``max_tokens`` (the default
-        ``max_row``).
+        ``attn_frac_bits`` (``F``, LUT of ``2**F`` entries), ``group`` (``G``), ``e_max``
+        (``E``) and ``max_tokens`` (the default ``max_row``).
     logit_bits : int
         Width of the signed logits (23 for ``Dh <= 128``).
     max_row : int or None
@@ -144,10 +153,10 @@ class SoftmaxUnit(wiring.Component):
         Row headers.
     i_logit : In(stream.Signature(logit_layout(logit_bits)))
         Logits of the row, in key order.
-    o_p : Out(stream.Signature(prob_layout()))
-        Probabilities, in key order; ``last`` marks the row's last key.
-    o_sum : Out(stream.Signature(row_sum_layout(max_row)))
-        One beat per row: ``l``, ``r``, ``big_l``.
+    o_p : Out(stream.Signature(prob_layout(cfg.shift_bits)))
+        Mantissas and their group's shift, in key order; ``last`` marks the row's last key.
+    o_sum : Out(stream.Signature(row_sum_layout(max_row, cfg.e_max)))
+        One beat per row: ``l`` (up to ``255 * 2**E * n``), ``r``, ``big_l``.
     """
 
     def __init__(self, cfg: Config, *, logit_bits: int = LOGIT_BITS, max_row: int | None = None):
@@ -162,8 +171,8 @@ class SoftmaxUnit(wiring.Component):
         super().__init__({
             "i_row": In(stream.Signature(row_cmd_layout(max_row))),
             "i_logit": In(stream.Signature(logit_layout(logit_bits))),
-            "o_p": Out(stream.Signature(prob_layout())),
-            "o_sum": Out(stream.Signature(row_sum_layout(max_row))),
+            "o_p": Out(stream.Signature(prob_layout(cfg.shift_bits))),
+            "o_sum": Out(stream.Signature(row_sum_layout(max_row, cfg.e_max))),
         })
 
     @property
@@ -185,7 +194,9 @@ class SoftmaxUnit(wiring.Component):
     def elaborate(self, platform):
         n_max, w = self._max_row, self._logit_bits
         frac = self.frac_bits
-        lb = _sum_bits(n_max)
+        g_n, e_max = self._cfg.group, self._cfg.e_max
+        ng_max = -(-n_max // g_n)
+        lb = sum_bits(n_max, e_max)
         m = Module()
 
         m.submodules.logits = mem = Memory(shape=signed(w), depth=2 * n_max, init=[])
@@ -194,9 +205,17 @@ class SoftmaxUnit(wiring.Component):
         m.submodules.lut = lut = Memory(shape=unsigned(16), depth=1 << frac,
                                         init=[int(v) for v in exp_lut(frac)])
         lut_rd = lut.read_port(domain="comb")
+        grouped = e_max > 0                 # else every e_g is 0: no group maxima needed
+        if grouped:
+            m.submodules.gmax = gmem = Memory(shape=signed(w), depth=2 * ng_max, init=[])
+            gwr = gmem.write_port()
+            grd = gmem.read_port()
 
         def base(bank):
             return Mux(bank, n_max, 0)
+
+        def gbase(bank):
+            return Mux(bank, ng_max, 0)
 
         # ----- loader -----
         a_bank = Signal()
@@ -205,6 +224,9 @@ class SoftmaxUnit(wiring.Component):
         a_m = Signal(MANT_BITS)
         a_sh = Signal(SH_BITS)
         a_max = Signal(signed(w))
+        a_gcnt = Signal(range(g_n))         # key within its group
+        a_gidx = Signal(range(ng_max + 1))  # group of the row
+        a_gmax = Signal(signed(w))
         a_wait = Signal()                   # a loaded row waits for the exponent pass
         b_busy = Signal()
         handoff = Signal()
@@ -228,12 +250,23 @@ class SoftmaxUnit(wiring.Component):
             take_logit.eq(a_load & self.i_logit.valid),
             wr.en.eq(take_logit),
         ]
+        # The group's running max is written with every key of the group: the last write
+        # (the group's last key) leaves the group's max.
+        gmax_new = Signal(signed(w))
+        m.d.comb += gmax_new.eq(Mux((a_gcnt == 0) | (s_in > a_gmax), s_in, a_gmax))
+        if grouped:
+            m.d.comb += [gwr.addr.eq(gbase(a_bank) + a_gidx), gwr.data.eq(gmax_new),
+                         gwr.en.eq(take_logit)]
         with m.If(a_head & self.i_row.valid):
             m.d.sync += [a_m.eq(self.i_row.payload.m), a_sh.eq(self.i_row.payload.sh),
-                         a_n.eq(n_clamped), a_cnt.eq(0), a_head.eq(0), a_load.eq(1)]
+                         a_n.eq(n_clamped), a_cnt.eq(0), a_gcnt.eq(0), a_gidx.eq(0),
+                         a_head.eq(0), a_load.eq(1)]
         with m.If(take_logit):
-            m.d.sync += [a_cnt.eq(a_cnt + 1),
-                         a_max.eq(Mux((a_cnt == 0) | (s_in > a_max), s_in, a_max))]
+            m.d.sync += [a_cnt.eq(a_cnt + 1), a_gmax.eq(gmax_new),
+                         a_max.eq(Mux((a_cnt == 0) | (s_in > a_max), s_in, a_max)),
+                         a_gcnt.eq(Mux(a_gcnt == g_n - 1, 0, a_gcnt + 1))]
+            with m.If(a_gcnt == g_n - 1):
+                m.d.sync += a_gidx.eq(a_gidx + 1)
             with m.If(a_cnt == a_n - 1):
                 m.d.sync += [a_load.eq(0), a_wait.eq(1)]
         with m.If(handoff):
@@ -246,6 +279,8 @@ class SoftmaxUnit(wiring.Component):
         b_sh = Signal(SH_BITS)
         b_max = Signal(signed(w))
         b_issue = Signal(range(n_max + 1))  # keys read so far
+        b_gcnt = Signal(range(g_n))         # the next key's place in its group
+        b_gidx = Signal(range(ng_max + 1))  # the next key's group
         b_l = Signal(lb)
 
         adv = Signal()
@@ -256,49 +291,74 @@ class SoftmaxUnit(wiring.Component):
             rd.addr.eq(base(b_bank) + b_issue),
             rd.en.eq(adv),
         ]
+        if grouped:
+            m.d.comb += [grd.addr.eq(gbase(b_bank) + b_gidx), grd.en.eq(adv)]
         with m.If(adv & issuing):
-            m.d.sync += b_issue.eq(b_issue + 1)
+            m.d.sync += [b_issue.eq(b_issue + 1),
+                         b_gcnt.eq(Mux(b_gcnt == g_n - 1, 0, b_gcnt + 1))]
+            with m.If(b_gcnt == g_n - 1):
+                m.d.sync += b_gidx.eq(b_gidx + 1)
 
         # Pipeline (each register loads only when adv): 1 the read port's data register,
         # 2 S (off the memory's slow output), 3 d = Smax - S, 4 d * m, 5 2 d m >> (sh & ~7),
-        # 6 x saturated at 9 * 2**F, 7 p (the o_p register). valid[k] / last[k] travel along.
+        # 6 x saturated at (E + 9) * 2**F, 7 p (the o_p register). valid[k] / last[k] travel
+        # along; stages 2-6 have a copy for the key's group max, giving e_g at stage 6.
         valid = [Signal(name=f"valid{k}") for k in range(1, EXP_STAGES)]
         last = [Signal(name=f"last{k}") for k in range(1, EXP_STAGES)]
-        s_reg = Signal(signed(w))
-        d = Signal(w)
-        prod = Signal(w + MANT_BITS)
-        coarse = Signal(w + MANT_BITS + 1)
-        x_sat = 9 << frac
-        xs = Signal(range(x_sat + 1))
-        # x = (v + 2**(s-1)) >> s == ((2v >> s) + 1) >> 1 (also for s = 0), and
-        # x >= x_sat <=> (2v >> s) >= 2 x_sat - 1: only a narrow adder after the shifter.
-        halves = Signal(w + MANT_BITS + 1)
-        m.d.comb += halves.eq(coarse >> b_sh[:3])
-        x_low = (halves[:(2 * x_sat).bit_length()] + 1) >> 1
+        shift_bits = self._cfg.shift_bits
+
+        def x_stages(first, x_sat, sfx):
+            """Stages 2-6 from the read port's data ``first``: x saturated at ``x_sat``."""
+            s_reg = Signal(signed(w), name=f"s_reg{sfx}")
+            d = Signal(w, name=f"d{sfx}")
+            prod = Signal(w + MANT_BITS, name=f"prod{sfx}")
+            coarse = Signal(w + MANT_BITS + 1, name=f"coarse{sfx}")
+            xs = Signal(range(x_sat + 1), name=f"xs{sfx}")
+            # x = (v + 2**(s-1)) >> s == ((2v >> s) + 1) >> 1 (also for s = 0), and
+            # x >= x_sat <=> (2v >> s) >= 2 x_sat - 1: only a narrow adder after the shifter.
+            halves = Signal(w + MANT_BITS + 1, name=f"halves{sfx}")
+            m.d.comb += halves.eq(coarse >> b_sh[:3])
+            x_low = (halves[:(2 * x_sat).bit_length()] + 1) >> 1
+            with m.If(adv):
+                m.d.sync += [
+                    s_reg.eq(first),
+                    d.eq(b_max - s_reg),
+                    prod.eq(d * b_m),
+                    coarse.eq((prod << 1) >> (b_sh[3:] << 3)),
+                    xs.eq(Mux(halves >= 2 * x_sat - 1, x_sat, x_low)),
+                ]
+            return xs
+
+        xs = x_stages(rd.data, (e_max + 9) << frac, "")
         xi = xs[frac:]
-        m.d.comb += lut_rd.addr.eq(xs[:frac])
+        e_g = Signal(range(e_max + 1))
+        if grouped:
+            # x_g only matters up to E * 2**F: e_g = min(x_g >> F, E).
+            m.d.comb += e_g.eq(x_stages(grd.data, e_max << frac, "_g")[frac:])
+        k_off = Signal(range(e_max + 10))   # xi - e_g >= 0: the key is no larger than Gmax
+        m.d.comb += [lut_rd.addr.eq(xs[:frac]), k_off.eq(xi - e_g)]
         p_new = Signal(P_BITS)
-        m.d.comb += p_new.eq((lut_rd.data + (Const(1, 1) << (xi + (EXP_EXTRA_BITS - 1))))
-                             >> (xi + EXP_EXTRA_BITS))
+        # k = 9 rounds to 0 by itself (LUT < 2**16); larger k are cut off before the shifter.
+        k_cut = Mux(k_off > 9, 9, k_off)[:4]
+        m.d.comb += p_new.eq((lut_rd.data + (Const(1, 1) << (k_cut + (EXP_EXTRA_BITS - 1))))
+                             >> (k_cut + EXP_EXTRA_BITS))
         with m.If(adv):
             m.d.sync += [
                 valid[0].eq(issuing), last[0].eq(b_issue == b_n - 1),
                 [valid[k].eq(valid[k - 1]) for k in range(1, EXP_STAGES - 1)],
                 [last[k].eq(last[k - 1]) for k in range(1, EXP_STAGES - 1)],
-                s_reg.eq(rd.data),
-                d.eq(b_max - s_reg),
-                prod.eq(d * b_m),
-                coarse.eq((prod << 1) >> (b_sh[3:] << 3)),
-                xs.eq(Mux(halves >= 2 * x_sat - 1, x_sat, x_low)),
                 self.o_p.valid.eq(valid[-1]),
                 self.o_p.payload.p.eq(p_new), self.o_p.payload.last.eq(last[-1]),
+                self.o_p.payload.shift.eq((e_max - e_g)[:shift_bits]),
             ]
-        # l adds each p the cycle after it entered the o_p register (off the LUT/shift path).
+        # l adds each w = p << shift the cycle after p entered the o_p register (off the
+        # LUT/shift path).
         fresh, fresh_last = Signal(), Signal()
         m.d.sync += [fresh.eq(adv & valid[-1]), fresh_last.eq(adv & valid[-1] & last[-1])]
         row_end = Signal()                  # l is complete (with the row's last p)
         l_final = Signal(lb)
-        m.d.comb += [row_end.eq(fresh & fresh_last), l_final.eq(b_l + self.o_p.payload.p)]
+        m.d.comb += [row_end.eq(fresh & fresh_last),
+                     l_final.eq(b_l + (self.o_p.payload.p << self.o_p.payload.shift))]
         with m.If(fresh):
             m.d.sync += b_l.eq(l_final)
 
@@ -319,7 +379,8 @@ class SoftmaxUnit(wiring.Component):
 
         with m.If(handoff):
             m.d.sync += [b_busy.eq(1), b_bank.eq(a_bank), b_n.eq(a_n), b_m.eq(a_m),
-                         b_sh.eq(a_sh), b_max.eq(a_max), b_issue.eq(0), b_l.eq(0)]
+                         b_sh.eq(a_sh), b_max.eq(a_max), b_issue.eq(0), b_gcnt.eq(0),
+                         b_gidx.eq(0), b_l.eq(0)]
 
         big_l = _bit_length(m, c_l, lb, "big_l")
         # Restoring division of 2**(L+16) - 1 (all ones) by l, from the remainder
@@ -356,7 +417,7 @@ class Normalizer(wiring.Component):
 
     ``O ~= acc * 2**out_frac_bits / l`` within 1 LSB; the output holds it for
     ``|acc| <= 128 * l`` (INT8 V), the accumulator bound of ``golden/ATTENTION.md``; larger
-    ``|acc|`` wrap.
+    ``|acc|`` wrap. ``l`` and ``L`` are as wide as ``SoftmaxUnit``'s (``l <= 255 * 2**E * n``).
 
     Latency 2 cycles (the product register, then the output register), throughput one value
     per cycle, full back-pressure: ``o.ready`` low freezes both stages, and ``i.ready`` is
@@ -365,15 +426,15 @@ class Normalizer(wiring.Component):
     Parameters
     ----------
     cfg : Config
-        ``attn_out_frac_bits`` and ``max_tokens`` (the default ``max_row``).
+        ``attn_out_frac_bits``, ``e_max`` and ``max_tokens`` (the default ``max_row``).
     max_row : int or None
-        Longest row; sets the widths of ``L`` and of the accumulator.
+        Longest row; with ``e_max`` sets the widths of ``L`` and of the accumulator.
     acc_bits : int or None
-        Width of the signed accumulator; default ``bits_signed(128 * 255 * max_row)``.
+        Width of the signed accumulator; default ``bits_signed(128 * 255 * 2**e_max * max_row)``.
 
     Members
     -------
-    i : In(stream.Signature(norm_in_layout(acc_bits, max_row)))
+    i : In(stream.Signature(norm_in_layout(acc_bits, max_row, cfg.e_max)))
         Accumulator values, each with its row's ``r`` and ``big_l``.
     o : Out(stream.Signature(norm_out_layout(out_bits)))
         Normalized outputs, in order (``out_bits = bits_signed(128 << out_frac_bits)``).
@@ -382,11 +443,11 @@ class Normalizer(wiring.Component):
     def __init__(self, cfg: Config, *, max_row: int | None = None, acc_bits: int | None = None):
         max_row = cfg.max_tokens if max_row is None else max_row
         if acc_bits is None:
-            acc_bits = bits_signed(128 * 255 * max_row)
+            acc_bits = bits_signed((128 * 255 << cfg.e_max) * max_row)
         self._cfg, self._max_row, self._acc_bits = cfg, max_row, acc_bits
         self._out_bits = bits_signed(128 << cfg.attn_out_frac_bits)
         super().__init__({
-            "i": In(stream.Signature(norm_in_layout(acc_bits, max_row))),
+            "i": In(stream.Signature(norm_in_layout(acc_bits, max_row, cfg.e_max))),
             "o": Out(stream.Signature(norm_out_layout(self._out_bits))),
         })
 
@@ -404,7 +465,7 @@ class Normalizer(wiring.Component):
 
     def elaborate(self, platform):
         frac_out = self._cfg.attn_out_frac_bits
-        lb = _sum_bits(self._max_row)
+        lb = sum_bits(self._max_row, self._cfg.e_max)
         m = Module()
         adv = Signal()
         m.d.comb += [adv.eq(~self.o.valid | self.o.ready), self.i.ready.eq(adv)]

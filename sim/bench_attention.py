@@ -81,12 +81,14 @@ def attention_inputs(layer: int = 0, steps: int = 20, take: int = 3, label: int 
 class HeadSteps:
     """One head (or any ``(N, Dh)`` float q, k, v per step) through DSTAR's integer attention
     with a slot's refresh policy, as ``AttentionReuse`` quantizes it: per step the integer
-    inputs, ``key``, the expected output, residual and mask (the golden model's)."""
+    inputs, ``key``, the expected output, residual and mask (the golden model's; ``group`` /
+    ``e_max``: the probabilities' exponent groups, ``golden.softmax``)."""
 
     def __init__(self, theta: float = 0.9, refresh: int = 2, *, block_q: int = 16,
-                 block_k: int = 16, frac_bits: int = 6):
+                 block_k: int = 16, frac_bits: int = 6, group: int = 16, e_max: int = 7):
         self.theta, self.refresh = theta, refresh
-        self.kw = dict(block_q=block_q, block_k=block_k, frac_bits=frac_bits)
+        self.kw = dict(block_q=block_q, block_k=block_k, frac_bits=frac_bits, group=group,
+                       e_max=e_max)
         self.calls = 0
         self.s_v = self.mask = self.r = None
 
@@ -170,7 +172,7 @@ def main(argv=None):
         dense = dense_cycles(cfg, n)
         for h in args.heads:
             hs = HeadSteps(theta, refresh, block_q=cfg.block_q, block_k=cfg.block_k,
-                           frac_bits=cfg.attn_frac_bits)
+                           frac_bits=cfg.attn_frac_bits, group=cfg.group, e_max=cfg.e_max)
             steps = [hs.step(q[s, h], k[s, h], v[s, h]) for s in range(q.shape[0])]
             if first is None:
                 first = steps

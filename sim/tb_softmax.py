@@ -8,9 +8,9 @@ valid beat stays valid and unchanged until taken) and records every handshake's 
 The cocotb test reads everything from files named by environment variables set by
 ``tests/test_cocotb_softmax.py``: ``DSTAR_SOFTMAX_PARAMS`` (JSON: the payload fields' offsets
 and widths in the flat Verilog vectors) and ``DSTAR_SOFTMAX_CASES`` (``.npz``: per case the rows,
-their multipliers, the golden ``p``, ``l``, ``r``, ``L``, the cycle model's schedule and the
-stall probabilities). Each case runs on a freshly reset design; integers are compared with
-equality.
+their multipliers and the stall probabilities; the golden mantissas, shifts, ``l``, ``r``, ``L``
+and the cycle model's schedule are computed here). Each case runs on a freshly reset design;
+integers are compared with equality.
 """
 
 import json
@@ -22,25 +22,27 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
 
-from golden.softmax import reciprocal, softmax_exp
+from golden.softmax import reciprocal, softmax_groups
 from sim.softmax_cycles import schedule
 
-__all__ = ["expected", "real_rows", "run_rows", "check", "RunResult", "CocotbIO"]
+__all__ = ["expected", "octave_rows", "real_rows", "run_rows", "check", "RunResult", "CocotbIO"]
 
 STREAMS_IN = ("i_row", "i_logit")
 STREAMS_OUT = ("o_p", "o_sum")
 
 
-def expected(rows, m, sh, frac_bits):
-    """Golden per-row ``p`` (list of int arrays) and ``(l, r, L)`` (int arrays)."""
-    ps, ls = [], []
+def expected(rows, m, sh, frac_bits, group, e_max):
+    """Golden per-row mantissas ``p`` and per-key group shifts (lists of int arrays) and
+    ``(l, r, L)`` (int arrays)."""
+    ps, shifts, ls = [], [], []
     for row, mi, si in zip(rows, m, sh, strict=True):
-        p, lsum = softmax_exp(np.asarray(row, dtype=np.int64)[None], [mi], [si],
-                              frac_bits=frac_bits)
+        p, shift, lsum = softmax_groups(np.asarray(row, dtype=np.int64)[None], [mi], [si],
+                                        frac_bits=frac_bits, group=group, e_max=e_max)
         ps.append(p[0])
+        shifts.append(np.repeat(shift[0], group)[:len(row)])
         ls.append(int(lsum[0]))
     r, big_l = reciprocal(np.array(ls, dtype=np.int64))
-    return ps, np.array(ls, dtype=np.int64), r, big_l
+    return ps, shifts, np.array(ls, dtype=np.int64), r, big_l
 
 
 def real_rows(layer: int = 0, head: int = 0, rows=range(16), frac_bits: int = 6, seed: int = 0):
@@ -77,12 +79,31 @@ def real_rows(layer: int = 0, head: int = 0, rows=range(16), frac_bits: int = 6,
             sh[0, head, rows].tolist())
 
 
+def octave_rows(cfg, lengths, seed):
+    """Rows with ``x = d`` (``m = 1, sh = 0``) whose groups sit at different octaves: group ``g``
+    of a row holds distances in ``[o_g * 2**F, (o_g + 3) * 2**F)`` for a random octave ``o_g``
+    in ``[0, e_max + 12]`` (so some groups clamp at ``e_max`` and some keys are cut to 0), the
+    row max in a random group."""
+    rng = np.random.default_rng(seed)
+    f, g = cfg.attn_frac_bits, cfg.group
+    rows = []
+    for length in lengths:
+        d = np.empty(length, dtype=np.int64)
+        for k in range(0, length, g):
+            o = int(rng.integers(0, cfg.e_max + 13))
+            d[k:k + g] = rng.integers(o << f, (o + 3) << f, size=len(d[k:k + g]))
+        d[rng.integers(0, length)] = 0
+        rows.append((-d + int(rng.integers(-1000, 1000))).tolist())
+    return rows, [1] * len(rows), [0] * len(rows)
+
+
 class RunResult:
-    """What the unit produced and when: per row the ``p`` list and ``(l, r, L)``; the cycle of
-    each handshake (cycle 0: the first cycle the first header is offered)."""
+    """What the unit produced and when: per row the ``p`` and ``shift`` lists and ``(l, r, L)``;
+    the cycle of each handshake (cycle 0: the first cycle the first header is offered)."""
 
     def __init__(self, nrows):
         self.p = [[] for _ in range(nrows)]
+        self.shift = [[] for _ in range(nrows)]
         self.last = [[] for _ in range(nrows)]
         self.sums = []
         self.head, self.p_cycles, self.sum_cycles = [], [[] for _ in range(nrows)], []
@@ -142,6 +163,7 @@ async def run_rows(io, rows, m, sh, max_row, *, n_hdr=None, p_valid=1.0, p_ready
             if s == "o_p":
                 assert pk < nrows, f"o_p: beat after the last row ({cyc})"
                 res.p[pk].append(beat["p"])
+                res.shift[pk].append(beat["shift"])
                 res.last[pk].append(beat["last"])
                 res.p_cycles[pk].append(cyc)
                 if beat["last"]:
@@ -163,14 +185,16 @@ async def run_rows(io, rows, m, sh, max_row, *, n_hdr=None, p_valid=1.0, p_ready
     return res
 
 
-def check(res, rows, m, sh, frac_bits, sched=None):
-    """Failures (strings) of ``res`` against the golden model and, if given, the cycle model's
-    schedule."""
-    exp_p, exp_l, exp_r, exp_bl = expected(rows, m, sh, frac_bits)
+def check(res, rows, m, sh, frac_bits, group, e_max, sched=None):
+    """Failures (strings) of ``res`` against the golden model (``group``/``e_max``: the
+    configuration's) and, if given, the cycle model's schedule."""
+    exp_p, exp_s, exp_l, exp_r, exp_bl = expected(rows, m, sh, frac_bits, group, e_max)
     fails = []
     for k in range(len(rows)):
         if res.p[k] != exp_p[k].tolist():
             fails.append(f"row {k}: p {res.p[k]} != {exp_p[k].tolist()}")
+        if res.shift[k] != exp_s[k].tolist():
+            fails.append(f"row {k}: shift {res.shift[k]} != {exp_s[k].tolist()}")
         want_last = [0] * (len(rows[k]) - 1) + [1]
         if res.last[k] != want_last:
             fails.append(f"row {k}: last flags {res.last[k]}")
@@ -273,7 +297,8 @@ async def test_cases(dut):
                              n_hdr=c["n_hdr"].tolist(), p_valid=pv, p_ready=pr,
                              seed=int(c["seed"]))
         sched = schedule(c["lengths"]) if pv == 1.0 and pr == 1.0 else None
-        fails = check(res, rows, c["m"], c["sh"], params["frac_bits"], sched)
+        fails = check(res, rows, c["m"], c["sh"], params["frac_bits"], params["group"],
+                      params["e_max"], sched)
         cocotb.log.info(f"{name}: {len(rows)} rows, {res.cycles} cycles, "
                         f"{len(fails)} failures")
         failures += [f"{name}: {f}" for f in fails[:5]]

@@ -1,7 +1,9 @@
 """cocotb on Icarus: the generated ``dstar_attention`` Verilog runs a real head of the bundled DiT
-over a key step and two reuse steps, a ragged random case and the edge cases (theta = 1 with a
-zero-mass block, a one-block sequence, all-equal logits, extreme logits), bit-exact against the
-golden model (outputs, residual cache, masks), with cycles equal to ``sim.attention_cycles``.
+over a key step and two reuse steps, a ragged random case, a case of widely spread logits (the
+probabilities' groups at different and clamped exponents, a last group of one key) and the edge
+cases (theta = 1 with a zero-mass block, a one-block sequence, all-equal logits, extreme
+logits), bit-exact against the golden model (outputs, residual cache, masks), with cycles equal
+to ``sim.attention_cycles``.
 
 The cases are computed here and handed to ``sim/tb_attention.py`` in an ``.npz``; the testbench
 reads the memory geometry from ``params.json``'s ``attention`` section.
@@ -21,7 +23,7 @@ from golden.softmax import logit_multiplier
 from hw.generate import ATTN_TOP_NAME, generate
 from sim.attention_cycles import predict
 from sim.bench_attention import attention_inputs
-from tests.test_hw_attention import _random_step, head_calls, int_calls
+from tests.test_hw_attention import _random_step, group_shifts, head_calls, int_calls
 
 pytestmark = pytest.mark.cocotb
 
@@ -78,8 +80,26 @@ def test_real_head_and_ragged_edge_case():
     calls, exp = int_calls(cfg, rsteps, 0.5, 0, slot=0)
     assert calls[0]["theta_q"] == theta_fixed(0.5)
     cases["ragged27"] = _case(cfg, calls, exp)
+    # Group format: logits over many octaves (groups of different and clamped exponents) and
+    # N = 17 (a last group of one key).
+    rng = np.random.default_rng(21)
+    gsteps = [_random_step(rng, 17, cfg.head_dim, 4.0) for _ in range(2)]
+    assert len(np.unique(group_shifts(cfg, *gsteps[0][:2], *gsteps[0][3:]))) >= 4
+    calls, exp = int_calls(cfg, gsteps, 0.9, 2, slot=3)
+    cases["groups17"] = _case(cfg, calls, exp)
     cases.update(edge_cases(cfg))
     run_cocotb(cfg, "tiny-attention", cases)
+
+
+def test_e_max_0_and_groups_of_8():
+    """The generated engine with one exponent per row (``e_max = 0``) and with groups of 8 keys
+    at ``e_max = 3``: a ragged head (N = 29), key and reuse step, logits spread wide."""
+    for group, e_max in ((16, 0), (8, 3)):
+        cfg = preset("tiny").replace(group=group, e_max=e_max)
+        rng = np.random.default_rng(23 + e_max)
+        steps = [_random_step(rng, 29, cfg.head_dim, 4.0) for _ in range(2)]
+        calls, exp = int_calls(cfg, steps, 0.7, 2, slot=1)
+        run_cocotb(cfg, f"tiny-attention-g{group}-e{e_max}", {"ragged29": _case(cfg, calls, exp)})
 
 
 def edge_cases(cfg):

@@ -1,6 +1,8 @@
 """cocotb on Icarus: the generated Verilog of ``hw.softmax.SoftmaxUnit`` against the golden
-softmax on random, real, equal, extreme, one-element and maximum-length rows, with and without
-random valid gaps and back-pressure; with no stalls every handshake is at the cycle model's cycle.
+softmax (mantissas, group shifts, ``l``, ``r``, ``L``) on random, real, equal, extreme,
+one-element and maximum-length rows, rows whose groups have different and clamped exponents and
+short last groups, and with ``e_max = 0``, with and without random valid gaps and back-pressure;
+with no stalls every handshake is at the cycle model's cycle.
 
 The cases (rows, multipliers, stall probabilities) are written here to an ``.npz`` and the
 payload field offsets to a JSON file; ``sim/tb_softmax.py`` drives the design and computes the
@@ -20,7 +22,7 @@ from amaranth.back import verilog
 from dstar.config import preset
 from golden.softmax import logit_multiplier
 from hw.softmax import Normalizer, SoftmaxUnit
-from sim.tb_softmax import real_rows
+from sim.tb_softmax import octave_rows, real_rows
 
 pytestmark = pytest.mark.cocotb
 
@@ -68,7 +70,7 @@ def tiny_cases(cfg):
             [lo], [0], [hi - 1, hi, hi, hi - 3]]
     edge_m = [40000, 65535, 65535, 1, 65535, 0, 32768, 65535]
     edge_sh = [20, 0, 0, 47, 47, 0, 0, 0]
-    xs = list(range(1, (9 << f) + 8))
+    xs = list(range(1, ((cfg.e_max + 9) << f) + 8))
     sweep = [[0] + [-x for x in xs[i:i + n - 1]] for i in range(0, len(xs), n - 1)]
     return {
         "random": _case(rows, m, sh),
@@ -77,6 +79,9 @@ def tiny_cases(cfg):
         "edge": _case(edge, edge_m, edge_sh),
         "edge_stall": _case(edge, edge_m, edge_sh, stall=(0.5, 0.7), seed=3),
         "exp_sweep": _case(sweep, [1] * len(sweep), [0] * len(sweep)),
+        "groups": _case(*octave_rows(cfg, [n, n, n // 2 + 1, n - 1, 1, n, 3], seed=2)),
+        "groups_stall": _case(*octave_rows(cfg, [n, 5, n - 3], seed=3), stall=(0.6, 0.6),
+                              seed=5),
         "clamp": _case([[7], list(range(n)), [3, 4]], [30000] * 3, [12] * 3,
                        n_hdr=[0, 2 * n - 1, 2]),
     }
@@ -119,13 +124,21 @@ def run_cocotb(name, unit, params, cases, top=TOP, testcase="test_cases"):
 def run_unit(cfg, name, cases):
     unit = SoftmaxUnit(cfg)
     params = {"max_row": unit.max_row, "logit_bits": unit.logit_bits,
-              "frac_bits": unit.frac_bits, "fields": port_fields(unit)}
+              "frac_bits": unit.frac_bits, "group": cfg.group, "e_max": cfg.e_max,
+              "fields": port_fields(unit)}
     run_cocotb(name, unit, params, cases)
 
 
 def test_tiny():
     cfg = preset("tiny")
     run_unit(cfg, "tiny", tiny_cases(cfg))
+
+
+def test_tiny_e_max_0():
+    """One exponent per row (``e_max = 0``: no group-max memory) and a group size of 8."""
+    cfg = preset("tiny").replace(e_max=0, group=8)
+    cases = tiny_cases(cfg)
+    run_unit(cfg, "tiny_e0", {k: cases[k] for k in ("random", "edge_stall", "groups")})
 
 
 def test_default_real_and_max_length():
@@ -137,9 +150,9 @@ def test_normalizer():
     cfg = preset("default")
     unit = Normalizer(cfg)
     rng = np.random.default_rng(9)
-    lmax = 255 * cfg.max_tokens
+    lmax = (255 << cfg.e_max) * cfg.max_tokens
     lsum = rng.integers(255, lmax + 1, size=200)
-    lsum[:6] = [255, 255, lmax, lmax, 256, 511]
+    lsum[:6] = [255, 255 << cfg.e_max, lmax, lmax, 256, 511]
     acc = rng.integers(-128 * lsum, 128 * lsum + 1)
     acc[:6] = [128 * 255, -128 * 255, 128 * lmax, -128 * lmax, 0, -1]
     cases = {"full": {"acc": acc, "lsum": lsum, "stall": np.array([1.0, 1.0]),

@@ -1,8 +1,10 @@
 """AttentionEngine on Amaranth's simulator against ``golden.attention``: a real head of the
 bundled DiT over a key step and two reuse steps (also against the ``AttentionReuse`` hook),
 random heads with ragged blocks, theta = 1, single-block masks, one-block sequences, all-equal
-and extreme logits, the slots' refresh policy; outputs, residual cache and masks bit-exact, and
-every step's cycles and tile counts equal to ``sim.attention_cycles``."""
+and extreme logits, the slots' refresh policy, the probabilities' group format (groups of
+different and clamped exponents, short last groups, ``e_max = 0`` and other group sizes);
+outputs, residual cache and masks bit-exact, and every step's cycles and tile counts equal to
+``sim.attention_cycles``."""
 
 import math
 
@@ -12,7 +14,7 @@ from amaranth.sim import Simulator
 
 from dstar.config import ConfigError, preset
 from golden.attention import AttentionReuse, theta_fixed
-from golden.softmax import logit_multiplier
+from golden.softmax import logit_multiplier, softmax_groups
 from hw.attention import AttentionEngine, AttentionGeometry
 from hw.generate import attention_manifest
 from sim.attention_cycles import dense_cycles, predict
@@ -67,7 +69,7 @@ def check(cfg, calls, expected):
 def head_calls(cfg, steps, theta, refresh, slot=0):
     """Golden steps of one slot for float ``(q, k, v)`` per step, and the engine's calls."""
     hs = HeadSteps(theta, refresh, block_q=cfg.block_q, block_k=cfg.block_k,
-                   frac_bits=cfg.attn_frac_bits)
+                   frac_bits=cfg.attn_frac_bits, group=cfg.group, e_max=cfg.e_max)
     exp = [hs.step(*s) for s in steps]
     calls = [{**{k: e[k] for k in ("q", "k", "v", "m", "sh")}, "slot": slot,
               "theta_q": theta_fixed(theta), "refresh": refresh} for e in exp]
@@ -78,7 +80,8 @@ def int_calls(cfg, steps, theta, refresh, slot=0):
     """Like ``head_calls`` for integer steps ``(q, k, v, m, sh)`` (V given on its lattice)."""
     from golden.attention import key_step_head, reuse_step_head
 
-    kw = dict(block_q=cfg.block_q, block_k=cfg.block_k, frac_bits=cfg.attn_frac_bits)
+    kw = dict(block_q=cfg.block_q, block_k=cfg.block_k, frac_bits=cfg.attn_frac_bits,
+              group=cfg.group, e_max=cfg.e_max)
     exp, mask, r = [], None, None
     for i, (q, k, v, m, sh) in enumerate(steps):
         key = i == 0 or (refresh > 0 and i % refresh == 0)
@@ -210,6 +213,12 @@ def test_config_errors():
         AttentionGeometry(preset("default").replace(block_k=8))
     with pytest.raises(ConfigError, match="head_dim=64 must be <= k_tile"):
         AttentionGeometry(preset("tiny").replace(head_dim=64))
+    # PV weights up to 255 << e_max: three groups of them overflow a lane's partial sum
+    # (sized for 128 << e_max per group), and too wide a PV sum overflows acc_bits.
+    with pytest.raises(ConfigError, match="PV partial sum"):
+        AttentionGeometry(preset("tiny").replace(k_tile=48, block_k=48))
+    with pytest.raises(ConfigError, match="acc_bits=30 is narrower"):
+        AttentionGeometry(preset("tiny").replace(e_max=10))
 
 
 @pytest.mark.slow
@@ -239,4 +248,36 @@ def test_real_head_64_tokens(real_head):
     cfg = preset("tiny").replace(max_tokens=64)
     steps = [tuple(a[:64] for a in s) for s in real_head]
     calls, exp = head_calls(cfg, steps, 0.9, 3)
+    check(cfg, calls, exp)
+
+
+def group_shifts(cfg, q, k, m, sh):
+    """The golden group shifts of a dense softmax of ``q k^T`` (the format the P memory holds)."""
+    s_int = np.asarray(q, dtype=np.int64) @ np.asarray(k, dtype=np.int64).T
+    return softmax_groups(s_int, m, sh, frac_bits=cfg.attn_frac_bits, group=cfg.group,
+                          e_max=cfg.e_max)[1]
+
+
+def test_group_format_spread(small_cfg):
+    """Logits scaled large (spread over many octaves): groups of different exponents, some
+    clamped at ``e_max``; N = 17 (a last group of one key); key and reuse step."""
+    cfg = small_cfg
+    rng = np.random.default_rng(21)
+    steps = [_random_step(rng, 17, cfg.head_dim, 4.0) for _ in range(2)]
+    shifts = group_shifts(cfg, *steps[0][:2], *steps[0][3:])
+    assert {0, cfg.e_max} <= set(shifts.ravel().tolist()) and len(np.unique(shifts)) >= 5
+    calls, exp = int_calls(cfg, steps, 0.9, 2)
+    check(cfg, calls, exp)
+
+
+@pytest.mark.parametrize("group,e_max", [(16, 0), (8, 3)])
+def test_other_formats(small_cfg, group, e_max):
+    """One exponent per row (``e_max = 0``) and groups of 8 keys with ``e_max = 3``: N = 29,
+    key and reuse step."""
+    cfg = small_cfg.replace(group=group, e_max=e_max)
+    rng = np.random.default_rng(group + e_max)
+    steps = [_random_step(rng, 29, cfg.head_dim, 4.0) for _ in range(2)]
+    kinds = len(np.unique(group_shifts(cfg, *steps[0][:2], *steps[0][3:])))
+    assert kinds == 1 if e_max == 0 else kinds >= 3
+    calls, exp = int_calls(cfg, steps, 0.7, 2)
     check(cfg, calls, exp)

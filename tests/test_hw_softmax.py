@@ -1,6 +1,8 @@
-"""SoftmaxUnit on Amaranth's simulator against ``golden.softmax``: random, equal, extreme,
-one-element and maximum-length rows, every ``x`` of the exponent table, length clamping, random
-valid gaps and back-pressure; with no stalls, every handshake at the cycle model's cycle."""
+"""SoftmaxUnit on Amaranth's simulator against ``golden.softmax`` (mantissas, group shifts, ``l``,
+``r``, ``L`` by equality): random, equal, extreme, one-element and maximum-length rows, every
+``x`` of the exponent table, groups of different and clamped exponents, short last groups,
+``e_max = 0`` and other group sizes, length clamping, random valid gaps and back-pressure; with no
+stalls, every handshake at the cycle model's cycle."""
 
 import numpy as np
 import pytest
@@ -10,7 +12,7 @@ from dstar.config import preset
 from golden.softmax import logit_multiplier, normalize, reciprocal
 from hw.softmax import Normalizer, SoftmaxUnit
 from sim.softmax_cycles import row_latency, row_period, schedule
-from sim.tb_softmax import check, real_rows, run_rows
+from sim.tb_softmax import check, octave_rows, real_rows, run_rows
 
 pytestmark = pytest.mark.amaranth
 
@@ -68,10 +70,15 @@ def run_unit(cfg, rows, m, sh, *, max_row=None, logit_bits=None, n_hdr=None, p_v
     return out[0]
 
 
+def fmt(cfg):
+    """The golden model's format arguments of ``sim.tb_softmax.check`` for ``cfg``."""
+    return cfg.attn_frac_bits, cfg.group, cfg.e_max
+
+
 def assert_unit(cfg, rows, m, sh, *, p_valid=1.0, p_ready=1.0, **kw):
     res = run_unit(cfg, rows, m, sh, p_valid=p_valid, p_ready=p_ready, **kw)
     sched = schedule([len(r) for r in rows]) if p_valid == 1.0 and p_ready == 1.0 else None
-    fails = check(res, rows, m, sh, cfg.attn_frac_bits, sched)
+    fails = check(res, rows, m, sh, *fmt(cfg), sched)
     assert not fails, "\n".join(fails[:8])
     return res
 
@@ -125,9 +132,9 @@ def test_equal_extreme_and_single():
 
 def test_every_exponent_input():
     """``m = 1, sh = 0`` makes ``x = d``: rows ``[0, -x, ...]`` cover every ``x`` of the
-    exponent table and beyond its saturation point."""
+    exponent table and beyond its saturation point ``(e_max + 9) * 2**F``."""
     cfg = preset("tiny")
-    xs = list(range(1, (9 << cfg.attn_frac_bits) + 40))
+    xs = list(range(1, ((cfg.e_max + 9) << cfg.attn_frac_bits) + 40))
     rows = [[0] + [-x for x in xs[i:i + 31]] for i in range(0, len(xs), 31)]
     assert_unit(cfg, rows, [1] * len(rows), [0] * len(rows))
 
@@ -154,7 +161,7 @@ def test_max_length_default_config():
     rng = np.random.default_rng(5)
     rows, m, sh = random_rows(rng, [256, 3, 256], 1.0, cfg, dh=128)
     res = assert_unit(cfg, rows, m, sh, p_ready=0.8, seed=2)
-    assert res.sums[0][0] > 255 * 20
+    assert res.sums[0][0] > (255 << cfg.e_max) * 20
 
 
 def test_length_clamp():
@@ -162,7 +169,7 @@ def test_length_clamp():
     cfg = preset("tiny")
     rows = [[7], list(range(32)), [3, 4]]
     res = run_unit(cfg, rows, [30000] * 3, [12] * 3, n_hdr=[0, 63, 2])
-    assert not check(res, rows, [30000] * 3, [12] * 3, cfg.attn_frac_bits)
+    assert not check(res, rows, [30000] * 3, [12] * 3, *fmt(cfg))
 
 
 def test_checker_catches_errors():
@@ -171,9 +178,20 @@ def test_checker_catches_errors():
     rows = [[0, -100, -200, 5], [1, 2]]
     m, sh = [50000, 50000], [14, 14]
     res = run_unit(cfg, rows, m, sh)
-    assert not check(res, rows, m, sh, cfg.attn_frac_bits, schedule([4, 2]))
-    assert check(res, rows, [60000, 50000], sh, cfg.attn_frac_bits)
-    assert check(res, rows, m, sh, cfg.attn_frac_bits, schedule([4, 3]))
+    assert not check(res, rows, m, sh, *fmt(cfg), schedule([4, 2]))
+    assert check(res, rows, [60000, 50000], sh, *fmt(cfg))
+    assert check(res, rows, m, sh, *fmt(cfg), schedule([4, 3]))
+    assert check(res, rows, m, sh, cfg.attn_frac_bits, cfg.group, 0)     # wrong format
+
+
+def test_checker_catches_shift_errors():
+    """A wrong group size or e_max (same mantissa rule, other groups) is reported."""
+    cfg = preset("tiny")
+    rows = [[0] * 4 + [-1000 - 40 * j for j in range(28)]]
+    res = run_unit(cfg, rows, [1], [0])
+    assert not check(res, rows, [1], [0], *fmt(cfg))
+    assert check(res, rows, [1], [0], cfg.attn_frac_bits, 8, cfg.e_max)
+    assert check(res, rows, [1], [0], cfg.attn_frac_bits, cfg.group, 6)
 
 
 def test_cycle_model_figures():
@@ -230,11 +248,11 @@ def test_normalizer(p_valid, p_ready):
     cfg = preset("default")
     rng = np.random.default_rng(17)
     n = 300
-    lsum = rng.integers(255, 255 * cfg.max_tokens + 1, size=n)
-    lsum[:6] = [255, 255, 255 * cfg.max_tokens, 255 * cfg.max_tokens, 256, 511]
+    lmax = (255 << cfg.e_max) * cfg.max_tokens
+    lsum = rng.integers(255, lmax + 1, size=n)
+    lsum[:6] = [255, 255 << cfg.e_max, lmax, lmax, 256, 511]
     acc = rng.integers(-128 * lsum, 128 * lsum + 1)
-    acc[:6] = [128 * 255, -128 * 255, 128 * 255 * cfg.max_tokens, -128 * 255 * cfg.max_tokens,
-               0, -1]
+    acc[:6] = [128 * 255, -128 * (255 << cfg.e_max), 128 * lmax, -128 * lmax, 0, -1]
     acc[6:20] = lsum[6:20] // 2 * rng.choice([-1, 1], size=14)      # |O| about 128
     got = run_normalizer(cfg, acc, lsum, p_valid, p_ready, seed=int(p_ready * 10))
     want = normalize(acc[:, None], lsum, cfg.attn_out_frac_bits)[:, 0]
@@ -249,3 +267,45 @@ def test_odd_sizes():
     m, sh = [65535, 30000, 1, 50000, 0], [0, 9, 0, 14, 0]
     assert_unit(cfg, rows, m, sh, max_row=20, logit_bits=12)
     assert_unit(cfg, rows, m, sh, max_row=20, logit_bits=12, p_valid=0.8, p_ready=0.6, seed=4)
+
+
+def test_group_exponents():
+    """Groups of different exponents in a row, exponents clamped at ``e_max``, keys cut to 0,
+    short last groups (lengths not multiples of ``G``)."""
+    cfg = preset("tiny")
+    rows, m, sh = octave_rows(cfg, [32, 32, 17, 20, 31, 1, 16, 32, 5], seed=1)
+    e7 = (cfg.e_max << cfg.attn_frac_bits)
+    rows += [
+        [0] * 16 + [-e7 - 5 - k for k in range(16)],          # group 1 clamped at e_max
+        [0] + [-e7 - 64 * k for k in range(31)],              # ... its keys past 9 octaves: 0
+        [-3 * 64 - k for k in range(16)] + [0] * 3,           # short last group holds the max
+        [0] * 16 + [-5 * 64 - 7],                             # a last group of one key
+    ]
+    m, sh = m + [1] * 4, sh + [0] * 4
+    res = assert_unit(cfg, rows, m, sh)
+    shifts = {s for r in res.shift for s in r}
+    assert {0, cfg.e_max} <= shifts and len(shifts) >= 4
+    assert_unit(cfg, rows, m, sh, p_valid=0.7, p_ready=0.5, seed=5)
+
+
+@pytest.mark.parametrize("std", [3.0, 8.0])
+def test_large_logit_scale(std):
+    """Random rows scaled large: the logits spread over many octaves."""
+    cfg = preset("tiny")
+    rng = np.random.default_rng(int(std))
+    rows, m, sh = random_rows(rng, [32, 20, 32, 9, 32, 32, 32], std, cfg)
+    res = assert_unit(cfg, rows, m, sh)
+    assert len({s for r in res.shift for s in r}) >= 3
+
+
+@pytest.mark.parametrize("group,e_max", [(16, 0), (4, 12), (8, 1)])
+def test_other_formats(group, e_max):
+    """``e_max = 0`` (one exponent per row), small groups with wide shifts, and ``e_max = 1``."""
+    cfg = preset("tiny").replace(group=group, e_max=e_max)
+    rng = np.random.default_rng(group + e_max)
+    rows, m, sh = random_rows(rng, [32, 7, 1, 30, 32], 6.0, cfg)
+    orows, om, osh = octave_rows(cfg, [32, 13, 32, 3], seed=group)
+    res = assert_unit(cfg, rows + orows, m + om, sh + osh)
+    assert max(s for r in res.shift for s in r) <= e_max
+    assert res.sums[0][0] >= 255 << e_max
+    assert_unit(cfg, orows, om, osh, p_valid=0.6, p_ready=0.6, seed=7)
