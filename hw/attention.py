@@ -184,6 +184,10 @@ class AttentionEngine(wiring.Component):
     forgets every slot's step counter; the memories (mask, residual, inputs, outputs) keep
     their contents.
 
+    Host reads: ``host_o_rdata`` / ``host_res_rdata`` / ``host_mask_rdata`` show the word at
+    ``host_o_addr`` / ``host_res_addr`` one cycle after the address (the mask in the same
+    cycle), valid only while ``busy`` is low: O and R share the engine's read ports.
+
     Ports are flat vectors (no structs) so that cocotb drives them directly.
     """
 
@@ -268,14 +272,13 @@ class AttentionEngine(wiring.Component):
         m.submodules.p = p_mem = Memory(shape=p_word_layout(cfg), depth=ag.p_depth, init=[])
         p_wr, p_rd = p_mem.write_port(), p_mem.read_port()
         m.submodules.o = o_mem = Memory(shape=signed(OUT_BITS), depth=ag.o_depth, init=[])
-        o_wr, o_rd, o_host = o_mem.write_port(), o_mem.read_port(), o_mem.read_port()
+        o_wr, o_rd = o_mem.write_port(), o_mem.read_port()
         m.submodules.res = r_mem = Memory(shape=signed(RES_BITS), depth=ag.res_depth, init=[])
-        r_wr, r_rd, r_host = r_mem.write_port(), r_mem.read_port(), r_mem.read_port()
+        r_wr, r_rd = r_mem.write_port(), r_mem.read_port()
         m.submodules.mask = k_mem = Memory(shape=unsigned(nkb), depth=ag.mask_depth, init=[])
         k_wr, k_rd = k_mem.write_port(), k_mem.read_port(domain="comb")
         k_host = k_mem.read_port(domain="comb")
-        m.d.comb += [o_host.addr.eq(self.host_o_addr), self.host_o_rdata.eq(o_host.data),
-                     r_host.addr.eq(self.host_res_addr), self.host_res_rdata.eq(r_host.data),
+        m.d.comb += [self.host_o_rdata.eq(o_rd.data), self.host_res_rdata.eq(r_rd.data),
                      k_host.addr.eq(self.host_mask_addr), self.host_mask_rdata.eq(k_host.data)]
 
         # ----- run state -----
@@ -616,7 +619,10 @@ class AttentionEngine(wiring.Component):
         res_base = Signal(uwidth(ag.res_depth + 1))
         m.d.comb += res_base.eq(slot * (ag.n_max * dh))
         o_new = nrm.o.payload.o
-        m.d.comb += [o_rd.addr.eq(oa2), r_rd.addr.eq(res_base + oa2),
+        # The host reads O and R through the engine's read ports while no run is on (a second,
+        # host-only port would double the residual cache, the engine's largest memory).
+        m.d.comb += [o_rd.addr.eq(Mux(run, oa2, self.host_o_addr)),
+                     r_rd.addr.eq(Mux(run, res_base + oa2, self.host_res_addr)),
                      o_wr.addr.eq(oa3), r_wr.addr.eq(res_base + oa3),
                      o_wr.en.eq(nrm.o.valid & (full | ~key)),
                      o_wr.data.eq(Mux(full, o_new, o_new + r_rd.data)),
