@@ -69,6 +69,36 @@ def test_tiny_area_within_baseline(tiny_report):
 
 @pytest.mark.synth
 @needs_yosys
+def test_attention_engine_blocks(tiny_report):
+    """The attention engine's softmax, normalizer and controller are synthesized from
+    ``dstar_attention.v`` (its PE arrays are the linear datapath's, counted once), summed into
+    ``attention``; ``accelerator`` is linear + attention; ``targets`` stays the linear part."""
+    mods = tiny_report["modules"]
+    att = {k for k, m in mods.items() if m["part"] == "attention"}
+    assert att == {"softmax", "normalizer", "attention_controller"}
+    assert mods["attention_controller"]["module"] == tiny_report["attention"]["top"]
+    assert all(m["part"] == "linear" for k, m in mods.items() if k not in att)
+
+    def total(kinds, key):
+        return sum(mods[k]["targets"]["cmos"][key] * mods[k]["instances"] for k in kinds)
+
+    lin = set(mods) - att
+    for key in ("transistors", "cells", "ffs"):
+        a = tiny_report["attention"]["targets"]["cmos"][key]
+        assert a == total(att, key) > 0
+        assert tiny_report["targets"]["cmos"][key] == total(lin, key)
+        assert tiny_report["accelerator"]["targets"]["cmos"][key] == \
+            tiny_report["targets"]["cmos"][key] + a
+    # The residual cache is an SRAM macro of the controller, with one read port (shared with
+    # the host while the engine is idle).
+    res = [mem for mem in tiny_report["memories"]
+           if mem["module"] == "attention_controller" and mem["name"] == "res"]
+    assert len(res) == 1 and res[0]["read_ports"] == 1
+    assert "Attention engine" in format_table(tiny_report)
+
+
+@pytest.mark.synth
+@needs_yosys
 def test_dense_baseline_and_area_ratio(tiny_report):
     """The dense INT8 baseline of the same tiles is synthesized block by block (PE arrays and
     the sequencer, no encoder or dispatcher) and DSTAR's area is divided by it."""
