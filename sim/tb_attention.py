@@ -12,9 +12,6 @@ and the cycle model's counters, computed outside the simulator); each case runs 
 freshly reset design and compares integers with equality.
 """
 
-import json
-import os
-
 import numpy as np
 
 __all__ = ["HeadImage", "run_head", "HeadOutcome"]
@@ -151,19 +148,11 @@ async def run_head(io, img: HeadImage, q, k, v, m, sh, *, slot: int = 0, theta_q
 try:
     import cocotb
     from cocotb.clock import Clock
-    from cocotb.triggers import FallingEdge
+
+    from sim.case_files import from_env
+    from sim.cocotb_io import dut_io, reset
 except ImportError:                         # the driver is usable without cocotb
     cocotb = None
-
-
-def _load_cases():
-    with open(os.environ["DSTAR_ATTN_PARAMS"]) as f:
-        man = json.load(f)
-    with np.load(os.environ["DSTAR_ATTN_CASES"]) as z:
-        files = {k: z[k] for k in z.files}
-    names = sorted({k.split("/")[0] for k in files})
-    return man, [(name, {k.split("/", 1)[1]: v for k, v in files.items()
-                         if k.startswith(name + "/")}) for name in names]
 
 
 if cocotb is not None:
@@ -172,29 +161,12 @@ if cocotb is not None:
         """Every case of ``DSTAR_ATTN_CASES``: bit-exact O, R and mask, cycles equal to the
         model, on a freshly reset design per case."""
         Clock(dut.clk, 10, unit="ns").start()
-        man, cases = _load_cases()
+        man, cases = from_env("DSTAR_ATTN_PARAMS", "DSTAR_ATTN_CASES")
         att = man["attention"]
-
-        def set_(name, value):
-            getattr(dut, name).value = int(value)
-
-        def get(name):
-            return int(getattr(dut, name).value)
-
-        async def tick():
-            await FallingEdge(dut.clk)
-
-        io = (set_, get, tick)
+        io = dut_io(dut)
         failures = []
         for name, c in cases:
-            for pname, port in att["ports"].items():
-                if port["dir"] == "in":
-                    set_(pname, 0)
-            dut.rst.value = 1
-            await tick()
-            await tick()
-            dut.rst.value = 0
-            await tick()
+            await reset(dut, io, att["ports"])
             n = int(c["n"])
             img = HeadImage(att, n)
             for s in range(len(c["keys"])):
