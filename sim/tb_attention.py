@@ -14,6 +14,8 @@ freshly reset design and compares integers with equality.
 
 import numpy as np
 
+from sim.layer_io import start_and_wait, write_words
+
 __all__ = ["HeadImage", "run_head", "HeadOutcome"]
 
 
@@ -84,40 +86,22 @@ class HeadOutcome:
         self.o, self.res, self.mask, self.key, self.counters = o, res, mask, key, counters
 
 
-async def _write(io, we, wdata, words, we_value=1):
-    set_, _, tick = io
-    set_(we, we_value)
-    for addr, word in words.items():
-        set_("host_addr", addr)
-        set_(wdata, word)
-        await tick()
-    set_(we, 0)
-
-
 async def run_head(io, img: HeadImage, q, k, v, m, sh, *, slot: int = 0, theta_q: int = 58982,
                    refresh: int = 2, read_res: bool = True, max_cycles: int = 5_000_000
                    ) -> HeadOutcome:
     """Load one head, run one step of ``slot``, read the output ``O`` (N, Dh), and (with
     ``read_res``) the slot's residual R (N, Dh) and mask (nqb(N), nkb(N)) back."""
     set_, get, tick = io
-    await _write(io, "host_q_we", "host_q_wdata", img.q_words(q))
+    await write_words(io, "host_q_we", "host_addr", "host_q_wdata", img.q_words(q))
     for a, words in enumerate(img.k_words(k)):
-        await _write(io, "host_k_we", "host_k_wdata", words, 1 << a)
+        await write_words(io, "host_k_we", "host_addr", "host_k_wdata", words, 1 << a)
     for a, words in enumerate(img.v_words(v)):
-        await _write(io, "host_v_we", "host_v_wdata", words, 1 << a)
-    await _write(io, "host_ms_we", "host_ms_wdata", img.ms_words(m, sh))
+        await write_words(io, "host_v_we", "host_addr", "host_v_wdata", words, 1 << a)
+    await write_words(io, "host_ms_we", "host_addr", "host_ms_wdata", img.ms_words(m, sh))
     for name, val in (("slot", slot), ("n_tokens", img.n), ("theta_q", theta_q),
                       ("refresh", refresh)):
         set_(name, val)
-    set_("start", 1)
-    await tick()
-    set_("start", 0)
-    for _ in range(max_cycles):
-        await tick()
-        if not get("busy"):
-            break
-    else:
-        raise TimeoutError(f"attention step still busy after {max_cycles} cycles")
+    await start_and_wait(io, max_cycles, "attention step")
     counters = {c: get(c) for c in ("cycles", "count_qk", "count_pv")}
     key = bool(get("key"))
     n, dh = img.n, img.dh
