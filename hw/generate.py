@@ -76,9 +76,9 @@ def top_of(cfg) -> wiring.Component:
     return LinearLayer(cfg)
 
 
-def manifest(cfg, top: wiring.Component | None = None) -> dict:
-    """The ``params.json`` content for ``cfg`` (``top``: an already built wrapper)."""
-    top = top if top is not None else top_of(cfg)
+def manifest(cfg, top: wiring.Component) -> dict:
+    """The ``params.json`` content for ``cfg`` and its built top (``top_of(cfg)``): the ports
+    and geometry are read from ``top``, which is not built here so that none is left unused."""
     geo = top.geometry
     if not isinstance(top, LinearLayer):    # the dense baseline names its own layouts
         return _manifest(cfg, top, geo.to_dict(), top.layouts())

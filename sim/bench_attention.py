@@ -17,7 +17,6 @@ PV tiles, and ``x dense`` = dense cycles / cycles (dense: one pass over every ti
 import argparse
 import math
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -30,18 +29,12 @@ from golden.attention import (
     reuse_step_head,
     theta_fixed,
 )
-from golden.dit import DiT, bundled_weights_path, float_attention, load_weights
-from golden.sampler import ddim_sample, initial_noise
+from golden.dit import bundled_weights_path, float_attention, load_weights
 from golden.softmax import logit_multiplier
 from sim.attention_cycles import dense_cycles, predict
+from sim.traces import cache_path, sample_first_steps
 
 __all__ = ["attention_inputs", "HeadSteps", "main"]
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-class _Enough(Exception):
-    pass
 
 
 def attention_inputs(layer: int = 0, steps: int = 20, take: int = 3, label: int = 3,
@@ -51,8 +44,7 @@ def attention_inputs(layer: int = 0, steps: int = 20, take: int = 3, label: int 
     ``(take, H, N, Dh)`` (float32, before the 1/sqrt(Dh) scale). Cached under ``build/traces/``
     keyed by the weights file's size and modification time."""
     st = bundled_weights_path().stat()
-    cache = ROOT / "build" / "traces" / (
-        f"attn{layer}_{steps}_{take}_{label}_{seed}_{st.st_size}_{int(st.st_mtime)}.npz")
+    cache = cache_path(f"attn{layer}", steps, take, label, seed, st)
     if cache.exists():
         with np.load(cache) as z:
             return z["q"], z["k"], z["v"]
@@ -61,17 +53,11 @@ def attention_inputs(layer: int = 0, steps: int = 20, take: int = 3, label: int 
     rec = []
 
     def attn(n, q, k, v, step):
-        if step >= take:
-            raise _Enough
         if n == name:
             rec.append((q[0].copy(), k[0].copy(), v[0].copy()))
         return float_attention(n, q, k, v, step)
 
-    try:
-        ddim_sample(DiT(shape, weights), [label], initial_noise(1, shape, seed), steps,
-                    cfg_scale=1.0, attention=attn)
-    except _Enough:
-        pass
+    sample_first_steps(shape, weights, steps, take, label, seed, attention=attn)
     q, k, v = (np.stack([r[i] for r in rec]).astype(np.float32) for i in range(3))
     cache.parent.mkdir(parents=True, exist_ok=True)
     np.savez(cache, q=q, k=k, v=v)

@@ -9,7 +9,7 @@ to the design through a three-call adapter (``set(name, int)``, ``get(name) -> i
 import numpy as np
 
 __all__ = ["pack", "unpack", "pack_named", "unpack_named", "LayerImage", "run_step",
-           "StepOutcome"]
+           "StepOutcome", "write_words", "start_and_wait"]
 
 
 def pack(values, layout) -> int:
@@ -94,6 +94,32 @@ class LayerImage:
         return y[:, :self.m]
 
 
+async def write_words(io, we: str, addr: str, wdata: str, words: dict, we_value: int = 1):
+    """Write ``{address: word}`` through a host write port, one word a cycle: ``we`` held at
+    ``we_value`` (a one-hot bank select on banked memories) while writing, 0 after."""
+    set_, _, tick = io
+    set_(we, we_value)
+    for a, word in words.items():
+        set_(addr, a)
+        set_(wdata, word)
+        await tick()
+    set_(we, 0)
+
+
+async def start_and_wait(io, max_cycles: int, what: str):
+    """Pulse ``start`` for one cycle, then tick until ``busy`` reads low after a tick; a
+    ``TimeoutError`` naming ``what`` if it is still busy after ``max_cycles`` ticks."""
+    set_, get, tick = io
+    set_("start", 1)
+    await tick()
+    set_("start", 0)
+    for _ in range(max_cycles):
+        await tick()
+        if not get("busy"):
+            return
+    raise TimeoutError(f"{what} still busy after {max_cycles} cycles")
+
+
 class StepOutcome:
     def __init__(self, y, state, counters):
         self.y, self.state, self.counters = y, state, counters
@@ -108,12 +134,7 @@ async def run_step(io, img: LayerImage, target, *, key: bool, w_q=None, state=No
     set_, get, tick = io
     if w_q is not None:
         for a, words in enumerate(img.weight_words(w_q)):
-            set_("host_w_we", 1 << a)
-            for addr, word in words.items():
-                set_("host_w_addr", addr)
-                set_("host_w_wdata", word)
-                await tick()
-        set_("host_w_we", 0)
+            await write_words(io, "host_w_we", "host_w_addr", "host_w_wdata", words, 1 << a)
     t_words = img.row_words(target, "target")
     s_words = img.row_words(state, "state") if state is not None else None
     set_("host_target_we", 1)
@@ -130,15 +151,7 @@ async def run_step(io, img: LayerImage, target, *, key: bool, w_q=None, state=No
     set_("n_kt", img.n_kt)
     set_("n_mt", img.n_mt)
     set_("key", int(key))
-    set_("start", 1)
-    await tick()
-    set_("start", 0)
-    for _ in range(max_cycles):
-        await tick()
-        if not get("busy"):
-            break
-    else:
-        raise TimeoutError(f"layer step still busy after {max_cycles} cycles")
+    await start_and_wait(io, max_cycles, "layer step")
     counters = {n: get(n) for n in ("cycles", "stall_load", "count_low", "count_high",
                                     "count_zero")}
     if not read_back:

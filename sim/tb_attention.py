@@ -12,10 +12,9 @@ and the cycle model's counters, computed outside the simulator); each case runs 
 freshly reset design and compares integers with equality.
 """
 
-import json
-import os
-
 import numpy as np
+
+from sim.layer_io import start_and_wait, write_words
 
 __all__ = ["HeadImage", "run_head", "HeadOutcome"]
 
@@ -87,40 +86,22 @@ class HeadOutcome:
         self.o, self.res, self.mask, self.key, self.counters = o, res, mask, key, counters
 
 
-async def _write(io, we, wdata, words, we_value=1):
-    set_, _, tick = io
-    set_(we, we_value)
-    for addr, word in words.items():
-        set_("host_addr", addr)
-        set_(wdata, word)
-        await tick()
-    set_(we, 0)
-
-
 async def run_head(io, img: HeadImage, q, k, v, m, sh, *, slot: int = 0, theta_q: int = 58982,
                    refresh: int = 2, read_res: bool = True, max_cycles: int = 5_000_000
                    ) -> HeadOutcome:
     """Load one head, run one step of ``slot``, read the output ``O`` (N, Dh), and (with
     ``read_res``) the slot's residual R (N, Dh) and mask (nqb(N), nkb(N)) back."""
     set_, get, tick = io
-    await _write(io, "host_q_we", "host_q_wdata", img.q_words(q))
+    await write_words(io, "host_q_we", "host_addr", "host_q_wdata", img.q_words(q))
     for a, words in enumerate(img.k_words(k)):
-        await _write(io, "host_k_we", "host_k_wdata", words, 1 << a)
+        await write_words(io, "host_k_we", "host_addr", "host_k_wdata", words, 1 << a)
     for a, words in enumerate(img.v_words(v)):
-        await _write(io, "host_v_we", "host_v_wdata", words, 1 << a)
-    await _write(io, "host_ms_we", "host_ms_wdata", img.ms_words(m, sh))
+        await write_words(io, "host_v_we", "host_addr", "host_v_wdata", words, 1 << a)
+    await write_words(io, "host_ms_we", "host_addr", "host_ms_wdata", img.ms_words(m, sh))
     for name, val in (("slot", slot), ("n_tokens", img.n), ("theta_q", theta_q),
                       ("refresh", refresh)):
         set_(name, val)
-    set_("start", 1)
-    await tick()
-    set_("start", 0)
-    for _ in range(max_cycles):
-        await tick()
-        if not get("busy"):
-            break
-    else:
-        raise TimeoutError(f"attention step still busy after {max_cycles} cycles")
+    await start_and_wait(io, max_cycles, "attention step")
     counters = {c: get(c) for c in ("cycles", "count_qk", "count_pv")}
     key = bool(get("key"))
     n, dh = img.n, img.dh
@@ -151,19 +132,11 @@ async def run_head(io, img: HeadImage, q, k, v, m, sh, *, slot: int = 0, theta_q
 try:
     import cocotb
     from cocotb.clock import Clock
-    from cocotb.triggers import FallingEdge
+
+    from sim.case_files import from_env
+    from sim.cocotb_io import dut_io, reset
 except ImportError:                         # the driver is usable without cocotb
     cocotb = None
-
-
-def _load_cases():
-    with open(os.environ["DSTAR_ATTN_PARAMS"]) as f:
-        man = json.load(f)
-    with np.load(os.environ["DSTAR_ATTN_CASES"]) as z:
-        files = {k: z[k] for k in z.files}
-    names = sorted({k.split("/")[0] for k in files})
-    return man, [(name, {k.split("/", 1)[1]: v for k, v in files.items()
-                         if k.startswith(name + "/")}) for name in names]
 
 
 if cocotb is not None:
@@ -172,29 +145,12 @@ if cocotb is not None:
         """Every case of ``DSTAR_ATTN_CASES``: bit-exact O, R and mask, cycles equal to the
         model, on a freshly reset design per case."""
         Clock(dut.clk, 10, unit="ns").start()
-        man, cases = _load_cases()
+        man, cases = from_env("DSTAR_ATTN_PARAMS", "DSTAR_ATTN_CASES")
         att = man["attention"]
-
-        def set_(name, value):
-            getattr(dut, name).value = int(value)
-
-        def get(name):
-            return int(getattr(dut, name).value)
-
-        async def tick():
-            await FallingEdge(dut.clk)
-
-        io = (set_, get, tick)
+        io = dut_io(dut)
         failures = []
         for name, c in cases:
-            for pname, port in att["ports"].items():
-                if port["dir"] == "in":
-                    set_(pname, 0)
-            dut.rst.value = 1
-            await tick()
-            await tick()
-            dut.rst.value = 0
-            await tick()
+            await reset(dut, io, att["ports"])
             n = int(c["n"])
             img = HeadImage(att, n)
             for s in range(len(c["keys"])):

@@ -8,65 +8,24 @@ counters, computed outside the simulator from ``golden`` and ``sim.cycle_model``
 runs on a freshly reset design; results are compared as integers with equality.
 """
 
-import json
-import os
-
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import FallingEdge
 
+from sim.case_files import from_env
+from sim.cocotb_io import dut_io, reset
 from sim.layer_io import LayerImage, run_step
-
-
-def _io(dut):
-    def set_(name, value):
-        getattr(dut, name).value = int(value)
-
-    def get(name):
-        return int(getattr(dut, name).value)          # unsigned; 1-bit ports are Logic
-
-    async def tick():
-        await FallingEdge(dut.clk)
-
-    return set_, get, tick
-
-
-def _params():
-    with open(os.environ["DSTAR_PARAMS"]) as f:
-        return json.load(f)
-
-
-def load_cases():
-    man = _params()
-    with np.load(os.environ["DSTAR_CASES"]) as z:
-        files = {k: z[k] for k in z.files}
-    names = sorted({k.split("/")[0] for k in files})
-    return man, [(name, {k.split("/", 1)[1]: v for k, v in files.items()
-                         if k.startswith(name + "/")}) for name in names]
-
-
-async def reset(dut, io):
-    set_, _, tick = io
-    for name, port in _params()["ports"].items():
-        if port["dir"] == "in":
-            set_(name, 0)
-    dut.rst.value = 1
-    await tick()
-    await tick()
-    dut.rst.value = 0
-    await tick()
 
 
 @cocotb.test()
 async def test_cases(dut):
     """Every case of ``DSTAR_CASES``: bit-exact Y and state, cycles equal to the model."""
     Clock(dut.clk, 10, unit="ns").start()
-    man, cases = load_cases()
-    io = _io(dut)
+    man, cases = from_env("DSTAR_PARAMS", "DSTAR_CASES")
+    io = dut_io(dut)
     failures = []
     for name, c in cases:
-        await reset(dut, io)
+        await reset(dut, io, man["ports"])
         n, k, m = (int(x) for x in c["shape"])
         img = LayerImage(man, k, m, n)
         state = c.get("state0")

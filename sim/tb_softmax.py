@@ -13,8 +13,6 @@ and the cycle model's schedule are computed here). Each case runs on a freshly r
 integers are compared with equality.
 """
 
-import json
-import os
 import random
 
 import cocotb
@@ -23,6 +21,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
 
 from golden.softmax import reciprocal, softmax_groups
+from sim.case_files import from_env
 from sim.softmax_cycles import schedule
 
 __all__ = ["expected", "octave_rows", "real_rows", "run_rows", "check", "RunResult", "CocotbIO"]
@@ -257,16 +256,6 @@ class CocotbIO:
         await FallingEdge(self.dut.clk)
 
 
-def _load_cases():
-    with open(os.environ["DSTAR_SOFTMAX_PARAMS"]) as f:
-        params = json.load(f)
-    with np.load(os.environ["DSTAR_SOFTMAX_CASES"]) as z:
-        files = {k: z[k] for k in z.files}
-    names = sorted({k.split("/")[0] for k in files})
-    return params, [(name, {k.split("/", 1)[1]: v for k, v in files.items()
-                            if k.startswith(name + "/")}) for name in names]
-
-
 def _rows(c):
     bounds = np.cumsum(c["lengths"])[:-1]
     return [r.tolist() for r in np.split(c["logits"], bounds)]
@@ -277,7 +266,7 @@ async def test_cases(dut):
     """Every case of ``DSTAR_SOFTMAX_CASES``: bit-exact ``p``, ``l``, ``r``, ``L``; with no
     stalls, every handshake at the cycle model's cycle."""
     Clock(dut.clk, 10, unit="ns").start()
-    params, cases = _load_cases()
+    params, cases = from_env("DSTAR_SOFTMAX_PARAMS", "DSTAR_SOFTMAX_CASES")
     io = CocotbIO(dut, params["fields"])
     failures = []
     for name, c in cases:
@@ -341,7 +330,7 @@ async def test_normalizer(dut):
     from golden.softmax import normalize
 
     Clock(dut.clk, 10, unit="ns").start()
-    params, cases = _load_cases()
+    params, cases = from_env("DSTAR_SOFTMAX_PARAMS", "DSTAR_SOFTMAX_CASES")
     io = CocotbIO(dut, params["fields"])
     failures = []
     for name, c in cases:

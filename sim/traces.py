@@ -14,18 +14,38 @@ import numpy as np
 from golden.dit import DiT, bundled_weights_path, float_linear, load_weights
 from golden.sampler import ddim_sample, initial_noise
 
-__all__ = ["linear_inputs"]
+__all__ = ["linear_inputs", "cache_path", "sample_first_steps"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _cache_path(layer, steps, take, label, seed, st) -> Path:
+def cache_path(stem: str, steps: int, take: int, label: int, seed: int, st) -> Path:
+    """The ``build/traces/`` file of a capture of the first ``take`` steps of a ``steps``-step
+    run, keyed by ``st`` (the weights file's ``os.stat``: its size and modification time)."""
     return ROOT / "build" / "traces" / (
-        f"{layer}_{steps}_{take}_{label}_{seed}_{st.st_size}_{int(st.st_mtime)}.npz")
+        f"{stem}_{steps}_{take}_{label}_{seed}_{st.st_size}_{int(st.st_mtime)}.npz")
 
 
 class _Enough(Exception):
     pass
+
+
+def sample_first_steps(shape, weights, steps: int, take: int, label: int, seed: int, **hooks):
+    """One DDIM run (eta = 0, no guidance) of ``steps`` steps of one sample of class ``label``
+    from noise ``seed``, with ``golden.dit``'s hooks (``linear=``, ``attention=``: step last),
+    stopped at the first hook call of step ``take``: the hooks see steps ``< take`` only."""
+    def stopping(hook):
+        def call(*args):
+            if args[-1] >= take:
+                raise _Enough
+            return hook(*args)
+        return call
+
+    try:
+        ddim_sample(DiT(shape, weights), [label], initial_noise(1, shape, seed), steps,
+                    cfg_scale=1.0, **{k: stopping(h) for k, h in hooks.items()})
+    except _Enough:
+        pass
 
 
 def linear_inputs(layer: str = "blocks.0.mlp.fc1", steps: int = 20, label: int = 3,
@@ -37,7 +57,7 @@ def linear_inputs(layer: str = "blocks.0.mlp.fc1", steps: int = 20, label: int =
     st = bundled_weights_path().stat()
     shape, weights = load_weights()
     w, b = weights[f"{layer}.weight"], weights[f"{layer}.bias"]
-    cache = _cache_path(layer, steps, take, label, seed, st)
+    cache = cache_path(layer, steps, take, label, seed, st)
     if cache.exists():
         with np.load(cache) as z:
             return z["xs"], w, b
@@ -45,18 +65,12 @@ def linear_inputs(layer: str = "blocks.0.mlp.fc1", steps: int = 20, label: int =
     rec: dict[str, list] = {}
 
     def recorder(name, x, w_, b_, step):
-        if step >= take:
-            raise _Enough
         if name.startswith("blocks."):
             rec.setdefault(name, []).append(np.asarray(x, dtype=np.float64).copy())
         return float_linear(name, x, w_, b_, step)
 
-    try:
-        ddim_sample(DiT(shape, weights), [label], initial_noise(1, shape, seed), steps,
-                    cfg_scale=1.0, linear=recorder)
-    except _Enough:
-        pass
+    sample_first_steps(shape, weights, steps, take, label, seed, linear=recorder)
     cache.parent.mkdir(parents=True, exist_ok=True)
     for name, xs_l in rec.items():
-        np.savez(_cache_path(name, steps, take, label, seed, st), xs=np.stack(xs_l))
+        np.savez(cache_path(name, steps, take, label, seed, st), xs=np.stack(xs_l))
     return np.stack(rec[layer]), w, b

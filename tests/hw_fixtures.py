@@ -1,13 +1,19 @@
-"""Shared helpers of the hardware tests: the golden step, test data generators, and the
-Amaranth-simulator step driver (re-exported from ``sim.pysim_driver``)."""
+"""Shared helpers of the hardware tests: the golden step, test data generators, the
+Amaranth-simulator step driver (re-exported from ``sim.pysim_driver``) and the cocotb-on-Icarus
+build-and-run step."""
+
+import os
+import shutil
 
 import numpy as np
+import pytest
 
 from golden.difflinear import encode_step
 from golden.quant import exact_matmul
 from sim.pysim_driver import run_layer_pysim
 
-__all__ = ["golden_step", "run_layer_pysim", "random_weights", "drifting_targets"]
+__all__ = ["golden_step", "run_layer_pysim", "random_weights", "drifting_targets",
+           "need_iverilog", "run_icarus"]
 
 
 def golden_step(cfg, w_q, target, xs, y, key):
@@ -32,3 +38,30 @@ def drifting_targets(rng, cfg, n, k, steps, scale=60.0, drift=0.03):
         out.append(np.clip(np.rint(x), -cfg.target_max, cfg.target_max).astype(np.int64))
         x = x + rng.standard_normal((n, k)) * scale * drift
     return out
+
+
+def need_iverilog() -> None:
+    """Skip the calling test when Icarus is not installed (before it generates anything)."""
+    if shutil.which("iverilog") is None:
+        pytest.skip("iverilog is not installed")
+
+
+def run_icarus(out, top: str, test_module: str, env: dict, *, build: str = "icarus",
+               testcase: str | None = None) -> None:
+    """Compile ``out/{top}.v`` with Icarus in ``out/{build}`` and run the cocotb tests of
+    ``test_module`` (all, or those matching ``testcase``) on it, in ``out``, with the
+    environment variables ``env`` (name -> path) set for the testbench. A failing cocotb test
+    fails the calling test (the runner exits).
+
+    Always recompiles (``always=True``): Icarus otherwise skips the build when ``sim.vvp`` is
+    newer than the sources. ``timescale`` is required: Amaranth emits none. The names of ``env``
+    must not be set in this process: the runner lets ``os.environ`` override ``extra_env``."""
+    from cocotb_tools.runner import get_runner
+
+    runner = get_runner("icarus")
+    runner.build(sources=[out / f"{top}.v"], hdl_toplevel=top, build_dir=out / build,
+                 timescale=("1ns", "1ps"), always=True)
+    for var in env:
+        assert var not in os.environ, f"{var} would override the testbench's setting"
+    runner.test(hdl_toplevel=top, test_module=test_module, build_dir=out / build, test_dir=out,
+                testcase=testcase, extra_env={k: str(v) for k, v in env.items()})

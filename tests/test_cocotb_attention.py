@@ -10,8 +10,6 @@ reads the memory geometry from ``params.json``'s ``attention`` section.
 """
 
 import math
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +21,8 @@ from golden.softmax import logit_multiplier
 from hw.generate import ATTN_TOP_NAME, generate
 from sim.attention_cycles import predict
 from sim.bench_attention import attention_inputs
+from sim.case_files import save_cases
+from tests.hw_fixtures import need_iverilog, run_icarus
 from tests.test_hw_attention import _random_step, group_shifts, head_calls, int_calls
 
 pytestmark = pytest.mark.cocotb
@@ -48,23 +48,13 @@ def _case(cfg, calls, exp):
 
 
 def run_cocotb(cfg, name, cases):
-    if shutil.which("iverilog") is None:
-        pytest.skip("iverilog is not installed")
-    from cocotb_tools.runner import get_runner
-
+    need_iverilog()
     out = BUILD / name
     generate(cfg, out)
-    np.savez(out / "attn_cases.npz", **{f"{c}/{k}": v for c, d in cases.items()
-                                        for k, v in d.items()})
-    runner = get_runner("icarus")
-    runner.build(sources=[out / f"{ATTN_TOP_NAME}.v"], hdl_toplevel=ATTN_TOP_NAME,
-                 build_dir=out / "icarus_attn", timescale=("1ns", "1ps"), always=True)
-    for var in ("DSTAR_ATTN_PARAMS", "DSTAR_ATTN_CASES"):
-        assert var not in os.environ, f"{var} would override the testbench's setting"
-    runner.test(hdl_toplevel=ATTN_TOP_NAME, test_module="sim.tb_attention",
-                build_dir=out / "icarus_attn", test_dir=out,
-                extra_env={"DSTAR_ATTN_PARAMS": str(out / "params.json"),
-                           "DSTAR_ATTN_CASES": str(out / "attn_cases.npz")})
+    save_cases(out / "attn_cases.npz", cases)
+    run_icarus(out, ATTN_TOP_NAME, "sim.tb_attention",
+               {"DSTAR_ATTN_PARAMS": out / "params.json",
+                "DSTAR_ATTN_CASES": out / "attn_cases.npz"}, build="icarus_attn")
 
 
 def test_real_head_and_ragged_edge_case():

@@ -1,8 +1,6 @@
 """cocotb on Icarus: the generated dispatcher of each strategy under constrained-random slice
 streams, random valid gaps, random back-pressure and a randomly slow reduction."""
 
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +13,7 @@ from hw import layouts
 from hw.dispatcher import PrecisionDispatcher
 from hw.generate import generate_block
 from hw.geometry import Geometry
+from tests.hw_fixtures import need_iverilog, run_icarus
 
 pytestmark = pytest.mark.cocotb
 
@@ -61,10 +60,7 @@ def case(geo, rng, probs):
 
 @pytest.mark.parametrize("packing", ["lockstep", "compact"])
 def test_dispatcher_random_streams(packing):
-    if shutil.which("iverilog") is None:
-        pytest.skip("iverilog is not installed")
-    from cocotb_tools.runner import get_runner
-
+    need_iverilog()
     cfg = preset("tiny").replace(packing=packing)
     geo = Geometry(cfg)
     out = BUILD / f"dispatcher-tiny-{packing}"
@@ -72,12 +68,5 @@ def test_dispatcher_random_streams(packing):
             "lane_op": layouts.lane_op_layout(geo), "token": layouts.token_layout(geo)}
     generate_block(PrecisionDispatcher(geo), "dstar_dispatcher", cfg, lays, out)
     np.savez(out / "cases.npz", **case(geo, np.random.default_rng(5), (0.7, 0.7, 0.25)))
-    runner = get_runner("icarus")
-    runner.build(sources=[out / "dstar_dispatcher.v"], hdl_toplevel="dstar_dispatcher",
-                 build_dir=out / "icarus", timescale=("1ns", "1ps"), always=True)
-    for var in ("DSTAR_PARAMS", "DSTAR_CASES"):
-        assert var not in os.environ, f"{var} would override the testbench's setting"
-    runner.test(hdl_toplevel="dstar_dispatcher", test_module="sim.tb_dispatcher",
-                build_dir=out / "icarus", test_dir=out,
-                extra_env={"DSTAR_PARAMS": str(out / "dstar_dispatcher.json"),
-                           "DSTAR_CASES": str(out / "cases.npz")})
+    run_icarus(out, "dstar_dispatcher", "sim.tb_dispatcher",
+               {"DSTAR_PARAMS": out / "dstar_dispatcher.json", "DSTAR_CASES": out / "cases.npz"})

@@ -5,8 +5,6 @@ The cases (weights, targets, expected Y/state/counters) are computed here and ha
 ``sim/tb_linear.py`` in an ``.npz``; the testbench reads every width from ``params.json``.
 """
 
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +14,15 @@ from dstar.config import preset
 from golden.difflinear import DiffLinear
 from golden.quant import quantize_weights
 from hw.generate import TOP_NAME, generate
+from sim.case_files import save_cases
 from sim.cycle_model import predict
-from tests.hw_fixtures import drifting_targets, golden_step, random_weights
+from tests.hw_fixtures import (
+    drifting_targets,
+    golden_step,
+    need_iverilog,
+    random_weights,
+    run_icarus,
+)
 
 pytestmark = pytest.mark.cocotb
 
@@ -90,23 +95,12 @@ def synthetic_cases(cfg):
 
 
 def run_cocotb(cfg, name, cases):
-    if shutil.which("iverilog") is None:
-        pytest.skip("iverilog is not installed")
-    from cocotb_tools.runner import get_runner
-
+    need_iverilog()
     out = BUILD / name
     generate(cfg, out)
-    np.savez(out / "cases.npz", **{f"{c}/{k}": v for c, d in cases.items()
-                                   for k, v in d.items()})
-    runner = get_runner("icarus")
-    runner.build(sources=[out / f"{TOP_NAME}.v"], hdl_toplevel=TOP_NAME,
-                 build_dir=out / "icarus", timescale=("1ns", "1ps"), always=True)
-    for var in ("DSTAR_PARAMS", "DSTAR_CASES"):
-        assert var not in os.environ, f"{var} would override the testbench's setting"
-    runner.test(hdl_toplevel=TOP_NAME, test_module="sim.tb_linear",
-                build_dir=out / "icarus", test_dir=out,
-                extra_env={"DSTAR_PARAMS": str(out / "params.json"),
-                           "DSTAR_CASES": str(out / "cases.npz")})
+    save_cases(out / "cases.npz", cases)
+    run_icarus(out, TOP_NAME, "sim.tb_linear", {"DSTAR_PARAMS": out / "params.json",
+                                                "DSTAR_CASES": out / "cases.npz"})
 
 
 def test_compact_real_and_adversarial():

@@ -10,8 +10,6 @@ golden values and the cycle model's schedule from them.
 """
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +20,9 @@ from amaranth.back import verilog
 from dstar.config import preset
 from golden.softmax import logit_multiplier
 from hw.softmax import Normalizer, SoftmaxUnit
+from sim.case_files import save_cases
 from sim.tb_softmax import octave_rows, real_rows
+from tests.hw_fixtures import need_iverilog, run_icarus
 
 pytestmark = pytest.mark.cocotb
 
@@ -100,25 +100,15 @@ def default_cases(cfg):
 
 
 def run_cocotb(name, unit, params, cases, top=TOP, testcase="test_cases"):
-    if shutil.which("iverilog") is None:
-        pytest.skip("iverilog is not installed")
-    from cocotb_tools.runner import get_runner
-
+    need_iverilog()
     out = BUILD / name
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{top}.v").write_text(verilog.convert(unit, name=top, emit_src=False))
     (out / "params.json").write_text(json.dumps(params, indent=1))
-    np.savez(out / "cases.npz", **{f"{c}/{k}": v for c, d in cases.items()
-                                   for k, v in d.items()})
-    runner = get_runner("icarus")
-    runner.build(sources=[out / f"{top}.v"], hdl_toplevel=top, build_dir=out / "icarus",
-                 timescale=("1ns", "1ps"), always=True)
-    for var in ("DSTAR_SOFTMAX_PARAMS", "DSTAR_SOFTMAX_CASES"):
-        assert var not in os.environ, f"{var} would override the testbench's setting"
-    runner.test(hdl_toplevel=top, test_module="sim.tb_softmax", build_dir=out / "icarus",
-                test_dir=out, testcase=testcase,
-                extra_env={"DSTAR_SOFTMAX_PARAMS": str(out / "params.json"),
-                           "DSTAR_SOFTMAX_CASES": str(out / "cases.npz")})
+    save_cases(out / "cases.npz", cases)
+    run_icarus(out, top, "sim.tb_softmax", {"DSTAR_SOFTMAX_PARAMS": out / "params.json",
+                                            "DSTAR_SOFTMAX_CASES": out / "cases.npz"},
+               testcase=testcase)
 
 
 def run_unit(cfg, name, cases):

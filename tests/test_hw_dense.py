@@ -1,3 +1,5 @@
+# amaranth: UnusedElaboratable=no
+# (Amaranth's per-file switch: a test builds a DSTAR top only to read its ports.)
 """The dense INT8 baseline (``hw.dense.DenseLinearLayer``) on the Amaranth simulator: ``Y_int``
 bit-exact against the golden W8A8 reference on a real layer of the bundled DiT and on random and
 extreme data, and measured cycles equal to ``sim.dense_cycles.predict``."""
@@ -10,6 +12,7 @@ from dstar.config import ConfigError, preset
 from golden.quant import exact_matmul, quantize_weights, to_lattice, token_lattice, w8a8_linear
 from hw.dense import DenseGeometry, DenseLinearLayer
 from hw.generate import generate, manifest
+from hw.linear import LinearLayer
 from sim.dense_cycles import predict
 from sim.layer_io import LayerImage
 
@@ -153,7 +156,7 @@ def test_same_top_and_ports_as_dstar(tmp_path):
     assert (tmp_path / "a" / "dstar_linear.v").read_bytes() == \
         (tmp_path / "b" / "dstar_linear.v").read_bytes()
     assert a == b and a["top"] == "dstar_linear"
-    dstar = manifest(preset("tiny"))
+    dstar = manifest(preset("tiny"), LinearLayer(preset("tiny")))
     assert set(a["ports"]) < set(dstar["ports"])
     assert "host_state_wdata" not in a["ports"] and "key" not in a["ports"]
     assert a["layouts"]["target_row"]["width"] == 8 * cfg.k_tile

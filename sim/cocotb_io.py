@@ -1,0 +1,37 @@
+"""The ``(set, get, tick)`` port adapter of the host drivers (``sim.layer_io``,
+``sim.tb_attention``) over a cocotb handle of the generated Verilog, and the reset they start
+each case from."""
+
+from cocotb.triggers import FallingEdge
+
+__all__ = ["dut_io", "reset"]
+
+
+def dut_io(dut):
+    """``(set_, get, tick)`` on ``dut``'s top-level ports: ``get`` reads unsigned (1-bit ports
+    are Logic); ``tick`` waits for the falling clock edge, so writes land before the next rising
+    edge and reads see its settled outputs."""
+    def set_(name, value):
+        getattr(dut, name).value = int(value)
+
+    def get(name):
+        return int(getattr(dut, name).value)
+
+    async def tick():
+        await FallingEdge(dut.clk)
+
+    return set_, get, tick
+
+
+async def reset(dut, io, ports: dict):
+    """Every input of ``ports`` (a manifest's ``ports``: name -> ``{"dir": ...}``) to 0, then
+    ``rst`` high for two cycles and one more cycle after it falls."""
+    set_, _, tick = io
+    for name, port in ports.items():
+        if port["dir"] == "in":
+            set_(name, 0)
+    dut.rst.value = 1
+    await tick()
+    await tick()
+    dut.rst.value = 0
+    await tick()
