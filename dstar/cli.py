@@ -212,7 +212,8 @@ def cmd_synth(args) -> int:
     targets = synth_report.ALL_TARGETS if args.target == "all" else (args.target,)
     fmax = synth_report.FMAX_BLOCKS if args.fmax == "all" else (args.fmax,) if args.fmax else ()
     rep = synth_report.run(cfg, targets, fmax=fmax, dense=False if args.no_dense else None,
-                           outdir=Path(args.output) if args.output else None, jobs=args.jobs)
+                           outdir=Path(args.output) if args.output else None, jobs=args.jobs,
+                           fmax_timeout_min=args.fmax_timeout)
     print(_dump(rep) if args.json else synth_report.format_table(rep))
     return 0
 
@@ -311,6 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fmax", nargs="?", const="all", choices=["all", "pe_array", "top"],
                    help="also place and route for Fmax (ECP5, out of context): the PE array "
                    "and the whole top (default), or one of them")
+    p.add_argument("--fmax-timeout", type=float, metavar="MIN",
+                   help="stop each nextpnr run after MIN minutes and report its placement "
+                   "estimate instead (the tiny top routes in about an hour)")
     p.add_argument("--board", action="store_true",
                    help="build the ULX3S 85F self-test bitstream instead (tiny preset unless "
                    "given; ~1 h of routing) and print its timing and utilization")

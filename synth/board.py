@@ -359,7 +359,8 @@ def _tools_env() -> None:
 _BUILD_OPTS = {
     "synth_opts": "-run :map_luts",
     "script_after_synth": f"splitnets\nsynth_ecp5 -top {NAME} -run map_luts:",
-    "nextpnr_opts": f"--timing-allow-fail --report {NAME}.pnr.json",
+    # router2: the default router1 did not finish routing the whole tiny top in 25 min.
+    "nextpnr_opts": f"--router router2 --timing-allow-fail --report {NAME}.pnr.json",
 }
 
 

