@@ -282,9 +282,13 @@ class BoardTop(Elaboratable):
         m.submodules.clk_buf = clk_buf = io.Buffer("i", clk_io)
         m.submodules.pll = pll = Pll(clk_buf.i)
         m.domains.sync = ClockDomain("sync")
-        m.d.comb += ClockSignal("sync").eq(pll.clk_out)
+        # The constrained net needs a name that survives flattening: Yosys keeps one of the
+        # clock net's many names (here it kept "button_sync.clk", and nextpnr ignored a
+        # constraint on "pll.clk_out"), unless a wire is marked keep.
+        clk = Signal(name="sync_clk", attrs={"keep": 1})
+        m.d.comb += [clk.eq(pll.clk_out), ClockSignal("sync").eq(clk)]
         m.submodules.rst_sync = ResetSynchronizer(~pll.locked, domain="sync")
-        platform.add_clock_constraint(pll.clk_out, SYNC_MHZ * 1e6)
+        platform.add_clock_constraint(clk, SYNC_MHZ * 1e6)
 
         st = self.selftest
         m.submodules.button = button = io.Buffer("i", platform.request("button_fire", 0,

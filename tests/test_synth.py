@@ -174,7 +174,9 @@ def test_board_top_has_the_pll_and_its_clock_constraint():
     assert 400 <= SYNC_MHZ * PLL_DIVS["CLKOP_DIV"] <= 800          # the VCO's range
     files = elaborate().files
     lpf, verilog = files[f"{NAME}.lpf"], files[f"{NAME}.debug.v"]
-    assert f'FREQUENCY NET "pll.clk_out" {SYNC_MHZ * 1e6} HZ;' in lpf
+    assert f'FREQUENCY NET "sync_clk" {SYNC_MHZ * 1e6} HZ;' in lpf
+    assert re.search(r"\(\* keep = 32'd1 \*\)\s*(\(\* src = [^*]*\*\)\s*)?wire sync_clk;",
+                     verilog)
     assert 'FREQUENCY PORT "clk25_0__io" 25000000.0 HZ;' in lpf
     pll = verilog[verilog.index("EHXPLLL #("):]
     pll = pll[:pll.index(");\n")]
