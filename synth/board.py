@@ -358,10 +358,22 @@ def _tools_env() -> None:
         os.environ.setdefault(var, tool)
 
 
-# synth_ecp5 in two halves with splitnets before LUT mapping: abc9 of Yosys 0.70 asserts on
-# this design otherwise (see synth.flows, Yosys issue #4349).
+#: Multipliers with an operand narrower than this go to LUTs instead of MULT18X18D. Yosys maps
+#: every product of 2 x 2 bits or more to a DSP: the dispatcher's 64 excess x cost products
+#: (5 x 3 bits) and 32 products of 2-bit factors took 93 DSPs, 193 in all with the PE arrays'
+#: 5 x 8 ones, more than the 85F's 156. Below 5 bits a product is a few LUTs.
+DSP_MIN_WIDTH = 5
+
+# synth_ecp5 in three parts: after ``begin`` the narrow ``$mul`` cells become ``$__soft_mul``,
+# which the DSP mapping step skips and turns back into ``$mul`` (then LUTs); splitnets before
+# LUT mapping, since abc9 of Yosys 0.70 asserts on this design otherwise (see synth.flows,
+# Yosys issue #4349).
 _BUILD_OPTS = {
-    "synth_opts": "-run :map_luts",
+    "script_after_read": "\n".join([
+        f"synth_ecp5 -top {NAME} -run :coarse",
+        f"chtype -set $__soft_mul t:$mul r:A_WIDTH<{DSP_MIN_WIDTH} %i",
+        f"chtype -set $__soft_mul t:$mul r:B_WIDTH<{DSP_MIN_WIDTH} %i"]),
+    "synth_opts": "-run coarse:map_luts",
     "script_after_synth": f"splitnets\nsynth_ecp5 -top {NAME} -run map_luts:",
     # router2: the default router1 did not finish routing the whole tiny top in 25 min.
     "nextpnr_opts": f"--router router2 --timing-allow-fail --report {NAME}.pnr.json",

@@ -168,7 +168,7 @@ def test_board_top_has_the_pll_and_its_clock_constraint():
     pytest.importorskip("amaranth_boards")
     import re
 
-    from synth.board import NAME, PLL_DIVS, SYNC_MHZ, elaborate
+    from synth.board import DSP_MIN_WIDTH, NAME, PLL_DIVS, SYNC_MHZ, elaborate
 
     assert SYNC_MHZ == 25.0 / PLL_DIVS["CLKI_DIV"] * PLL_DIVS["CLKFB_DIV"] == 12.5
     assert 400 <= SYNC_MHZ * PLL_DIVS["CLKOP_DIV"] <= 800          # the VCO's range
@@ -183,6 +183,8 @@ def test_board_top_has_the_pll_and_its_clock_constraint():
     for name, value in PLL_DIVS.items():
         assert re.search(rf"\.{name}\(32'd{value}\)", pll), name
     assert ".LOCK(locked)" in pll and ".CLKFB(clk_out)" in pll and ".CLKOP(clk_out)" in pll
+    # Narrow products are kept off the DSPs (the design needs fewer than the 156 MULT18X18D).
+    assert f"chtype -set $__soft_mul t:$mul r:B_WIDTH<{DSP_MIN_WIDTH} %i" in files[f"{NAME}.ys"]
     # The sync domain's reset synchronizer is set asynchronously while the PLL is unlocked.
     sync = verilog[verilog.index("module \\dstar_selftest.rst_sync"):]
     sync = sync[:sync.index("endmodule")]
