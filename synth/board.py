@@ -438,13 +438,17 @@ def missing_tools() -> list[str]:
 
 
 def run(cfg=None, build_dir: Path | None = None, reuse: bool = False) -> dict:
-    """Build the bitstream (or, with ``reuse``, read the last build) and return ``bitstream``,
-    ``seconds`` (wall time of the build; None when reused) and the ``timing()`` keys."""
+    """Build the bitstream (or, with ``reuse``, read the last finished build) and return
+    ``bitstream``, ``seconds`` (wall time of the build; None when reused) and the ``timing()``
+    keys."""
     import time
     build_dir = Path(build_dir) if build_dir else BUILD
     bit = build_dir / f"{NAME}.bit"
     seconds = None
-    if not (reuse and bit.exists() and (build_dir / f"{NAME}.pnr.json").exists()):
+    if reuse and not (bit.exists() and (build_dir / f"{NAME}.pnr.json").exists()):
+        raise FileNotFoundError(f"no finished board build in {build_dir} (build one first: "
+                                "dstar synth --board)")
+    if not reuse:
         t0 = time.monotonic()
         bit = build(cfg, build_dir)
         seconds = round(time.monotonic() - t0)

