@@ -202,6 +202,8 @@ def cmd_generate(args) -> int:
 
 
 def cmd_synth(args) -> int:
+    if args.board:
+        return _synth_board(args)
     from synth import report as synth_report
     from synth.flows import have_yosys
     if not have_yosys():
@@ -210,8 +212,21 @@ def cmd_synth(args) -> int:
     targets = synth_report.ALL_TARGETS if args.target == "all" else (args.target,)
     fmax = synth_report.FMAX_BLOCKS if args.fmax == "all" else (args.fmax,) if args.fmax else ()
     rep = synth_report.run(cfg, targets, fmax=fmax, dense=False if args.no_dense else None,
-                           outdir=Path(args.output) if args.output else None, jobs=args.jobs)
+                           outdir=Path(args.output) if args.output else None, jobs=args.jobs,
+                           fmax_timeout_min=args.fmax_timeout)
     print(_dump(rep) if args.json else synth_report.format_table(rep))
+    return 0
+
+
+def _synth_board(args) -> int:
+    from synth import board
+    missing = board.missing_tools()
+    if missing:
+        raise UserError(f"the board build needs {', '.join(missing)} (pip install "
+                        f"{' '.join(missing)})")
+    cfg = _config(args) if (args.preset or args.config) else board.board_config()
+    rep = board.run(cfg, Path(args.output) if args.output else None, reuse=args.reuse)
+    print(_dump(rep) if args.json else board.format_report(rep))
     return 0
 
 
@@ -297,11 +312,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fmax", nargs="?", const="all", choices=["all", "pe_array", "top"],
                    help="also place and route for Fmax (ECP5, out of context): the PE array "
                    "and the whole top (default), or one of them")
+    p.add_argument("--fmax-timeout", type=float, metavar="MIN",
+                   help="stop each nextpnr run after MIN minutes and report its placement "
+                   "estimate instead (the tiny top routes in about an hour)")
+    p.add_argument("--board", action="store_true",
+                   help="build the ULX3S 85F self-test bitstream instead (tiny preset unless "
+                   "given; ~1 h of routing) and print its timing and utilization")
+    p.add_argument("--reuse", action="store_true",
+                   help="with --board: report the last build instead of building again")
     p.add_argument("--no-dense", action="store_true",
                    help="skip the dense INT8 baseline (and the DSTAR / dense area ratio)")
     p.add_argument("--jobs", type=int, default=1, help="Yosys runs at once (default: 1)")
     p.add_argument("--json", action="store_true", help="print the JSON report")
-    p.add_argument("--output", help="report directory (default: build/synth/<preset>-<hash>)")
+    p.add_argument("--output", help="report directory (default: build/synth/<preset>-<hash>; "
+                   "with --board: build/synth/board)")
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("train", help="train the workload DiT (needs the train extra)",

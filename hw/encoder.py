@@ -47,7 +47,11 @@ class DeltaEncoder(wiring.Component):
     host_* :
         Memory access from outside while no command is in flight: ``host_addr`` selects a
         word; ``host_target_we``/``host_state_we`` write ``host_*_wdata``; ``host_state_rdata``
-        is the state word at ``host_addr`` one cycle after it was set.
+        is the state word at ``host_addr`` one cycle after it was set. The host shares the
+        engine's state read port: a host read is valid only while the encoder is idle (``i``
+        not valid and ``o`` not stalled, i.e. ``o.valid`` low or ``o.ready`` high) both in the
+        cycle ``host_addr`` is set and the next one; while a command is offered,
+        ``host_state_rdata`` shows the engine's reads instead.
     """
 
     def __init__(self, geo: Geometry):
@@ -73,7 +77,6 @@ class DeltaEncoder(wiring.Component):
         m.submodules.state = smem = Memory(shape=s_layout, depth=geo.row_depth, init=[])
         t_wr, s_wr = tmem.write_port(), smem.write_port()
         t_rd, s_rd = tmem.read_port(), smem.read_port()
-        s_host = smem.read_port()
 
         adv = Signal()
         m.d.comb += [adv.eq(~self.o.valid | self.o.ready), self.i.ready.eq(adv)]
@@ -81,9 +84,12 @@ class DeltaEncoder(wiring.Component):
         # Stage 1: the memory read of the accepted command.
         cmd = self.i.payload
         addr = Signal(range(geo.row_depth))
+        # The host reads the state through the engine's port whenever no command is offered
+        # (a second, host-only port would double the state memory); a read without a command
+        # leaves stage 1 empty, so its data is never encoded.
         m.d.comb += [
             addr.eq(cmd.meta.token * geo.n_kt_max + cmd.kt),
-            t_rd.addr.eq(addr), s_rd.addr.eq(addr),
+            t_rd.addr.eq(addr), s_rd.addr.eq(Mux(self.i.valid, addr, self.host_addr)),
             t_rd.en.eq(adv), s_rd.en.eq(adv),
         ]
         v1 = Signal()
@@ -148,8 +154,7 @@ class DeltaEncoder(wiring.Component):
             t_wr.en.eq(self.host_target_we),
             t_wr.addr.eq(self.host_addr),
             t_wr.data.eq(self.host_target_wdata),
-            s_host.addr.eq(self.host_addr),
-            self.host_state_rdata.eq(s_host.data),
+            self.host_state_rdata.eq(s_rd.data),
         ]
         return m
 

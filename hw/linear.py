@@ -95,6 +95,8 @@ class LinearLayer(wiring.Component):
             arrays.append(arr)
 
         # --- host access ---
+        # The host's state reads share the encoder's engine read port, so they are valid only
+        # while ``busy`` is low (the front end offers the encoder nothing then).
         m.d.comb += [
             enc.host_addr.eq(self.host_row_addr),
             enc.host_target_we.eq(self.host_target_we),

