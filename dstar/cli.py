@@ -224,8 +224,12 @@ def _synth_board(args) -> int:
     if missing:
         raise UserError(f"the board build needs {', '.join(missing)} (pip install "
                         f"{' '.join(missing)})")
+    from synth.flows import SynthError
     cfg = _config(args) if (args.preset or args.config) else board.board_config()
-    rep = board.run(cfg, Path(args.output) if args.output else None, reuse=args.reuse)
+    try:
+        rep = board.run(cfg, Path(args.output) if args.output else None, reuse=args.reuse)
+    except SynthError as e:
+        raise UserError(str(e)) from None
     print(_dump(rep) if args.json else board.format_report(rep))
     return 0
 

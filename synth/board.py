@@ -449,8 +449,19 @@ def run(cfg=None, build_dir: Path | None = None, reuse: bool = False) -> dict:
         raise FileNotFoundError(f"no finished board build in {build_dir} (build one first: "
                                 "dstar synth --board)")
     if not reuse:
+        import subprocess
+
+        from .flows import SynthError
+        from .fmax import placed_estimate
         t0 = time.monotonic()
-        bit = build(cfg, build_dir)
+        try:
+            bit = build(cfg, build_dir)
+        except subprocess.CalledProcessError as e:
+            est = placed_estimate(build_dir / f"{NAME}.tim")
+            raise SynthError(f"the board build failed (rc {e.returncode}) after "
+                             f"{(time.monotonic() - t0) / 60:.0f} min, see {build_dir}; "
+                             f"nextpnr's placement estimate: {est} MHz (target {SYNC_MHZ:g} "
+                             "MHz)") from None
         seconds = round(time.monotonic() - t0)
     return {"bitstream": str(bit), "seconds": seconds, **timing(build_dir)}
 

@@ -442,6 +442,9 @@ def format_table(report: dict) -> str:
             else:
                 fig = (f"no routed figure (routing unfinished after {f.get('timeout_min')} "
                        f"min); placement estimate {f.get('placed_estimate_mhz')} MHz")
+            if status == "does not fit":
+                lines.append(f"  {what}: {fig}")
+                continue
             lines.append(f"  {what}: {fig} on LFE5U-{d['device'].upper()} "
                          f"speed {d['speed']} (router {f.get('router', 'router1')}, seed "
                          f"{f.get('seed')})")

