@@ -12,6 +12,19 @@ from hw.geometry import Geometry
 pytestmark = pytest.mark.amaranth
 
 
+async def write_rows(ctx, dut, geo, target, state):
+    """Host writes of each token's target and state rows (first reduction tile)."""
+    for t in range(target.shape[0]):
+        ctx.set(dut.host_addr, t * geo.n_kt_max)
+        ctx.set(dut.host_target_we, 1)
+        ctx.set(dut.host_state_we, 1)
+        ctx.set(dut.host_target_wdata, [int(x) for x in target[t]])
+        ctx.set(dut.host_state_wdata, [int(x) for x in state[t]])
+        await ctx.tick()
+    ctx.set(dut.host_target_we, 0)
+    ctx.set(dut.host_state_we, 0)
+
+
 def run_encoder(cfg, target, state, cmds, rng, p_valid=1.0, p_ready=1.0):
     """Load rows (token t at kt 0), run ``cmds`` = [(token, key, commit)], return the emitted
     slices as (token, shifts, codes) and the state rows afterwards."""
@@ -20,15 +33,7 @@ def run_encoder(cfg, target, state, cmds, rng, p_valid=1.0, p_ready=1.0):
     got, states = [], []
 
     async def bench(ctx):
-        for t in range(target.shape[0]):
-            ctx.set(dut.host_addr, t * geo.n_kt_max)
-            ctx.set(dut.host_target_we, 1)
-            ctx.set(dut.host_state_we, 1)
-            ctx.set(dut.host_target_wdata, [int(x) for x in target[t]])
-            ctx.set(dut.host_state_wdata, [int(x) for x in state[t]])
-            await ctx.tick()
-        ctx.set(dut.host_target_we, 0)
-        ctx.set(dut.host_state_we, 0)
+        await write_rows(ctx, dut, geo, target, state)
         i, guard = 0, 0
         while len(got) < len(cmds):
             guard += 1
@@ -127,15 +132,7 @@ def test_host_reads_state_while_idle():
         return out[::-1]
 
     async def bench(ctx):
-        for t in range(n):
-            ctx.set(dut.host_addr, t * geo.n_kt_max)
-            ctx.set(dut.host_state_we, 1)
-            ctx.set(dut.host_target_we, 1)
-            ctx.set(dut.host_state_wdata, [int(x) for x in state[t]])
-            ctx.set(dut.host_target_wdata, [int(x) for x in target[t]])
-            await ctx.tick()
-        ctx.set(dut.host_state_we, 0)
-        ctx.set(dut.host_target_we, 0)
+        await write_rows(ctx, dut, geo, target[:n], state[:n])
         ctx.set(dut.o.ready, 1)
         reads.append(await read_all(ctx))             # before any command
         for t in range(n):
