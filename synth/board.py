@@ -38,6 +38,8 @@ from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import Out
 
+from .flows import DSP_MIN_WIDTH
+
 __all__ = ["Workload", "make_workload", "SelfTest", "Pll", "BoardTop", "BoardPlatform",
            "board_config", "build", "elaborate", "simulate", "timing", "missing_tools", "run",
            "format_report", "SYNC_MHZ"]
@@ -358,11 +360,10 @@ def _tools_env() -> None:
         os.environ.setdefault(var, tool)
 
 
-#: Multipliers with an operand narrower than this go to LUTs instead of MULT18X18D. Yosys maps
-#: every product of 2 x 2 bits or more to a DSP: the dispatcher's 64 excess x cost products
-#: (5 x 3 bits) and 32 products of 2-bit factors took 93 DSPs, 193 in all with the PE arrays'
-#: 5 x 8 ones, more than the 85F's 156. Below 5 bits a product is a few LUTs.
-DSP_MIN_WIDTH = 5
+# Multipliers with an operand narrower than DSP_MIN_WIDTH (synth.flows) go to LUTs instead of
+# MULT18X18D. Yosys maps every product of 2 x 2 bits or more to a DSP: the dispatcher's 64
+# excess x cost products (5 x 3 bits) and 32 products of 2-bit factors took 93 DSPs, 193 in all
+# with the PE arrays' 5 x 8 ones, more than the 85F's 156. Below 5 bits a product is a few LUTs.
 
 # synth_ecp5 in three parts: after ``begin`` the narrow ``$mul`` cells become ``$__soft_mul``,
 # which the DSP mapping step skips and turns back into ``$mul`` (then LUTs); splitnets before

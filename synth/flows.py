@@ -14,7 +14,8 @@ module of the file either flattened into it or blackboxed (see ``synth_module``)
     ``synth_ice40`` without ``-dsp``: SB_LUT4, SB_CARRY, SB_DFF*, SB_RAM40_4K.
 ``ecp5`` / ``ecp5_dsp``
     ``synth_ecp5 -nodsp`` / ``synth_ecp5``: LUT4, CCU2C (2-bit carry chains), PFUMX/L6MUX21
-    (wide-mux slices), TRELLIS_FF, DP16KD / TRELLIS_DPR16X4, and MULT18X18D with DSPs.
+    (wide-mux slices), TRELLIS_FF, DP16KD / TRELLIS_DPR16X4, and MULT18X18D with DSPs for the
+    products whose factors both have at least ``DSP_MIN_WIDTH`` (5) bits.
 ``ecp5_dsp_top``
     As ``ecp5_dsp``, but the coarse passes run per module (``-noflatten``) and the design is
     flattened before LUT mapping: the flow of whole tops for nextpnr (``synth.report``).
@@ -102,6 +103,13 @@ _FPGA_KINDS = (
 )
 _CMOS_KINDS = ((r"\$_DFF_P_", "ffs"), (r"\$mem_v2", "srams"), (r"\$_\w+_", "gates"))
 
+#: Narrowest factor (bits) of a product the ECP5 flows with DSPs map to a MULT18X18D.
+DSP_MIN_WIDTH = 5
+# After synth_ecp5's ``begin``: narrow ``$mul`` cells become ``$__soft_mul``, which its DSP
+# mapping skips and turns back into ``$mul`` for LUT mapping.
+_SOFT_MUL = (f"chtype -set $__soft_mul t:$mul r:A_WIDTH<{DSP_MIN_WIDTH} %i; "
+             f"chtype -set $__soft_mul t:$mul r:B_WIDTH<{DSP_MIN_WIDTH} %i; ")
+
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("cmos",
            "synth -flatten -top {top} -run :fine; opt -fast -full; "
@@ -114,11 +122,16 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     # wires into single bits and does not change the logic.
     Target("ecp5", "synth_ecp5 -top {top} -nodsp -run :map_luts; splitnets; "
            "synth_ecp5 -top {top} -nodsp -run map_luts:", _FPGA_KINDS, "ECP5, no DSP"),
-    Target("ecp5_dsp", "synth_ecp5 -top {top} -run :map_luts; splitnets; "
+    # With DSPs, products with a factor under DSP_MIN_WIDTH bits stay in LUTs: synth_ecp5 gives
+    # every product of 2 x 2 bits or more a MULT18X18D, and the dispatcher's narrow ones took
+    # the tiny top to 193 of the LFE5U-85F's 156 (see synth.board).
+    Target("ecp5_dsp", "synth_ecp5 -top {top} -run :coarse; " + _SOFT_MUL +
+           "synth_ecp5 -top {top} -run coarse:map_luts; splitnets; "
            "synth_ecp5 -top {top} -run map_luts:", _FPGA_KINDS, "ECP5 with MULT18X18D"),
     # Whole tops for nextpnr: the coarse passes per module (a flat `share` on the tiny top ran
     # for more than 13 minutes), then one flat netlist for LUT mapping and place and route.
-    Target("ecp5_dsp_top", "synth_ecp5 -top {top} -noflatten -run :map_luts; flatten; "
+    Target("ecp5_dsp_top", "synth_ecp5 -top {top} -noflatten -run :coarse; " + _SOFT_MUL +
+           "synth_ecp5 -top {top} -noflatten -run coarse:map_luts; flatten; "
            "splitnets; synth_ecp5 -top {top} -run map_luts:", _FPGA_KINDS,
            "ECP5 with MULT18X18D, coarse synthesis per module, flattened before LUT mapping"),
     Target("xc7", "synth_xilinx -family xc7 -top {top} -nodsp -flatten -run :map_luts; "
