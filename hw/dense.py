@@ -26,10 +26,9 @@ from amaranth.lib.wiring import In, Out
 
 from dstar.config import Config, ConfigError, bits_signed
 
-from .dispatcher import COUNTER_BITS
 from .geometry import Geometry, uwidth
 from .layouts import weight_row_layout
-from .linear import load_tiles
+from .linear import layer_ports, load_tiles
 from .pe_array import weight_tile
 
 __all__ = ["DenseGeometry", "DenseArray", "DenseLinearLayer", "chunk_layout",
@@ -232,23 +231,9 @@ class DenseLinearLayer(wiring.Component):
     def __init__(self, cfg):
         self._dg = dg = DenseGeometry(cfg)
         geo = dg.base
-        super().__init__({
-            "start": In(1),
-            "n_tokens": In(uwidth(cfg.max_tokens + 1)),
-            "n_kt": In(uwidth(geo.n_kt_max + 1)),
-            "n_mt": In(uwidth(geo.n_mt_max + 1)),
-            "busy": Out(1),
-            "cycles": Out(COUNTER_BITS),
-            "stall_load": Out(COUNTER_BITS),
-            "host_row_addr": In(uwidth(geo.row_depth)),
-            "host_target_we": In(1),
-            "host_target_wdata": In(target_row_layout(dg).size),
-            "host_w_addr": In(uwidth(geo.weight_depth)),
-            "host_w_we": In(cfg.n_arrays),
-            "host_w_wdata": In(8 * cfg.m_tile),
-            "host_y_addr": In(uwidth(geo.y_depth)),
-            "host_y_rdata": Out(y_row_layout(dg).size).array(cfg.n_arrays),
-        })
+        run, status, host_rows, host_wy = layer_ports(geo, target_row_layout(dg).size,
+                                                      y_row_layout(dg).size)
+        super().__init__({**run, **status, **host_rows, **host_wy})
 
     @property
     def geometry(self) -> DenseGeometry:

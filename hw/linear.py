@@ -54,29 +54,19 @@ class LinearLayer(wiring.Component):
     def __init__(self, cfg, lane_rotation: int = 0):
         self._geo = geo = Geometry(cfg, lane_rotation)
         t_l, s_l = row_layouts(geo)
+        run, status, host_rows, host_wy = layer_ports(geo, t_l.size, y_row_layout(geo).size)
         super().__init__({
-            "start": In(1),
-            "n_tokens": In(uwidth(cfg.max_tokens + 1)),
-            "n_kt": In(uwidth(geo.n_kt_max + 1)),
-            "n_mt": In(uwidth(geo.n_mt_max + 1)),
+            **run,
             "key": In(1),
-            "busy": Out(1),
-            "cycles": Out(COUNTER_BITS),
-            "stall_load": Out(COUNTER_BITS),
+            **status,
             "count_low": Out(COUNTER_BITS),
             "count_high": Out(COUNTER_BITS),
             "count_zero": Out(COUNTER_BITS),
-            "host_row_addr": In(uwidth(geo.row_depth)),
-            "host_target_we": In(1),
-            "host_target_wdata": In(t_l.size),
+            **host_rows,
             "host_state_we": In(1),
             "host_state_wdata": In(s_l.size),
             "host_state_rdata": Out(s_l.size),
-            "host_w_addr": In(uwidth(geo.weight_depth)),
-            "host_w_we": In(cfg.n_arrays),
-            "host_w_wdata": In(8 * cfg.m_tile),
-            "host_y_addr": In(uwidth(geo.y_depth)),
-            "host_y_rdata": Out(y_row_layout(geo).size).array(cfg.n_arrays),
+            **host_wy,
         })
 
     @property
@@ -183,6 +173,22 @@ class LinearLayer(wiring.Component):
                 with m.If(d_p + 1 == n_pass):
                     m.d.sync += run.eq(0)
         return m
+
+
+def layer_ports(geo: Geometry, target_bits: int, y_bits: int) -> tuple[dict, dict, dict, dict]:
+    """The ports both layer tops (``LinearLayer``, ``hw.dense.DenseLinearLayer``) share, as four
+    dicts in port order: run inputs, status outputs, host target-row ports and host weight /
+    accumulator ports (``target_bits`` / ``y_bits``: the target and accumulator word widths)."""
+    cfg = geo.cfg
+    run = {"start": In(1), "n_tokens": In(uwidth(cfg.max_tokens + 1)),
+           "n_kt": In(uwidth(geo.n_kt_max + 1)), "n_mt": In(uwidth(geo.n_mt_max + 1))}
+    status = {"busy": Out(1), "cycles": Out(COUNTER_BITS), "stall_load": Out(COUNTER_BITS)}
+    host_rows = {"host_row_addr": In(uwidth(geo.row_depth)), "host_target_we": In(1),
+                 "host_target_wdata": In(target_bits)}
+    host_wy = {"host_w_addr": In(uwidth(geo.weight_depth)), "host_w_we": In(cfg.n_arrays),
+               "host_w_wdata": In(8 * cfg.m_tile), "host_y_addr": In(uwidth(geo.y_depth)),
+               "host_y_rdata": Out(y_bits).array(cfg.n_arrays)}
+    return run, status, host_rows, host_wy
 
 
 def load_tiles(m, geo, top, arrays, run, n_pass, l_p, d_p, restart):
