@@ -100,10 +100,10 @@ class HeadSteps:
 def _rtl_check(cfg, steps, theta, refresh):
     """Run steps on the Amaranth simulator; returns measured counters per step, raising on a
     mismatch with the golden output or the model."""
-    from amaranth.sim import Simulator
 
     from hw.attention import AttentionEngine
     from hw.generate import attention_manifest
+    from sim.pysim_driver import simulate
     from sim.tb_attention import HeadImage, run_head
 
     dut = AttentionEngine(cfg)
@@ -118,10 +118,7 @@ def _rtl_check(cfg, steps, theta, refresh):
                                        theta_q=theta_fixed(theta), refresh=refresh,
                                        read_res=False))
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     for i, (s, o) in enumerate(zip(steps, outs, strict=True)):
         want = predict(cfg, s["q"].shape[0], s["mask"], s["key"], theta_fixed(theta))
         if not np.array_equal(o.o, s["o"]) or o.counters != want.counters():

@@ -8,7 +8,17 @@ from hw.linear import LinearLayer
 
 from .layer_io import LayerImage, run_step
 
-__all__ = ["run_layer_pysim"]
+__all__ = ["simulate", "run_layer_pysim"]
+
+
+def simulate(dut, *benches) -> None:
+    """Run the async testbenches ``benches`` against ``dut`` on one clock (``sync``, 100 MHz
+    simulated) until every one of them returns."""
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    for bench in benches:
+        sim.add_testbench(bench)
+    sim.run()
 
 
 def _io(ctx, dut):
@@ -43,8 +53,5 @@ def run_layer_pysim(cfg, w_q, steps, state=None, lane_rotation: int = 0):
             outs.append(await run_step(io, img, target, key=key, w_q=w_q if i == 0 else None,
                                        state=state if i == 0 else None))
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     return outs

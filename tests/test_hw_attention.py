@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from dstar.config import ConfigError, preset
 from golden.attention import AttentionReuse, theta_fixed
@@ -19,12 +18,13 @@ from hw.attention import AttentionEngine, AttentionGeometry
 from hw.generate import attention_manifest
 from sim.attention_cycles import dense_cycles, predict
 from sim.bench_attention import HeadSteps, attention_inputs
+from sim.pysim_driver import simulate
 from sim.tb_attention import HeadImage, run_head
 
 pytestmark = pytest.mark.amaranth
 
 
-def simulate(cfg, calls):
+def run_calls(cfg, calls):
     """Run ``calls`` (dicts: q, k, v, m, sh, slot, theta_q, refresh, optional ``clear``) in
     order on one simulated engine; returns their ``HeadOutcome``s."""
     dut = AttentionEngine(cfg)
@@ -44,17 +44,14 @@ def simulate(cfg, calls):
                                        slot=c["slot"], theta_q=c["theta_q"],
                                        refresh=c["refresh"]))
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     return outs
 
 
 def check(cfg, calls, expected):
     """Simulate and compare every call with its expected golden step (``HeadSteps.step``
     dicts): key, O, R, mask, and the cycle model's counters."""
-    outs = simulate(cfg, calls)
+    outs = run_calls(cfg, calls)
     for i, (c, e, o) in enumerate(zip(calls, expected, outs, strict=True)):
         n = e["o"].shape[0]
         want = predict(cfg, n, e["mask"], e["key"], c["theta_q"]).counters()

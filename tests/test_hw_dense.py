@@ -6,7 +6,6 @@ extreme data, and measured cycles equal to ``sim.dense_cycles.predict``."""
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from dstar.config import ConfigError, preset
 from golden.quant import exact_matmul, quantize_weights, to_lattice, token_lattice, w8a8_linear
@@ -15,6 +14,7 @@ from hw.generate import generate, manifest
 from hw.linear import LinearLayer
 from sim.dense_cycles import predict
 from sim.layer_io import LayerImage
+from sim.pysim_driver import simulate
 
 pytestmark = pytest.mark.amaranth
 
@@ -63,10 +63,7 @@ def run_dense(cfg, w_q, runs):
                     words[a][addr] = ctx.get(dut.host_y_rdata[a])
             out.append((img.y_from(words), counters))
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     return out
 
 

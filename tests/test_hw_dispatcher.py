@@ -3,13 +3,13 @@ slow partial-sum reduction: every op arrives once, on its lane, in order, with i
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from dstar.config import preset
 from golden.dispatch import lane_rotations, lane_streams, lockstep_streams
 from golden.encoder import encode
 from hw.dispatcher import PrecisionDispatcher
 from hw.geometry import Geometry
+from sim.pysim_driver import simulate
 
 pytestmark = pytest.mark.amaranth
 
@@ -72,10 +72,7 @@ def run_dispatcher(geo, enc, rng, p_valid, p_tok_ready, p_reduce):
         result["counts"] = (ctx.get(dut.count_low), ctx.get(dut.count_high),
                             ctx.get(dut.count_zero))
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     return ops, tokens, result["counts"]
 
 

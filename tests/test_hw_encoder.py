@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from dstar.config import preset
 from golden.difflinear import encode_step
 from hw.encoder import DeltaEncoder
 from hw.geometry import Geometry
+from sim.pysim_driver import simulate
 
 pytestmark = pytest.mark.amaranth
 
@@ -61,10 +61,7 @@ def run_encoder(cfg, target, state, cmds, rng, p_valid=1.0, p_ready=1.0):
             await ctx.tick()
             states.append([int(x) for x in ctx.get(dut.host_state_rdata)])
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     return got, np.array(states, dtype=np.int64)
 
 
@@ -149,10 +146,7 @@ def test_host_reads_state_while_idle():
         await ctx.tick()
         reads.append(await read_all(ctx))             # after the last commit
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     assert reads[0] == state.tolist()
     assert reads[1] == committed[:2].tolist() + state[2:].tolist()
     assert reads[2] == committed.tolist()

@@ -3,13 +3,13 @@ driven with golden.dispatch op streams (lanes running freely within their credit
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from dstar.config import preset
 from golden.dispatch import lane_streams
 from golden.encoder import encode
 from hw.geometry import Geometry
 from hw.pe_array import PEArray
+from sim.pysim_driver import simulate
 
 pytestmark = pytest.mark.amaranth
 
@@ -101,9 +101,6 @@ def test_pe_array_reduction():
             await ctx.tick()
             got[a] = [int(x) for x in ctx.get(dut.host_y_rdata)]
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     for a in range(3):
         assert got[a] == y[a].tolist(), f"row {a}"

@@ -6,11 +6,11 @@ stalls, every handshake at the cycle model's cycle."""
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from dstar.config import preset
 from golden.softmax import logit_multiplier, normalize, reciprocal
 from hw.softmax import Normalizer, SoftmaxUnit
+from sim.pysim_driver import simulate
 from sim.softmax_cycles import row_latency, row_period, schedule
 from sim.tb_softmax import check, octave_rows, real_rows, run_rows
 
@@ -63,10 +63,7 @@ def run_unit(cfg, rows, m, sh, *, max_row=None, logit_bits=None, n_hdr=None, p_v
         out.append(await run_rows(PysimIO(ctx, dut), rows, m, sh, dut.max_row, n_hdr=n_hdr,
                                   p_valid=p_valid, p_ready=p_ready, seed=seed))
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     return out[0]
 
 
@@ -236,10 +233,7 @@ def run_normalizer(cfg, acc, lsum, p_valid, p_ready, seed):
                 assert held is None, "valid dropped before the beat was taken"
             await ctx.tick()
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     return got
 
 
