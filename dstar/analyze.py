@@ -223,7 +223,8 @@ def format_table(rep: dict) -> str:
     c = rep.get("config", {})
     if c:
         lines.append(f"config: G={c['group']} e_max={c['e_max']} tau={c['tau']} "
-                     f"refresh_linear={c['refresh_linear']} state_bits={c['state_bits']}")
+                     f"refresh_linear={c['refresh_linear']} state_bits={c['state_bits']} "
+                     f"lattice_bits={c['lattice_bits']}")
     lines.append("")
     hdr = f"{'layer':<8}{'ZERO':>8}{'LOW':>8}{'HIGH':>8}{'low-bit':>9}{'passes':>8}" \
           f"{'ideal x':>9}{'lockstep x':>11}{'clipped':>9}"

@@ -40,11 +40,11 @@ class Config:
     tau: int = 0                # tolerance in lattice units: dead zone and allowed rounding error
     refresh_linear: int = 0     # key step every N steps (0: only the first step)
     state_bits: int = 16        # width of the stored reconstruction Xs_int
-    lattice_bits: int = 0       # extra fraction bits of the activation lattice (0: spec, max/127)
+    lattice_bits: int = 1       # extra fraction bits of the activation lattice (0: spec, max/127)
     # --- sparse attention reuse (spec section 4) ---
     block_q: int = 16
     block_k: int = 16
-    theta: float = 0.9          # cumulative block mass a query block's mask must reach
+    theta: float = 0.6          # cumulative block mass a query block's mask must reach
     refresh_attn: int = 2       # attention key step every N steps (0: only the first)
     attn_frac_bits: int = 6     # softmax exp2 LUT has 2**attn_frac_bits entries
     attn_out_frac_bits: int = 8  # fraction bits of the integer attention output

@@ -124,8 +124,8 @@ def edge_cases(cfg):
 
 @pytest.mark.slow
 def test_full_real_head_default_preset():
-    """The default preset and a whole real head (256 tokens, 16 x 16 tiles), theta 0.9,
-    refresh 2: a key step and a reuse step (layer 3, head 2, steps 0 and 1)."""
+    """The default preset and a whole real head (256 tokens, 16 x 16 tiles), the preset's
+    theta and refresh_attn: a key step and a reuse step (layer 3, head 2, steps 0 and 1)."""
     cfg = preset("default")
     q, k, v = attention_inputs(3, 20, 3)
     steps = [(q[s, 2], k[s, 2], v[s, 2]) for s in range(2)]
