@@ -28,7 +28,7 @@ from dstar.config import Config, ConfigError, bits_signed
 
 from .geometry import Geometry, uwidth
 from .layouts import weight_row_layout
-from .linear import layer_ports, load_tiles
+from .linear import layer_ports, load_tiles, run_control
 from .pe_array import weight_tile
 
 __all__ = ["DenseGeometry", "DenseArray", "DenseLinearLayer", "chunk_layout",
@@ -314,19 +314,8 @@ class DenseLinearLayer(wiring.Component):
             m.d.comb += [arr.i_chunk.payload[name].eq(sig) for name, sig in e.items()]
 
         # --- start / done / counters ---
-        with m.If(restart):
-            m.d.sync += [run.eq((n_pass != 0) & (self.n_tokens != 0)),
-                         self.cycles.eq(0), self.stall_load.eq(0),
-                         f_p.eq(0), d_p.eq(0), f_kt.eq(0), f_mt.eq(0), f_t.eq(0), f_c.eq(0)]
-        with m.Elif(run):
-            m.d.sync += self.cycles.eq(self.cycles + 1)
-            with m.If(pending & ~(f_p < l_p)):
-                m.d.sync += self.stall_load.eq(self.stall_load + 1)
-            # The arrays run identical schedules, so array 0 speaks for all of them.
-            with m.If(arrays[0].o_pass_done):
-                m.d.sync += d_p.eq(d_p + 1)
-                with m.If(d_p + 1 == n_pass):
-                    m.d.sync += run.eq(0)
+        run_control(m, self, arrays, run, restart, n_pass, pending & ~(f_p < l_p), d_p,
+                    [f_p, d_p, f_kt, f_mt, f_t, f_c])
         return m
 
 

@@ -159,20 +159,30 @@ class LinearLayer(wiring.Component):
         m.d.comb += [disp.clear.eq(self.start & ~run),
                      self.count_low.eq(disp.count_low), self.count_high.eq(disp.count_high),
                      self.count_zero.eq(disp.count_zero)]
-        with m.If(self.start & ~run):
-            # An empty layer (no tokens or no tiles) finishes at once instead of hanging.
-            m.d.sync += [run.eq((n_pass != 0) & (self.n_tokens != 0)),
-                         self.cycles.eq(0), self.stall_load.eq(0),
-                         f_p.eq(0), d_p.eq(0), f_kt.eq(0), f_mt.eq(0), f_t.eq(0)]
-        with m.Elif(run):
-            m.d.sync += self.cycles.eq(self.cycles + 1)
-            with m.If(pending & ~(f_p < l_p)):
-                m.d.sync += self.stall_load.eq(self.stall_load + 1)
-            with m.If(arrays[0].o_pass_done):
-                m.d.sync += d_p.eq(d_p + 1)
-                with m.If(d_p + 1 == n_pass):
-                    m.d.sync += run.eq(0)
+        run_control(m, self, arrays, run, self.start & ~run, n_pass, pending & ~(f_p < l_p), d_p,
+                    [f_p, d_p, f_kt, f_mt, f_t])
         return m
+
+
+def run_control(m, top, arrays, run, restart, n_pass, waiting, d_p, cleared):
+    """The run state and counters both layer tops share: ``restart`` (``start`` while idle)
+    clears ``top.cycles``, ``top.stall_load`` and the ``cleared`` registers and raises ``run``
+    unless the layer is empty (no tokens or no passes: it then finishes at once instead of
+    hanging); while ``run``, ``cycles`` counts, ``stall_load`` counts the cycles ``waiting``
+    (the front end waits for a tile), and ``run`` falls when the ``n_pass``-th pass is done
+    (``d_p`` counts them)."""
+    with m.If(restart):
+        m.d.sync += [run.eq((n_pass != 0) & (top.n_tokens != 0)),
+                     top.cycles.eq(0), top.stall_load.eq(0), *[r.eq(0) for r in cleared]]
+    with m.Elif(run):
+        m.d.sync += top.cycles.eq(top.cycles + 1)
+        with m.If(waiting):
+            m.d.sync += top.stall_load.eq(top.stall_load + 1)
+        # The arrays run identical schedules, so array 0 speaks for all of them.
+        with m.If(arrays[0].o_pass_done):
+            m.d.sync += d_p.eq(d_p + 1)
+            with m.If(d_p + 1 == n_pass):
+                m.d.sync += run.eq(0)
 
 
 def layer_ports(geo: Geometry, target_bits: int, y_bits: int) -> tuple[dict, dict, dict, dict]:
