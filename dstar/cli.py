@@ -213,9 +213,13 @@ def cmd_synth(args) -> int:
     fmax = synth_report.FMAX_BLOCKS if args.fmax == "all" else (args.fmax,) if args.fmax else ()
     # No area targets: no dense baseline either (its only use is the area ratio).
     dense = False if (args.no_dense or not targets) else None
-    rep = synth_report.run(cfg, targets, fmax=fmax, dense=dense,
-                           outdir=Path(args.output) if args.output else None, jobs=args.jobs,
-                           fmax_timeout_min=args.fmax_timeout)
+    from synth.flows import SynthError
+    try:
+        rep = synth_report.run(cfg, targets, fmax=fmax, dense=dense,
+                               outdir=Path(args.output) if args.output else None,
+                               jobs=args.jobs, fmax_timeout_min=args.fmax_timeout)
+    except SynthError as e:     # a tool failed (or was stopped): one line, the log's path
+        raise UserError(str(e)) from None
     if args.json:
         print(_dump(rep))
         return 0

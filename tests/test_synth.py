@@ -278,7 +278,7 @@ def test_board_report_reads_the_generated_clock(tmp_path, capsys, monkeypatch):
 def test_synth_target_none_runs_only_the_fmax_work(capsys, monkeypatch):
     """``dstar synth --target none``: no area targets and no dense baseline, only the ``--fmax``
     place and route (``synth.report.run`` stubbed: argument handling only); alone it is a
-    one-line error, not an empty report."""
+    one-line error, not an empty report; a failed tool run is a one-line error too."""
     from dstar.cli import main
     from synth import flows
     from synth import report as synth_report
@@ -312,6 +312,14 @@ def test_synth_target_none_runs_only_the_fmax_work(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "--target none leaves nothing to do" in err and err.count("\n") == 1
     assert len(calls) == 2
+
+    def failing_run(cfg, targets, fmax, **kw):
+        raise flows.SynthError("nextpnr failed (rc -15), see x.pnr.log: ")
+
+    monkeypatch.setattr(synth_report, "run", failing_run)
+    assert main(["synth", "--preset", "tiny", "--target", "none", "--fmax", "top"]) == 2
+    err = capsys.readouterr().err
+    assert "nextpnr failed (rc -15), see x.pnr.log" in err and "Traceback" not in err
 
 
 @pytest.mark.unit
