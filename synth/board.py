@@ -46,6 +46,7 @@ __all__ = ["Workload", "make_workload", "SelfTest", "Pll", "BoardTop", "BoardPla
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "synth" / "board"
+STAMP = "board_config.json"   # the configuration a finished build was made for (--reuse checks)
 
 NAME = "dstar_selftest"
 
@@ -455,17 +456,29 @@ def run(cfg=None, build_dir: Path | None = None, reuse: bool = False) -> dict:
     ``status`` (``"routed"``: nextpnr routed the whole design, so ``fmax_mhz`` is the routed
     figure), ``bitstream`` (path), ``bitstream_bytes``, ``seconds`` (wall time of the build;
     None when reused) and the ``timing()`` keys."""
+    import json
     import time
+
+    from .flows import SynthError
     build_dir = Path(build_dir) if build_dir else BUILD
     bit = build_dir / f"{NAME}.bit"
+    stamp = build_dir / STAMP
+    want = (cfg if cfg is not None else board_config()).to_dict()
     seconds = None
-    if reuse and not (bit.exists() and (build_dir / f"{NAME}.pnr.json").exists()):
-        raise FileNotFoundError(f"no finished board build in {build_dir} (build one first: "
-                                "dstar synth --board)")
-    if not reuse:
+    if reuse:
+        if not (bit.exists() and (build_dir / f"{NAME}.pnr.json").exists()):
+            raise FileNotFoundError(f"no finished board build in {build_dir} (build one first: "
+                                    "dstar synth --board)")
+        made = json.loads(stamp.read_text()) if stamp.exists() else {}
+        changed = sorted(k for k in want.keys() | made.keys() if made.get(k) != want.get(k))
+        if changed:
+            raise SynthError(f"the build in {build_dir} was not made for this configuration "
+                             f"({', '.join(changed) if made else f'no {STAMP}'}); build it "
+                             "again: dstar synth --board")
+    else:
+        stamp.unlink(missing_ok=True)
         import subprocess
 
-        from .flows import SynthError
         from .fmax import placed_estimate
         t0 = time.monotonic()
         try:
@@ -477,6 +490,7 @@ def run(cfg=None, build_dir: Path | None = None, reuse: bool = False) -> dict:
                              f"nextpnr's placement estimate: {est} MHz (target {SYNC_MHZ:g} "
                              "MHz)") from None
         seconds = round(time.monotonic() - t0)
+        stamp.write_text(json.dumps(want, indent=1, sort_keys=True) + "\n")
     return {"status": "routed", "bitstream": str(bit), "bitstream_bytes": bit.stat().st_size,
             "seconds": seconds, **timing(build_dir)}
 

@@ -242,6 +242,14 @@ def test_board_report_reads_the_generated_clock(tmp_path, capsys, monkeypatch):
            "utilization": {"MULT18X18D": {"used": 129, "available": 156},
                            "DCSC": {"used": 0, "available": 2}}}
     (tmp_path / f"{board.NAME}.pnr.json").write_text(json.dumps(rep))
+    # A build is reused only for the configuration it was made for.
+    assert main(["synth", "--board", "--reuse", "--output", str(tmp_path)]) == 2
+    assert f"no {board.STAMP}" in capsys.readouterr().err
+    other = board.board_config().replace(lane_rotation=2).to_dict()
+    (tmp_path / board.STAMP).write_text(json.dumps(other))
+    assert main(["synth", "--board", "--reuse", "--output", str(tmp_path)]) == 2
+    assert "not made for this configuration (lane_rotation)" in capsys.readouterr().err
+    (tmp_path / board.STAMP).write_text(json.dumps(board.board_config().to_dict()))
     assert main(["synth", "--board", "--reuse", "--output", str(tmp_path), "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["target_mhz"] == board.SYNC_MHZ and got["fmax_mhz"] == 12.4
