@@ -19,6 +19,7 @@ __all__ = ["Config", "ConfigError", "PRESETS", "preset", "load_config", "bits_si
 #: "dense" is not a DSTAR strategy but the dense INT8 (W8A8) baseline built by the same generator
 #: (``hw.dense``): 8-bit x 8-bit lanes, no encoder or dispatcher.
 PACKINGS = ("lockstep", "compact", "dense")
+WEIGHT_STORES = ("registers", "lane_ram")
 
 
 class ConfigError(ValueError):
@@ -62,6 +63,7 @@ class Config:
     packing: str = "compact"    # "lockstep", "compact", or "dense" (the W8A8 baseline)
     lane_fifo_depth: int = 8    # per-lane operation queue of the compacting dispatcher
     lane_rotation: int = 0      # compact: lanes each element may land on (0: min(4, group))
+    weight_store: str = "registers"  # weight tile: "registers" or "lane_ram" (per-lane LUT RAM)
     max_k: int = 512            # largest reduction dimension K a layer may have
     max_m: int = 512            # largest output dimension M
     max_tokens: int = 256       # largest number of token rows per layer run
@@ -128,6 +130,9 @@ class Config:
         if r and (r > self.group or self.group % r or r & (r - 1)):
             raise ConfigError(f"lane_rotation must be 0 or a power of two dividing "
                               f"group={self.group}, got {r!r}")
+        if self.weight_store not in WEIGHT_STORES:
+            raise ConfigError(f"weight_store must be one of {WEIGHT_STORES}, "
+                              f"got {self.weight_store!r}")
         self._range("max_k", self.group, 1 << 16)
         if self.max_k % self.group:
             raise ConfigError(f"max_k={self.max_k} must be a multiple of group={self.group}")

@@ -29,7 +29,7 @@ from dstar.config import Config, ConfigError, bits_signed
 from .geometry import Geometry, uwidth
 from .layouts import weight_row_layout
 from .linear import layer_ports, load_tiles, run_control
-from .pe_array import weight_tile
+from .pe_array import lane_weights
 
 __all__ = ["DenseGeometry", "DenseArray", "DenseLinearLayer", "chunk_layout",
            "target_row_layout", "y_row_layout"]
@@ -154,21 +154,19 @@ class DenseArray(wiring.Component):
         n_l, n_c, m_n = dg.lanes, dg.chunks, cfg.m_tile
         m = Module()
 
-        row_l, wts = weight_tile(m, self.i_wrow, cfg.k_tile, m_n)
+        ck = self.i_chunk.payload
+        wsel = lane_weights(m, self.i_wrow, cfg.k_tile, m_n, cfg.weight_store,
+                            [Cat(ck.bank, ck.chunk)] * n_l,
+                            [{b | j << 1: (b, j * n_l + lane) for j in range(n_c)
+                              for b in range(2)} for lane in range(n_l)])
 
         # Stage E (combinational from the chunk): weight rows and products, registered (a
         # register between the multipliers and the lane sum also keeps Yosys from merging
         # them into one multiply-accumulate cell per column, which ABC maps very slowly).
-        ck = self.i_chunk.payload
         prod_l = data.ArrayLayout(signed(16), m_n)
         prods = []
         for lane in range(n_l):
-            w = Signal(row_l, name=f"wsel_{lane}")
-            with m.Switch(Cat(ck.bank, ck.chunk)):
-                for j in range(n_c):
-                    for b in range(2):
-                        with m.Case(b | j << 1):
-                            m.d.comb += w.eq(wts[b][j * n_l + lane])
+            w = wsel[lane]
             p = Signal(prod_l, name=f"prod_{lane}")
             m.d.sync += [p[c].eq(ck.x[lane] * w[c]) for c in range(m_n)]
             prods.append(p)

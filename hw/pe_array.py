@@ -13,7 +13,7 @@ from amaranth.lib.wiring import In, Out
 from .geometry import Geometry, uwidth
 from .layouts import lane_op_layout, token_layout, weight_row_layout
 
-__all__ = ["PEArray", "y_row_layout", "token_depth", "weight_tile"]
+__all__ = ["PEArray", "y_row_layout", "token_depth", "lane_weights"]
 
 
 def y_row_layout(geo: Geometry) -> data.ArrayLayout:
@@ -27,21 +27,54 @@ def token_depth(geo: Geometry) -> int:
     return geo.cfg.lane_fifo_depth + geo.psum_depth + 2
 
 
-def weight_tile(m: Module, wrow, k_tile: int, m_tile: int):
-    """The double-buffered ``k_tile x m_tile`` INT8 weight tile as registers, written one row
-    per beat of the ``weight_row_layout`` stream ``wrow`` (no back-pressure). Returns the row
-    layout and ``wts[bank][row]``."""
+def lane_weights(m: Module, wrow, k_tile: int, m_tile: int, store: str, sels: list,
+                 rows: list) -> list:
+    """Per-lane reads of the double-buffered ``k_tile x m_tile`` INT8 weight tile, written one
+    row per beat of the ``weight_row_layout`` stream ``wrow`` (no back-pressure).
+
+    ``sels[lane]`` is the lane's read key (a value); ``rows[lane]`` maps each key the lane may
+    read to the ``(bank, row)`` it reads. Returns each lane's selected row (``m_tile`` signed
+    8-bit weights), combinational from its key. A row written on an edge is read from the next
+    cycle on (both stores).
+
+    ``store`` (``Config.weight_store``): ``"registers"``, one shared tile of registers and a
+    multiplexer per lane over its keys; ``"lane_ram"``, per lane a memory of its keys' rows
+    with an asynchronous read port (LUT RAM on FPGAs), written with every beat of a row the lane
+    reads: no wide multiplexers, but each row is stored once per lane that reads it.
+    """
     row_l = data.ArrayLayout(signed(8), m_tile)
-    wts = [[Signal(row_l, name=f"w{b}_{k}") for k in range(k_tile)] for b in range(2)]
-    with m.If(wrow.valid):
-        with m.Switch(wrow.payload.bank):
-            for b in range(2):
-                with m.Case(b):
-                    with m.Switch(wrow.payload.row):
-                        for k in range(k_tile):
-                            with m.Case(k):
-                                m.d.sync += wts[b][k].eq(wrow.payload.w)
-    return row_l, wts
+    out = [Signal(row_l, name=f"wsel_{lane}") for lane in range(len(sels))]
+    if store == "registers":
+        wts = [[Signal(row_l, name=f"w{b}_{k}") for k in range(k_tile)] for b in range(2)]
+        with m.If(wrow.valid):
+            with m.Switch(wrow.payload.bank):
+                for b in range(2):
+                    with m.Case(b):
+                        with m.Switch(wrow.payload.row):
+                            for k in range(k_tile):
+                                with m.Case(k):
+                                    m.d.sync += wts[b][k].eq(wrow.payload.w)
+        for lane, (sel, keys) in enumerate(zip(sels, rows, strict=True)):
+            with m.Switch(sel):
+                for key, (b, k) in keys.items():
+                    with m.Case(key):
+                        m.d.comb += out[lane].eq(wts[b][k])
+        return out
+    for lane, (sel, keys) in enumerate(zip(sels, rows, strict=True)):
+        where = {bk: key for key, bk in keys.items()}
+        if len(where) != len(keys):
+            raise ValueError(f"lane {lane} reads one weight row under two keys")
+        mem = Memory(shape=row_l, depth=1 << len(sel), init=[])
+        m.submodules[f"wmem_{lane}"] = mem
+        wr, rd = mem.write_port(), mem.read_port(domain="comb")
+        m.d.comb += [wr.data.eq(wrow.payload.w), rd.addr.eq(sel), out[lane].eq(rd.data)]
+        # A beat writes the lane's copy only if the lane reads that row (at most one key).
+        with m.If(wrow.valid):
+            with m.Switch(Cat(wrow.payload.bank, wrow.payload.row)):
+                for (b, k), key in sorted(where.items()):
+                    with m.Case(b | k << 1):
+                        m.d.comb += [wr.addr.eq(key), wr.en.eq(1)]
+    return out
 
 
 class PEArray(wiring.Component):
@@ -67,6 +100,8 @@ class PEArray(wiring.Component):
     back-pressure: the dispatcher must not close more slices on a lane than its credits
     (``psum_depth`` minus unreduced closes). ``i_token`` has back-pressure.
     Reset empties the queues and partial sums; weights and the accumulator memory survive.
+    ``cfg.weight_store`` chooses how the tile is held (``lane_weights``); behaviour and timing
+    are the same.
 
     Members
     -------
@@ -98,21 +133,19 @@ class PEArray(wiring.Component):
         g_n, s_n, m_n = geo.lanes, geo.slice_groups, cfg.m_tile
         m = Module()
 
-        # Weight tile, two buffers, as registers: every lane reads its own row each cycle.
-        row_l, wts = weight_tile(m, self.i_wrow, cfg.k_tile, m_n)
+        # Weight tile, two buffers: every lane reads its own row each cycle.
+        ops = [self.i_op[lane].payload for lane in range(g_n)]
+        wsel = lane_weights(
+            m, self.i_wrow, cfg.k_tile, m_n, cfg.weight_store,
+            [Cat(op.bank, op.row, op.rot) for op in ops],
+            [{b | j << 1 | r << (1 + geo.row_bits): (b, j * g_n + geo.lane_element(lane, r))
+              for r in range(geo.rotation) for j in range(s_n) for b in range(2)}
+             for lane in range(g_n)])
 
         psum_l = data.ArrayLayout(signed(geo.psum_bits), m_n)
         fifos = []
         for lane in range(g_n):
-            op = self.i_op[lane].payload
-            w = Signal(row_l, name=f"wsel_{lane}")
-            with m.Switch(Cat(op.bank, op.row, op.rot)):
-                for r in range(geo.rotation):
-                    for j in range(s_n):
-                        for b in range(2):
-                            with m.Case(b | j << 1 | r << (1 + geo.row_bits)):
-                                k = j * g_n + geo.lane_element(lane, r)
-                                m.d.comb += w.eq(wts[b][k])
+            op, w = ops[lane], wsel[lane]
             acc = Signal(psum_l, name=f"acc_{lane}")
             nxt = Signal(psum_l, name=f"acc_next_{lane}")
             for c in range(m_n):

@@ -116,6 +116,13 @@ def test_lockstep_adversarial():
     run_cocotb(cfg, "tiny-lockstep", {k: cases[k] for k in ("extreme", "uneven_one_tile")})
 
 
+def test_lane_ram_adversarial():
+    """The FPGA weight store (per-lane LUT-RAM copies of the weight rows) in Verilog."""
+    cfg = preset("tiny").replace(weight_store="lane_ram")
+    cases = synthetic_cases(cfg)
+    run_cocotb(cfg, "tiny-lane-ram", {k: cases[k] for k in ("drift", "extreme")})
+
+
 @pytest.mark.slow
 def test_default_whole_fc1():
     """The whole fc1 of block 0 (256 tokens x 128 -> 512) on the default preset's Verilog, over

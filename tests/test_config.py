@@ -15,7 +15,8 @@ def test_presets_are_valid_and_named():
 @pytest.mark.parametrize("field,value,words", [
     ("group", 1, "group"), ("group", 65, "group"), ("e_max", 16, "e_max"), ("tau", -1, "tau"),
     ("state_bits", 8, "state_bits"), ("theta", 0.0, "theta"), ("theta", 1.5, "theta"),
-    ("packing", "zigzag", "packing"), ("k_tile", 24, "k_tile=24"), ("steps", 0, "steps"),
+    ("packing", "zigzag", "packing"), ("weight_store", "flops", "weight_store"),
+    ("k_tile", 24, "k_tile=24"), ("steps", 0, "steps"),
     ("cfg_scale", 0.5, "cfg_scale"), ("max_k", 100, "max_k=100"), ("group", "16", "group"),
     ("tau", True, "tau"), ("n_arrays", 0, "n_arrays"), ("lattice_bits", 9, "lattice_bits"),
 ])

@@ -132,6 +132,18 @@ def test_odd_geometry():
     check(cfg, rng.integers(-128, 128, size=(48, 18)), [rng.integers(-128, 128, size=(7, 48))])
 
 
+def test_lane_ram_weight_store():
+    """Per-lane weight memories: INT8 extremes over several weight tiles (both buffers), and
+    the odd geometry (six chunks per slice: a non-power-of-two key range)."""
+    cfg = dense(weight_store="lane_ram")
+    rng = np.random.default_rng(24)
+    w = rng.choice([-128, 127, -1, 0, 1], size=(96, 12))
+    check(cfg, w, [rng.choice([-128, 127, 0], size=(5, 96)), rng.integers(-128, 128, (5, 96))])
+    cfg = dense(group=8, k_tile=24, m_tile=3, n_arrays=3, max_k=48, max_m=18, max_tokens=7,
+                weight_store="lane_ram")
+    check(cfg, rng.integers(-128, 128, size=(48, 18)), [rng.integers(-128, 128, size=(7, 48))])
+
+
 def test_cycle_model_is_a_real_prediction():
     """The model is not a tautology: it charges the first tile's load and the drain, and the
     loads of later tiles hide behind long passes but not short ones."""

@@ -109,6 +109,21 @@ def test_lane_rotation_variants(lane_rotation):
           lane_rotation=lane_rotation)
 
 
+@pytest.mark.parametrize("packing", ["compact", "lockstep"])
+def test_lane_ram_weight_store(packing):
+    """Per-lane weight memories (``weight_store = "lane_ram"``) are as exact as the shared
+    register tile, over several weight tiles (both buffers) and with full rotation."""
+    cfg = preset("tiny").replace(packing=packing, weight_store="lane_ram")
+    rng = np.random.default_rng(23)
+    n, k, m = 7, 96, 20
+    tg = drifting_targets(rng, cfg, n, k, 2)
+    check(cfg, random_weights(rng, k, m), [(tg[0], True), (tg[1], False)])
+    if packing == "compact":
+        tg = drifting_targets(rng, cfg, 3, 64, 2)
+        check(cfg, random_weights(rng, 64, 8), [(tg[0], True), (tg[1], False)],
+              lane_rotation=16)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("packing", ["compact", "lockstep"])
 def test_default_preset_real_layer_sample(packing):
