@@ -342,7 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "and the whole top (default), or one of them")
     p.add_argument("--fmax-timeout", type=float, metavar="MIN",
                    help="stop each nextpnr run after MIN minutes and report its placement "
-                   "estimate instead (the tiny top routes in about an hour)")
+                   "estimate instead (the tiny top with weight_store = lane_ram routes in "
+                   "about 20 minutes)")
     p.add_argument("--board", action="store_true",
                    help="build the ULX3S 85F self-test bitstream instead (synth.board's "
                    "board_config() unless a preset or config is given) and print its routed "

@@ -74,7 +74,11 @@ def board_config():
     difference); the datapath, the command stream and the golden model's integer contract are
     the same, and the self-test checks this
     configuration bit-exactly (``simulate``). With one PE array as well (``n_arrays=1``) the
-    top takes 51.5 % and routes at 22.15 MHz."""
+    top takes 51.5 % and routes at 22.15 MHz. ``tiny`` with its full lane rotation and
+    ``weight_store = "lane_ram"`` routes out of context (70 % of the LUTs, 13.89 MHz, README),
+    but in this board build router2 did not converge either (about 1k overused wires after 27
+    iterations, rising to 2.5k by iteration 43, 30 minutes), and 13.89 MHz would leave little
+    margin over 12.5 MHz."""
     from dstar.config import preset
     return preset("tiny").replace(lane_rotation=1)
 

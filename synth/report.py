@@ -31,6 +31,10 @@ routed, only placed (routing did not finish within ``fmax_timeout_min``: nextpnr
 estimate) or does not fit: a top whose PE arrays alone need more MULT18X18D than the device has
 (the ``default`` preset: 2 x 128 > 156 on the LFE5U-85F) is not synthesized for nextpnr at all,
 and the report gives that reason instead of a figure.
+The figures are for the configuration as given: with ``weight_store = "registers"`` (the
+default, smallest on an ASIC) the lanes' weight-row multiplexers congest the routing of the
+``default`` PE array and the ``tiny`` top; ``weight_store = "lane_ram"`` is the FPGA form that
+routes (figures in README.md), and the table says so next to an unrouted figure.
 
 Attention engine: the configuration's ``dstar_attention.v`` (``hw.attention``, written beside the
 linear top unless the configuration is the dense baseline) is split the same way: its
@@ -103,6 +107,16 @@ def preset_name(cfg: Config) -> str:
         if p == cfg:
             return name
     return "custom"
+
+
+def describe(config: dict) -> str:
+    """``config`` (``Config.to_dict()``) as the nearest preset and the fields that differ, e.g.
+    ``tiny, weight_store=lane_ram``."""
+    def diff(p):
+        return {k: v for k, v in config.items() if p.to_dict().get(k) != v}
+
+    name, p = min(PRESETS.items(), key=lambda kv: len(diff(kv[1])))
+    return ", ".join([name] + [f"{k}={v}" for k, v in diff(p).items()])
 
 
 def generate_verilog(cfg: Config, outdir: Path) -> tuple[Path, dict]:
@@ -377,7 +391,8 @@ _COLS = {
 def format_table(report: dict) -> str:
     """Plain-text tables: totals per target, then each block kind per target (per instance
     and x instances), the SRAM macros, and Fmax with the critical path."""
-    lines = [f"dstar synth: preset {report['preset']} (config {report['config_hash']}), "
+    label = describe(report["config"]) if "config" in report else report["preset"]
+    lines = [f"dstar synth: {label} (config {report['config_hash']}), "
              f"top {report['top']}, Yosys {report['yosys_version']}, "
              f"report v{report['report_version']}"]
     head = ["target", "cells", "luts", "carries", "ffs", "brams", "dsps", "transistors",
@@ -442,6 +457,9 @@ def format_table(report: dict) -> str:
             else:
                 fig = (f"no routed figure (routing unfinished after {f.get('timeout_min')} "
                        f"min); placement estimate {f.get('placed_estimate_mhz')} MHz")
+                if report.get("config", {}).get("weight_store") == "registers":
+                    fig += ("; weight_store = lane_ram (the FPGA form: no weight-row "
+                            "multiplexers) relieves routing congestion")
             if status == "does not fit":
                 lines.append(f"  {what}: {fig}")
                 continue

@@ -376,4 +376,11 @@ def test_fmax_table_says_routed_placed_or_does_not_fit():
     text = format_table(rep)
     assert "51.1 MHz routed" in text
     assert "routing unfinished after 70 min); placement estimate 20.2 MHz" in text
+    assert "lane_ram" not in text
+    rep["config"] = preset("tiny").replace(max_k=256).to_dict()
+    text = format_table(rep)
+    assert text.startswith("dstar synth: tiny, max_k=256 (config 0)")
+    assert "placement estimate 20.2 MHz; weight_store = lane_ram (the FPGA form" in text
+    rep["config"]["weight_store"] = "lane_ram"
+    assert "the FPGA form" not in format_table(rep)
     assert "no figure: its 2 PE arrays alone need 256 MULT18X18D > 156" in text
