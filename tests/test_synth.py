@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -384,3 +385,41 @@ def test_fmax_table_says_routed_placed_or_does_not_fit():
     rep["config"]["weight_store"] = "lane_ram"
     assert "the FPGA form" not in format_table(rep)
     assert "no figure: its 2 PE arrays alone need 256 MULT18X18D > 156" in text
+
+
+def test_fmax_selection_places_each_named_block(tmp_path, monkeypatch):
+    """``--fmax blocks`` writes the ECP5 netlist of the PE array, the encoder and the dispatcher
+    and places each alone; ``--fmax top`` synthesizes the PE array only to check the top's fit
+    (Yosys and nextpnr stubbed: the selection logic only)."""
+    from synth import report as synth_report
+
+    assert synth_report.fmax_selection("all") == ("pe_array", "top")
+    assert synth_report.fmax_selection("blocks") == ("pe_array", "encoder", "dispatcher")
+    assert synth_report.fmax_selection("encoder") == ("encoder",)
+    assert synth_report.fmax_selection(None) == ()
+    synths, routes = [], []
+
+    def fake_synth(verilog, module, target, builddir, blackbox=(), netlist=False, reuse=False):
+        synths.append((module, target, netlist))
+        return {"cells": 1, "dsps": 64}
+
+    def fake_route(net, fdir, **kw):
+        routes.append(Path(net).name)
+        return {"status": "routed", "fmax_mhz": 10.0 + len(routes), "device": {}}
+
+    monkeypatch.setattr(synth_report, "synth_module", fake_synth)
+    monkeypatch.setattr(synth_report._fmax, "place_and_route", fake_route)
+    monkeypatch.setattr(synth_report._fmax, "nextpnr_version", lambda: "stub")
+    cfg = preset("tiny")
+    rep = run(cfg, (), synth_report.fmax_selection("blocks"), outdir=tmp_path, dense=False)
+    assert list(rep["fmax"]) == ["pe_array", "encoder", "dispatcher"]
+    assert sorted(routes) == sorted(f"dstar_linear.{m}.ecp5_dsp.json"
+                                    for m in ("array_0", "encoder", "dispatcher"))
+    assert sorted(m for m, t, net in synths if net) == [
+        f"dstar_linear.{m}" for m in ("array_0", "dispatcher", "encoder")]
+    synths.clear()
+    routes.clear()
+    rep = run(cfg, (), ("top",), outdir=tmp_path, dense=False)
+    assert routes == [f"dstar_linear.{TOP_FLOW}.json"]
+    assert ("dstar_linear.array_0", "ecp5_dsp", False) in synths
+    assert ("dstar_linear", TOP_FLOW, True) in synths
