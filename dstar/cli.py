@@ -280,6 +280,7 @@ def cmd_train(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from synth.report import FMAX_CHOICES  # stdlib only: no Yosys needed to parse arguments
     ap = argparse.ArgumentParser(prog="dstar", description="DSTAR accelerator generator, golden "
                                  "model and evaluation")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -337,8 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="all",
                    choices=["cmos", "ice40", "ecp5", "ecp5_dsp", "xc7", "all", "none"],
                    help="area target(s) (default: all); none: only --fmax or --board")
-    p.add_argument("--fmax", nargs="?", const="all",
-                   choices=["all", "blocks", "pe_array", "encoder", "dispatcher", "top"],
+    p.add_argument("--fmax", nargs="?", const="all", choices=FMAX_CHOICES,
                    help="also place and route for Fmax (ECP5, out of context): the PE array "
                    "and the whole top (default), each block of the linear datapath alone "
                    "(blocks: PE array, encoder, dispatcher), or one of them")

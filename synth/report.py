@@ -223,7 +223,7 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
     outdir = Path(outdir) if outdir else BUILD / f"{name}-{config_hash(cfg)}"
     t0 = time.monotonic()
     skipped: dict = {}
-    top, verilog, pe_mod, modules = _synth_blocks(cfg, targets, fmax, outdir, jobs, reuse,
+    top, verilog, modules = _synth_blocks(cfg, targets, fmax, outdir, jobs, reuse,
                                                   skipped=skipped)
     totals = {t: _total(modules, t) for t in targets}
 
@@ -247,7 +247,7 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
         report["accelerator"] = {"targets": {t: _total(modules, t, None) for t in targets}}
     if dense:
         dcfg = cfg.replace(packing="dense")
-        _, _, _, dmods = _synth_blocks(dcfg, targets, (), outdir / "dense", jobs, reuse)
+        _, _, dmods = _synth_blocks(dcfg, targets, (), outdir / "dense", jobs, reuse)
         dtot = {t: _total(dmods, t) for t in targets}
         report["dense_baseline"] = {"config_hash": config_hash(dcfg), "packing": "dense",
                                     "targets": dtot, "modules": dmods,
@@ -275,14 +275,13 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
 def _synth_blocks(cfg: Config, targets: tuple, fmax: tuple, outdir: Path, jobs: int,
                   reuse: bool, skipped: dict | None = None):
     """Generate ``cfg`` into ``<outdir>/rtl`` and synthesize its blocks for ``targets`` (and
-    the netlists ``fmax`` needs); returns ``(top, verilog, pe_array module, modules)``. The
+    the netlists ``fmax`` needs); returns ``(top, verilog, modules)``. The
     whole top is synthesized for nextpnr only if its PE arrays fit the device's MULT18X18D;
     otherwise ``skipped["top"]`` says why."""
     verilog, man = generate_verilog(cfg, outdir / "rtl")
     top = man["top"]
     att = man.get("attention")
     blks = blocks(verilog, top, verilog.parent / att["verilog"] if att else None)
-    pe_mod = next((b["module"] for b in blks if b["kind"] == "pe_array"), None)
 
     def placed_alone(b):
         return b["kind"] in fmax and b["kind"] in FMAX_KINDS and b.get("part") is None
@@ -326,7 +325,7 @@ def _synth_blocks(cfg: Config, targets: tuple, fmax: tuple, outdir: Path, jobs: 
     for (t, b, _), res in results:
         if t in targets:
             modules[b["kind"]]["targets"][t] = res
-    return top, verilog, pe_mod, modules
+    return top, verilog, modules
 
 
 def _ratios(totals: dict, dense: dict, modules: dict, dmods: dict) -> dict:
