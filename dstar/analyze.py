@@ -10,11 +10,11 @@ import time
 
 import numpy as np
 
-from golden.attention import AttentionReuse
-from golden.dit import LINEAR_TYPES, DiT
-from golden.hooks import DStarLinears, W8A8Linears, layer_type
-from golden.sampler import ddim_sample, initial_noise, sample_labels
-from golden.stats import OpStats
+from dstar.golden.attention import AttentionReuse
+from dstar.golden.dit import LINEAR_TYPES, DiT
+from dstar.golden.hooks import DStarLinears, W8A8Linears, layer_type
+from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
+from dstar.golden.stats import OpStats
 
 __all__ = ["psnr", "run_bundled", "format_table", "run_sweep", "format_sweep", "SWEEP_FIELDS"]
 
@@ -277,10 +277,10 @@ def _sqnr(signal_energy: float, noise_energy: float) -> float:
 
 
 def run_trace(cfg, trace, source: str = "trace") -> dict:
-    """Teacher-forced differential-linear analysis of a trace (``golden.trace.Trace``): every
+    """Teacher-forced differential-linear analysis of a trace (``dstar.golden.trace.Trace``): every
     layer runs DSTAR and W8A8 on the recorded inputs; outputs are compared with float."""
-    from golden.difflinear import DiffLinear
-    from golden.quant import quantize_weights, w8a8_linear
+    from dstar.golden.difflinear import DiffLinear
+    from dstar.golden.quant import quantize_weights, w8a8_linear
     types = layer_types_of(trace.linear_x)
     stats = OpStats(types)
     energy = {"signal": 0.0, "dstar": 0.0, "w8a8": 0.0}
@@ -316,8 +316,8 @@ def run_trace(cfg, trace, source: str = "trace") -> dict:
 
 def export_trace(cfg, path, model: DiT | None = None, layers=None, attention=True) -> None:
     """Record the bundled model's FP32 sampling run (``cfg.samples``, ``cfg.steps``) as a trace."""
-    from golden.dit import float_attention, float_linear
-    from golden.trace import TraceRecorder, save_trace
+    from dstar.golden.dit import float_attention, float_linear
+    from dstar.golden.trace import TraceRecorder, save_trace
     model = model or DiT.bundled()
     rec = TraceRecorder(float_linear, float_attention, layers, attention)
     ddim_sample(model, sample_labels(cfg.samples), initial_noise(cfg.samples, model.shape,

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from golden.trace import Trace, save_trace
+from dstar.golden.trace import Trace, save_trace
 
 __all__ = ["TraceCapture"]
 

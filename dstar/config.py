@@ -17,7 +17,7 @@ from pathlib import Path
 __all__ = ["Config", "ConfigError", "PRESETS", "preset", "load_config", "bits_signed"]
 
 #: "dense" is not a DSTAR strategy but the dense INT8 (W8A8) baseline built by the same generator
-#: (``hw.dense``): 8-bit x 8-bit lanes, no encoder or dispatcher.
+#: (``dstar.hw.dense``): 8-bit x 8-bit lanes, no encoder or dispatcher.
 PACKINGS = ("lockstep", "compact", "dense")
 WEIGHT_STORES = ("registers", "lane_ram")
 

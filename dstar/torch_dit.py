@@ -1,5 +1,5 @@
 """PyTorch DiT (Peebles & Xie, facebookresearch/DiT ``models.py``), used only for training and
-for checking the NumPy model (``golden.dit``). Optional: needs the ``train`` extra (PyTorch).
+for checking the NumPy model (``dstar.golden.dit``). Optional: needs the ``train`` extra (PyTorch).
 
 Module names follow DiT's (``blocks[i].attn.qkv/proj``, ``blocks[i].mlp.fc1/fc2``,
 ``adaLN_modulation``) so that ``state_dict`` keys match the official checkpoints and the NumPy
@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from golden.dit import DiTShape, pos_embed_2d
+from dstar.golden.dit import DiTShape, pos_embed_2d
 
 
 def modulate(x, shift, scale):
@@ -163,7 +163,7 @@ class DiT(nn.Module):
 
 
 def to_numpy_weights(model: DiT) -> dict[str, np.ndarray]:
-    """The ``state_dict`` as float32 NumPy arrays (the layout ``golden.dit`` loads)."""
+    """The ``state_dict`` as float32 NumPy arrays (the layout ``dstar.golden.dit`` loads)."""
     return {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
 
 

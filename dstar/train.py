@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from golden.diffusion import alphas_cumprod
-from golden.dit import DiTShape
-from golden.mnist import load_mnist
+from dstar.golden.diffusion import alphas_cumprod
+from dstar.golden.dit import DiTShape
+from dstar.golden.mnist import load_mnist
 
 from .torch_dit import DiT, from_numpy_weights, to_numpy_weights
 
@@ -43,8 +43,8 @@ class _NumpyFacade:
 def legibility(ema: DiT, samples: int = 100, steps: int = 50, cfg_scale: float = 1.5,
                seed: int = 0) -> float:
     """kNN class accuracy of ``samples`` class-conditional DDIM samples of ``ema``."""
-    from golden.classifier import DigitClassifier
-    from golden.sampler import ddim_sample, initial_noise, sample_labels
+    from dstar.golden.classifier import DigitClassifier
+    from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
 
     ema.eval()
     labels = sample_labels(samples)

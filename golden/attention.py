@@ -12,7 +12,7 @@ Number formats, per batch element ``b`` and head ``h`` (shapes ``(..., N, Dh)``)
   counted in the stats).
 * Logits ``S = Q K^T`` (exact integers, ``|S| <= Dh * 127**2``); the multiplier ``(m, sh)`` of each
   query row comes from ``logit_multiplier(s_q * s_k / sqrt(Dh))``.
-* Output ``O = normalize(P V, l)`` (``golden.softmax``): integers with ``out_frac_bits`` (8)
+* Output ``O = normalize(P V, l)`` (``dstar.golden.softmax``): integers with ``out_frac_bits`` (8)
   fraction bits in units of ``s_v``, i.e. ``o = O * s_v / 2**out_frac_bits``, ``|O| <= 127 * 2**8``.
 
 Blocks: queries in blocks of ``block_q`` rows, keys in blocks of ``block_k``; the last block of
@@ -203,7 +203,7 @@ def _rel_err(a, ref) -> float:
 
 # ----- the DiT hook -----
 class AttentionReuse:
-    """The ``attn(name, q, k, v, step) -> out`` hook of ``golden.dit``: DSTAR sparse attention
+    """The ``attn(name, q, k, v, step) -> out`` hook of ``dstar.golden.dit``: DSTAR sparse attention
     with reuse, one state (mask, residual, V lattice) per layer ``name``, covering every batch
     element and head of that layer. ``q, k, v``: float ``(B, H, N, Dh)`` before the 1/sqrt(Dh)
     scale; returns float32 ``(B, H, N, Dh)``.

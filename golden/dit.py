@@ -55,8 +55,8 @@ ATTN_SUFFIX = "attn"
 
 
 def bundled_weights_path():
-    from pathlib import Path
-    return Path(__file__).parent / "data" / "dit_mnist.npz"
+    from dstar.paths import package_data
+    return package_data("dstar.golden", "data", "dit_mnist.npz")
 
 
 def load_weights(path=None) -> tuple[DiTShape, dict[str, np.ndarray]]:

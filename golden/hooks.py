@@ -1,4 +1,4 @@
-"""Linear-layer hooks for ``golden.dit.DiT``: dense W8A8 and DSTAR's differential layers."""
+"""Linear-layer hooks for ``dstar.golden.dit.DiT``: dense W8A8 and DSTAR's differential layers."""
 
 import numpy as np
 

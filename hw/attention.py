@@ -2,17 +2,17 @@
 on-chip memories, on the linear datapath's PE array and the softmax unit.
 
 Ref: dstar-spec.md sections 4 and 5 ("Attention-reuse controller"); the bit-exact contract is
-``golden/ATTENTION.md`` (``golden.attention.key_step_head`` / ``reuse_step_head``).
+``golden/ATTENTION.md`` (``dstar.golden.attention.key_step_head`` / ``reuse_step_head``).
 """
 
 from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+from dstar.golden.attention import THETA_BITS
+from dstar.golden.softmax import MANT_BITS, RECIP_BITS, SHIFT_MAX, sum_bits
 
 from dstar.config import Config, ConfigError, bits_signed
-from golden.attention import THETA_BITS
-from golden.softmax import MANT_BITS, RECIP_BITS, SHIFT_MAX, sum_bits
 
 from .dispatcher import COUNTER_BITS
 from .geometry import Geometry, uwidth
@@ -27,12 +27,12 @@ RES_BITS = 17           # R = O_full - O_sel, signed
 
 
 def ms_layout() -> data.StructLayout:
-    """A query row's logit multiplier ``(m, sh)`` (``golden.softmax.logit_multiplier``)."""
+    """A query row's logit multiplier ``(m, sh)`` (``dstar.golden.softmax.logit_multiplier``)."""
     return data.StructLayout({"m": unsigned(MANT_BITS), "sh": unsigned(SH_BITS)})
 
 
 def p_word_layout(cfg: Config) -> data.StructLayout:
-    """A P word: the 8-bit mantissas of one group of ``G`` keys (``golden.softmax`` group
+    """A P word: the 8-bit mantissas of one group of ``G`` keys (``dstar.golden.softmax`` group
     format; zeros past a ragged end) and the group's shift ``e_max - e_g``."""
     return data.StructLayout({"p": data.ArrayLayout(unsigned(8), cfg.group),
                               "shift": unsigned(cfg.shift_bits)})
@@ -119,7 +119,7 @@ class AttentionEngine(wiring.Component):
     """The attention-reuse controller of one head for one step: per layer/head *slot* the step
     counter and refresh policy, the mask memory and the residual cache; the block schedule on
     the linear datapath's ``PEArray`` (QK^T and PV) and on ``SoftmaxUnit`` / ``Normalizer``;
-    the residual add. Bit-exact with ``golden.attention`` (``key_step_head`` on key steps,
+    the residual add. Bit-exact with ``dstar.golden.attention`` (``key_step_head`` on key steps,
     ``reuse_step_head`` on reuse steps).
 
     Host memories (written while ``busy`` is low; word layouts in ``params.json``):
@@ -143,7 +143,7 @@ class AttentionEngine(wiring.Component):
     block ``I`` (``block_q`` rows, the last one ragged):
 
     * key step: all tiles of QK^T into the PE array's accumulators; the softmax of every row
-      (in ``golden.softmax``'s group format: per group of ``G`` keys one P word of 8-bit
+      (in ``dstar.golden.softmax``'s group format: per group of ``G`` keys one P word of 8-bit
       mantissas ``p`` and the group's shift ``s = e_max - e_g``; the block sums ``b`` of the
       applied weights ``p << s`` and, with the row's ``(r, L)``, the block masses ``M``); the
       mask selection (descending ``M``, ties by ascending ``J``, the shortest prefix with
@@ -165,7 +165,7 @@ class AttentionEngine(wiring.Component):
     Counters (cleared by ``start``): ``cycles`` (cycles ``busy`` was high), ``count_qk`` and
     ``count_pv``: query-block x key-block tiles run through QK^T (key step: all; reuse step:
     the selected) and PV (key step: all + the selected; reuse step: the selected), as the
-    hook counts them. ``sim.attention_cycles`` predicts all three exactly from ``N`` and the
+    hook counts them. ``dstar.sim.attention_cycles`` predicts all three exactly from ``N`` and the
     mask.
 
     Why these choices: the lanes are the real ``PEArray`` (the spec runs QK^T and PV on the
@@ -177,7 +177,7 @@ class AttentionEngine(wiring.Component):
 
     Latency and throughput: the phases of a query block run one after the other (a K^T or V
     tile loads at one row per cycle into the free weight bank, the lanes take one nibble op
-    per cycle, the softmax unit one logit per cycle; see ``sim.attention_cycles``). No stream
+    per cycle, the softmax unit one logit per cycle; see ``dstar.sim.attention_cycles``). No stream
     of this top has back-pressure from outside (the host only writes memories and polls
     ``busy``); the internal streams to the softmax unit honour its ready. Rounding and
     saturation are those of ``golden/ATTENTION.md``; outputs are exact. Reset stops a run and

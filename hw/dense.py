@@ -1,9 +1,9 @@
-"""Dense INT8 baseline: the same layer top as ``hw.linear`` with 8-bit x 8-bit lanes, no delta
+"""Dense INT8 baseline: the same layer top as ``dstar.hw.linear`` with 8-bit x 8-bit lanes, no delta
 encoder and no precision dispatcher (``packing = "dense"``), so that the area DSTAR's extra
-logic costs is a measured ratio (``synth.report``).
+logic costs is a measured ratio (``dstar.synth.report``).
 
 Ref: dstar-spec.md sections 2 and 6; golden counterpart: the dense W8A8 reference
-``golden.quant.w8a8_linear`` (its integer part ``exact_matmul(x_q, w_q)``).
+``dstar.golden.quant.w8a8_linear`` (its integer part ``exact_matmul(x_q, w_q)``).
 
 Equal peak 8-bit throughput. A DSTAR array has ``G`` (= ``group``) lanes, each one 5-bit x
 8-bit nibble op per column per cycle; an INT8 (HIGH) activation takes two nibble ops (low,
@@ -12,7 +12,7 @@ per cycle, and an all-HIGH slice of ``k_tile`` elements takes ``2 * k_tile / G``
 dense array here has ``G / 2`` lanes of 8x8 multipliers per column: ``G * m_tile / 2``
 products per cycle, and every slice takes ``chunks = 2 * k_tile / G`` cycles whatever its
 values. Tiles (``k_tile`` x ``m_tile`` per array), ``n_arrays``, the weight memories and their
-loader (``hw.linear.load_tiles``), the host ports and the memory address rules are those of
+loader (``dstar.hw.linear.load_tiles``), the host ports and the memory address rules are those of
 ``LinearLayer``. DSTAR's advantage is that ZERO and LOW elements take zero or one op instead
 of the dense array's fixed two-op equivalent.
 """
@@ -114,7 +114,7 @@ def chunk_layout(dg: DenseGeometry) -> data.StructLayout:
 class DenseArray(wiring.Component):
     """One array of ``lanes`` 8x8 lanes by ``m_tile`` columns over a double-buffered
     ``k_tile x m_tile`` INT8 weight tile (registers, loaded through ``i_wrow`` as in
-    ``hw.pe_array.PEArray``).
+    ``dstar.hw.pe_array.PEArray``).
 
     A chunk adds ``sum_l x[l] * W[bank][chunk * lanes + l][c]`` to column ``c``'s slice sum
     (``first`` restarts it); after the ``close`` chunk the slice sum is written
@@ -222,7 +222,7 @@ class DenseLinearLayer(wiring.Component):
     one chunk of ``lanes`` elements per cycle, broadcast to every array. ``busy`` falls once the
     last accumulator write is done; ``cycles`` then holds the cycles ``busy`` was high and
     ``stall_load`` those in which the front end waited for a tile (cleared by ``start``;
-    ``sim.dense_cycles.predict`` gives both exactly). Host writes while ``busy`` are not
+    ``dstar.sim.dense_cycles.predict`` gives both exactly). Host writes while ``busy`` are not
     allowed. Reset stops a run; the memories keep their contents.
     """
 

@@ -31,13 +31,13 @@ Strategies (``cfg.packing``):
     rotation that minimises ``sum_l excess[l] * ops_r[l]`` (``ops_r[l]``: ops lane ``l`` would
     get under rotation ``r``), ties to ``r = token mod R`` first; the chosen bundle costs are
     then added to the excess and the minimum subtracted. The rule is
-    ``golden.dispatch.lane_rotations``; it depends only on the slice sequence (not on timing),
+    ``dstar.golden.dispatch.lane_rotations``; it depends only on the slice sequence (not on timing),
     and ``clear`` (the start of a layer run) zeroes the excess. Hardware: ``G`` per-element op
     counts, ``R`` excess-weighted sums of ``G`` small products, an ``R``-way minimum, ``G``
     excess registers with a minimum tree; the PE array's weight-row selection is the same as
     for any ``R`` rotations.
 
-    Why this design. Figures from ``sim.cycle_model`` (exact against the RTL) over the whole
+    Why this design. Figures from ``dstar.sim.cycle_model`` (exact against the RTL) over the whole
     50-step DDIM run of the bundled DiT, every step, all 24 linear layers (1200 layer-steps,
     default preset, tau = 0, ``python -m sim.bench --lane-rotation 1 2 4 8 16``): ideal x4.43
     over dense on the same lanes; "of ideal" = speedup over dense / ideal speedup;

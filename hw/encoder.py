@@ -1,7 +1,7 @@
 """Delta encoder: target rows and the stored state in, encoded slices out, state written back.
 
 Ref: dstar-spec.md section 3 ("Encoding: group shift, element precision"); the bit-exact
-contract is ``golden.encoder.encode`` / ``golden.difflinear.encode_step``.
+contract is ``dstar.golden.encoder.encode`` / ``dstar.golden.difflinear.encode_step``.
 """
 
 from amaranth import Cat, Module, Mux, Signal, signed
@@ -24,7 +24,7 @@ def row_layouts(geo: Geometry):
 
 class DeltaEncoder(wiring.Component):
     """Encode one token slice per cycle: ``D = target - state`` (state read as 0 on key steps),
-    one shift per group and one code per element exactly as ``golden.encoder.encode``
+    one shift per group and one code per element exactly as ``dstar.golden.encoder.encode``
     (``tau`` dead zone, smallest fitting shift, else ``e_max`` with codes saturated to INT8;
     rounding ``(D + 2**(e-1)) >> e``, half up). With ``commit`` the new state
     ``state + (q << e)`` is written back; without it the state is untouched, so every pass over

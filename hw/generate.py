@@ -69,7 +69,7 @@ def _ports(top: wiring.Component) -> dict:
 
 def top_of(cfg) -> wiring.Component:
     """The top ``cfg`` generates: DSTAR's ``LinearLayer``, or with ``packing = "dense"`` the
-    dense INT8 baseline ``hw.dense.DenseLinearLayer`` (same top name and host ports)."""
+    dense INT8 baseline ``dstar.hw.dense.DenseLinearLayer`` (same top name and host ports)."""
     if cfg.packing == "dense":
         from .dense import DenseLinearLayer
         return DenseLinearLayer(cfg)

@@ -17,7 +17,7 @@ __all__ = ["Geometry", "uwidth", "DEFAULT_LANE_ROTATION"]
 #: Rotations of the compacting strategy unless told otherwise: with the balanced choice per
 #: slice, 92% of the element-level ideal and lane utilization 0.92 over the bundled DiT's
 #: whole run (static split: 70%, 0.70; R = 8: 96%, 0.96 at twice the weight-row selection;
-#: ``hw.dispatcher`` docstring).
+#: ``dstar.hw.dispatcher`` docstring).
 DEFAULT_LANE_ROTATION = 4
 
 
@@ -31,10 +31,10 @@ class Geometry:
     """``lane_rotation`` (R, a power of two dividing G; 0 means the default, 4 or the largest
     power of two below it that divides G): in the compacting strategy, rotation ``r`` gives
     lane ``l`` element ``(l - r (r + 1) / 2) mod G`` of each group, and the dispatcher picks one
-    of the R rotations per slice to balance the lanes (``hw.dispatcher``), so a busy channel's
+    of the R rotations per slice to balance the lanes (``dstar.hw.dispatcher``), so a busy channel's
     work can land on R lanes instead of always one. R = 1 is the plain static split. Each lane
     then selects among ``R * slice_groups`` weight rows per buffer (the area cost; measurements
-    in ``hw.dispatcher``)."""
+    in ``dstar.hw.dispatcher``)."""
     cfg: Config
     lane_rotation: int = 0
 

@@ -1,7 +1,7 @@
 """Linear-layer wrapper: one differential linear layer step, all weight tiles and token rows,
 from on-chip memories, with flat ports a testbench can drive.
 
-Ref: dstar-spec.md sections 3 and 5; golden counterpart ``golden.difflinear.DiffLinear``.
+Ref: dstar-spec.md sections 3 and 5; golden counterpart ``dstar.golden.difflinear.DiffLinear``.
 """
 
 from amaranth import Module, Signal
@@ -40,7 +40,7 @@ class LinearLayer(wiring.Component):
     accumulator write is done; ``cycles`` then holds the cycles ``busy`` was high,
     ``stall_load`` those in which the front end waited for a tile, and ``count_*`` the
     dispatcher's lane-op counts (each op runs on every array at once, so they count once per
-    column block; all cleared by ``start``; ``sim.cycle_model`` predicts them all exactly).
+    column block; all cleared by ``start``; ``dstar.sim.cycle_model`` predicts them all exactly).
     Results are exact integers (no rounding or saturation beyond the encoder's, see
     ``DeltaEncoder``); host writes while ``busy`` are not allowed.
 
@@ -202,7 +202,7 @@ def layer_ports(geo: Geometry, target_bits: int, y_bits: int) -> tuple[dict, dic
 
 
 def load_tiles(m, geo, top, arrays, run, n_pass, l_p, d_p, restart):
-    """The weight loader of both layer tops (``LinearLayer``, ``hw.dense.DenseLinearLayer``).
+    """The weight loader of both layer tops (``LinearLayer``, ``dstar.hw.dense.DenseLinearLayer``).
 
     Owns one weight memory per array (``weights_<a>``, ``weight_depth`` words of ``m_tile``
     INT8, written through ``top.host_w_*``) and, while ``run``, loads tile ``l_p`` (K tiles

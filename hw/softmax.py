@@ -1,18 +1,18 @@
 """Streaming fixed-point softmax unit (and the output normalizer of the deferred division).
 
 Ref: dstar-spec.md section 4 (fixed-point softmax); the bit-exact contract is
-``golden.softmax.softmax_groups`` (mantissas ``p``, group shifts, ``l``),
-``golden.softmax.reciprocal`` (``r``, ``L``) and
-``golden.softmax.normalize``; ``golden/ATTENTION.md`` restates it with widths.
+``dstar.golden.softmax.softmax_groups`` (mantissas ``p``, group shifts, ``l``),
+``dstar.golden.softmax.reciprocal`` (``r``, ``L``) and
+``dstar.golden.softmax.normalize``; ``golden/ATTENTION.md`` restates it with widths.
 """
 
 from amaranth import Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+from dstar.golden.softmax import EXP_EXTRA_BITS, MANT_BITS, RECIP_BITS, SHIFT_MAX, exp_lut, sum_bits
 
 from dstar.config import Config, ConfigError, bits_signed
-from golden.softmax import EXP_EXTRA_BITS, MANT_BITS, RECIP_BITS, SHIFT_MAX, exp_lut, sum_bits
 
 __all__ = ["LOGIT_BITS", "P_BITS", "row_cmd_layout", "logit_layout", "prob_layout",
            "row_sum_layout", "norm_in_layout", "norm_out_layout", "SoftmaxUnit", "Normalizer"]
@@ -50,7 +50,7 @@ def prob_layout(shift_bits: int) -> data.StructLayout:
 
 
 def row_sum_layout(max_row: int, e_max: int) -> data.StructLayout:
-    """A row's sum ``l`` (``golden.softmax.sum_bits(max_row, e_max)`` wide), its reciprocal
+    """A row's sum ``l`` (``dstar.golden.softmax.sum_bits(max_row, e_max)`` wide), its reciprocal
     ``r = floor((2**(L+16) - 1) / l)`` and ``big_l = L = bit_length(l)``."""
     lb = sum_bits(max_row, e_max)
     return data.StructLayout({
@@ -114,7 +114,7 @@ class SoftmaxUnit(wiring.Component):
     The loader fills one half while the exponent pass reads the other, and the exponent pass of
     a row overlaps the division of the previous one.
 
-    Timing with inputs always valid and outputs always ready (``sim.softmax_cycles`` is the
+    Timing with inputs always valid and outputs always ready (``dstar.sim.softmax_cycles`` is the
     exact model; cycle 0 is the first header's beat): a lone row of ``n`` keys has its header
     at 0, logits at ``1 .. n``, is handed to the exponent pass at ``n + 1``, gives ``p_j`` at
     ``n + 9 + j`` and ``(l, r, L)`` at ``2n + 26`` (latency ``2n + 27`` cycles including the
@@ -128,7 +128,7 @@ class SoftmaxUnit(wiring.Component):
     the loader. No ready or valid output depends combinationally on any input. ``o_sum`` of a row
     may be offered before its last ``p`` is taken (they are separate streams).
 
-    Rounding and saturation: exactly those of ``golden.softmax`` (``x`` saturates at
+    Rounding and saturation: exactly those of ``dstar.golden.softmax`` (``x`` saturates at
     ``(E + 9) * 2**F``, where ``p`` is 0 either way as ``e_g <= E``; ``r`` is the exact
     floor). Row lengths outside
     ``1 .. max_row`` are clamped into it (``n = 0`` reads as 1). ``sh`` of 48 .. 63 (outside the
@@ -413,7 +413,7 @@ class SoftmaxUnit(wiring.Component):
 class Normalizer(wiring.Component):
     """Deferred softmax division of the PV outputs: ``O = (acc * r + 2**(s-1)) >> s`` with
     ``s = L + 16 - out_frac_bits`` (arithmetic shift, round half up), bit-exact with
-    ``golden.softmax.normalize``; ``(r, L)`` are the row's, from ``SoftmaxUnit.o_sum``.
+    ``dstar.golden.softmax.normalize``; ``(r, L)`` are the row's, from ``SoftmaxUnit.o_sum``.
 
     ``O ~= acc * 2**out_frac_bits / l`` within 1 LSB; the output holds it for
     ``|acc| <= 128 * l`` (INT8 V), the accumulator bound of ``golden/ATTENTION.md``; larger

@@ -1,4 +1,4 @@
-"""Exact cycle model of ``hw.attention.AttentionEngine``: the cycles of one head step (key or
+"""Exact cycle model of ``dstar.hw.attention.AttentionEngine``: the cycles of one head step (key or
 reuse) from ``N``, the mask and the configuration, plus the QK^T / PV tile counts.
 
 The engine runs the phases of each query block ``I`` one after the other (``rows`` = the
@@ -14,7 +14,7 @@ length, ``nkb = ceil(N / Bk)``, ``G`` = lanes, ``BC = m_tile * n_arrays``):
   of the previous one (``tile_phase``); after the last tile, ``WAIT_CYCLES`` until the PE
   array's last reduction is written;
 * SMAX: the softmax unit's schedule of ``rows`` rows of ``n_sel`` keys
-  (``sim.softmax_cycles.schedule(...).cycles``, the feeder keeps it always fed) plus one;
+  (``dstar.sim.softmax_cycles.schedule(...).cycles``, the feeder keeps it always fed) plus one;
 * SEL (key steps): ``picks * (nkb + 1)`` with ``picks`` = the selected blocks of the row of
   the mask (one scan over the blocks and a commit per pick), 1 for ``theta = 1``;
 * NORM: ``rows * Dh`` accumulators through the normalizer, plus ``NORM_DRAIN``.
@@ -27,9 +27,8 @@ PV, NORM, all on the selected tiles.
 from dataclasses import dataclass
 
 import numpy as np
-
-from golden.attention import THETA_BITS
-from sim.softmax_cycles import schedule
+from dstar.golden.attention import THETA_BITS
+from dstar.sim.softmax_cycles import schedule
 
 __all__ = ["AttentionCycles", "predict", "dense_cycles", "tile_phase", "WAIT_CYCLES",
            "NORM_DRAIN"]

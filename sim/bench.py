@@ -7,7 +7,7 @@ ratio versus the same layer run densely (every element HIGH, no skipping) on the
 By default it covers the whole sampling run: every step of a ``--steps``-step DDIM run, every
 linear layer of every block (fc1, fc2, qkv, proj of the 6 blocks). For each layer it encodes
 every step with the golden model (``DiffLinear``, tau from the config) and predicts the cycles
-of every strategy with the exact cycle model (``sim.cycle_model.predict_batch``). ``--rtl N``
+of every strategy with the exact cycle model (``dstar.sim.cycle_model.predict_batch``). ``--rtl N``
 also runs ``N`` layer-steps spread over the run (the key step and delta steps, of
 ``--rtl-layer``, one column block, all tokens) on the Amaranth simulator and checks measured
 cycles, op counts, ``Y`` and state against the model and the golden model.
@@ -18,7 +18,7 @@ Figures:
   lane busy with useful ops);
 * per strategy: cycles, ``x dense`` (dense cycles / cycles on the same lanes), the fraction of
   ``ideal`` reached, lane utilization (useful lane cycles / all lane cycles) and the idle lane
-  cycles by cause (``sim.cycle_model``: load, fill, drain, credit, starved, zero);
+  cycles by cause (``dstar.sim.cycle_model``: load, fill, drain, credit, starved, zero);
 * per layer, per step (``--per-step``; aggregated over the layers) and over the whole run;
 * the model's speed in layer-steps per second.
 """
@@ -26,20 +26,18 @@ Figures:
 import argparse
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
+from dstar.golden.difflinear import DiffLinear, encode_step
+from dstar.golden.encoder import HIGH, Encoded
+from dstar.golden.quant import exact_matmul
+from dstar.sim.cycle_model import ACCOUNTS, predict, predict_batch
+from dstar.sim.traces import linear_inputs
 
 from dstar.config import load_config
-from golden.difflinear import DiffLinear, encode_step
-from golden.encoder import HIGH, Encoded
-from golden.quant import exact_matmul
-from sim.cycle_model import ACCOUNTS, predict, predict_batch
-from sim.traces import linear_inputs
 
 __all__ = ["dense_encoding", "main"]
 
-ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ["mlp.fc1", "mlp.fc2", "attn.qkv", "attn.proj"]
 
 
@@ -140,7 +138,7 @@ def run_rtl(base, strategies, layer, steps, n_rtl):
     """``n_rtl`` layer-steps of ``layer`` (key step first, the rest spread over the run) on the
     Amaranth simulator, one column block: measured counters vs the model, Y and state vs
     golden. Returns the number of mismatches."""
-    from sim.pysim_driver import run_layer_pysim
+    from dstar.sim.pysim_driver import run_layer_pysim
 
     xs, w, b = linear_inputs(layer, steps=steps)
     dl = DiffLinear(w, b, base)
@@ -176,46 +174,6 @@ def run_rtl(base, strategies, layer, steps, n_rtl):
     return bad
 
 
-def strategy_area(base, strategies, targets=("cmos", "ice40")):
-    """Synthesize each strategy's dispatcher and one PE array (its lanes) alone with
-    ``synth.flows`` (Yosys, per block as ``synth.report`` does); returns
-    ``{label: {block: {target: summary}}}``."""
-    from hw import layouts
-    from hw.dispatcher import PrecisionDispatcher
-    from hw.generate import generate_block
-    from hw.geometry import Geometry
-    from hw.pe_array import PEArray
-    from synth.flows import synth_module
-
-    out = {}
-    for label, p, rot in strategies:
-        cfg = base.replace(packing=p, lane_rotation=rot)
-        geo = Geometry(cfg)
-        d = ROOT / "build" / "bench_area" / f"{p}-R{geo.rotation}"
-        lays = {"lane_op": layouts.lane_op_layout(geo)}
-        res = out[label] = {}
-        for block, comp in (("dispatcher", PrecisionDispatcher(geo)), ("pe_array", PEArray(geo))):
-            generate_block(comp, f"dstar_{block}", cfg, lays, d)
-            res[block] = {t: synth_module(d / f"dstar_{block}.v", f"dstar_{block}", t, d / t)
-                          for t in targets}
-    return out
-
-
-def print_area(area):
-    for label, blocks in area.items():
-        parts = []
-        for block, per_t in blocks.items():
-            f = []
-            if "cmos" in per_t:
-                c = per_t["cmos"]
-                f.append(f"{c['transistors'] / 1e3:.0f}k transistors "
-                         f"{c['area_um2_45nm'] / 1e6:.4f} mm2")
-            if "ice40" in per_t:
-                f.append(f"{per_t['ice40']['luts']} LUT4 {per_t['ice40']['ffs']} FF (iCE40)")
-            parts.append(f"{block} " + ", ".join(f))
-        print(f"{label:12s} " + " | ".join(parts))
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m sim.bench")
     ap.add_argument("--preset", default="default")
@@ -241,7 +199,7 @@ def main(argv=None):
     base = load_config(args.config, args.preset)
     steps = args.steps or base.steps
     if args.blocks is None:
-        from golden.dit import load_weights
+        from dstar.golden.dit import load_weights
         args.blocks = list(range(load_weights()[0].depth))
     strategies = _strategies(args.packing, args.lane_rotation)
     layers = [f"blocks.{blk}.{name}" for blk in args.blocks for name in args.layers]
@@ -258,13 +216,10 @@ def main(argv=None):
         print(total.line(label, breakdown=True))
     print("model speed: " + ", ".join(f"{lab} {v:.1f} layer-steps/s" for lab, v in
                                       speed.items()))
-    if args.area:
-        print(f"== area per strategy ({args.area} preset, one dispatcher, one PE array of "
-              "lanes; Yosys per block) ==", flush=True)
-        print_area(strategy_area(load_config(None, args.area), strategies))
     if args.rtl:
         bad = run_rtl(base, strategies, args.rtl_layer, steps, args.rtl)
         print(f"RTL sample: {'model == RTL and bit-exact' if not bad else f'{bad} MISMATCHES'}")
+    return args, strategies
 
 
 if __name__ == "__main__":

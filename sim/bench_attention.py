@@ -8,7 +8,7 @@ For every chosen layer and head it quantizes the head's Q, K, V of each of the f
 steps of a ``steps``-step DDIM run (one sample, label 3, no guidance) as
 ``golden.attention.AttentionReuse`` does, runs the golden key / reuse steps (the slot's mask and
 residual carried over, ``refresh`` from the options), and predicts the engine's cycles with the
-exact model ``sim.attention_cycles``. ``--rtl N`` also runs the first ``N`` steps of the first
+exact model ``dstar.sim.attention_cycles``. ``--rtl N`` also runs the first ``N`` steps of the first
 layer/head on the Amaranth simulator and checks cycles and outputs against the model and the
 golden model (slow: about 1 k cycles per second). Figures per step kind: mean cycles, QK^T and
 PV tiles, and ``x dense`` = dense cycles / cycles (dense: one pass over every tile).
@@ -19,9 +19,7 @@ import math
 import time
 
 import numpy as np
-
-from dstar.config import load_config
-from golden.attention import (
+from dstar.golden.attention import (
     key_step_head,
     quantize_on,
     quantize_per_head,
@@ -29,10 +27,12 @@ from golden.attention import (
     reuse_step_head,
     theta_fixed,
 )
-from golden.dit import bundled_weights_path, float_attention, load_weights
-from golden.softmax import logit_multiplier
-from sim.attention_cycles import dense_cycles, predict
-from sim.traces import cache_path, sample_first_steps
+from dstar.golden.dit import bundled_weights_path, float_attention, load_weights
+from dstar.golden.softmax import logit_multiplier
+from dstar.sim.attention_cycles import dense_cycles, predict
+from dstar.sim.traces import cache_path, sample_first_steps
+
+from dstar.config import load_config
 
 __all__ = ["attention_inputs", "HeadSteps", "main"]
 
@@ -68,7 +68,7 @@ class HeadSteps:
     """One head (or any ``(N, Dh)`` float q, k, v per step) through DSTAR's integer attention
     with a slot's refresh policy, as ``AttentionReuse`` quantizes it: per step the integer
     inputs, ``key``, the expected output, residual and mask (the golden model's; ``group`` /
-    ``e_max``: the probabilities' exponent groups, ``golden.softmax``)."""
+    ``e_max``: the probabilities' exponent groups, ``dstar.golden.softmax``)."""
 
     def __init__(self, theta: float = 0.9, refresh: int = 2, *, block_q: int = 16,
                  block_k: int = 16, frac_bits: int = 6, group: int = 16, e_max: int = 7):
@@ -101,10 +101,10 @@ def _rtl_check(cfg, steps, theta, refresh):
     """Run steps on the Amaranth simulator; returns measured counters per step, raising on a
     mismatch with the golden output or the model."""
 
-    from hw.attention import AttentionEngine
-    from hw.generate import attention_manifest
-    from sim.pysim_driver import simulate
-    from sim.tb_attention import HeadImage, run_head
+    from dstar.hw.attention import AttentionEngine
+    from dstar.hw.generate import attention_manifest
+    from dstar.sim.pysim_driver import simulate
+    from dstar.sim.tb_attention import HeadImage, run_head
 
     dut = AttentionEngine(cfg)
     img = HeadImage(attention_manifest(cfg, dut), steps[0]["q"].shape[0])

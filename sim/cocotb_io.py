@@ -1,5 +1,5 @@
-"""The ``(set, get, tick)`` port adapter of the host drivers (``sim.layer_io``,
-``sim.tb_attention``) over a cocotb handle of the generated Verilog, and the reset they start
+"""The ``(set, get, tick)`` port adapter of the host drivers (``dstar.sim.layer_io``,
+``dstar.sim.tb_attention``) over a cocotb handle of the generated Verilog, and the reset they start
 each case from."""
 
 from cocotb.triggers import FallingEdge

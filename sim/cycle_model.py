@@ -1,6 +1,6 @@
-"""Exact cycle model of the ``dstar_linear`` wrapper (``hw.linear.LinearLayer``).
+"""Exact cycle model of the ``dstar_linear`` wrapper (``dstar.hw.linear.LinearLayer``).
 
-Given a layer's shape and the encoded difference of a step (``golden.encoder.Encoded``), it
+Given a layer's shape and the encoded difference of a step (``dstar.golden.encoder.Encoded``), it
 returns the cycles ``busy`` is high, the op counters, and an account of every lane cycle that is
 not a useful nibble op:
 
@@ -23,7 +23,7 @@ not a useful nibble op:
 
 ``lane_cycles = G * cycles = useful + sum(account)`` holds by construction.
 
-How: instead of replaying the wrapper cycle by cycle (``sim.cycle_reference``, the executable
+How: instead of replaying the wrapper cycle by cycle (``dstar.sim.cycle_reference``, the executable
 specification this model is tested against), it computes, slice by slice in issue order, the
 cycle of each event as the maximum of the events it waits for (every wait in the wrapper is on a
 condition that, once true, stays true until the event happens):
@@ -49,8 +49,7 @@ equals the reference model.
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from golden.encoder import HIGH, LOW
+from dstar.golden.encoder import HIGH, LOW
 
 __all__ = ["CycleReport", "predict", "predict_batch", "slice_costs"]
 
@@ -100,7 +99,7 @@ def slice_costs(enc, geo, n_kt: int):
 def slice_rotations(geo, elem, n_mt):
     """Rotation the compacting dispatcher gives every slice, in issue order, ``(n_pass * N,
     B)`` (``elem[t, kt, b, e]``: ops of each element); the rule is
-    ``golden.dispatch.lane_rotations``'s, which ``tests/test_cycle_model.py`` checks this
+    ``dstar.golden.dispatch.lane_rotations``'s, which ``tests/test_cycle_model.py`` checks this
     against."""
     n, n_kt, batch, g_n = elem.shape
     s_n = n_kt * n_mt * n
@@ -141,8 +140,8 @@ def predict(cfg, enc, k: int, m: int, lane_rotation: int = 0) -> CycleReport:
 
 def predict_batch(cfg, encs, k: int, m: int, lane_rotation: int = 0) -> list[CycleReport]:
     """``predict`` for several encodings of the same layer (same ``N``, ``K``, ``M``)."""
-    from hw.geometry import Geometry
-    from hw.pe_array import token_depth
+    from dstar.hw.geometry import Geometry
+    from dstar.hw.pe_array import token_depth
 
     geo = Geometry(cfg, lane_rotation)
     n = encs[0].q.shape[0]

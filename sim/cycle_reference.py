@@ -1,33 +1,32 @@
-"""Reference cycle model of the ``dstar_linear`` wrapper (``hw.linear.LinearLayer``), cycle by
-cycle: the executable specification ``sim.cycle_model`` (event times, batched, what the
+"""Reference cycle model of the ``dstar_linear`` wrapper (``dstar.hw.linear.LinearLayer``), cycle by
+cycle: the executable specification ``dstar.sim.cycle_model`` (event times, batched, what the
 benchmark and the RTL tests use) is tested against. Slow (seconds per real layer-step).
 
-Given a layer's shape and the encoded difference of a step (``golden.encoder.Encoded``), it
+Given a layer's shape and the encoded difference of a step (``dstar.golden.encoder.Encoded``), it
 replays the wrapper's control registers cycle by cycle (tile loader, front end, encoder pipeline,
 dispatcher lane queues and sequencers, partial-sum credits, in-order reduction) without any
 datapath, and returns the cycles ``busy`` is high, the op counters, and an account of every lane
-cycle that is not a useful nibble op, in the categories ``sim.cycle_model`` defines (``load``,
+cycle that is not a useful nibble op, in the categories ``dstar.sim.cycle_model`` defines (``load``,
 ``fill``, ``drain``, ``credit``, ``starved``, ``zero``).
 
 ``lane_cycles = G * cycles = useful + sum(account)`` holds by construction. The model must agree
-with the RTL exactly; ``tests/test_cycle_model.py`` checks ``sim.cycle_model`` against it.
+with the RTL exactly; ``tests/test_cycle_model.py`` checks ``dstar.sim.cycle_model`` against it.
 """
 
 from collections import deque
 
 import numpy as np
-
-from golden.encoder import HIGH
-from sim.cycle_model import CycleReport
+from dstar.golden.encoder import HIGH
+from dstar.sim.cycle_model import CycleReport
 
 __all__ = ["predict", "slice_masks"]
 
 
 def slice_masks(enc, geo, n_kt: int, n_mt: int):
     """Per slice in issue order (compact: its lanes' remaining-pass masks, rotation from
-    ``golden.dispatch.lane_rotations``), and per ``(token, kt)`` the group pass mask
+    ``dstar.golden.dispatch.lane_rotations``), and per ``(token, kt)`` the group pass mask
     (lockstep), as Python ints (bit ``2j``: pass 0 of group j, ``2j+1``: pass 1)."""
-    from golden.dispatch import lane_rotations
+    from dstar.golden.dispatch import lane_rotations
 
     cfg = geo.cfg
     g_n, s_n = cfg.group, cfg.k_tile // cfg.group
@@ -71,8 +70,8 @@ def predict(cfg, enc, k: int, m: int, lane_rotation: int = 0,
             max_cycles: int = 50_000_000) -> CycleReport:
     """Cycles of one step of a ``K`` x ``M`` layer whose encoded difference is ``enc``
     (``enc.q`` is ``(N, K)``), on ``LinearLayer(cfg, lane_rotation)``."""
-    from hw.geometry import Geometry
-    from hw.pe_array import token_depth
+    from dstar.hw.geometry import Geometry
+    from dstar.hw.pe_array import token_depth
 
     geo = Geometry(cfg, lane_rotation)
     n = enc.q.shape[0]

@@ -1,4 +1,4 @@
-"""Cycles of the dense INT8 baseline (``hw.dense.DenseLinearLayer``) for one layer run: exact,
+"""Cycles of the dense INT8 baseline (``dstar.hw.dense.DenseLinearLayer``) for one layer run: exact,
 because the dense engine's schedule does not depend on the data.
 
 Timeline, cycle 0 being the first with ``busy`` high: tile ``p`` is addressed one row per cycle

@@ -1,6 +1,6 @@
 """Memory images and the step driver of the ``dstar_linear`` wrapper, from ``params.json`` only.
 
-Every width, depth and address rule comes from the manifest (``hw.generate.manifest``), so the
+Every width, depth and address rule comes from the manifest (``dstar.hw.generate.manifest``), so the
 same code drives the Amaranth simulation and the generated Verilog under cocotb. The driver talks
 to the design through a three-call adapter (``set(name, int)``, ``get(name) -> int`` (unsigned),
 ``await tick()``), with ports named as in the Verilog (``host_y_rdata__0``).

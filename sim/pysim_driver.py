@@ -1,10 +1,9 @@
-"""The step driver (``sim.layer_io.run_step``) on Amaranth's simulator, for tests and the
+"""The step driver (``dstar.sim.layer_io.run_step``) on Amaranth's simulator, for tests and the
 benchmark's RTL sample."""
 
 from amaranth.sim import Simulator
-
-from hw.generate import manifest
-from hw.linear import LinearLayer
+from dstar.hw.generate import manifest
+from dstar.hw.linear import LinearLayer
 
 from .layer_io import LayerImage, run_step
 

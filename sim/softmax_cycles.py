@@ -1,4 +1,4 @@
-"""Exact cycle model of ``hw.softmax.SoftmaxUnit`` with inputs always valid and outputs always
+"""Exact cycle model of ``dstar.hw.softmax.SoftmaxUnit`` with inputs always valid and outputs always
 ready.
 
 The unit runs three processes on consecutive rows (loader, exponent pass, divider; see the

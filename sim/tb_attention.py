@@ -1,10 +1,10 @@
-"""Host driver of ``hw.attention.AttentionEngine`` (any simulator) and its cocotb testbench.
+"""Host driver of ``dstar.hw.attention.AttentionEngine`` (any simulator) and its cocotb testbench.
 
 ``run_head`` loads one head's Q, K, V and row multipliers into the engine's memories (layouts
-from the manifest's ``attention`` section, ``hw.generate.attention_manifest``), runs one step
+from the manifest's ``attention`` section, ``dstar.hw.generate.attention_manifest``), runs one step
 of a slot and reads the output, the slot's residual cache and mask back, through a three-call
 adapter (``set(name, int)``, ``get(name) -> int`` (unsigned), ``await tick()``), as
-``sim.layer_io`` does for the linear wrapper.
+``dstar.sim.layer_io`` does for the linear wrapper.
 
 The cocotb test reads ``DSTAR_ATTN_PARAMS`` (the manifest JSON) and ``DSTAR_ATTN_CASES`` (an
 ``.npz``: per case and step the inputs, slot settings, and the golden outputs, residuals, masks
@@ -13,8 +13,7 @@ freshly reset design and compares integers with equality.
 """
 
 import numpy as np
-
-from sim.layer_io import start_and_wait, write_words
+from dstar.sim.layer_io import start_and_wait, write_words
 
 __all__ = ["HeadImage", "run_head", "HeadOutcome"]
 
@@ -132,9 +131,8 @@ async def run_head(io, img: HeadImage, q, k, v, m, sh, *, slot: int = 0, theta_q
 try:
     import cocotb
     from cocotb.clock import Clock
-
-    from sim.case_files import from_env
-    from sim.cocotb_io import dut_io, reset
+    from dstar.sim.case_files import from_env
+    from dstar.sim.cocotb_io import dut_io, reset
 except ImportError:                         # the driver is usable without cocotb
     cocotb = None
 

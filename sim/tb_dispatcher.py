@@ -4,7 +4,7 @@ randomly slow reduction returning partial-sum credits.
 
 Inputs (set by ``tests/test_cocotb_dispatcher.py``): ``DSTAR_PARAMS`` (the block's ``.json``:
 ports and layouts) and ``DSTAR_CASES`` (``.npz``: the slices, the expected per-lane op lists
-from ``golden.dispatch``, the expected masks and op counts, and the probabilities). The test
+from ``dstar.golden.dispatch``, the expected masks and op counts, and the probabilities). The test
 checks that every lane receives exactly its expected ops in order, every accepted slice comes
 with its reduction entry and mask, and no lane closes more partial sums than its credits.
 """
@@ -17,8 +17,7 @@ import cocotb
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
-
-from sim.layer_io import pack_named, unpack_named
+from dstar.sim.layer_io import pack_named, unpack_named
 
 
 @cocotb.test()

@@ -4,17 +4,16 @@ Everything it needs comes from files named by environment variables (set by
 ``tests/test_cocotb_linear.py``): ``DSTAR_PARAMS`` (the generation's ``params.json``) and
 ``DSTAR_CASES`` (an ``.npz`` of cases: per case the shape, weights, per-step targets and key
 flags, an optional initial state, and the expected per-step ``Y_int``, state and cycle-model
-counters, computed outside the simulator from ``golden`` and ``sim.cycle_model``). Each case
+counters, computed outside the simulator from ``golden`` and ``dstar.sim.cycle_model``). Each case
 runs on a freshly reset design; results are compared as integers with equality.
 """
 
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-
-from sim.case_files import from_env
-from sim.cocotb_io import dut_io, reset
-from sim.layer_io import LayerImage, run_step
+from dstar.sim.case_files import from_env
+from dstar.sim.cocotb_io import dut_io, reset
+from dstar.sim.layer_io import LayerImage, run_step
 
 
 @cocotb.test()

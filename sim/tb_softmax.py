@@ -1,4 +1,4 @@
-"""Stream driver of ``hw.softmax.SoftmaxUnit`` (any simulator) and its cocotb testbench.
+"""Stream driver of ``dstar.hw.softmax.SoftmaxUnit`` (any simulator) and its cocotb testbench.
 
 ``run_rows`` drives rows through the unit's four streams through a small I/O adapter (the
 Amaranth-simulator one is in ``tests/test_hw_softmax.py``, the cocotb one is ``CocotbIO``),
@@ -19,10 +19,9 @@ import cocotb
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
-
-from golden.softmax import reciprocal, softmax_groups
-from sim.case_files import from_env
-from sim.softmax_cycles import schedule
+from dstar.golden.softmax import reciprocal, softmax_groups
+from dstar.sim.case_files import from_env
+from dstar.sim.softmax_cycles import schedule
 
 __all__ = ["expected", "octave_rows", "real_rows", "run_rows", "check", "RunResult", "CocotbIO"]
 
@@ -47,13 +46,13 @@ def expected(rows, m, sh, frac_bits, group, e_max):
 def real_rows(layer: int = 0, head: int = 0, rows=range(16), frac_bits: int = 6, seed: int = 0):
     """Integer logits of the bundled DiT (NumPy golden model, one noise image of label 3 at
     ``t = 500``): rows ``rows`` of head ``head`` of layer ``layer``, quantized as
-    ``golden.attention.AttentionReuse`` does (INT8 Q per token, K per head), with each row's
+    ``dstar.golden.attention.AttentionReuse`` does (INT8 Q per token, K per head), with each row's
     multiplier. Returns ``(rows, m, sh)`` (lists)."""
     import math
 
-    from golden.attention import quantize_per_head, quantize_per_token
-    from golden.dit import DiT, float_attention
-    from golden.softmax import logit_multiplier
+    from dstar.golden.attention import quantize_per_head, quantize_per_token
+    from dstar.golden.dit import DiT, float_attention
+    from dstar.golden.softmax import logit_multiplier
 
     dit = DiT.bundled()
     s = dit.shape
@@ -326,8 +325,8 @@ async def run_values(io, values, *, p_valid=1.0, p_ready=1.0, seed=0):
 
 @cocotb.test()
 async def test_normalizer(dut):
-    """``Normalizer``: every case's outputs equal ``golden.softmax.normalize``."""
-    from golden.softmax import normalize
+    """``Normalizer``: every case's outputs equal ``dstar.golden.softmax.normalize``."""
+    from dstar.golden.softmax import normalize
 
     Clock(dut.clk, 10, unit="ns").start()
     params, cases = from_env("DSTAR_SOFTMAX_PARAMS", "DSTAR_SOFTMAX_CASES")

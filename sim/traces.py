@@ -1,6 +1,6 @@
 """Inputs of the linear layers of the bundled DiT over a DDIM sampling run (real activations).
 
-Runs the NumPy DiT (``golden.dit``, ``golden.sampler``) with the shipped weights
+Runs the NumPy DiT (``dstar.golden.dit``, ``dstar.golden.sampler``) with the shipped weights
 (``golden/data/dit_mnist.npz``), DDIM eta = 0 without guidance, one sample of class ``label``,
 and records the input rows (256 tokens) of every linear layer of the blocks at every step.
 Results are cached under ``build/traces/`` keyed by the weights file's size and modification
@@ -10,19 +10,19 @@ time (the file may still be updated by a training run).
 from pathlib import Path
 
 import numpy as np
+from dstar.golden.dit import DiT, bundled_weights_path, float_linear, load_weights
+from dstar.golden.sampler import ddim_sample, initial_noise
 
-from golden.dit import DiT, bundled_weights_path, float_linear, load_weights
-from golden.sampler import ddim_sample, initial_noise
+from dstar.paths import build_dir
 
 __all__ = ["linear_inputs", "cache_path", "sample_first_steps"]
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def cache_path(stem: str, steps: int, take: int, label: int, seed: int, st) -> Path:
     """The ``build/traces/`` file of a capture of the first ``take`` steps of a ``steps``-step
     run, keyed by ``st`` (the weights file's ``os.stat``: its size and modification time)."""
-    return ROOT / "build" / "traces" / (
+    return build_dir("traces") / (
         f"{stem}_{steps}_{take}_{label}_{seed}_{st.st_size}_{int(st.st_mtime)}.npz")
 
 
@@ -32,7 +32,7 @@ class _Enough(Exception):
 
 def sample_first_steps(shape, weights, steps: int, take: int, label: int, seed: int, **hooks):
     """One DDIM run (eta = 0, no guidance) of ``steps`` steps of one sample of class ``label``
-    from noise ``seed``, with ``golden.dit``'s hooks (``linear=``, ``attention=``: step last),
+    from noise ``seed``, with ``dstar.golden.dit``'s hooks (``linear=``, ``attention=``: step last),
     stopped at the first hook call of step ``take``: the hooks see steps ``< take`` only."""
     def stopping(hook):
         def call(*args):

@@ -2,7 +2,7 @@
 
 An entry records, for the configuration hash it was made from, the totals per target and the
 per-instance counts per module of the ``METRICS``, and the same of the dense INT8 baseline
-(``dense``, see ``synth.report``), which ``compare`` judges the same way. ``compare`` reports
+(``dense``, see ``dstar.synth.report``), which ``compare`` judges the same way. ``compare`` reports
 every metric that grew by more than ``TOLERANCE`` (relative); shrinking is fine, but a shrink
 beyond the tolerance is reported as a note so the baseline gets refreshed (``python -m
 synth.report --preset tiny --target all --write-baseline``) and keeps catching growth.
@@ -13,10 +13,12 @@ Different Yosys versions map differently, so an entry only judges reports of its
 import json
 from pathlib import Path
 
+from dstar.paths import package_data
+
 __all__ = ["BASELINES", "METRICS", "TOLERANCE", "baseline_path", "load_baseline",
            "write_baseline", "compare"]
 
-BASELINES = Path(__file__).resolve().parent / "baselines"
+BASELINES = package_data("dstar.synth", "baselines")
 #: Metrics a baseline holds: mapped cells, LUT cells, flip-flops, transistors (cmos).
 METRICS = ("cells", "luts", "ffs", "transistors")
 #: Allowed relative growth of any metric before the synth test fails (3 %).

@@ -5,7 +5,7 @@ Ref: dstar-spec.md section 5 (top level and command stream); toolchain.md sectio
 ``SelfTest`` holds a small program in ROM: write the weights, write a step's target rows, start
 the step (key, then differential steps), and finally compare every accumulator word with the
 golden model's ``Y_int`` (``golden.difflinear.encode_step`` + ``golden.quant.exact_matmul``).
-It drives the ``dstar_linear`` host ports exactly as ``sim.layer_io.run_step`` does, with the
+It drives the ``dstar_linear`` host ports exactly as ``dstar.sim.layer_io.run_step`` does, with the
 memory images built by ``sim.layer_io.LayerImage`` from the same manifest. ``BoardTop`` puts it
 on a ULX3S 85F (``amaranth_boards.ulx3s.ULX3S_85F_Platform``, LFE5U-85F, 25 MHz oscillator)
 behind an ECP5 PLL: the accelerator does not close 25 MHz (``board_config()`` routes at
@@ -38,14 +38,14 @@ from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import Out
 
+from dstar.paths import build_dir as build_dir_of
+
 from .flows import DSP_MIN_WIDTH
 
 __all__ = ["Workload", "make_workload", "SelfTest", "Pll", "BoardTop", "BoardPlatform",
            "board_config", "build", "elaborate", "simulate", "timing", "missing_tools", "run",
            "format_report", "SYNC_MHZ"]
 
-ROOT = Path(__file__).resolve().parent.parent
-BUILD = ROOT / "build" / "synth" / "board"
 STAMP = "board_config.json"   # the configuration a finished build was made for (--reuse checks)
 
 NAME = "dstar_selftest"
@@ -96,8 +96,8 @@ def make_workload(cfg, n: int = 3, k: int | None = None, m: int | None = None, s
     """A deterministic workload: random INT8 weights, a drifting activation (key step, then
     ``steps - 1`` differential steps), K = two weight tiles and M = two column blocks unless
     given (so several passes run), and the golden ``Y_int`` after the last step."""
-    from golden.difflinear import encode_step
-    from golden.quant import exact_matmul
+    from dstar.golden.difflinear import encode_step
+    from dstar.golden.quant import exact_matmul
 
     k = k or min(cfg.max_k, 2 * cfg.k_tile)
     m = m or min(cfg.max_m, 2 * cfg.m_tile * cfg.n_arrays)
@@ -118,7 +118,7 @@ def make_workload(cfg, n: int = 3, k: int | None = None, m: int | None = None, s
 
 def _program(man: dict, wl: Workload) -> tuple[list, dict]:
     """ROM words of the self-test program and the field widths (op, sel, addr, data)."""
-    from sim.layer_io import LayerImage, pack
+    from dstar.sim.layer_io import LayerImage, pack
 
     n, k = wl.targets[0].shape
     m = wl.w_q.shape[1]
@@ -180,8 +180,8 @@ class SelfTest(wiring.Component):
     failed: Out(1)
 
     def __init__(self, cfg, workload: Workload | None = None):
-        from hw.generate import manifest
-        from hw.linear import LinearLayer
+        from dstar.hw.generate import manifest
+        from dstar.hw.linear import LinearLayer
 
         self._cfg = cfg
         self.dut = LinearLayer(cfg)
@@ -414,7 +414,7 @@ def build(cfg=None, build_dir: Path | None = None, platform=None) -> Path:
     ``YOSYS``/``NEXTPNR_ECP5``/``ECPPACK`` variables unless already set). nextpnr runs with
     ``--timing-allow-fail``: ``timing()`` says whether the generated clock met ``SYNC_MHZ``."""
     _tools_env()
-    build_dir = Path(build_dir) if build_dir else BUILD
+    build_dir = Path(build_dir) if build_dir else build_dir_of("synth", "board")
     build_dir.mkdir(parents=True, exist_ok=True)
     platform = platform or BoardPlatform()
     # Relative build dir: amaranth runs the tools there with relative names (G1).
@@ -427,12 +427,13 @@ def timing(build_dir: Path | None = None) -> dict:
     """Timing of the last board build, from nextpnr's report (in context: I/O buffers, global
     clocks, DSPs allowed): ``clocks`` (per clock net: achieved and constrained MHz),
     ``fmax_mhz`` of the slowest clock, ``target_mhz`` (``SYNC_MHZ``), ``met`` (every
-    constrained clock achieved its constraint), ``critical_path`` (``synth.fmax`` keys) and
+    constrained clock achieved its constraint), ``critical_path`` (``dstar.synth.fmax`` keys) and
     ``utilization`` (used/available per bel type, only the used ones)."""
     import json
 
     from .fmax import _critical_path, _fmax
-    rep = json.loads(((Path(build_dir) if build_dir else BUILD) / f"{NAME}.pnr.json")
+    build_dir = Path(build_dir) if build_dir else build_dir_of("synth", "board")
+    rep = json.loads((build_dir / f"{NAME}.pnr.json")
                      .read_text())
     clocks = {name: {"achieved_mhz": round(c["achieved"], 2),
                      "constraint_mhz": round(c["constraint"], 2)}
@@ -464,7 +465,7 @@ def run(cfg=None, build_dir: Path | None = None, reuse: bool = False) -> dict:
     import time
 
     from .flows import SynthError
-    build_dir = Path(build_dir) if build_dir else BUILD
+    build_dir = Path(build_dir) if build_dir else build_dir_of("synth", "board")
     bit = build_dir / f"{NAME}.bit"
     stamp = build_dir / STAMP
     want = (cfg if cfg is not None else board_config()).to_dict()

@@ -18,7 +18,7 @@ module of the file either flattened into it or blackboxed (see ``synth_module``)
     products whose factors both have at least ``DSP_MIN_WIDTH`` (5) bits.
 ``ecp5_dsp_top``
     As ``ecp5_dsp``, but the coarse passes run per module (``-noflatten``) and the design is
-    flattened before LUT mapping: the flow of whole tops for nextpnr (``synth.report``).
+    flattened before LUT mapping: the flow of whole tops for nextpnr (``dstar.synth.report``).
 ``xc7``
     ``synth_xilinx -family xc7 -nodsp -flatten``: LUT1..6, CARRY4, MUXF7/8, FD*, RAMB18/36
     (this and both ECP5 flows run ``splitnets`` before LUT mapping, a workaround for Yosys

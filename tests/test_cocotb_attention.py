@@ -3,32 +3,31 @@ over a key step and two reuse steps, a ragged random case, a case of widely spre
 probabilities' groups at different and clamped exponents, a last group of one key) and the edge
 cases (theta = 1 with a zero-mass block, a one-block sequence, all-equal logits, extreme
 logits), bit-exact against the golden model (outputs, residual cache, masks), with cycles equal
-to ``sim.attention_cycles``.
+to ``dstar.sim.attention_cycles``.
 
 The cases are computed here and handed to ``sim/tb_attention.py`` in an ``.npz``; the testbench
 reads the memory geometry from ``params.json``'s ``attention`` section.
 """
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
+from dstar.golden.attention import theta_fixed
+from dstar.golden.softmax import logit_multiplier
+from dstar.hw.generate import ATTN_TOP_NAME, generate
+from dstar.sim.attention_cycles import predict
+from dstar.sim.bench_attention import attention_inputs
+from dstar.sim.case_files import save_cases
 
 from dstar.config import preset
-from golden.attention import theta_fixed
-from golden.softmax import logit_multiplier
-from hw.generate import ATTN_TOP_NAME, generate
-from sim.attention_cycles import predict
-from sim.bench_attention import attention_inputs
-from sim.case_files import save_cases
+from dstar.paths import build_dir
 from tests.hw_fixtures import need_iverilog, run_icarus
 from tests.test_hw_attention import _random_step, group_shifts, head_calls, int_calls
 
 pytestmark = pytest.mark.cocotb
 
-ROOT = Path(__file__).resolve().parent.parent
-BUILD = ROOT / "build" / "cocotb"
+BUILD = build_dir("cocotb")
 
 
 def _case(cfg, calls, exp):
@@ -52,7 +51,7 @@ def run_cocotb(cfg, name, cases):
     out = BUILD / name
     generate(cfg, out)
     save_cases(out / "attn_cases.npz", cases)
-    run_icarus(out, ATTN_TOP_NAME, "sim.tb_attention",
+    run_icarus(out, ATTN_TOP_NAME, "dstar.sim.tb_attention",
                {"DSTAR_ATTN_PARAMS": out / "params.json",
                 "DSTAR_ATTN_CASES": out / "attn_cases.npz"}, build="icarus_attn")
 

@@ -1,23 +1,23 @@
 """cocotb on Icarus: the generated dispatcher of each strategy under constrained-random slice
 streams, random valid gaps, random back-pressure and a randomly slow reduction."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest
+from dstar.golden.dispatch import lane_rotations, lane_streams, lockstep_streams
+from dstar.golden.encoder import encode
+from dstar.hw import layouts
+from dstar.hw.dispatcher import PrecisionDispatcher
+from dstar.hw.generate import generate_block
+from dstar.hw.geometry import Geometry
 
 from dstar.config import preset
-from golden.dispatch import lane_rotations, lane_streams, lockstep_streams
-from golden.encoder import encode
-from hw import layouts
-from hw.dispatcher import PrecisionDispatcher
-from hw.generate import generate_block
-from hw.geometry import Geometry
+from dstar.paths import build_dir
 from tests.hw_fixtures import need_iverilog, run_icarus
 
 pytestmark = pytest.mark.cocotb
 
-BUILD = Path(__file__).resolve().parent.parent / "build" / "cocotb"
+BUILD = build_dir("cocotb")
 
 
 def case(geo, rng, probs):
@@ -68,5 +68,5 @@ def test_dispatcher_random_streams(packing):
             "lane_op": layouts.lane_op_layout(geo), "token": layouts.token_layout(geo)}
     generate_block(PrecisionDispatcher(geo), "dstar_dispatcher", cfg, lays, out)
     np.savez(out / "cases.npz", **case(geo, np.random.default_rng(5), (0.7, 0.7, 0.25)))
-    run_icarus(out, "dstar_dispatcher", "sim.tb_dispatcher",
+    run_icarus(out, "dstar_dispatcher", "dstar.sim.tb_dispatcher",
                {"DSTAR_PARAMS": out / "dstar_dispatcher.json", "DSTAR_CASES": out / "cases.npz"})

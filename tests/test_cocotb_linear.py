@@ -5,17 +5,17 @@ The cases (weights, targets, expected Y/state/counters) are computed here and ha
 ``sim/tb_linear.py`` in an ``.npz``; the testbench reads every width from ``params.json``.
 """
 
-from pathlib import Path
 
 import numpy as np
 import pytest
+from dstar.golden.difflinear import DiffLinear
+from dstar.golden.quant import quantize_weights
+from dstar.hw.generate import TOP_NAME, generate
+from dstar.sim.case_files import save_cases
+from dstar.sim.cycle_model import predict
 
 from dstar.config import preset
-from golden.difflinear import DiffLinear
-from golden.quant import quantize_weights
-from hw.generate import TOP_NAME, generate
-from sim.case_files import save_cases
-from sim.cycle_model import predict
+from dstar.paths import build_dir
 from tests.hw_fixtures import (
     drifting_targets,
     golden_step,
@@ -26,8 +26,7 @@ from tests.hw_fixtures import (
 
 pytestmark = pytest.mark.cocotb
 
-ROOT = Path(__file__).resolve().parent.parent
-BUILD = ROOT / "build" / "cocotb"
+BUILD = build_dir("cocotb")
 
 
 def _case(cfg, w_q, targets, keys, state0=None):
@@ -53,7 +52,7 @@ def real_case(cfg, *, steps=20, whole=False):
     """The MLP's first linear of DiT block 0 over the key step and two delta steps of a
     ``steps``-step DDIM run: the whole layer (256 tokens, K = 128, 512 outputs) with ``whole``,
     else ``max_tokens`` tokens and the first four column blocks."""
-    from sim.traces import linear_inputs
+    from dstar.sim.traces import linear_inputs
 
     xs, w, b = linear_inputs("blocks.0.mlp.fc1", steps=steps, take=3)
     if whole:
@@ -99,7 +98,7 @@ def run_cocotb(cfg, name, cases):
     out = BUILD / name
     generate(cfg, out)
     save_cases(out / "cases.npz", cases)
-    run_icarus(out, TOP_NAME, "sim.tb_linear", {"DSTAR_PARAMS": out / "params.json",
+    run_icarus(out, TOP_NAME, "dstar.sim.tb_linear", {"DSTAR_PARAMS": out / "params.json",
                                                 "DSTAR_CASES": out / "cases.npz"})
 
 

@@ -1,4 +1,4 @@
-"""cocotb on Icarus: the generated Verilog of ``hw.softmax.SoftmaxUnit`` against the golden
+"""cocotb on Icarus: the generated Verilog of ``dstar.hw.softmax.SoftmaxUnit`` against the golden
 softmax (mantissas, group shifts, ``l``, ``r``, ``L``) on random, real, equal, extreme,
 one-element and maximum-length rows, rows whose groups have different and clamped exponents and
 short last groups, and with ``e_max = 0``, with and without random valid gaps and back-pressure;
@@ -10,24 +10,23 @@ golden values and the cycle model's schedule from them.
 """
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 from amaranth import Shape
 from amaranth.back import verilog
+from dstar.golden.softmax import logit_multiplier
+from dstar.hw.softmax import Normalizer, SoftmaxUnit
+from dstar.sim.case_files import save_cases
+from dstar.sim.tb_softmax import octave_rows, real_rows
 
 from dstar.config import preset
-from golden.softmax import logit_multiplier
-from hw.softmax import Normalizer, SoftmaxUnit
-from sim.case_files import save_cases
-from sim.tb_softmax import octave_rows, real_rows
+from dstar.paths import build_dir
 from tests.hw_fixtures import need_iverilog, run_icarus
 
 pytestmark = pytest.mark.cocotb
 
-ROOT = Path(__file__).resolve().parent.parent
-BUILD = ROOT / "build" / "cocotb_softmax"
+BUILD = build_dir("cocotb_softmax")
 TOP = "dstar_softmax"
 
 
@@ -106,7 +105,7 @@ def run_cocotb(name, unit, params, cases, top=TOP, testcase="test_cases"):
     (out / f"{top}.v").write_text(verilog.convert(unit, name=top, emit_src=False))
     (out / "params.json").write_text(json.dumps(params, indent=1))
     save_cases(out / "cases.npz", cases)
-    run_icarus(out, top, "sim.tb_softmax", {"DSTAR_SOFTMAX_PARAMS": out / "params.json",
+    run_icarus(out, top, "dstar.sim.tb_softmax", {"DSTAR_SOFTMAX_PARAMS": out / "params.json",
                                             "DSTAR_SOFTMAX_CASES": out / "cases.npz"},
                testcase=testcase)
 

@@ -1,15 +1,15 @@
-"""The fast cycle model (``sim.cycle_model``, event times slice by slice, batched) against the
-cycle-by-cycle reference (``sim.cycle_reference``): equal counters and idle-lane accounts on
+"""The fast cycle model (``dstar.sim.cycle_model``, event times slice by slice, batched) against the
+cycle-by-cycle reference (``dstar.sim.cycle_reference``): equal counters and idle-lane accounts on
 random layers, strategies, queue depths and rotations. Both are checked against the RTL in
 ``tests/test_hw_linear.py`` and the cocotb tests."""
 
 import numpy as np
 import pytest
+from dstar.golden.difflinear import encode_step
+from dstar.sim.cycle_model import predict, predict_batch
+from dstar.sim.cycle_reference import predict as predict_reference
 
 from dstar.config import preset
-from golden.difflinear import encode_step
-from sim.cycle_model import predict, predict_batch
-from sim.cycle_reference import predict as predict_reference
 from tests.hw_fixtures import drifting_targets
 
 pytestmark = pytest.mark.unit

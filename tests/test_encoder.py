@@ -4,8 +4,7 @@ import itertools
 
 import numpy as np
 import pytest
-
-from golden.encoder import HIGH, LOW, ZERO, encode, round_shift, split_nibbles
+from dstar.golden.encoder import HIGH, LOW, ZERO, encode, round_shift, split_nibbles
 
 pytestmark = pytest.mark.unit
 

@@ -1,25 +1,25 @@
-"""AttentionEngine on Amaranth's simulator against ``golden.attention``: a real head of the
+"""AttentionEngine on Amaranth's simulator against ``dstar.golden.attention``: a real head of the
 bundled DiT over a key step and two reuse steps (also against the ``AttentionReuse`` hook),
 random heads with ragged blocks, theta = 1, single-block masks, one-block sequences, all-equal
 and extreme logits, the slots' refresh policy, the probabilities' group format (groups of
 different and clamped exponents, short last groups, ``e_max = 0`` and other group sizes);
 outputs, residual cache and masks bit-exact, and every step's cycles and tile counts equal to
-``sim.attention_cycles``."""
+``dstar.sim.attention_cycles``."""
 
 import math
 
 import numpy as np
 import pytest
+from dstar.golden.attention import AttentionReuse, theta_fixed
+from dstar.golden.softmax import logit_multiplier, softmax_groups
+from dstar.hw.attention import AttentionEngine, AttentionGeometry
+from dstar.hw.generate import attention_manifest
+from dstar.sim.attention_cycles import dense_cycles, predict
+from dstar.sim.bench_attention import HeadSteps, attention_inputs
+from dstar.sim.pysim_driver import simulate
+from dstar.sim.tb_attention import HeadImage, run_head
 
 from dstar.config import ConfigError, preset
-from golden.attention import AttentionReuse, theta_fixed
-from golden.softmax import logit_multiplier, softmax_groups
-from hw.attention import AttentionEngine, AttentionGeometry
-from hw.generate import attention_manifest
-from sim.attention_cycles import dense_cycles, predict
-from sim.bench_attention import HeadSteps, attention_inputs
-from sim.pysim_driver import simulate
-from sim.tb_attention import HeadImage, run_head
 
 pytestmark = pytest.mark.amaranth
 
@@ -75,7 +75,7 @@ def head_calls(cfg, steps, theta, refresh, slot=0):
 
 def int_calls(cfg, steps, theta, refresh, slot=0):
     """Like ``head_calls`` for integer steps ``(q, k, v, m, sh)`` (V given on its lattice)."""
-    from golden.attention import key_step_head, reuse_step_head
+    from dstar.golden.attention import key_step_head, reuse_step_head
 
     kw = dict(block_q=cfg.block_q, block_k=cfg.block_k, frac_bits=cfg.attn_frac_bits,
               group=cfg.group, e_max=cfg.e_max)

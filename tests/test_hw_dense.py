@@ -2,19 +2,25 @@
 # (Amaranth's per-file switch: a test builds a DSTAR top only to read its ports.)
 """The dense INT8 baseline (``hw.dense.DenseLinearLayer``) on the Amaranth simulator: ``Y_int``
 bit-exact against the golden W8A8 reference on a real layer of the bundled DiT and on random and
-extreme data, and measured cycles equal to ``sim.dense_cycles.predict``."""
+extreme data, and measured cycles equal to ``dstar.sim.dense_cycles.predict``."""
 
 import numpy as np
 import pytest
+from dstar.golden.quant import (
+    exact_matmul,
+    quantize_weights,
+    to_lattice,
+    token_lattice,
+    w8a8_linear,
+)
+from dstar.hw.dense import DenseGeometry, DenseLinearLayer
+from dstar.hw.generate import generate, manifest
+from dstar.hw.linear import LinearLayer
+from dstar.sim.dense_cycles import predict
+from dstar.sim.layer_io import LayerImage
+from dstar.sim.pysim_driver import simulate
 
 from dstar.config import ConfigError, preset
-from golden.quant import exact_matmul, quantize_weights, to_lattice, token_lattice, w8a8_linear
-from hw.dense import DenseGeometry, DenseLinearLayer
-from hw.generate import generate, manifest
-from hw.linear import LinearLayer
-from sim.dense_cycles import predict
-from sim.layer_io import LayerImage
-from sim.pysim_driver import simulate
 
 pytestmark = pytest.mark.amaranth
 
@@ -84,8 +90,8 @@ def dense(name="tiny", **kw):
 def test_real_layer_w8a8():
     """The bundled DiT's block-3 fc1 (K = 128; the tiny preset's 32 tokens and 64 outputs) at
     two steps of a run, back to back (the second run must not add onto the first): the integer
-    result, scaled, is ``golden.quant.w8a8_linear`` to the last bit."""
-    from sim.traces import linear_inputs
+    result, scaled, is ``dstar.golden.quant.w8a8_linear`` to the last bit."""
+    from dstar.sim.traces import linear_inputs
 
     cfg = dense()
     xs, w, _ = linear_inputs("blocks.3.mlp.fc1", steps=20, take=3)

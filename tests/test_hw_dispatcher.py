@@ -3,13 +3,13 @@ slow partial-sum reduction: every op arrives once, on its lane, in order, with i
 
 import numpy as np
 import pytest
+from dstar.golden.dispatch import lane_rotations, lane_streams, lockstep_streams
+from dstar.golden.encoder import encode
+from dstar.hw.dispatcher import PrecisionDispatcher
+from dstar.hw.geometry import Geometry
+from dstar.sim.pysim_driver import simulate
 
 from dstar.config import preset
-from golden.dispatch import lane_rotations, lane_streams, lockstep_streams
-from golden.encoder import encode
-from hw.dispatcher import PrecisionDispatcher
-from hw.geometry import Geometry
-from sim.pysim_driver import simulate
 
 pytestmark = pytest.mark.amaranth
 

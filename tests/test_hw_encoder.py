@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
+from dstar.golden.difflinear import encode_step
+from dstar.hw.encoder import DeltaEncoder
+from dstar.hw.geometry import Geometry
+from dstar.sim.pysim_driver import simulate
 
 from dstar.config import preset
-from golden.difflinear import encode_step
-from hw.encoder import DeltaEncoder
-from hw.geometry import Geometry
-from sim.pysim_driver import simulate
 
 pytestmark = pytest.mark.amaranth
 

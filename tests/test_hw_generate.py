@@ -4,9 +4,9 @@ import json
 import re
 
 import pytest
+from dstar.hw.generate import ATTN_TOP_NAME, TOP_NAME, generate
 
 from dstar.config import preset
-from hw.generate import ATTN_TOP_NAME, TOP_NAME, generate
 
 pytestmark = pytest.mark.amaranth
 

@@ -1,9 +1,9 @@
 """Hardware geometry: sizes derive from the config; unbuildable choices say why."""
 
 import pytest
+from dstar.hw.geometry import Geometry
 
 from dstar.config import ConfigError, preset
-from hw.geometry import Geometry
 
 pytestmark = pytest.mark.unit
 

@@ -3,9 +3,8 @@ the encoder's own counts."""
 
 import numpy as np
 import pytest
-
-from golden.dispatch import costs, element_ops, lane_rotations, lane_streams, lockstep_streams
-from golden.encoder import encode
+from dstar.golden.dispatch import costs, element_ops, lane_rotations, lane_streams, lockstep_streams
+from dstar.golden.encoder import encode
 
 pytestmark = pytest.mark.unit
 
@@ -41,7 +40,7 @@ def test_lane_rotations_balance_busy_channels():
     """Two busy channels in every token (HIGH in every group, the rest mostly ZERO): the
     balancing rule spreads their ops over the lanes (static split: two lanes do all of it);
     rotations are distinct lane permutations; the rule is deterministic."""
-    from golden.dispatch import rotation_offset
+    from dstar.golden.dispatch import rotation_offset
 
     rng = np.random.default_rng(4)
     n, k, g = 64, 64, 16

@@ -3,9 +3,9 @@ the golden model, and measured cycles and op counts equal to sim.cycle_model's p
 
 import numpy as np
 import pytest
+from dstar.sim.cycle_model import predict
 
 from dstar.config import preset
-from sim.cycle_model import predict
 from tests.hw_fixtures import drifting_targets, golden_step, random_weights, run_layer_pysim
 
 pytestmark = pytest.mark.amaranth
@@ -129,8 +129,8 @@ def test_lane_ram_weight_store(packing):
 def test_default_preset_real_layer_sample(packing):
     """Default preset, the bundled DiT's block-3 MLP fc1 (all 256 tokens, K = 128, one column
     block), key step and two delta steps of a 20-step run (about a minute per strategy)."""
-    from golden.quant import quantize_weights, to_lattice, token_lattice
-    from sim.traces import linear_inputs
+    from dstar.golden.quant import quantize_weights, to_lattice, token_lattice
+    from dstar.sim.traces import linear_inputs
 
     cfg = preset("default").replace(packing=packing)
     xs, w, _ = linear_inputs("blocks.3.mlp.fc1", steps=20, take=3)

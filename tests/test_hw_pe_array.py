@@ -3,13 +3,13 @@ driven with golden.dispatch op streams (lanes running freely within their credit
 
 import numpy as np
 import pytest
+from dstar.golden.dispatch import lane_streams
+from dstar.golden.encoder import encode
+from dstar.hw.geometry import Geometry
+from dstar.hw.pe_array import PEArray
+from dstar.sim.pysim_driver import simulate
 
 from dstar.config import preset
-from golden.dispatch import lane_streams
-from golden.encoder import encode
-from hw.geometry import Geometry
-from hw.pe_array import PEArray
-from sim.pysim_driver import simulate
 
 pytestmark = pytest.mark.amaranth
 

@@ -6,19 +6,19 @@ stalls, every handshake at the cycle model's cycle."""
 
 import numpy as np
 import pytest
+from dstar.golden.softmax import logit_multiplier, normalize, reciprocal
+from dstar.hw.softmax import Normalizer, SoftmaxUnit
+from dstar.sim.pysim_driver import simulate
+from dstar.sim.softmax_cycles import row_latency, row_period, schedule
+from dstar.sim.tb_softmax import check, octave_rows, real_rows, run_rows
 
 from dstar.config import preset
-from golden.softmax import logit_multiplier, normalize, reciprocal
-from hw.softmax import Normalizer, SoftmaxUnit
-from sim.pysim_driver import simulate
-from sim.softmax_cycles import row_latency, row_period, schedule
-from sim.tb_softmax import check, octave_rows, real_rows, run_rows
 
 pytestmark = pytest.mark.amaranth
 
 
 class PysimIO:
-    """The adapter ``sim.tb_softmax.run_rows`` needs, on the component's stream members."""
+    """The adapter ``dstar.sim.tb_softmax.run_rows`` needs, on the component's stream members."""
 
     def __init__(self, ctx, dut):
         self.ctx, self.dut = ctx, dut
@@ -68,7 +68,7 @@ def run_unit(cfg, rows, m, sh, *, max_row=None, logit_bits=None, n_hdr=None, p_v
 
 
 def fmt(cfg):
-    """The golden model's format arguments of ``sim.tb_softmax.check`` for ``cfg``."""
+    """The golden model's format arguments of ``dstar.sim.tb_softmax.check`` for ``cfg``."""
     return cfg.attn_frac_bits, cfg.group, cfg.e_max
 
 

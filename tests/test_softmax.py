@@ -5,8 +5,7 @@ import math
 
 import numpy as np
 import pytest
-
-from golden.softmax import (
+from dstar.golden.softmax import (
     DEFAULT_E_MAX,
     EXP_EXTRA_BITS,
     exp2_fixed,

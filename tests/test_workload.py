@@ -2,12 +2,11 @@
 
 import numpy as np
 import pytest
-
-from golden.classifier import DigitClassifier
-from golden.difflinear import DiffLinear
-from golden.dit import LINEAR_TYPES, load_weights
-from golden.hooks import DStarLinears
-from golden.sampler import ddim_sample, initial_noise, sample_labels
+from dstar.golden.classifier import DigitClassifier
+from dstar.golden.difflinear import DiffLinear
+from dstar.golden.dit import LINEAR_TYPES, load_weights
+from dstar.golden.hooks import DStarLinears
+from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
 
 
 @pytest.mark.unit
