@@ -38,15 +38,7 @@ Normalization is deferred to the output (as FlashAttention does): PV gives the i
    round half up): ``out ~= acc * 2**out_frac_bits / l``, within 1 for INT8 V and
    ``out_frac_bits <= 8``.
 
-Why unnormalized probabilities: the maps of a DiT are dense (workload.md 4d: 90 % of a row's mass
-needs ~60 % of the keys), so a normalized 8-bit probability (``255 * p / sum``) of a 256-token
-row is 0..3 LSB and most of the information is lost; relative to the row max the same 8 bits keep
-much finer steps, the applied weights ``w / l`` still sum to 1, and the division costs ``Dh``
-multiplies per row instead of ``N``. Why a shift per group: with one exponent per row (8 bits
-relative to the row max) most keys of a dense map sit at 2..60 of 255, and the bundled DiT's final
-samples lose 13 dB of PSNR against float attention on the same INT8 Q/K/V (49.7 vs 62.4 dB,
-2 samples); with a shift per 16 keys (``E = 7``) they lose 5.4 dB (57.0 dB), at no cost in lane
-operations (two nibbles per key either way).
+Why unnormalized probabilities and a shift per group of keys: ``docs/design/attention.md``.
 """
 
 import functools

@@ -260,7 +260,7 @@ def test_hook_theta_one_reuse_equals_dense_integer():
 
 
 def test_error_vs_float_bounds():
-    """Stated bounds (golden/ATTENTION.md): dense integer attention within 2.5 % relative L2 of
+    """Stated bounds (docs/design/attention.md): dense integer attention within 2.5 % relative L2 of
     float attention for logits of std ~1 (measured 1.6 %); with theta = 0.9 and reuse every
     other step under a 5 % per-step drift of q, k, v, within 4 % (measured ~2.5 %)."""
     rng = np.random.default_rng(15)

@@ -242,7 +242,7 @@ def test_normalize_reference_and_bound(ob):
     assert out[0] == 127 << ob and out[1] == -(127 << ob)
 
 
-# ----- error against float softmax (stated bounds, see golden/ATTENTION.md) -----
+# ----- error against float softmax (stated bounds, see docs/design/attention.md) -----
 def exponent_bound(frac_bits, e_max=E):
     """|p - 255 exp(z - zmax) 2**e_g| bound in mantissa LSB: exponent rounding 2**-(F+1) plus
     2**-16 relative multiplier error over the ``e_max + 9`` octaves where p > 0, then LUT and
