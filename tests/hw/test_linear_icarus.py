@@ -16,7 +16,7 @@ from dstar.sim.cycle_model import predict
 
 from dstar.config import preset
 from dstar.paths import build_dir
-from tests.hw_fixtures import (
+from tests.hw.fixtures import (
     drifting_targets,
     golden_step,
     need_iverilog,

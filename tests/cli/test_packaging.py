@@ -19,7 +19,7 @@ def wheel(build_dir):
     out = build_dir / "wheel"
     for old in out.glob("*.whl"):
         old.unlink()
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
                     "--no-build-isolation", "--disable-pip-version-check", "-w", str(out), root],
                    check=True, capture_output=True)

@@ -10,7 +10,7 @@ from dstar.results import RESULTS, Result
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_committed_page_is_the_rendering_of_the_committed_json():

@@ -6,7 +6,7 @@ import pytest
 from dstar.sim.cycle_model import predict
 
 from dstar.config import preset
-from tests.hw_fixtures import drifting_targets, golden_step, random_weights, run_layer_pysim
+from tests.hw.fixtures import drifting_targets, golden_step, random_weights, run_layer_pysim
 
 pytestmark = pytest.mark.amaranth
 

@@ -22,8 +22,8 @@ from dstar.sim.case_files import save_cases
 
 from dstar.config import preset
 from dstar.paths import build_dir
-from tests.hw_fixtures import need_iverilog, run_icarus
-from tests.test_hw_attention import _random_step, group_shifts, head_calls, int_calls
+from tests.hw.fixtures import need_iverilog, run_icarus
+from tests.hw.test_attention import _random_step, group_shifts, head_calls, int_calls
 
 pytestmark = pytest.mark.cocotb
 
@@ -92,7 +92,7 @@ def test_e_max_0_and_groups_of_8():
 
 
 def edge_cases(cfg):
-    """The edge cases of ``tests/test_hw_attention.py::test_edge_cases`` at the preset's Dh."""
+    """The edge cases of ``tests/hw/test_attention.py::test_edge_cases`` at the preset's Dh."""
     dh, rng, cases = cfg.head_dim, np.random.default_rng(19), {}
     # theta = 1: key 0 dominates every row, the other key block has zero mass, yet is computed.
     q = np.full((20, dh), 127)

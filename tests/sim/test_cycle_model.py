@@ -1,7 +1,7 @@
 """The fast cycle model (``dstar.sim.cycle_model``, event times slice by slice, batched) against the
 cycle-by-cycle reference (``dstar.sim.cycle_reference``): equal counters and idle-lane accounts on
 random layers, strategies, queue depths and rotations. Both are checked against the RTL in
-``tests/test_hw_linear.py`` and the cocotb tests."""
+``tests/hw/test_linear.py`` and the cocotb tests."""
 
 import numpy as np
 import pytest
@@ -10,7 +10,7 @@ from dstar.sim.cycle_model import predict, predict_batch
 from dstar.sim.cycle_reference import predict as predict_reference
 
 from dstar.config import preset
-from tests.hw_fixtures import drifting_targets
+from tests.hw.fixtures import drifting_targets
 
 pytestmark = pytest.mark.unit
 

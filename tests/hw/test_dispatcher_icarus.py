@@ -13,7 +13,7 @@ from dstar.hw.geometry import Geometry
 
 from dstar.config import preset
 from dstar.paths import build_dir
-from tests.hw_fixtures import need_iverilog, run_icarus
+from tests.hw.fixtures import need_iverilog, run_icarus
 
 pytestmark = pytest.mark.cocotb
 
