@@ -6,8 +6,13 @@ EMA ``--ema`` (the EMA weights are what ships), 10 % label dropout for classifie
 bf16 autocast for speed (all inference is FP32). Checkpoints every ``--ckpt-every`` steps make
 the run resumable (``--resume``), and every checkpoint also exports the EMA weights as ``.npz``.
 ``--init NPZ`` starts from exported weights (model and EMA) instead of DiT's initialization.
-``--eval-every N`` samples the EMA model every N steps as the legibility check does (class-
-conditional DDIM, 50 steps, CFG 1.5, the analysis seeds) and logs the kNN class accuracy.
+``--eval-every N`` samples the EMA model every N steps (class-conditional DDIM, 50 steps, CFG
+1.5, the analysis seeds) and logs its quality check: for ``digits`` the kNN class accuracy of 100
+samples (the legibility check), for ``photos`` the patch statistics of 200 samples against
+held-out crops (``dstar.golden.image_stats``).
+
+``--workload``: ``digits`` (the MNIST-5k digits, 10 classes) or ``photos`` (random 32x32 crops,
+flipped, of the photos in ``dstar.golden.photos``, conditioned on the source photo).
 """
 
 import argparse
@@ -22,6 +27,7 @@ import torch
 from dstar.golden.diffusion import alphas_cumprod
 from dstar.golden.dit import DiTShape
 from dstar.golden.mnist import load_mnist
+from dstar.golden.photos import PHOTOS, random_crops
 
 from .torch_dit import DiT, from_numpy_weights, to_numpy_weights
 
@@ -40,17 +46,44 @@ class _NumpyFacade:
         return out.numpy()
 
 
+def _samples(ema: DiT, samples: int, steps: int, cfg_scale: float, seed: int):
+    from dstar.golden.sampler import ddim_sample, initial_noise
+
+    ema.eval()
+    labels = np.arange(samples, dtype=np.int64) % ema.shape.num_classes
+    x = ddim_sample(_NumpyFacade(ema), labels, initial_noise(samples, ema.shape, seed), steps,
+                    cfg_scale)
+    return x, labels
+
+
 def legibility(ema: DiT, samples: int = 100, steps: int = 50, cfg_scale: float = 1.5,
                seed: int = 0) -> float:
     """kNN class accuracy of ``samples`` class-conditional DDIM samples of ``ema``."""
     from dstar.golden.classifier import DigitClassifier
-    from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
 
-    ema.eval()
-    labels = sample_labels(samples)
-    x = ddim_sample(_NumpyFacade(ema), labels, initial_noise(samples, ema.shape, seed), steps,
-                    cfg_scale)
-    return DigitClassifier().accuracy(x, labels)
+    return DigitClassifier().accuracy(*_samples(ema, samples, steps, cfg_scale, seed))
+
+
+def photo_quality(ema: DiT, samples: int = 200, steps: int = 50, cfg_scale: float = 1.5,
+                  seed: int = 0) -> dict:
+    """Patch statistics of ``samples`` DDIM samples of ``ema`` against held-out crops."""
+    from dstar.golden.image_stats import image_distances
+    from dstar.golden.photos import held_out_crops
+
+    return image_distances(_samples(ema, samples, steps, cfg_scale, seed)[0], held_out_crops()[0])
+
+
+#: Per workload: (DiT shape, default weights file, batch sampler (np rng, n) -> (x, y), check).
+def _digits_batches():
+    images, labels = load_mnist()
+    return lambda rng, n: (lambda i: (images[i], labels[i]))(rng.integers(0, len(images), n))
+
+
+WORKLOADS = {
+    "digits": (DiTShape(), Path("golden/data/dit_mnist.npz"), _digits_batches, legibility),
+    "photos": (DiTShape(num_classes=len(PHOTOS)), Path("golden/data/dit_photos.npz"),
+               lambda: random_crops, photo_quality),
+}
 
 
 def lr_at(step: int, total: int, base: float, warmup: int = 100) -> float:
@@ -81,7 +114,9 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", type=Path, default=Path(".train"))
-    ap.add_argument("--out", type=Path, default=Path("golden/data/dit_mnist.npz"))
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="digits")
+    ap.add_argument("--out", type=Path, default=None, help="weights file (default: the bundled "
+                    "one of the workload)")
     ap.add_argument("--ckpt-every", type=int, default=250)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--init", type=Path, default=None, help="start from these exported weights")
@@ -91,9 +126,9 @@ def main(argv=None) -> None:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    shape = DiTShape()
-    images, labels = load_mnist()
-    x_all, y_all = torch.from_numpy(images), torch.from_numpy(labels)
+    shape, default_out, batches, check = WORKLOADS[args.workload]
+    args.out = args.out or default_out
+    draw = batches()
     ab = torch.from_numpy(alphas_cumprod()).float()
 
     model = DiT(shape)
@@ -115,11 +150,11 @@ def main(argv=None) -> None:
     args.workdir.mkdir(parents=True, exist_ok=True)
 
     gen = torch.Generator().manual_seed(args.seed + step)
+    np_rng = np.random.default_rng(args.seed + step)
     t0, run_loss = time.time(), None
     model.train()
     while step < args.steps:
-        idx = torch.randint(0, x_all.shape[0], (args.batch,), generator=gen)
-        x0, y = x_all[idx], y_all[idx]
+        x0, y = (torch.from_numpy(a) for a in draw(np_rng, args.batch))
         t = torch.randint(0, ab.shape[0], (args.batch,), generator=gen)
         noise = torch.randn(x0.shape, generator=gen)
         a = ab[t].view(-1, 1, 1, 1)
@@ -149,7 +184,7 @@ def main(argv=None) -> None:
             (args.workdir / "ckpt.tmp").replace(ckpt)
             export(ema, args.out, step, shape)
         if args.eval_every and step % args.eval_every == 0:
-            print(f"step {step} legibility {legibility(ema):.2f}", flush=True)
+            print(f"step {step} {check.__name__} {check(ema)}", flush=True)
 
 
 if __name__ == "__main__":
