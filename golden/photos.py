@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["PHOTOS", "IMAGE_SIZE", "SHORT_SIDE", "HELD_OUT", "photo_path", "load_photos",
-           "random_crops", "held_out_crops"]
+           "crop_boxes", "random_crops", "held_out_crops", "held_out_start"]
 
 IMAGE_SIZE = 32
 SHORT_SIDE = 160
@@ -66,28 +66,38 @@ def load_photos() -> tuple[np.ndarray, ...]:
     return tuple(out)
 
 
-def _split(photo: np.ndarray) -> int:
+def held_out_start(photo: np.ndarray) -> int:
     """First held-out column of ``photo``."""
     return photo.shape[1] - max(IMAGE_SIZE + 8, int(round(photo.shape[1] * HELD_OUT)))
 
 
+def crop_boxes(rng: np.random.Generator, n: int, *, held_out: bool = False) -> np.ndarray:
+    """``n`` random crop boxes as int64 rows ``(photo, y, x, flip)``: photos uniform, flips with
+    probability 1/2; training boxes (``held_out=False``) lie left of every photo's held-out
+    columns, held-out boxes inside them."""
+    photos = load_photos()
+    boxes = np.empty((n, 4), dtype=np.int64)
+    boxes[:, 0] = rng.integers(0, len(photos), n)
+    for i, lab in enumerate(boxes[:, 0]):
+        h, w = photos[lab].shape
+        cut = held_out_start(photos[lab])
+        x_lo, x_hi = (cut, w - IMAGE_SIZE) if held_out else (0, cut - IMAGE_SIZE)
+        boxes[i, 1:] = (rng.integers(0, h - IMAGE_SIZE + 1), rng.integers(x_lo, x_hi + 1),
+                        rng.random() < 0.5)
+    return boxes
+
+
 def random_crops(rng: np.random.Generator, n: int, *, held_out: bool = False
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` random crops, flipped left-right with probability 1/2: float32 ``(n, 1, 32, 32)`` and
-    their photo labels (int64, uniform over the photos). Training crops (``held_out=False``)
-    lie left of every photo's held-out columns, held-out crops inside them."""
+    """The crops of ``crop_boxes(rng, n, held_out=...)``: float32 ``(n, 1, 32, 32)`` and their
+    photo labels (int64)."""
     photos = load_photos()
-    labels = rng.integers(0, len(photos), n)
+    boxes = crop_boxes(rng, n, held_out=held_out)
     out = np.empty((n, 1, IMAGE_SIZE, IMAGE_SIZE), dtype=np.float32)
-    for i, lab in enumerate(labels):
-        p = photos[lab]
-        cut = _split(p)
-        x_lo, x_hi = (cut, p.shape[1] - IMAGE_SIZE) if held_out else (0, cut - IMAGE_SIZE)
-        y = rng.integers(0, p.shape[0] - IMAGE_SIZE + 1)
-        x = rng.integers(x_lo, x_hi + 1)
-        c = p[y:y + IMAGE_SIZE, x:x + IMAGE_SIZE]
-        out[i, 0] = c[:, ::-1] if rng.random() < 0.5 else c
-    return out, labels.astype(np.int64)
+    for i, (lab, y, x, flip) in enumerate(boxes):
+        c = photos[lab][y:y + IMAGE_SIZE, x:x + IMAGE_SIZE]
+        out[i, 0] = c[:, ::-1] if flip else c
+    return out, boxes[:, 0].copy()
 
 
 def held_out_crops(n: int = 1000, seed: int = 12345) -> tuple[np.ndarray, np.ndarray]:
