@@ -19,16 +19,38 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ZERO", "LOW", "HIGH", "PASSES", "round_shift", "Encoded", "encode", "split_nibbles"]
+__all__ = ["ZERO", "LOW", "HIGH", "PASSES", "D_LIMIT", "E_LIMIT", "round_shift", "Encoded",
+           "encode", "split_nibbles"]
 
 ZERO, LOW, HIGH = 0, 1, 2
 PASSES = np.array([0, 1, 2], dtype=np.int64)      # nibble passes per class
 
 
+#: Largest ``|D|`` that ``encode`` and ``round_shift`` accept: the rounding half and the int64
+#: arithmetic then never overflow (the configuration allows ``|D| < 2**32``).
+D_LIMIT = (1 << 62) - 1
+#: Largest shift ``round_shift`` accepts.
+E_LIMIT = 62
+
+
+def _check_range(d: np.ndarray) -> None:
+    lo, hi = int(d.min(initial=0)), int(d.max(initial=0))
+    if lo < -D_LIMIT or hi > D_LIMIT:
+        raise ValueError(f"difference {hi if hi > D_LIMIT else lo} is beyond +-(2**62 - 1), the "
+                         "range the encoder represents")
+
+
 def round_shift(d, e):
-    """``(d + 2**(e-1)) >> e`` elementwise, with ``d`` for ``e == 0`` (int64, broadcasting)."""
-    d = np.asarray(d, dtype=np.int64)
+    """``(d + 2**(e-1)) >> e`` elementwise, with ``d`` for ``e == 0`` (int64, broadcasting).
+    ``|d| <= D_LIMIT`` and ``0 <= e <= E_LIMIT``, else ``ValueError``."""
+    d = np.asarray(d)
+    if not np.issubdtype(d.dtype, np.integer):
+        raise TypeError(f"round_shift needs integers, got dtype {d.dtype}")
+    _check_range(d)
+    d = d.astype(np.int64)
     e = np.asarray(e, dtype=np.int64)
+    if e.size and (e.min() < 0 or e.max() > E_LIMIT):
+        raise ValueError(f"shift must be in [0, {E_LIMIT}], got {int(e.min())}..{int(e.max())}")
     half = np.where(e > 0, np.left_shift(1, np.maximum(e - 1, 0)), 0)
     return np.right_shift(d + half, e)
 
@@ -61,14 +83,22 @@ class Encoded:
 def encode(d, group: int, e_max: int, tau: int) -> Encoded:
     """Encode a difference ``d`` (integers, shape ``(..., K)``, ``K`` a multiple of ``group``)."""
     d = np.asarray(d)
-    if not np.issubdtype(d.dtype, np.integer):
+    if not np.issubdtype(d.dtype, np.integer) or d.dtype == np.bool_:
         raise TypeError(f"encode needs an integer difference, got dtype {d.dtype}")
+    if d.ndim < 1:
+        raise ValueError("encode needs a difference of shape (..., K), got a scalar")
+    if group < 1 or not 0 <= e_max <= E_LIMIT or tau < 0:
+        raise ValueError(f"encode needs group >= 1, 0 <= e_max <= {E_LIMIT} and tau >= 0, got "
+                         f"group={group}, e_max={e_max}, tau={tau}")
     k = d.shape[-1]
     if k % group:
         raise ValueError(f"K={k} is not a multiple of the group size {group}")
+    lo, hi = int(d.min(initial=0)), int(d.max(initial=0))
+    if lo < -D_LIMIT or hi > D_LIMIT:
+        _check_range(d)
     # int32 halves the memory traffic of this hot path; it holds any difference the config
     # allows (|D| <= 2**32 - 2 * 2**(e_max-1)) plus the rounding half.
-    dt = np.int32 if np.abs(d).max(initial=0) < (1 << 30) else np.int64
+    dt = np.int32 if -(1 << 30) < lo and hi < (1 << 30) else np.int64
     dg = d.astype(dt, copy=False).reshape(*d.shape[:-1], k // group, group)
     # round_shift is monotone in d, so a group fits iff its extreme elements do.
     dmax, dmin = dg.max(axis=-1).astype(np.int64), dg.min(axis=-1).astype(np.int64)

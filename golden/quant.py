@@ -3,7 +3,20 @@ and the dense W8A8 reference every speedup and accuracy figure is measured again
 
 import numpy as np
 
-__all__ = ["quantize_weights", "token_lattice", "to_lattice", "exact_matmul", "w8a8_linear"]
+__all__ = ["quantize_weights", "token_lattice", "to_lattice", "exact_matmul", "w8a8_linear",
+           "LATTICE_LIMIT"]
+
+#: Largest magnitude ``to_lattice`` returns: beyond it values are clipped (in float, before the
+#: cast, so that no value wraps). Every consumer clips far tighter (INT8, ``Config.target_max``).
+LATTICE_LIMIT = 1 << 62
+
+
+def _finite(name: str, a: np.ndarray) -> np.ndarray:
+    if not np.isfinite(a).all():
+        bad = np.argwhere(~np.isfinite(a))[0]
+        raise ValueError(f"{name} has a non-finite value {float(a[tuple(bad)])} at index "
+                         f"{tuple(int(i) for i in bad)}")
+    return a
 
 
 def quantize_weights(w):
@@ -13,8 +26,9 @@ def quantize_weights(w):
     ``w_q = clip(round(w / s_w), -127, 127)`` and float64 ``s_w[m] = max|w[m, :]| / 127``
     (1 for an all-zero channel)."""
     w = np.asarray(w, dtype=np.float64)
-    if w.ndim != 2:
-        raise ValueError(f"weights must be 2-D (M, K), got shape {w.shape}")
+    if w.ndim != 2 or 0 in w.shape:
+        raise ValueError(f"weights must be 2-D (M, K) and not empty, got shape {w.shape}")
+    _finite("weights", w)
     amax = np.abs(w).max(axis=1)
     s_w = np.where(amax > 0, amax / 127.0, 1.0)
     w_q = np.clip(np.rint(w / s_w[:, None]), -127, 127).astype(np.int64)
@@ -25,13 +39,21 @@ def token_lattice(x, extra_bits: int = 0):
     """Per-token step ``d[n] = max|x[n, :]| / (127 * 2**extra_bits)`` (1 for an all-zero row),
     float64 ``(N,)``. ``extra_bits = 0`` is spec section 2's INT8 lattice; DSTAR's differential
     layers may use a finer one (``Config.lattice_bits``), as their state is wider than INT8."""
-    amax = np.abs(np.asarray(x, dtype=np.float64)).max(axis=-1)
+    amax = np.abs(_finite("activations", np.asarray(x, dtype=np.float64))).max(axis=-1)
     return np.where(amax > 0, amax / (127.0 * (1 << extra_bits)), 1.0)
 
 
 def to_lattice(x, d):
-    """``round(x / d[n])`` (round half to even) as int64; may exceed INT8 between key steps."""
-    return np.rint(np.asarray(x, dtype=np.float64) / d[:, None]).astype(np.int64)
+    """``round(x / d[n])`` (round half to even) as int64, clipped to ``+-LATTICE_LIMIT``; may
+    exceed INT8 between key steps. Non-finite ``x`` or steps that are not finite and positive are
+    refused (``ValueError``)."""
+    x = _finite("activations", np.asarray(x, dtype=np.float64))
+    d = np.asarray(d, dtype=np.float64)
+    if not (np.isfinite(d).all() and (d > 0).all()):
+        raise ValueError("lattice steps must be finite and > 0")
+    with np.errstate(over="ignore"):      # an overflow to +-inf is clipped like any large value
+        q = np.rint(x / d[:, None])
+    return np.clip(q, -LATTICE_LIMIT, LATTICE_LIMIT).astype(np.int64)
 
 
 def exact_matmul(a, b, a_bound=None):
