@@ -21,13 +21,16 @@ dot-separated part of the name (``fc1``). ``load_trace`` validates everything an
 ``TraceError`` with a message naming the file, the key and what is wrong.
 """
 
+import os
+import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["FORMAT", "TraceError", "Trace", "load_trace", "save_trace", "TraceRecorder"]
+__all__ = ["FORMAT", "TraceError", "Trace", "load_trace", "save_trace", "trace_path",
+           "TraceRecorder"]
 
 FORMAT = "dstar-trace/1"
 
@@ -46,7 +49,16 @@ class Trace:
     timesteps: np.ndarray | None = None
 
 
-def save_trace(path, trace: Trace, compress: bool = True) -> None:
+def trace_path(path) -> Path:
+    """The file ``save_trace(path)`` writes: ``path`` with ``.npz`` appended unless it ends so."""
+    path = Path(path)
+    return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+
+
+def save_trace(path, trace: Trace, compress: bool = True) -> Path:
+    """Write ``trace`` to ``trace_path(path)`` all-or-nothing (a temporary file beside it, then
+    a rename), and return that path."""
+    path = trace_path(path)
     out = {"format": np.array(FORMAT), "steps": np.array(trace.steps)}
     if trace.timesteps is not None:
         out["timesteps"] = np.asarray(trace.timesteps, dtype=np.int64)
@@ -57,11 +69,28 @@ def save_trace(path, trace: Trace, compress: bool = True) -> None:
             out[f"linear/{name}/bias"] = trace.linear_b[name]
     for name, (q, k, v) in trace.attn.items():
         out[f"attn/{name}/q"], out[f"attn/{name}/k"], out[f"attn/{name}/v"] = q, k, v
-    (np.savez_compressed if compress else np.savez)(path, **out)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            (np.savez_compressed if compress else np.savez)(fh, **out)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
 
 
 def _fail(path, msg):
     raise TraceError(f"trace {str(path)!r}: {msg}")
+
+
+def _entry(path, f, key) -> np.ndarray:
+    """One entry of the open archive, or a ``TraceError`` naming it (bad CRC, truncation, ...)."""
+    try:
+        return f[key]
+    except Exception as e:  # noqa: BLE001 (a damaged member is the file's fault, not ours)
+        _fail(path, f"entry {key!r} is unreadable ({type(e).__name__}: {e}); the file is "
+                    "damaged or was not completely written")
 
 
 def load_trace(path) -> Trace:
@@ -80,17 +109,21 @@ def load_trace(path) -> Trace:
         keys = set(f.files)
         if "format" not in keys:
             _fail(path, f"no 'format' entry (expected {FORMAT!r})")
-        fmt = str(f["format"])
+        fmt = _entry(path, f, "format")
+        fmt = str(fmt) if fmt.shape == () else repr(fmt.tolist())
         if fmt != FORMAT:
             _fail(path, f"format is {fmt!r}, expected {FORMAT!r}")
         if "steps" not in keys:
             _fail(path, "no 'steps' entry")
-        steps = int(f["steps"])
+        steps = _entry(path, f, "steps")
+        if steps.shape != () or not np.issubdtype(steps.dtype, np.integer):
+            _fail(path, f"steps must be one integer, got {steps.dtype} of shape {steps.shape}")
+        steps = int(steps)
         if steps < 1:
             _fail(path, f"steps must be >= 1, got {steps}")
         tr = Trace(steps=steps)
         if "timesteps" in keys:
-            tr.timesteps = f["timesteps"]
+            tr.timesteps = _entry(path, f, "timesteps")
             if tr.timesteps.shape != (steps,):
                 _fail(path, f"timesteps has shape {tr.timesteps.shape}, expected ({steps},)")
         known = {"format", "steps", "timesteps"}
@@ -99,7 +132,7 @@ def load_trace(path) -> Trace:
             if len(parts) != 3 or parts[0] not in ("linear", "attn") or not parts[1]:
                 _fail(path, f"unknown entry {key!r}")
             kind, name, what = parts
-            arr = f[key]
+            arr = _entry(path, f, key)
             if not np.issubdtype(arr.dtype, np.floating):
                 _fail(path, f"{key} must be floating point, got {arr.dtype}")
             if not np.isfinite(arr).all():

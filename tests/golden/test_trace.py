@@ -108,3 +108,67 @@ def test_unreadable_and_missing_files(tmp_path):
     f.write_text("hello")
     with pytest.raises(TraceError, match="not an .npz archive"):
         load_trace(f)
+
+
+def test_save_names_the_file_it_writes_and_leaves_no_temporary(tmp_path):
+    tr = small_trace(np.random.default_rng(4))
+    written = save_trace(tmp_path / "t1", tr)
+    assert written == tmp_path / "t1.npz" and written.is_file()
+    assert save_trace(tmp_path / "t2.npz", tr) == tmp_path / "t2.npz"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t1.npz", "t2.npz"]
+    assert load_trace(written).steps == tr.steps
+
+
+def test_an_interrupted_save_leaves_the_old_file(tmp_path, monkeypatch):
+    tr = small_trace(np.random.default_rng(5))
+    f = save_trace(tmp_path / "t.npz", tr)
+    before = f.read_bytes()
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "savez_compressed", boom)
+    with pytest.raises(KeyboardInterrupt):
+        save_trace(f, small_trace(np.random.default_rng(6)))
+    assert f.read_bytes() == before and sorted(tmp_path.iterdir()) == [f]
+
+
+def _damage(path, how):
+    data = bytearray(path.read_bytes())
+    if how == "truncated":
+        # Cut inside the first member's data but keep a valid zip directory: rebuild the
+        # archive with that member's bytes truncated.
+        import zipfile
+        members = {}
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                members[info.filename] = z.read(info.filename)
+        name = next(n for n in members if n.startswith("linear/"))
+        with zipfile.ZipFile(path, "w") as z:
+            for n, b in members.items():
+                z.writestr(n, b[: len(b) // 2] if n == name else b)
+        return
+    # Flip a byte in the middle of the compressed data: the CRC (or inflate) fails on reading.
+    data[len(data) // 3] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["truncated", "bad-crc"])
+def test_damaged_files_are_one_trace_error(tmp_path, how):
+    f = save_trace(tmp_path / "t.npz", small_trace(np.random.default_rng(7)))
+    _damage(f, how)
+    with pytest.raises(TraceError) as e:
+        load_trace(f)
+    assert str(e.value).startswith(f"trace {str(f)!r}: ") and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("steps", [np.array([3, 3]), np.array(3.0), np.array("3")])
+def test_steps_must_be_one_integer(tmp_path, steps):
+    tr = small_trace(np.random.default_rng(8))
+    f = save_trace(tmp_path / "t.npz", tr)
+    with np.load(f) as z:
+        entries = {k: z[k] for k in z.files}
+    entries["steps"] = steps
+    np.savez(f, **entries)
+    with pytest.raises(TraceError, match="steps must be one integer"):
+        load_trace(f)
