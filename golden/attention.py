@@ -46,6 +46,7 @@ from .softmax import (
     DEFAULT_FRAC_BITS,
     DEFAULT_GROUP,
     DEFAULT_OUT_FRAC_BITS,
+    P_MAX,
     block_fraction,
     logit_multiplier,
     normalize,
@@ -153,12 +154,12 @@ def attention_head(q_int, k_int, v_int, m, sh, mask=None, *, block_q: int = 16,
     probabilities' exponent groups (``golden.softmax``). Returns ``(o, w, l)``: the output ``O``
     int64 ``(..., N, Dh)``, the applied integer weights ``w = p << shift`` and their row sums."""
     q, k, v = _check_int("q_int", q_int), _check_int("k_int", k_int), _check_int("v_int", v_int)
-    s = exact_matmul(q, np.swapaxes(k, -1, -2))
+    s = exact_matmul(q, np.swapaxes(k, -1, -2), 128, 128)
     valid = None
     if mask is not None:
         valid = expand_mask(mask, q.shape[-2], k.shape[-2], block_q, block_k)
     w, lsum = softmax_exp(s, m, sh, valid, frac_bits, group, e_max)
-    return normalize(exact_matmul(w, v), lsum, out_frac_bits), w, lsum
+    return normalize(exact_matmul(w, v, P_MAX << e_max, 128), lsum, out_frac_bits), w, lsum
 
 
 def key_step_head(q_int, k_int, v_int, m, sh, *, block_q: int = 16, block_k: int = 16,
@@ -212,10 +213,11 @@ class AttentionReuse:
     the config has them, ``attn_frac_bits`` / ``attn_out_frac_bits`` and the probabilities'
     exponent groups ``group`` / ``e_max``); keyword arguments override.
     With ``measure`` each call also computes float attention and dense integer attention and
-    records the relative L2 errors of the output against them."""
+    records the relative L2 errors of the output against them, over the first ``measure_batch``
+    batch elements (``None``: all of them)."""
 
     def __init__(self, cfg, *, frac_bits: int | None = None, out_frac_bits: int | None = None,
-                 measure: bool = True):
+                 measure: bool = True, measure_batch: int | None = None):
         self.cfg = cfg
         self.block_q, self.block_k = cfg.block_q, cfg.block_k
         self.theta, self.refresh = cfg.theta, cfg.refresh_attn
@@ -227,6 +229,7 @@ class AttentionReuse:
         self.group = getattr(cfg, "group", DEFAULT_GROUP)
         self.e_max = getattr(cfg, "e_max", DEFAULT_E_MAX)
         self.measure = measure
+        self.measure_batch = measure_batch
         self.state: dict[str, dict] = {}
         self.records: list[dict] = []
 
@@ -274,13 +277,15 @@ class AttentionReuse:
                "blocks_computed": 1.0 if key else sel,
                "pv_blocks": 1.0 + sel if key else sel, "v_clipped": n_clip / v.size}
         if self.measure:
-            ref = float_attention(q, k, v)
-            rec["err_vs_float"] = _rel_err(out, ref)
+            b = slice(0, self.measure_batch)
+            ref = float_attention(q[b], k[b], v[b])
+            rec["err_vs_float"] = _rel_err(out[b], ref)
             if key:
                 rec["err_dense_int"] = rec["err_vs_float"]
             else:
-                v_fresh, s_fresh = quantize_per_head(v)
-                dense, _, _ = attention_head(q_int, k_int, v_fresh, m, sh, None, **self._kw())
+                v_fresh, s_fresh = quantize_per_head(v[b])
+                dense, _, _ = attention_head(q_int[b], k_int[b], v_fresh, m[b], sh[b], None,
+                                             **self._kw())
                 rec["err_dense_int"] = _rel_err(
                     dense * s_fresh[..., None, None] / float(1 << self.out_frac_bits), ref)
         self.records.append(rec)

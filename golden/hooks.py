@@ -22,7 +22,8 @@ class W8A8Linears:
 
     def __call__(self, name, x, w, b, step):
         if name not in self._wq:
-            self._wq[name] = quantize_weights(w)
+            w_q, s_w = quantize_weights(w)
+            self._wq[name] = (w_q.astype(np.float32), s_w)      # exact: |w_q| <= 127
         w_q, s_w = self._wq[name]
         return w8a8_linear(x, w_q, s_w, b).astype(np.float32)
 

@@ -3,8 +3,8 @@ and the dense W8A8 reference every speedup and accuracy figure is measured again
 
 import numpy as np
 
-__all__ = ["quantize_weights", "token_lattice", "to_lattice", "exact_matmul", "w8a8_linear",
-           "LATTICE_LIMIT"]
+__all__ = ["quantize_weights", "token_lattice", "to_lattice", "exact_matmul",
+           "exact_matmul_float", "w8a8_linear", "LATTICE_LIMIT"]
 
 #: Largest magnitude ``to_lattice`` returns: beyond it values are clipped (in float, before the
 #: cast, so that no value wraps). Every consumer clips far tighter (INT8, ``Config.target_max``).
@@ -56,22 +56,37 @@ def to_lattice(x, d):
     return np.clip(q, -LATTICE_LIMIT, LATTICE_LIMIT).astype(np.int64)
 
 
-def exact_matmul(a, b, a_bound=None):
-    """Integer ``a @ b`` through float64 BLAS. Exact while every partial sum stays below 2**53,
-    which the config guarantees (``Config.acc_bits <= 48``); checked here all the same, from
-    ``a_bound`` (a known bound on ``|a|``) when given, else from ``a`` itself. ``b`` may be
-    given as float64 already (a cached weight)."""
+def _exact_dtype(a, b, a_bound, b_bound):
+    """The float type whose BLAS computes ``a @ b`` exactly: float32 while every partial sum
+    stays below 2**24, float64 below 2**53 (the config guarantees it: ``Config.acc_bits <= 48``);
+    beyond, ``OverflowError``. ``a_bound`` / ``b_bound``: known bounds on ``|a|`` / ``|b|``
+    (else taken from the operands)."""
     if a_bound is None:
         a_bound = np.abs(a).max(initial=0)
-    bound = int(a_bound) * int(np.abs(b).max(initial=0)) * a.shape[-1]
+    if b_bound is None:
+        b_bound = np.abs(b).max(initial=0)
+    bound = int(a_bound) * int(b_bound) * a.shape[-1]
     if bound >= 2 ** 53:
         raise OverflowError(f"integer matmul bound {bound} exceeds float64's exact range")
-    return (np.asarray(a, np.float64) @ np.asarray(b, np.float64)).astype(np.int64)
+    return np.float32 if bound < 2 ** 24 else np.float64
+
+
+def exact_matmul_float(a, b, a_bound=None, b_bound=None):
+    """Integer ``a @ b`` as a float array of exact integers (float32 or float64, see
+    ``_exact_dtype``), for callers that scale the result next."""
+    dt = _exact_dtype(a, b, a_bound, b_bound)
+    return np.asarray(a, dt) @ np.asarray(b, dt)
+
+
+def exact_matmul(a, b, a_bound=None, b_bound=None):
+    """Integer ``a @ b`` (int64) through float BLAS, exact (``exact_matmul_float``)."""
+    return exact_matmul_float(a, b, a_bound, b_bound).astype(np.int64)
 
 
 def w8a8_linear(x, w_q, s_w, bias=None):
     """Dense W8A8: per-token INT8 activations re-quantized every step, per-channel INT8 weights."""
+    x = np.asarray(x, dtype=np.float64)
     d = token_lattice(x)
     x_q = np.clip(to_lattice(x, d), -127, 127)
-    y = exact_matmul(x_q, w_q) * d[:, None] * s_w[None, :]
+    y = exact_matmul_float(x_q, w_q, 127, 127).astype(np.float64) * d[:, None] * s_w[None, :]
     return y if bias is None else y + bias

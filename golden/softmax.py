@@ -144,7 +144,7 @@ def softmax_groups(s_int, m, sh, valid=None, frac_bits: int = DEFAULT_FRAC_BITS,
     s = np.asarray(s_int)
     if not np.issubdtype(s.dtype, np.integer):
         raise TypeError(f"softmax_exp needs integer logits, got dtype {s.dtype}")
-    s = s.astype(np.int64)
+    s = s.astype(np.int64, copy=False)
     m = np.asarray(m, dtype=np.int64)[..., None]
     sh = np.asarray(sh, dtype=np.int64)[..., None]
     if np.any(m < 0) or np.any(m >= (1 << MANT_BITS)) or np.any(sh < 0) or np.any(sh > SHIFT_MAX):
@@ -155,27 +155,62 @@ def softmax_groups(s_int, m, sh, valid=None, frac_bits: int = DEFAULT_FRAC_BITS,
         valid = np.broadcast_to(np.asarray(valid, dtype=bool), s.shape)
         if not valid.any(axis=-1).all():
             raise ValueError("every row needs at least one valid key")
-    smin = np.iinfo(np.int64).min
-    smax = np.where(valid, s, smin).max(axis=-1, keepdims=True)
-    d = np.where(valid, smax - s, 0)
-    x = round_shift(d * m, sh)
+    if valid is None:
+        d = s.max(axis=-1, keepdims=True) - s
+    else:
+        smax = np.where(valid, s, np.iinfo(np.int64).min).max(axis=-1, keepdims=True)
+        d = np.where(valid, smax - s, 0)
+    # x = round_shift(d * m, sh), in place; the rounding half is per row.
+    half = np.where(sh > 0, np.left_shift(1, np.maximum(sh - 1, 0)), 0)
+    x = d
+    x *= m
+    x += half
+    x >>= sh
     nk = s.shape[-1]
     ng = -(-nk // group)
-    xi = np.where(valid, x >> frac_bits, e_max)
+    xi = x >> frac_bits
+    if valid is not None:
+        np.putmask(xi, ~valid, e_max)
     pad = ng * group - nk
     if pad:
         xi = np.concatenate([xi, np.full(xi.shape[:-1] + (pad,), e_max, np.int64)], axis=-1)
     e = np.minimum(xi.reshape(xi.shape[:-1] + (ng, group)).min(axis=-1), e_max)
-    e_key = _per_key(e, group, nk)
-    # Valid keys have e_g <= xi, so the offset distance is >= 0; invalid ones get p = 0.
-    p = np.where(valid, exp2_fixed(np.where(valid, x - (e_key << frac_bits), 0), frac_bits), 0)
+    # Valid keys have e_g <= xi, so the offset distance x - e_g * 2**F is >= 0; invalid keys
+    # index the table's last entry, whose p is 0.
+    top = 9 << frac_bits
+    t = x
+    _per_key_op(np.subtract, t, e << frac_bits, group)
+    if valid is not None:
+        np.putmask(t, ~valid, top)
+    np.minimum(t, top, out=t)
+    p = _exp2_table(frac_bits)[t]
     shift = e_max - e
-    return p, shift, np.left_shift(p, e_max - e_key).sum(axis=-1)
+    return p, shift, np.left_shift(_group_sums(p, group, ng), shift).sum(axis=-1)
+
+
+def _group_sums(p, group: int, ng: int):
+    """Sums of ``p`` over each group of ``group`` keys (the last group may be short)."""
+    pad = ng * group - p.shape[-1]
+    if pad:
+        p = np.concatenate([p, np.zeros(p.shape[:-1] + (pad,), p.dtype)], axis=-1)
+    return p.reshape(p.shape[:-1] + (ng, group)).sum(axis=-1)
 
 
 def _per_key(per_group, group: int, nk: int):
     """A per-group array ``(..., ceil(nk / group))`` repeated for each of the ``nk`` keys."""
     return np.repeat(per_group, group, axis=-1)[..., :nk]
+
+
+def _per_key_op(op, a, per_group, group: int):
+    """``a = op(a, per_key(per_group))`` in place, on a view of ``a`` by groups when the keys
+    fill whole groups (no repeated copy), else through ``_per_key``."""
+    nk = a.shape[-1]
+    if nk % group or not a.flags.c_contiguous:
+        op(a, _per_key(per_group, group, nk), out=a)
+    else:
+        v = a.reshape(a.shape[:-1] + (nk // group, group))
+        op(v, per_group[..., None], out=v)
+    return a
 
 
 def softmax_exp(s_int, m, sh, valid=None, frac_bits: int = DEFAULT_FRAC_BITS,
@@ -184,7 +219,7 @@ def softmax_exp(s_int, m, sh, valid=None, frac_bits: int = DEFAULT_FRAC_BITS,
     (``255 << e_max`` on each row's max, 0 on invalid keys) and the row sums ``l``; arguments as
     ``softmax_groups``."""
     p, shift, lsum = softmax_groups(s_int, m, sh, valid, frac_bits, group, e_max)
-    return np.left_shift(p, _per_key(shift, group, p.shape[-1])), lsum
+    return _per_key_op(np.left_shift, p, shift, group), lsum
 
 
 def exp2_fixed(x, frac_bits: int = DEFAULT_FRAC_BITS) -> np.ndarray:

@@ -290,3 +290,17 @@ def test_hook_batch_elements_independent():
                                                          v[b:b + 1], s))
         q, k, v = (a * np.float32(1.02) for a in (q, k, v))
     assert not whole.state["l"]["mask"].all()
+
+
+def test_measuring_a_subset_of_the_batch_equals_measuring_that_subset_alone():
+    rng = np.random.default_rng(17)
+    q, k, v = (a.astype(np.float32) for a in rand_head(rng, 20, 8, std=2.0, lead=(3, 2)))
+    c = cfg(block_q=8, block_k=4, theta=0.6, refresh_attn=2)
+    sub = AttentionReuse(c, measure=True, measure_batch=2)
+    alone = AttentionReuse(c, measure=True)
+    for s in range(3):
+        assert np.array_equal(sub("l", q, k, v, s)[:2], alone("l", q[:2], k[:2], v[:2], s))
+        q, k, v = (a * np.float32(1.02) for a in (q, k, v))
+    for a, b in zip(sub.records, alone.records, strict=True):
+        assert a["err_vs_float"] == b["err_vs_float"] and a["err_dense_int"] == b["err_dense_int"]
+    assert any(not r["key"] for r in sub.records)
