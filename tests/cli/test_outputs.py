@@ -1,0 +1,57 @@
+"""Output paths are checked before the work and written all-or-nothing."""
+
+import pytest
+
+from dstar.outputs import OutputError, atomic_dir, check_output_dir, check_output_file, write_atomic
+
+
+def test_bad_output_files_are_refused_with_the_reason(tmp_path):
+    (tmp_path / "f").write_text("x")
+    cases = {tmp_path: "is a folder", tmp_path / "f" / "out.json": "is a file, not a folder",
+             tmp_path / "nope" / "out.json": "does not exist", "": "empty path"}
+    for path, why in cases.items():
+        with pytest.raises(OutputError, match=why):
+            check_output_file(path)
+    assert check_output_file(tmp_path / "ok.json") == tmp_path / "ok.json"
+
+
+def test_bad_output_folders_are_refused(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(OutputError, match="is a file"):
+        check_output_dir(tmp_path / "f")
+    with pytest.raises(OutputError, match="is a file, not a folder"):
+        check_output_dir(tmp_path / "f" / "sub")
+    assert check_output_dir(tmp_path / "new") == tmp_path / "new"
+
+
+def test_write_atomic_replaces_whole_and_leaves_no_temporary(tmp_path):
+    f = tmp_path / "a.txt"
+    write_atomic(f, "one")
+    write_atomic(f, b"two")
+    assert f.read_text() == "two" and [p.name for p in tmp_path.iterdir()] == ["a.txt"]
+
+
+def test_atomic_dir_replaces_the_old_folder_only_on_success(tmp_path):
+    out = tmp_path / "out"
+    with atomic_dir(out) as d:
+        (d / "a.v").write_text("1")
+        (d / "stale.v").write_text("1")
+    assert sorted(p.name for p in out.iterdir()) == ["a.v", "stale.v"]
+    with pytest.raises(KeyboardInterrupt), atomic_dir(out) as d:
+        (d / "a.v").write_text("2")
+        raise KeyboardInterrupt
+    assert (out / "a.v").read_text() == "1" and (out / "stale.v").exists()
+    with atomic_dir(out) as d:
+        (d / "a.v").write_text("3")
+    assert sorted(p.name for p in out.iterdir()) == ["a.v"] and (out / "a.v").read_text() == "3"
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == ["out"]
+
+
+def test_a_second_writer_of_the_same_folder_is_refused(tmp_path):
+    out = tmp_path / "out"
+    with atomic_dir(out):
+        with pytest.raises(OutputError, match="another dstar command"), atomic_dir(out):
+            pass
+    with atomic_dir(out) as d:          # released: a later run goes through
+        (d / "x").write_text("1")
+    assert (out / "x").exists()
