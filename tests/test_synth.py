@@ -127,7 +127,7 @@ def test_synthesis_is_deterministic(tiny_report):
     again = BUILD / "tiny-again"
     code = ("import sys; from dstar.config import preset; from dstar.hw.generate import generate; "
             "generate(preset('tiny'), sys.argv[1]); "
-            "generate(preset('tiny').replace(packing='dense'), sys.argv[2])")
+            "generate(preset('tiny').replace(datapath='dense'), sys.argv[2])")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     subprocess.run([sys.executable, "-c", code, str(again / "rtl"), str(again / "dense")],
                    env=env, check=True)
