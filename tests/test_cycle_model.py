@@ -73,3 +73,16 @@ def test_batch_needs_one_shape():
     a, b = _encodings(rng, cfg, 4, 32, 1)[0], _encodings(rng, cfg, 5, 32, 1)[0]
     with pytest.raises(ValueError, match="different shapes"):
         predict_batch(cfg, [a, b], 32, 8)
+
+
+def test_layer_cycles_follow_the_datapath():
+    """``dstar.sim.layer_cycles`` runs the cycle model of the top ``cfg.datapath`` generates."""
+    from dstar.sim import dense_cycles, layer_cycles
+
+    cfg = preset("tiny")
+    rng = np.random.default_rng(9)
+    n, k, m = 5, 64, 12
+    enc = _encodings(rng, cfg, n, k, steps=1)[0]
+    assert layer_cycles.predict(cfg, enc, k, m) == predict(cfg, enc, k, m)
+    dense = cfg.replace(datapath="dense")
+    assert layer_cycles.predict(dense, enc, k, m) == dense_cycles.predict(dense, n, k, m)
