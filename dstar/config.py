@@ -7,6 +7,11 @@ This module imports nothing but the standard library (the golden model uses it w
 Derived quantities (accumulator width, target clip bound, ...) are properties, never fields, so
 they cannot disagree with the fields they derive from. Invalid values raise ``ConfigError`` with
 a message naming the field and the value.
+
+Closed choices are enums (``Datapath``, ``Packing``, ``WeightStore``); TOML files and keyword
+arguments give them as their string values, which ``Config`` converts. ``Config.hardware()`` is
+the part the hardware generator reads: the config hash, the manifest's ``config`` section and the
+synthesis baselines cover only it, so a change of a run field leaves them alone.
 """
 
 import dataclasses
