@@ -187,8 +187,7 @@ def main(argv=None):
     ap.add_argument("--blocks", type=int, nargs="+", default=None,
                     help="DiT blocks (default: all)")
     ap.add_argument("--layers", nargs="+", default=LAYERS)
-    ap.add_argument("--packing", nargs="+", choices=list(Packing),
-                    default=[Packing.COMPACT, Packing.LOCKSTEP])
+    ap.add_argument("--packing", nargs="+", default=["compact", "lockstep"])
     ap.add_argument("--every", type=int, default=1, help="model every N-th step only")
     ap.add_argument("--lane-rotation", type=int, nargs="+", default=[0],
                     help="compact strategy's lane rotation(s) R (0: the default, see "

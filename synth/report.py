@@ -67,7 +67,6 @@ from .flows import (
     AREA_TARGETS,
     CMOS_ASSUMPTIONS,
     TARGETS,
-    SynthTarget,
     synth_module,
     verilog_modules,
     yosys_version,
@@ -105,9 +104,9 @@ def fmax_selection(arg: str | None) -> tuple:
 FMAX_CHOICES = ("all", "blocks", *FMAX_KINDS, "top")
 #: The flow of the whole top for nextpnr: hierarchical ECP5 synthesis, flattened after the
 #: coarse passes (``dstar.synth.flows``), since a flat synth_ecp5 of the top stalls in ``share``.
-TOP_FLOW = SynthTarget.ECP5_DSP_TOP
+TOP_FLOW = "ecp5_dsp_top"
 #: The flow of the blocks placed and routed for Fmax.
-FMAX_FLOW = SynthTarget.ECP5_DSP
+FMAX_FLOW = "ecp5_dsp"
 #: Metrics of ``area_ratio`` (DSTAR / dense baseline).
 RATIO_KEYS = ("area_um2_45nm", "area_um2_45nm_logic", "transistors", "cells", "luts", "ffs",
               "dsps")
