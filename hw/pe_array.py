@@ -15,7 +15,7 @@ from dstar.config import WeightStore
 from .geometry import Geometry, uwidth
 from .layouts import lane_op_layout, token_layout, weight_row_layout
 
-__all__ = ["PEArray", "y_row_layout", "token_depth", "lane_weights", "WEIGHT_STORES"]
+__all__ = ["PEArray", "y_row_layout", "token_depth", "lane_weights"]
 
 
 def y_row_layout(geo: Geometry) -> data.ArrayLayout:
