@@ -6,7 +6,7 @@ both strategies are modelled in ``golden.dispatch`` and, cycle by cycle, in ``si
 Element ops: ZERO no op; LOW one op (``nib = q``, shift ``e``); HIGH two ops (``q & 15``
 unsigned at shift ``e``, then ``q >> 4`` signed at shift ``e + 4``), so ``sum == q << e``.
 
-Strategies (``cfg.packing``):
+Strategies (``cfg.packing``, a ``dstar.config.Packing``; ``DISPATCHERS`` holds each component):
 
 ``lockstep``
     The ``G`` lanes run each group of a slice together, for as many passes as its most
