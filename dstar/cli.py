@@ -285,7 +285,8 @@ def cmd_train(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from dstar.synth.report import FMAX_CHOICES  # stdlib only: no Yosys needed to parse arguments
+    # stdlib only: no Yosys needed to parse arguments
+    from dstar.synth.report import ALL_TARGETS, FMAX_CHOICES
     ap = argparse.ArgumentParser(prog="dstar", description="DSTAR accelerator generator, golden "
                                  "model and evaluation")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -341,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("synth", help="area, FPGA resources and Fmax (YoWASP Yosys/nextpnr)")
     _add_config_args(p)
     p.add_argument("--target", default="all",
-                   choices=["cmos", "ice40", "ecp5", "ecp5_dsp", "xc7", "all", "none"],
+                   choices=[*ALL_TARGETS, "all", "none"],
                    help="area target(s) (default: all); none: only --fmax or --board")
     p.add_argument("--fmax", nargs="?", const="all", choices=FMAX_CHOICES,
                    help="also place and route for Fmax (ECP5, out of context): the PE array "

@@ -7,19 +7,63 @@ This module imports nothing but the standard library (the golden model uses it w
 Derived quantities (accumulator width, target clip bound, ...) are properties, never fields, so
 they cannot disagree with the fields they derive from. Invalid values raise ``ConfigError`` with
 a message naming the field and the value.
+
+Closed choices are enums (``Datapath``, ``Packing``, ``WeightStore``); TOML files and keyword
+arguments give them as their string values, which ``Config`` converts. ``Config.hardware()`` is
+the part the hardware generator reads: the config hash, the manifest's ``config`` section and the
+synthesis baselines cover only it, so a change of a run field leaves them alone.
 """
 
 import dataclasses
+import functools
 import tomllib
-from dataclasses import dataclass, fields
+import typing
+from dataclasses import dataclass, field, fields
+from enum import Enum, StrEnum
 from pathlib import Path
 
-__all__ = ["Config", "ConfigError", "PRESETS", "preset", "load_config", "bits_signed"]
+__all__ = ["Config", "ConfigError", "Packing", "Datapath", "WeightStore", "PRESETS", "preset",
+           "load_config", "bits_signed"]
 
-#: "dense" is not a DSTAR strategy but the dense INT8 (W8A8) baseline built by the same generator
-#: (``dstar.hw.dense``): 8-bit x 8-bit lanes, no encoder or dispatcher.
-PACKINGS = ("lockstep", "compact", "dense")
-WEIGHT_STORES = ("registers", "lane_ram")
+
+class Packing(StrEnum):
+    """How the precision dispatcher packs nibble operations onto the ``G`` PE lanes
+    (``dstar.hw.dispatcher``). Each layer keeps one registry keyed by it (golden op streams,
+    dispatcher components, cycle models); ``tests/test_registries.py`` checks they agree."""
+
+    #: The lanes run each group of a slice together, for as many passes as its most expensive
+    #: element; lanes of cheaper elements idle.
+    LOCKSTEP = "lockstep"
+    #: Per-lane operation queues: each lane issues only its own elements' non-zero nibbles,
+    #: under one of ``lane_rotation`` rotations per slice (the chosen design).
+    COMPACT = "compact"
+
+
+class Datapath(StrEnum):
+    """Which linear-layer top the generator builds (``dstar.hw.generate``)."""
+
+    #: DSTAR's delta encoder, precision dispatcher and nibble lanes (``dstar.hw.linear``), plus
+    #: the attention engine.
+    DSTAR = "dstar"
+    #: The dense INT8 (W8A8) baseline of the same tiles, arrays and peak 8-bit throughput
+    #: (``dstar.hw.dense``): 8-bit x 8-bit lanes, no encoder or dispatcher, no attention
+    #: engine; ``packing`` does not apply.
+    DENSE = "dense"
+
+
+class WeightStore(StrEnum):
+    """How a PE array holds its double-buffered weight tile (``dstar.hw.pe_array.lane_weights``);
+    behaviour and timing are the same."""
+
+    #: One shared tile of registers and a multiplexer per lane over the rows it may read.
+    REGISTERS = "registers"
+    #: Per lane, a memory of the rows it may read (LUT RAM on FPGAs): no wide multiplexers.
+    LANE_RAM = "lane_ram"
+
+
+def _hw(default):
+    """A field the hardware generator (``dstar.hw``) reads: part of ``Config.hardware()``."""
+    return field(default=default, metadata={"hw": True})
 
 
 class ConfigError(ValueError):
@@ -35,48 +79,53 @@ def bits_signed(bound: int) -> int:
 class Config:
     """A complete dstar configuration. See ``docs`` in README.md for the meaning of each field."""
 
+    # Fields made with _hw() are read by the hardware generator (Config.hardware()).
     # --- differential linear layers (spec section 3) ---
-    group: int = 16             # G: channels per group; also the lanes of one PE column
-    e_max: int = 7              # largest per-group power-of-two shift
-    tau: int = 0                # tolerance in lattice units: dead zone and allowed rounding error
+    group: int = _hw(16)        # G: channels per group; also the lanes of one PE column
+    e_max: int = _hw(7)         # largest per-group power-of-two shift
+    tau: int = _hw(0)           # tolerance in lattice units: dead zone and allowed rounding error
     refresh_linear: int = 0     # key step every N steps (0: only the first step)
-    state_bits: int = 16        # width of the stored reconstruction Xs_int
+    state_bits: int = _hw(16)   # width of the stored reconstruction Xs_int
     lattice_bits: int = 1       # extra fraction bits of the activation lattice (0: spec, max/127)
     # --- sparse attention reuse (spec section 4) ---
-    block_q: int = 16
-    block_k: int = 16
+    block_q: int = _hw(16)
+    block_k: int = _hw(16)
     theta: float = 0.6          # cumulative block mass a query block's mask must reach
     refresh_attn: int = 2       # attention key step every N steps (0: only the first)
-    attn_frac_bits: int = 6     # softmax exp2 LUT has 2**attn_frac_bits entries
-    attn_out_frac_bits: int = 8  # fraction bits of the integer attention output
-    head_dim: int = 32          # Dh of the attention engine (the bundled DiT: 128 hidden / 4 heads)
-    attn_slots: int = 4         # layer/head slots of the attention engine (step counter, mask, R)
+    attn_frac_bits: int = _hw(6)  # softmax exp2 LUT has 2**attn_frac_bits entries
+    attn_out_frac_bits: int = _hw(8)  # fraction bits of the integer attention output
+    head_dim: int = _hw(32)     # Dh of the attention engine (the bundled DiT: 128 hidden / 4 heads)
+    attn_slots: int = _hw(4)    # layer/head slots of the attention engine (step counter, mask, R)
     # --- workload run (dstar analyze) ---
     steps: int = 50             # DDIM steps
     samples: int = 10           # class-conditional images (labels cycle 0..9)
     cfg_scale: float = 1.5      # classifier-free guidance (1.0: off, no doubled batch)
     seed: int = 0
     # --- hardware generator (spec section 5) ---
-    k_tile: int = 64            # reduction rows of one weight tile (multiple of group)
-    m_tile: int = 8             # output columns of one weight tile (= PE columns per array)
-    n_arrays: int = 2           # PE arrays sharing one dispatcher
-    packing: str = "compact"    # "lockstep", "compact", or "dense" (the W8A8 baseline)
-    lane_fifo_depth: int = 8    # per-lane operation queue of the compacting dispatcher
-    lane_rotation: int = 0      # compact: lanes each element may land on (0: min(4, group))
-    weight_store: str = "registers"  # weight tile: "registers" or "lane_ram" (per-lane LUT RAM)
-    max_k: int = 512            # largest reduction dimension K a layer may have
-    max_m: int = 512            # largest output dimension M
-    max_tokens: int = 256       # largest number of token rows per layer run
+    k_tile: int = _hw(64)       # reduction rows of one weight tile (multiple of group)
+    m_tile: int = _hw(8)        # output columns of one weight tile (= PE columns per array)
+    n_arrays: int = _hw(2)      # PE arrays sharing one dispatcher
+    datapath: Datapath = _hw(Datapath.DSTAR)  # DSTAR's, or the dense INT8 baseline (Datapath)
+    packing: Packing = _hw(Packing.COMPACT)   # the dispatcher's strategy (Packing)
+    lane_fifo_depth: int = _hw(8)  # per-lane operation queue of the compacting dispatcher
+    lane_rotation: int = _hw(0)  # compact: lanes each element may land on (0: min(4, group))
+    weight_store: WeightStore = _hw(WeightStore.REGISTERS)  # how a PE array holds its tile
+    max_k: int = _hw(512)       # largest reduction dimension K a layer may have
+    max_m: int = _hw(512)       # largest output dimension M
+    max_tokens: int = _hw(256)  # largest number of token rows per layer run
 
     def __post_init__(self):
-        for f in fields(self):
-            v = getattr(self, f.name)
-            want = f.type if isinstance(f.type, type) else eval(f.type)  # noqa: S307 (own types)
+        for name, want in _field_types().items():
+            v = getattr(self, name)
             if want is float and isinstance(v, int) and not isinstance(v, bool):
-                object.__setattr__(self, f.name, float(v))
+                object.__setattr__(self, name, float(v))
+                continue
+            if issubclass(want, Enum) and isinstance(v, str):
+                object.__setattr__(self, name, _member(want, name, v))
                 continue
             if not isinstance(v, want) or isinstance(v, bool):
-                raise ConfigError(f"{f.name} must be {want.__name__}, got {v!r}")
+                kind = f"one of {', '.join(want)}" if issubclass(want, Enum) else want.__name__
+                raise ConfigError(f"{name} must be {kind}, got {v!r}")
         self._check()
 
     # ----- validation -----
@@ -119,20 +168,15 @@ class Config:
             raise ConfigError(f"k_tile={self.k_tile} must be a multiple of group={self.group}")
         self._range("m_tile", 1, 256)
         self._range("n_arrays", 1, 64)
-        if self.packing not in PACKINGS:
-            raise ConfigError(f"packing must be one of {PACKINGS}, got {self.packing!r}")
-        if self.packing == "dense" and self.group % 2:
+        if self.datapath == Datapath.DENSE and self.group % 2:
             # The baseline's 8x8 lanes are half the nibble lanes (equal peak 8-bit throughput).
-            raise ConfigError(f"packing 'dense' needs an even group (8-bit lanes = group / 2), "
+            raise ConfigError(f"datapath 'dense' needs an even group (8-bit lanes = group / 2), "
                               f"got group={self.group}")
         self._range("lane_fifo_depth", 2, 1024)
         r = self.lane_rotation
         if r and (r > self.group or self.group % r or r & (r - 1)):
             raise ConfigError(f"lane_rotation must be 0 or a power of two dividing "
                               f"group={self.group}, got {r!r}")
-        if self.weight_store not in WEIGHT_STORES:
-            raise ConfigError(f"weight_store must be one of {WEIGHT_STORES}, "
-                              f"got {self.weight_store!r}")
         self._range("max_k", self.group, 1 << 16)
         if self.max_k % self.group:
             raise ConfigError(f"max_k={self.max_k} must be a multiple of group={self.group}")
@@ -189,12 +233,45 @@ class Config:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every field, enums as their string values (the TOML form)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+    def hardware(self) -> dict:
+        """The fields the hardware generator reads (``to_dict`` form): what the config hash,
+        the ``params.json`` ``config`` section and the synthesis baselines cover, so that a
+        change of a run field (``steps``, ``theta``, ...) leaves them alone."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.metadata.get("hw")}
+
+    def run_params(self) -> dict:
+        """The other fields: the golden model's and the workload run's (``to_dict`` form)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)
+                if not f.metadata.get("hw")}
 
     def derived(self) -> dict:
         return {"state_max": self.state_max, "target_max": self.target_max,
                 "delta_max": self.delta_max, "shift_bits": self.shift_bits,
                 "acc_bits": self.acc_bits, "e_tol": self.e_tol}
+
+
+@functools.cache
+def _field_types() -> dict[str, type]:
+    return typing.get_type_hints(Config)
+
+
+def _member(enum: type[StrEnum], name: str, value: str) -> StrEnum:
+    """``enum(value)``, or a ``ConfigError`` naming the field, the value and the choices."""
+    try:
+        return enum(value)
+    except ValueError:
+        pass
+    if enum is Packing and value == Datapath.DENSE:
+        raise ConfigError('packing = "dense" is not a packing: the dense INT8 baseline is a '
+                          'datapath, use datapath = "dense"') from None
+    raise ConfigError(f"{name} must be one of {', '.join(enum)}, got {value!r}") from None
+
+
+def _plain(v):
+    return v.value if isinstance(v, Enum) else v
 
 
 PRESETS: dict[str, Config] = {

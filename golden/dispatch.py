@@ -11,14 +11,22 @@ every cycle that is not a pass):
 * ``ideal``: element level, every lane busy: ``sum(passes per element)``.
 * ``lockstep``: each group at its most expensive element, ``G`` lanes at a time:
   ``G * sum(group_cost)``.
+* ``compact``: every lane issues only its own elements' ops: the ideal's count.
+
+``STRATEGIES`` holds each ``dstar.config.Packing``'s model (its op streams and op count).
 """
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
+
+from dstar.config import Packing
 
 from .encoder import HIGH, LOW, PASSES, Encoded, split_nibbles
 
 __all__ = ["element_ops", "rotation_offset", "lane_rotations", "lane_streams", "costs",
-           "lockstep_streams"]
+           "lockstep_streams", "Strategy", "STRATEGIES"]
 
 
 def element_ops(q: int, e: int) -> list[tuple[int, int]]:
@@ -107,26 +115,33 @@ def lane_streams(enc: Encoded, k_tile: int, rotation: int = 1, rots: dict | None
 
 
 def costs(enc: Encoded) -> dict:
-    """Lane-pass counts of one encoded step (see the module docstring) and element fractions."""
+    """Lane-pass counts of one encoded step (see the module docstring), with each strategy's
+    under its ``Packing`` value, and element fractions."""
     n_el = enc.cls.size
     counts = np.bincount(enc.cls.ravel(), minlength=3)
     passes = int(PASSES[enc.cls].sum())
-    lockstep = int(enc.group_cost.sum()) * enc.group
-    return {
+    out = {
         "elements": n_el,
         "zero": int(counts[0]), "low": int(counts[LOW]), "high": int(counts[HIGH]),
         "dense": 2 * n_el,
         "ideal": passes,
-        "lockstep": lockstep,
         "ideal_speedup": (2 * n_el / passes) if passes else float("inf"),
-        "lockstep_speedup": (2 * n_el / lockstep) if lockstep else float("inf"),
     }
+    for p, strategy in STRATEGIES.items():
+        ops = strategy.lane_ops(enc)
+        out[p.value] = ops
+        out[f"{p.value}_speedup"] = (2 * n_el / ops) if ops else float("inf")
+    return out
 
 
-def lockstep_streams(enc: Encoded, k_tile: int):
+def lockstep_streams(enc: Encoded, k_tile: int, rotation: int = 1, rots: dict | None = None):
     """The lockstep strategy's work per slice: ``{(token, kt): [ops of lane 0, ...]}``, every
     lane issuing ``(nib, shift, row)`` for each pass of each non-ZERO group (an idle lane issues
-    ``nib = 0``: a ZERO element, or the second pass of a LOW element in a HIGH group)."""
+    ``nib = 0``: a ZERO element, or the second pass of a LOW element in a HIGH group).
+    ``rotation`` and ``rots`` are ``lane_streams``'s; lockstep does not rotate (``rotation``
+    1, every rotation 0)."""
+    if rotation != 1 or (rots and any(rots.values())):
+        raise ValueError("lockstep_streams: the lockstep strategy does not rotate lanes")
     g = enc.group
     n, k = enc.q.shape
     s_n = k_tile // g
@@ -146,3 +161,25 @@ def lockstep_streams(enc: Encoded, k_tile: int):
             if any(lanes):
                 out[(t, kt)] = lanes
     return out
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """The golden model of one packing strategy.
+
+    ``streams(enc, k_tile, rotation, rots)``: its lane ops per slice, ``{(token, kt): [ops of
+    lane 0, ...]}`` (``lane_streams``'s arguments); ``lane_ops(enc)``: how many lane ops it
+    issues on ``enc``, useful or idle (one lane-pass each); ``rotates``: whether it gives each
+    slice one of R lane rotations (``lane_rotations``; if not, R is 1)."""
+
+    streams: Callable[..., dict]
+    lane_ops: Callable[[Encoded], int]
+    rotates: bool
+
+
+#: The golden model of each ``Packing``.
+STRATEGIES: dict[Packing, Strategy] = {
+    Packing.LOCKSTEP: Strategy(lockstep_streams,
+                               lambda enc: int(enc.group_cost.sum()) * enc.group, rotates=False),
+    Packing.COMPACT: Strategy(lane_streams, lambda enc: int(PASSES[enc.cls].sum()), rotates=True),
+}

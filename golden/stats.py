@@ -4,7 +4,8 @@ Counts (all integers) per encoded step of one layer:
 
 * ``elements``, ``zero``, ``low``, ``high``: encoded elements and their classes;
 * ``passes``: element-level nibble passes, ``low + 2 * high`` (the ideal any packing can reach);
-* ``lockstep_passes``: each group at the cost of its most expensive element, ``G * max cost``;
+* ``<packing>_passes``: the lane ops each ``Packing`` issues (``dispatch.STRATEGIES``), e.g.
+  ``lockstep_passes``: each group at the cost of its most expensive element, ``G * max cost``;
 * ``dense_passes``: dense INT8 (W8A8) on the same lanes, two nibble passes per element;
 * ``groups``, ``zero_groups``, ``clipped_groups``, ``saturated_groups``.
 
@@ -13,11 +14,13 @@ Every pass feeds all M output columns of the layer, so ratios of passes are rati
 
 import numpy as np
 
+from .dispatch import STRATEGIES
 from .encoder import HIGH, LOW, ZERO, Encoded
 
 __all__ = ["FIELDS", "count_encoded", "OpStats"]
 
-FIELDS = ("elements", "zero", "low", "high", "passes", "lockstep_passes", "dense_passes",
+FIELDS = ("elements", "zero", "low", "high", "passes",
+          *(f"{p.value}_passes" for p in STRATEGIES), "dense_passes",
           "groups", "zero_groups", "clipped_groups", "saturated_groups")
 
 
@@ -25,13 +28,16 @@ def count_encoded(enc: Encoded) -> np.ndarray:
     """The ``FIELDS`` counts of one encoded tensor, int64 ``(len(FIELDS),)``."""
     cls = enc.cls
     n = cls.size
-    nz = np.count_nonzero(cls == ZERO)
     nl = np.count_nonzero(cls == LOW)
     nh = np.count_nonzero(cls == HIGH)
     cost = enc.group_cost
-    return np.array([n, nz, nl, nh, nl + 2 * nh, int(cost.sum()) * enc.group, 2 * n,
-                     cost.size, np.count_nonzero(cost == 0), np.count_nonzero(enc.clipped),
-                     np.count_nonzero(enc.saturated)], dtype=np.int64)
+    c = {"elements": n, "zero": np.count_nonzero(cls == ZERO), "low": nl, "high": nh,
+         "passes": nl + 2 * nh, "dense_passes": 2 * n,
+         **{f"{p.value}_passes": s.lane_ops(enc) for p, s in STRATEGIES.items()},
+         "groups": cost.size, "zero_groups": np.count_nonzero(cost == 0),
+         "clipped_groups": np.count_nonzero(enc.clipped),
+         "saturated_groups": np.count_nonzero(enc.saturated)}
+    return np.array([c[f] for f in FIELDS], dtype=np.int64)
 
 
 class OpStats:
@@ -64,9 +70,10 @@ class OpStats:
             "high_fraction": c["high"] / n,
             "low_bit_fraction": c["low"] / nonzero if nonzero else 1.0,
             "mean_passes": c["passes"] / n,
-            "lockstep_mean_passes": c["lockstep_passes"] / n,
+            **{f"{p.value}_mean_passes": c[f"{p.value}_passes"] / n for p in STRATEGIES},
             "ops_ratio_vs_w8a8": c["dense_passes"] / max(c["passes"], 1),
-            "lockstep_ops_ratio_vs_w8a8": c["dense_passes"] / max(c["lockstep_passes"], 1),
+            **{f"{p.value}_ops_ratio_vs_w8a8": c["dense_passes"] / max(c[f"{p.value}_passes"], 1)
+               for p in STRATEGIES},
             "clipped_group_fraction": c["clipped_groups"] / max(c["groups"], 1),
             "saturated_group_fraction": c["saturated_groups"] / max(c["groups"], 1),
             "zero_group_fraction": c["zero_groups"] / max(c["groups"], 1),

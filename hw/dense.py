@@ -1,5 +1,5 @@
 """Dense INT8 baseline: the same layer top as ``dstar.hw.linear`` with 8-bit x 8-bit lanes, no delta
-encoder and no precision dispatcher (``packing = "dense"``), so that the area DSTAR's extra
+encoder and no precision dispatcher (``datapath = "dense"``), so that the area DSTAR's extra
 logic costs is a measured ratio (``dstar.synth.report``).
 
 Ref: dstar-spec.md sections 2 and 6; golden counterpart: the dense W8A8 reference
@@ -24,7 +24,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from dstar.config import Config, ConfigError, bits_signed
+from dstar.config import Config, ConfigError, Datapath, bits_signed
 
 from .geometry import Geometry, uwidth
 from .layouts import weight_row_layout
@@ -45,9 +45,9 @@ class DenseGeometry:
     cfg: Config
 
     def __post_init__(self):
-        if self.cfg.packing != "dense":
-            raise ConfigError(f"DenseLinearLayer needs packing 'dense', got "
-                              f"{self.cfg.packing!r}")
+        if self.cfg.datapath != Datapath.DENSE:
+            raise ConfigError(f"DenseLinearLayer needs datapath 'dense', got "
+                              f"{self.cfg.datapath.value!r}")
 
     @property
     def base(self) -> Geometry:

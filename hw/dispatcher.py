@@ -6,7 +6,7 @@ both strategies are modelled in ``golden.dispatch`` and, cycle by cycle, in ``si
 Element ops: ZERO no op; LOW one op (``nib = q``, shift ``e``); HIGH two ops (``q & 15``
 unsigned at shift ``e``, then ``q >> 4`` signed at shift ``e + 4``), so ``sum == q << e``.
 
-Strategies (``cfg.packing``):
+Strategies (``cfg.packing``, a ``dstar.config.Packing``; ``DISPATCHERS`` holds each component):
 
 ``lockstep``
     The ``G`` lanes run each group of a slice together, for as many passes as its most
@@ -103,10 +103,13 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from dstar.config import Packing
+
 from .geometry import Geometry
 from .layouts import encoded_group_layout, encoded_slice_layout, lane_op_layout, token_layout
 
-__all__ = ["LockstepDispatcher", "CompactDispatcher", "PrecisionDispatcher", "bundle_layout"]
+__all__ = ["LockstepDispatcher", "CompactDispatcher", "DISPATCHERS", "make_dispatcher",
+           "bundle_layout"]
 
 COUNTER_BITS = 32
 
@@ -410,6 +413,13 @@ class LockstepDispatcher(wiring.Component):
         return m
 
 
-def PrecisionDispatcher(geo: Geometry) -> wiring.Component:  # noqa: N802 (a factory)
+#: The dispatcher component of each ``Packing`` (all take a ``Geometry``, same signature).
+DISPATCHERS: dict[Packing, type[wiring.Component]] = {
+    Packing.LOCKSTEP: LockstepDispatcher,
+    Packing.COMPACT: CompactDispatcher,
+}
+
+
+def make_dispatcher(geo: Geometry) -> wiring.Component:
     """The dispatcher of ``geo.cfg.packing``."""
-    return {"lockstep": LockstepDispatcher, "compact": CompactDispatcher}[geo.cfg.packing](geo)
+    return DISPATCHERS[geo.cfg.packing](geo)

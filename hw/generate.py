@@ -2,26 +2,32 @@
 and their ``params.json``.
 
 The manifest holds everything a testbench or report needs so that none restates a width: the
-resolved config and its derived values, the hardware geometry, every top-level port with its
+resolved config's hardware fields (``config``, ``Config.hardware()``; the others under ``run``)
+and its derived values, the hardware geometry, every top-level port with its
 direction and width, and the payload and memory-word layouts as field lists
 (``name``/``offset``/``width``/``signed``, LSB-first offsets into the flat vector).
 """
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from amaranth import Shape, Signal, signed, unsigned
 from amaranth.back import verilog
 from amaranth.lib import data, wiring
 
+from dstar.config import Config, Datapath
+
 from . import layouts
+from .dense import DenseLinearLayer
 from .dispatcher import bundle_layout
 from .encoder import row_layouts
 from .linear import LinearLayer
 from .pe_array import token_depth, y_row_layout
 
 __all__ = ["generate", "generate_block", "manifest", "attention_manifest", "top_of", "TOP_NAME",
-           "ATTN_TOP_NAME"]
+           "ATTN_TOP_NAME", "Tops", "TOPS"]
 
 TOP_NAME = "dstar_linear"
 ATTN_TOP_NAME = "dstar_attention"
@@ -67,13 +73,27 @@ def _ports(top: wiring.Component) -> dict:
     return ports
 
 
+@dataclass(frozen=True)
+class Tops:
+    """What ``generate`` builds for one ``Datapath``: ``linear(cfg)``, the ``dstar_linear`` top
+    (same top name and host ports for every datapath), and whether the attention engine
+    (``dstar_attention``) is built beside it."""
+
+    linear: Callable[[Config], wiring.Component]
+    attention: bool
+
+
+#: The tops of each ``Datapath``. The dense INT8 baseline has no attention engine: its lanes are
+#: 8 x 8, not the nibble lanes the engine schedules.
+TOPS: dict[Datapath, Tops] = {
+    Datapath.DSTAR: Tops(LinearLayer, attention=True),
+    Datapath.DENSE: Tops(DenseLinearLayer, attention=False),
+}
+
+
 def top_of(cfg) -> wiring.Component:
-    """The top ``cfg`` generates: DSTAR's ``LinearLayer``, or with ``packing = "dense"`` the
-    dense INT8 baseline ``dstar.hw.dense.DenseLinearLayer`` (same top name and host ports)."""
-    if cfg.packing == "dense":
-        from .dense import DenseLinearLayer
-        return DenseLinearLayer(cfg)
-    return LinearLayer(cfg)
+    """The ``dstar_linear`` top ``cfg`` generates (``TOPS[cfg.datapath]``)."""
+    return TOPS[cfg.datapath].linear(cfg)
 
 
 def manifest(cfg, top: wiring.Component) -> dict:
@@ -99,7 +119,8 @@ def _manifest(cfg, top, geometry: dict, lays: dict) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
         "top": TOP_NAME,
-        "config": cfg.to_dict(),
+        "config": cfg.hardware(),
+        "run": cfg.run_params(),
         "derived": cfg.derived(),
         "geometry": geometry,
         "ports": _ports(top),
@@ -128,7 +149,7 @@ def attention_manifest(cfg, top=None) -> dict:
     return {
         "top": ATTN_TOP_NAME,
         "verilog": f"{ATTN_TOP_NAME}.v",
-        "config": cfg.to_dict(),
+        "config": cfg.hardware(),
         "geometry": ag.to_dict(),
         "ports": _ports(top),
         "layouts": {name: {"width": Shape.cast(lay).width, "fields": _fields(lay)}
@@ -148,11 +169,11 @@ def attention_manifest(cfg, top=None) -> dict:
 def generate_block(component: wiring.Component, name: str, cfg, layouts_: dict,
                    outdir) -> dict:
     """Write a sub-block (e.g. the dispatcher alone, for stream-level testbenches) as
-    ``<outdir>/<name>.v`` plus ``<outdir>/<name>.json`` (config, geometry, ports, layouts)."""
+    ``<outdir>/<name>.v`` plus ``<outdir>/<name>.json`` (hardware config, ports, layouts)."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     man = {
-        "schema_version": SCHEMA_VERSION, "top": name, "config": cfg.to_dict(),
+        "schema_version": SCHEMA_VERSION, "top": name, "config": cfg.hardware(),
         "derived": cfg.derived(), "ports": _ports(component),
         "layouts": {n: {"width": Shape.cast(lay).width, "fields": _fields(lay)}
                     for n, lay in layouts_.items()},
@@ -168,9 +189,8 @@ def generate_block(component: wiring.Component, name: str, cfg, layouts_: dict,
 def generate(cfg, outdir, *, attention: bool = True) -> dict:
     """Write ``<outdir>/dstar_linear.v`` and (with ``attention``) ``<outdir>/dstar_attention.v``
     (no source paths: byte-identical across runs and checkouts) and ``<outdir>/params.json``
-    (the attention engine's part under ``attention``); return the manifest. The dense INT8
-    baseline (``packing = "dense"``) has no attention engine: its lanes are 8 x 8, not the
-    nibble lanes the engine schedules."""
+    (the attention engine's part under ``attention``); return the manifest. Which tops:
+    ``TOPS[cfg.datapath]`` (the dense baseline has no attention engine)."""
     from .attention import AttentionEngine
 
     outdir = Path(outdir)
@@ -180,7 +200,7 @@ def generate(cfg, outdir, *, attention: bool = True) -> dict:
     text = verilog.convert(top, name=TOP_NAME, emit_src=False)
     (outdir / f"{TOP_NAME}.v").write_text(text)
     man["verilog"] = f"{TOP_NAME}.v"
-    if attention and cfg.packing != "dense":
+    if attention and TOPS[cfg.datapath].attention:
         att = AttentionEngine(cfg)
         man["attention"] = attention_manifest(cfg, att)
         text = verilog.convert(att, name=ATTN_TOP_NAME, emit_src=False)

@@ -10,6 +10,8 @@ owns element ``l`` of each group (``k = j*G + l``).
 
 from dataclasses import dataclass
 
+from dstar.golden.dispatch import STRATEGIES
+
 from dstar.config import Config, ConfigError, bits_signed
 
 __all__ = ["Geometry", "uwidth", "DEFAULT_LANE_ROTATION"]
@@ -28,7 +30,7 @@ def uwidth(n: int) -> int:
 
 @dataclass(frozen=True)
 class Geometry:
-    """``lane_rotation`` (R, a power of two dividing G; 0 means the default, 4 or the largest
+    """``cfg.lane_rotation`` (R, a power of two dividing G; 0 means the default, 4 or the largest
     power of two below it that divides G): in the compacting strategy, rotation ``r`` gives
     lane ``l`` element ``(l - r (r + 1) / 2) mod G`` of each group, and the dispatcher picks one
     of the R rotations per slice to balance the lanes (``dstar.hw.dispatcher``), so a busy channel's
@@ -36,13 +38,8 @@ class Geometry:
     then selects among ``R * slice_groups`` weight rows per buffer (the area cost; measurements
     in ``dstar.hw.dispatcher``)."""
     cfg: Config
-    lane_rotation: int = 0
 
     def __post_init__(self):
-        r = self.rotation
-        if r < 1 or r > self.cfg.group or self.cfg.group % r or r & (r - 1):
-            raise ConfigError(f"lane_rotation must be a power of two dividing group="
-                              f"{self.cfg.group}, got {self.lane_rotation!r}")
         if self.cfg.k_tile > 8 * self.cfg.group:
             # The encoder and the lane sequencers handle one whole slice per cycle.
             raise ConfigError(f"k_tile={self.cfg.k_tile} needs more than 8 groups per slice "
@@ -50,11 +47,12 @@ class Geometry:
 
     @property
     def rotation(self) -> int:
-        """R: distinct lane rotations of the compacting strategy (1 for lockstep)."""
-        if self.cfg.packing == "lockstep":
+        """R: distinct lane rotations of the packing strategy (1 if it does not rotate,
+        ``dstar.golden.dispatch.STRATEGIES``)."""
+        if not STRATEGIES[self.cfg.packing].rotates:
             return 1
-        if self.lane_rotation or self.cfg.lane_rotation:
-            return self.lane_rotation or self.cfg.lane_rotation
+        if self.cfg.lane_rotation:
+            return self.cfg.lane_rotation
         r = DEFAULT_LANE_ROTATION
         while self.cfg.group % r:
             r //= 2

@@ -9,7 +9,7 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .dispatcher import COUNTER_BITS, PrecisionDispatcher
+from .dispatcher import COUNTER_BITS, make_dispatcher
 from .encoder import DeltaEncoder, row_layouts
 from .geometry import Geometry, uwidth
 from .layouts import weight_row_layout
@@ -51,8 +51,8 @@ class LinearLayer(wiring.Component):
     Ports are flat vectors (no structs) so that cocotb drives them directly.
     """
 
-    def __init__(self, cfg, lane_rotation: int = 0):
-        self._geo = geo = Geometry(cfg, lane_rotation)
+    def __init__(self, cfg):
+        self._geo = geo = Geometry(cfg)
         t_l, s_l = row_layouts(geo)
         run, status, host_rows, host_wy = layer_ports(geo, t_l.size, y_row_layout(geo).size)
         super().__init__({
@@ -77,7 +77,7 @@ class LinearLayer(wiring.Component):
         geo, cfg = self._geo, self._geo.cfg
         m = Module()
         m.submodules.encoder = enc = DeltaEncoder(geo)
-        m.submodules.dispatcher = disp = PrecisionDispatcher(geo)
+        m.submodules.dispatcher = disp = make_dispatcher(geo)
         arrays = []
         for a in range(cfg.n_arrays):
             arr = PEArray(geo)

@@ -10,6 +10,8 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from dstar.config import WeightStore
+
 from .geometry import Geometry, uwidth
 from .layouts import lane_op_layout, token_layout, weight_row_layout
 
@@ -27,7 +29,7 @@ def token_depth(geo: Geometry) -> int:
     return geo.cfg.lane_fifo_depth + geo.psum_depth + 2
 
 
-def lane_weights(m: Module, wrow, k_tile: int, m_tile: int, store: str, sels: list,
+def lane_weights(m: Module, wrow, k_tile: int, m_tile: int, store: WeightStore, sels: list,
                  rows: list) -> list:
     """Per-lane reads of the double-buffered ``k_tile x m_tile`` INT8 weight tile, written one
     row per beat of the ``weight_row_layout`` stream ``wrow`` (no back-pressure).
@@ -37,29 +39,37 @@ def lane_weights(m: Module, wrow, k_tile: int, m_tile: int, store: str, sels: li
     8-bit weights), combinational from its key. A row written on an edge is read from the next
     cycle on (both stores).
 
-    ``store`` (``Config.weight_store``): ``"registers"``, one shared tile of registers and a
-    multiplexer per lane over its keys; ``"lane_ram"``, per lane a memory of its keys' rows
-    with an asynchronous read port (LUT RAM on FPGAs), written with every beat of a row the lane
-    reads: no wide multiplexers, but each row is stored once per lane that reads it.
+    ``store`` (``Config.weight_store``, ``WEIGHT_STORES``): ``REGISTERS``, one shared tile of
+    registers and a multiplexer per lane over its keys; ``LANE_RAM``, per lane a memory of its
+    keys' rows with an asynchronous read port (LUT RAM on FPGAs), written with every beat of a
+    row the lane reads: no wide multiplexers, but each row is stored once per lane that reads it.
     """
     row_l = data.ArrayLayout(signed(8), m_tile)
     out = [Signal(row_l, name=f"wsel_{lane}") for lane in range(len(sels))]
-    if store == "registers":
-        wts = [[Signal(row_l, name=f"w{b}_{k}") for k in range(k_tile)] for b in range(2)]
-        with m.If(wrow.valid):
-            with m.Switch(wrow.payload.bank):
-                for b in range(2):
-                    with m.Case(b):
-                        with m.Switch(wrow.payload.row):
-                            for k in range(k_tile):
-                                with m.Case(k):
-                                    m.d.sync += wts[b][k].eq(wrow.payload.w)
-        for lane, (sel, keys) in enumerate(zip(sels, rows, strict=True)):
-            with m.Switch(sel):
-                for key, (b, k) in keys.items():
-                    with m.Case(key):
-                        m.d.comb += out[lane].eq(wts[b][k])
-        return out
+    WEIGHT_STORES[store](m, wrow, k_tile, row_l, sels, rows, out)
+    return out
+
+
+def _register_tile(m, wrow, k_tile, row_l, sels, rows, out):
+    """``WeightStore.REGISTERS`` (``lane_weights``)."""
+    wts = [[Signal(row_l, name=f"w{b}_{k}") for k in range(k_tile)] for b in range(2)]
+    with m.If(wrow.valid):
+        with m.Switch(wrow.payload.bank):
+            for b in range(2):
+                with m.Case(b):
+                    with m.Switch(wrow.payload.row):
+                        for k in range(k_tile):
+                            with m.Case(k):
+                                m.d.sync += wts[b][k].eq(wrow.payload.w)
+    for lane, (sel, keys) in enumerate(zip(sels, rows, strict=True)):
+        with m.Switch(sel):
+            for key, (b, k) in keys.items():
+                with m.Case(key):
+                    m.d.comb += out[lane].eq(wts[b][k])
+
+
+def _lane_rams(m, wrow, k_tile, row_l, sels, rows, out):
+    """``WeightStore.LANE_RAM`` (``lane_weights``)."""
     for lane, (sel, keys) in enumerate(zip(sels, rows, strict=True)):
         where = {bk: key for key, bk in keys.items()}
         if len(where) != len(keys):
@@ -74,7 +84,10 @@ def lane_weights(m: Module, wrow, k_tile: int, m_tile: int, store: str, sels: li
                 for (b, k), key in sorted(where.items()):
                     with m.Case(b | k << 1):
                         m.d.comb += [wr.addr.eq(key), wr.en.eq(1)]
-    return out
+
+
+#: How ``lane_weights`` holds the tile, per ``WeightStore``.
+WEIGHT_STORES = {WeightStore.REGISTERS: _register_tile, WeightStore.LANE_RAM: _lane_rams}
 
 
 class PEArray(wiring.Component):

@@ -29,12 +29,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from dstar.golden.difflinear import DiffLinear, encode_step
+from dstar.golden.dispatch import STRATEGIES
 from dstar.golden.encoder import HIGH, Encoded
 from dstar.golden.quant import exact_matmul
 from dstar.sim.cycle_model import ACCOUNTS, predict, predict_batch
 from dstar.sim.traces import linear_inputs
 
-from dstar.config import load_config
+from dstar.config import Packing, load_config
 
 __all__ = ["dense_encoding", "main"]
 
@@ -94,13 +95,17 @@ class Tally:
 
 def _strategies(packings, rotations):
     out = []
-    for p in packings:
-        if p == "compact":
-            out += [(f"compact/R{r}" if len(rotations) > 1 else "compact", p, r)
-                    for r in rotations]
+    for p in map(Packing, packings):
+        if STRATEGIES[p].rotates:
+            out += [(f"{p}/R{r}" if len(rotations) > 1 else str(p), p, r) for r in rotations]
         else:
-            out.append((p, p, 0))
+            out.append((str(p), p, 0))
     return out
+
+
+def _strategy_config(base, packing, rotation):
+    """``base`` with a strategy of ``_strategies`` (rotation 0: the config's own)."""
+    return base.replace(packing=packing, lane_rotation=rotation or base.lane_rotation)
 
 
 def run_model(base, strategies, layers, steps, every):
@@ -123,8 +128,8 @@ def run_model(base, strategies, layers, steps, every):
         n_ls += len(chosen)
         for label, p, rot in strategies:
             t0 = time.perf_counter()
-            reps = predict_batch(base.replace(packing=p), [encs[s] for s in chosen], k, m,
-                                 lane_rotation=rot)
+            reps = predict_batch(_strategy_config(base, p, rot), [encs[s] for s in chosen], k,
+                                 m)
             secs[label] += time.perf_counter() - t0
             for s, rep in zip(chosen, reps, strict=True):
                 for t in (total, lt, per_step[s]):
@@ -152,17 +157,16 @@ def run_rtl(base, strategies, layer, steps, n_rtl):
     k = w_q.shape[0]
     bad = 0
     for label, p, rot in strategies:
-        cfg = base.replace(packing=p)
+        cfg = _strategy_config(base, p, rot)
         t0 = time.time()
         for s in sample:
             key = s == 0
             state = None if key else states[s]
-            out = run_layer_pysim(cfg, w_q, [(targets[s], key)], state=state,
-                                  lane_rotation=rot)[0]
+            out = run_layer_pysim(cfg, w_q, [(targets[s], key)], state=state)[0]
             enc_s, xs_g = encode_step(targets[s], np.zeros_like(targets[s]) if key else state,
                                       cfg)
             y_g = exact_matmul(enc_s.decode(), w_q)
-            model = predict(cfg, enc_s, k, cols, lane_rotation=rot)
+            model = predict(cfg, enc_s, k, cols)
             same = model.counters() == out.counters
             exact = np.array_equal(out.y, y_g) and np.array_equal(out.state, xs_g)
             bad += (not same) + (not exact)

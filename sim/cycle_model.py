@@ -51,7 +51,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from dstar.golden.encoder import HIGH, LOW
 
-__all__ = ["CycleReport", "predict", "predict_batch", "slice_costs"]
+from dstar.config import Packing
+
+__all__ = ["CycleReport", "predict", "predict_batch", "slice_costs", "EVENT_MODELS"]
 
 ACCOUNTS = ("load", "fill", "drain", "credit", "starved", "zero")
 
@@ -132,18 +134,18 @@ def lane_costs(geo, elem, n_mt):
     return np.take_along_axis(e, perm[rot], axis=2)
 
 
-def predict(cfg, enc, k: int, m: int, lane_rotation: int = 0) -> CycleReport:
+def predict(cfg, enc, k: int, m: int) -> CycleReport:
     """Cycles of one step of a ``K`` x ``M`` layer whose encoded difference is ``enc``
-    (``enc.q`` is ``(N, K)``), on ``LinearLayer(cfg, lane_rotation)``."""
-    return predict_batch(cfg, [enc], k, m, lane_rotation)[0]
+    (``enc.q`` is ``(N, K)``), on ``LinearLayer(cfg)``."""
+    return predict_batch(cfg, [enc], k, m)[0]
 
 
-def predict_batch(cfg, encs, k: int, m: int, lane_rotation: int = 0) -> list[CycleReport]:
+def predict_batch(cfg, encs, k: int, m: int) -> list[CycleReport]:
     """``predict`` for several encodings of the same layer (same ``N``, ``K``, ``M``)."""
     from dstar.hw.geometry import Geometry
     from dstar.hw.pe_array import token_depth
 
-    geo = Geometry(cfg, lane_rotation)
+    geo = Geometry(cfg)
     n = encs[0].q.shape[0]
     if any(e.q.shape != encs[0].q.shape for e in encs):
         raise ValueError("predict_batch: encodings of different shapes "
@@ -154,28 +156,15 @@ def predict_batch(cfg, encs, k: int, m: int, lane_rotation: int = 0) -> list[Cyc
     highs = [2 * n_mt * int(np.count_nonzero(e.cls == HIGH)) for e in encs]
     if n == 0 or n_pass == 0:           # the wrapper does not start
         return [CycleReport(0, 0, 0, 0, 0, g_n, dict.fromkeys(ACCOUNTS, 0)) for _ in encs]
-    costs = [slice_costs(e, geo, n_kt) for e in encs]
-    compact = cfg.packing == "compact"
-    if compact:
-        elem = np.stack([c[0] for c in costs], axis=2)         # [t, kt, b, e]
-        ev = _events_compact(geo, token_depth(geo), lane_costs(geo, elem, n_mt), n, n_kt,
-                             n_mt)
-    else:
-        group = np.stack([c[1] for c in costs], axis=2)        # [t, kt, b]
-        ev = _events_lockstep(geo, token_depth(geo), group, n, n_kt, n_mt)
+    events, account = EVENT_MODELS[cfg.packing]
+    ev = events(geo, token_depth(geo), [slice_costs(e, geo, n_kt) for e in encs], n, n_kt, n_mt)
     reps = []
     for b in range(len(encs)):
         cycles = int(ev["F"][-1, b]) + 2
         w_lo, w_hi = ev["w_lo"][:, b], ev["w_hi"][:, b]
         stall = int(np.maximum(w_hi - w_lo, 0).sum())
-        if compact:
-            acct = _account_compact(geo, ev, b, cycles)
-            zero = 0
-        else:
-            zero = g_n * n_mt * int(group[:, :, b].sum()) - lows[b] - highs[b]
-            acct = _account_lockstep(geo, ev, b, cycles)
-            acct["zero"] = zero
-        rep = CycleReport(cycles, stall, lows[b], highs[b], zero, g_n, acct)
+        acct = account(geo, ev, b, cycles, lows[b] + highs[b])
+        rep = CycleReport(cycles, stall, lows[b], highs[b], acct["zero"], g_n, acct)
         assert rep.useful + sum(acct.values()) == g_n * cycles, "unaccounted lane cycles"
         reps.append(rep)
     return reps
@@ -229,8 +218,10 @@ def _run(geo, depth_t, n, n_kt, n_mt, batch, slice_step):
     return {"F": F, "P": P, "C": C, "w_lo": w_lo, "w_hi": w_hi}
 
 
-def _events_compact(geo, depth_t, lane, n, n_kt, n_mt):
-    """Event times of the compacting strategy; ``lane[s, b, l]``: ops of each bundle."""
+def _events_compact(geo, depth_t, costs, n, n_kt, n_mt):
+    """Event times of the compacting strategy (``costs``: ``slice_costs`` per encoding)."""
+    elem = np.stack([c[0] for c in costs], axis=2)                 # [t, kt, b, e]
+    lane = lane_costs(geo, elem, n_mt)                             # [s, b, l]: ops per bundle
     depth_q, depth_p = geo.cfg.lane_fifo_depth, geo.psum_depth
     batch, g_n = lane.shape[1], lane.shape[2]
     rows = np.arange(batch)[:, None]
@@ -265,8 +256,9 @@ def _events_compact(geo, depth_t, lane, n, n_kt, n_mt):
     return ev
 
 
-def _events_lockstep(geo, depth_t, group, n, n_kt, n_mt):
-    """Event times of the lockstep strategy; ``group[t, kt, b]``: the slice's group passes."""
+def _events_lockstep(geo, depth_t, costs, n, n_kt, n_mt):
+    """Event times of the lockstep strategy (``costs``: ``slice_costs`` per encoding)."""
+    group = np.stack([c[1] for c in costs], axis=2)                # [t, kt, b]: group passes
     depth_p = geo.psum_depth
     batch = group.shape[2]
     rows = np.arange(batch)
@@ -372,7 +364,7 @@ def _gaps(lanes, start, cost, f_s, depth_p, cycles, g_n):
         fresh
 
 
-def _account_compact(geo, ev, b, cycles):
+def _account_compact(geo, ev, b, cycles, useful):
     g_n = geo.lanes
     ld = ev["L"][b]                                                # [l, s]
     lanes, s_idx = np.nonzero(ld >= 0)
@@ -388,7 +380,7 @@ def _account_compact(geo, ev, b, cycles):
     return _classify(geo, ev, b, cycles, gaps, fresh, True)
 
 
-def _account_lockstep(geo, ev, b, cycles):
+def _account_lockstep(geo, ev, b, cycles, useful):
     cost = ev["cost"][:, :, b]                                     # [t, kt]
     n, n_kt = cost.shape
     s_n = ev["P"].shape[0]
@@ -401,4 +393,16 @@ def _account_lockstep(geo, ev, b, cycles):
     gaps = (np.concatenate([a, fa]), np.concatenate([z, np.full(len(fa), cycles - 1)]),
             None, np.concatenate([cr, fcr]))
     one = _classify(geo, ev, b, cycles, gaps, fresh, False)
-    return {k: geo.lanes * v for k, v in one.items()}
+    acct = {k: geo.lanes * v for k, v in one.items()}
+    acct["zero"] = geo.lanes * int(c_s.sum()) - useful      # every lane issues each group pass
+    return acct
+
+
+#: Per ``Packing``: ``(events, account)``. ``events(geo, token_depth, costs, n, n_kt, n_mt)``
+#: returns the event times of a batch (``costs``: ``slice_costs`` per encoding);
+#: ``account(geo, ev, b, cycles, useful)`` the lane-cycle account of encoding ``b``
+#: (``ACCOUNTS`` keys; ``zero``: the idle ops its lanes issue).
+EVENT_MODELS = {
+    Packing.LOCKSTEP: (_events_lockstep, _account_lockstep),
+    Packing.COMPACT: (_events_compact, _account_compact),
+}

@@ -19,7 +19,13 @@ import numpy as np
 from dstar.golden.encoder import HIGH
 from dstar.sim.cycle_model import CycleReport
 
-__all__ = ["predict", "slice_masks"]
+from dstar.config import Packing
+
+__all__ = ["predict", "slice_masks", "LANE_QUEUES"]
+
+#: Per ``Packing``, which dispatcher ``predict`` replays: per-lane bundle queues and sequencers
+#: (True: compact), or one group sequencer all lanes follow (False: lockstep).
+LANE_QUEUES: dict[Packing, bool] = {Packing.LOCKSTEP: False, Packing.COMPACT: True}
 
 
 def slice_masks(enc, geo, n_kt: int, n_mt: int):
@@ -38,8 +44,7 @@ def slice_masks(enc, geo, n_kt: int, n_mt: int):
     padded = type(enc)(q=q, cls=cls, shift=enc.shift, clipped=enc.clipped,
                        saturated=enc.saturated, group=enc.group)
     order = [(t, kt) for kt in range(n_kt) for _ in range(n_mt) for t in range(n)]
-    rots = (lane_rotations(padded, cfg.k_tile, geo.rotation, order)
-            if cfg.packing == "compact" else [0] * len(order))
+    rots = lane_rotations(padded, cfg.k_tile, geo.rotation, order)     # all 0 if R = 1
     cls = cls.reshape(n, n_kt, s_n, g_n)                       # [t, kt, j, element]
     lane = []
     for (t, kt), r in zip(order, rots, strict=True):
@@ -66,14 +71,13 @@ def _lowbit(x):
     return (x & -x).bit_length() - 1
 
 
-def predict(cfg, enc, k: int, m: int, lane_rotation: int = 0,
-            max_cycles: int = 50_000_000) -> CycleReport:
+def predict(cfg, enc, k: int, m: int, max_cycles: int = 50_000_000) -> CycleReport:
     """Cycles of one step of a ``K`` x ``M`` layer whose encoded difference is ``enc``
-    (``enc.q`` is ``(N, K)``), on ``LinearLayer(cfg, lane_rotation)``."""
+    (``enc.q`` is ``(N, K)``), on ``LinearLayer(cfg)``."""
     from dstar.hw.geometry import Geometry
     from dstar.hw.pe_array import token_depth
 
-    geo = Geometry(cfg, lane_rotation)
+    geo = Geometry(cfg)
     n = enc.q.shape[0]
     g_n, s_n = cfg.group, geo.slice_groups
     depth_q, depth_p = cfg.lane_fifo_depth, geo.psum_depth
@@ -81,7 +85,7 @@ def predict(cfg, enc, k: int, m: int, lane_rotation: int = 0,
     n_kt, n_mt = geo.n_kt(k), geo.n_mt(m)
     n_pass = n_kt * n_mt
     lane_masks, grp_masks, low_n, high_n = slice_masks(enc, geo, n_kt, n_mt)
-    compact = cfg.packing == "compact"
+    compact = LANE_QUEUES[cfg.packing]
 
     # Wrapper registers (state right after the start edge).
     l_active, l_row, l_p, l_kt, l_mt = 0, 0, 0, 0, 0

@@ -12,6 +12,8 @@ chunk (stages E, A, B), so ``D_p = F_p + T * chunks + 3``, and ``busy`` falls at
 
 from dataclasses import dataclass
 
+from dstar.config import Datapath
+
 __all__ = ["DenseCycles", "predict"]
 
 
@@ -34,8 +36,8 @@ class DenseCycles:
 
 def predict(cfg, n_tokens: int, k: int, m: int) -> DenseCycles:
     """Counters of one run of ``n_tokens`` x ``K`` activations on a ``K`` x ``M`` layer."""
-    if cfg.packing != "dense":
-        raise ValueError(f"the dense cycle model needs packing 'dense', got {cfg.packing!r}")
+    if cfg.datapath != Datapath.DENSE:
+        raise ValueError(f"the dense cycle model needs datapath 'dense', got {cfg.datapath!r}")
     lanes = cfg.group // 2
     chunks = cfg.k_tile // lanes
     block = cfg.m_tile * cfg.n_arrays

@@ -36,11 +36,11 @@ def _io(ctx, dut):
     return set_, get, ctx.tick
 
 
-def run_layer_pysim(cfg, w_q, steps, state=None, lane_rotation: int = 0):
+def run_layer_pysim(cfg, w_q, steps, state=None):
     """Run steps on the Amaranth simulator: ``steps`` is a list of ``(target, key)``; the weights
     are loaded once (``state`` preloads the state memory before the first step). Returns a list
     of ``StepOutcome``."""
-    dut = LinearLayer(cfg, lane_rotation)
+    dut = LinearLayer(cfg)
     man = manifest(cfg, dut)
     n, k = steps[0][0].shape
     img = LayerImage(man, k, w_q.shape[1], n)

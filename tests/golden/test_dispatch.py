@@ -3,7 +3,14 @@ the encoder's own counts."""
 
 import numpy as np
 import pytest
-from dstar.golden.dispatch import costs, element_ops, lane_rotations, lane_streams, lockstep_streams
+from dstar.golden.dispatch import (
+    STRATEGIES,
+    costs,
+    element_ops,
+    lane_rotations,
+    lane_streams,
+    lockstep_streams,
+)
 from dstar.golden.encoder import encode
 
 pytestmark = pytest.mark.unit
@@ -28,6 +35,11 @@ def test_streams_cover_every_op_once(rotation):
     assert sum(len(lane) for lanes in comp.values() for lane in lanes) == c["ideal"]
     lock = lockstep_streams(enc, 32)
     assert sum(len(lane) for lanes in lock.values() for lane in lanes) == c["lockstep"]
+    assert c["compact"] == c["ideal"]           # compact issues no idle op
+    for p, strategy in STRATEGIES.items():      # every strategy's op count is its streams'
+        r = rotation if strategy.rotates else 1
+        ops = strategy.streams(enc, 32, r)
+        assert sum(len(lane) for lanes in ops.values() for lane in lanes) == c[p.value]
     # Per token, the lanes' ops add up to the decoded row (any rotation).
     dec = enc.decode()
     for (t, kt), lanes in comp.items():

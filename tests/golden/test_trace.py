@@ -40,7 +40,7 @@ def test_round_trip(tmp_path):
 def test_analysis_of_a_trace_is_the_golden_model(tmp_path):
     """run_trace on a saved trace gives the same counts as DiffLinear on the arrays directly."""
     from dstar.golden.difflinear import DiffLinear
-    from dstar.golden.stats import count_encoded
+    from dstar.golden.stats import FIELDS, count_encoded
 
     from dstar.config import preset
     rng = np.random.default_rng(1)
@@ -49,12 +49,14 @@ def test_analysis_of_a_trace_is_the_golden_model(tmp_path):
     save_trace(f, tr)
     cfg = preset("default")
     rep = run_trace(cfg, load_trace(f))
-    want = np.zeros(11, np.int64)
+    want = np.zeros(len(FIELDS), np.int64)
     for name, xs in tr.linear_x.items():
         layer = DiffLinear(tr.linear_w[name], tr.linear_b[name], cfg)
         for s in range(tr.steps):
             want += count_encoded(layer(xs[s], s).enc)
-    assert rep["dstar"]["mean_passes"] == pytest.approx((want[2] + 2 * want[3]) / want[0])
+    want = dict(zip(FIELDS, want, strict=True))
+    assert rep["dstar"]["mean_passes"] == pytest.approx((want["low"] + 2 * want["high"])
+                                                        / want["elements"])
     assert rep["layers"] == 2 and rep["steps"] == 3
     assert set(rep["per_layer_type"]) == {"fc1", "proj"}
     assert rep["dstar"]["output_sqnr_db"] > 25 and rep["w8a8"]["output_sqnr_db"] > 25

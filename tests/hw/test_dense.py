@@ -84,7 +84,7 @@ def check(cfg, w_q, runs):
 
 
 def dense(name="tiny", **kw):
-    return preset(name).replace(packing="dense", **kw)
+    return preset(name).replace(datapath="dense", **kw)
 
 
 def test_real_layer_w8a8():
@@ -181,6 +181,6 @@ def test_same_top_and_ports_as_dstar(tmp_path):
 @pytest.mark.unit
 def test_dense_needs_an_even_group():
     with pytest.raises(ConfigError, match="group=3"):
-        preset("tiny").replace(group=3, k_tile=33, max_k=129, packing="dense")
-    with pytest.raises(ConfigError, match="packing 'dense'"):
+        preset("tiny").replace(group=3, k_tile=33, max_k=129, datapath="dense")
+    with pytest.raises(ConfigError, match="datapath 'dense'"):
         DenseGeometry(preset("tiny"))

@@ -3,20 +3,20 @@ slow partial-sum reduction: every op arrives once, on its lane, in order, with i
 
 import numpy as np
 import pytest
-from dstar.golden.dispatch import lane_rotations, lane_streams, lockstep_streams
+from dstar.golden.dispatch import STRATEGIES, lane_rotations
 from dstar.golden.encoder import encode
-from dstar.hw.dispatcher import PrecisionDispatcher
+from dstar.hw.dispatcher import make_dispatcher
 from dstar.hw.geometry import Geometry
 from dstar.sim.pysim_driver import simulate
 
-from dstar.config import preset
+from dstar.config import Packing, preset
 
 pytestmark = pytest.mark.amaranth
 
 
 def run_dispatcher(geo, enc, rng, p_valid, p_tok_ready, p_reduce):
     cfg = geo.cfg
-    dut = PrecisionDispatcher(geo)
+    dut = make_dispatcher(geo)
     g_n, s_n = cfg.group, geo.slice_groups
     n, k = enc.q.shape
     slices = [(t, kt) for kt in range(k // cfg.k_tile) for t in range(n)]
@@ -86,7 +86,7 @@ def encoded(cfg, rng, n, k):
     return encode(d, cfg.group, cfg.e_max, cfg.tau)
 
 
-@pytest.mark.parametrize("packing", ["lockstep", "compact"])
+@pytest.mark.parametrize("packing", list(Packing))
 @pytest.mark.parametrize("p_valid,p_tok_ready,p_reduce",
                          [(1.0, 1.0, 1.0), (0.7, 0.6, 0.3), (0.9, 0.9, 0.1)])
 def test_dispatcher_ops(packing, p_valid, p_tok_ready, p_reduce):
@@ -97,13 +97,8 @@ def test_dispatcher_ops(packing, p_valid, p_tok_ready, p_reduce):
     enc = encoded(cfg, rng, n, k)
     ops, tokens, counts = run_dispatcher(geo, enc, rng, p_valid, p_tok_ready, p_reduce)
     order = [(t, kt) for kt in range(k // cfg.k_tile) for t in range(n)]
-    rots = dict.fromkeys(order, 0)
-    if packing == "compact":
-        rots = dict(zip(order, lane_rotations(enc, cfg.k_tile, geo.rotation, order),
-                        strict=True))
-        want = lane_streams(enc, cfg.k_tile, geo.rotation, rots)
-    else:
-        want = lockstep_streams(enc, cfg.k_tile)
+    rots = dict(zip(order, lane_rotations(enc, cfg.k_tile, geo.rotation, order), strict=True))
+    want = STRATEGIES[packing].streams(enc, cfg.k_tile, geo.rotation, rots)
     assert [(t, kt) for t, kt, _ in tokens] == order
     for lane in range(cfg.group):
         exp = []
@@ -121,7 +116,4 @@ def test_dispatcher_ops(packing, p_valid, p_tok_ready, p_reduce):
     n_high = 2 * int((enc.cls == 2).sum())
     n_low = int((enc.cls == 1).sum())
     assert (counts[0], counts[1]) == (n_low, n_high)
-    if packing == "compact":
-        assert counts[2] == 0
-    else:
-        assert counts[2] == len(all_ops) - n_low - n_high
+    assert counts[2] == len(all_ops) - n_low - n_high           # idle ops (lockstep only)

@@ -4,14 +4,14 @@ streams, random valid gaps, random back-pressure and a randomly slow reduction."
 
 import numpy as np
 import pytest
-from dstar.golden.dispatch import lane_rotations, lane_streams, lockstep_streams
+from dstar.golden.dispatch import STRATEGIES, lane_rotations
 from dstar.golden.encoder import encode
 from dstar.hw import layouts
-from dstar.hw.dispatcher import PrecisionDispatcher
+from dstar.hw.dispatcher import make_dispatcher
 from dstar.hw.generate import generate_block
 from dstar.hw.geometry import Geometry
 
-from dstar.config import preset
+from dstar.config import Packing, preset
 from dstar.paths import build_dir
 from tests.hw.fixtures import need_iverilog, run_icarus
 
@@ -31,13 +31,8 @@ def case(geo, rng, probs):
     d[3, ::g_n] = 200
     enc = encode(d, g_n, cfg.e_max, cfg.tau)
     order = [(t, kt) for kt in range(k // cfg.k_tile) for t in range(n)]
-    rots = dict.fromkeys(order, 0)
-    if cfg.packing == "compact":
-        rots = dict(zip(order, lane_rotations(enc, cfg.k_tile, geo.rotation, order),
-                        strict=True))
-        want = lane_streams(enc, cfg.k_tile, geo.rotation, rots)
-    else:
-        want = lockstep_streams(enc, cfg.k_tile)
+    rots = dict(zip(order, lane_rotations(enc, cfg.k_tile, geo.rotation, order), strict=True))
+    want = STRATEGIES[cfg.packing].streams(enc, cfg.k_tile, geo.rotation, rots)
     ops, masks = [], []
     for t, kt in order:
         lanes = want.get((t, kt), [[]] * g_n)
@@ -58,7 +53,7 @@ def case(geo, rng, probs):
     }
 
 
-@pytest.mark.parametrize("packing", ["lockstep", "compact"])
+@pytest.mark.parametrize("packing", list(Packing))
 def test_dispatcher_random_streams(packing):
     need_iverilog()
     cfg = preset("tiny").replace(packing=packing)
@@ -66,7 +61,7 @@ def test_dispatcher_random_streams(packing):
     out = BUILD / f"dispatcher-tiny-{packing}"
     lays = {"encoded_slice": layouts.encoded_slice_layout(geo),
             "lane_op": layouts.lane_op_layout(geo), "token": layouts.token_layout(geo)}
-    generate_block(PrecisionDispatcher(geo), "dstar_dispatcher", cfg, lays, out)
+    generate_block(make_dispatcher(geo), "dstar_dispatcher", cfg, lays, out)
     np.savez(out / "cases.npz", **case(geo, np.random.default_rng(5), (0.7, 0.7, 0.25)))
     run_icarus(out, "dstar_dispatcher", "dstar.sim.tb_dispatcher",
                {"DSTAR_PARAMS": out / "dstar_dispatcher.json", "DSTAR_CASES": out / "cases.npz"})

@@ -24,11 +24,12 @@ def test_generate_is_deterministic_and_manifest_matches(tmp_path):
     text = va.read_text()
     assert str(a) not in text and "src =" not in text             # no source paths
     assert json.loads((a / "params.json").read_text()) == man
-    assert man["config"] == cfg.to_dict() and man["derived"] == cfg.derived()
+    assert man["config"] == cfg.hardware() and man["derived"] == cfg.derived()
+    assert {**man["config"], **man["run"]} == cfg.to_dict()
     # Every manifest port is a top-level port of that width and direction, and vice versa.
     assert _ports(text, TOP_NAME) == man["ports"]
     att = man["attention"]
-    assert att["verilog"] == attn_a.name and att["config"] == cfg.to_dict()
+    assert att["verilog"] == attn_a.name and att["config"] == cfg.hardware()
     assert _ports(attn_a.read_text(), ATTN_TOP_NAME) == att["ports"]
     # Layout field lists tile their vectors exactly.
     for name, lay in [*man["layouts"].items(), *att["layouts"].items()]:

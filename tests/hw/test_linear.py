@@ -3,17 +3,18 @@ the golden model, and measured cycles and op counts equal to sim.cycle_model's p
 
 import numpy as np
 import pytest
+from dstar.golden.dispatch import STRATEGIES
 from dstar.sim.cycle_model import predict
 
-from dstar.config import preset
+from dstar.config import Packing, preset
 from tests.hw.fixtures import drifting_targets, golden_step, random_weights, run_layer_pysim
 
 pytestmark = pytest.mark.amaranth
 
 
-def check(cfg, w_q, steps, state=None, lane_rotation=0):
+def check(cfg, w_q, steps, state=None):
     """Run ``steps`` = [(target, key)] and compare every step; returns the cycle reports."""
-    outs = run_layer_pysim(cfg, w_q, steps, state=state, lane_rotation=lane_rotation)
+    outs = run_layer_pysim(cfg, w_q, steps, state=state)
     k, m = w_q.shape
     n = steps[0][0].shape[0]
     xs = state if state is not None else np.zeros((n, k), dtype=np.int64)
@@ -23,13 +24,13 @@ def check(cfg, w_q, steps, state=None, lane_rotation=0):
         enc, xs, y = golden_step(cfg, w_q, target, xs, y, key)
         assert np.array_equal(out.state, xs), f"state differs at step {i}"
         assert np.array_equal(out.y, y), f"Y differs at step {i}"
-        rep = predict(cfg, enc, k, m, lane_rotation=lane_rotation)
+        rep = predict(cfg, enc, k, m)
         assert out.counters == rep.counters(), f"cycle model differs at step {i}"
         reports.append(rep)
     return reports
 
 
-@pytest.mark.parametrize("packing", ["lockstep", "compact"])
+@pytest.mark.parametrize("packing", list(Packing))
 def test_drifting_layer(packing):
     cfg = preset("tiny").replace(packing=packing)
     rng = np.random.default_rng(11)
@@ -39,7 +40,7 @@ def test_drifting_layer(packing):
     assert reps[1].cycles < reps[0].cycles        # delta steps are cheaper than the key step
 
 
-@pytest.mark.parametrize("packing", ["lockstep", "compact"])
+@pytest.mark.parametrize("packing", list(Packing))
 def test_adversarial_values(packing):
     """All-HIGH and saturated key rows, an all-ZERO delta step, maximum-shift jumps."""
     cfg = preset("tiny").replace(packing=packing)
@@ -65,7 +66,7 @@ def test_one_token_layer():
     check(cfg, random_weights(rng, k, m), [(tg[0], True), (tg[1], False)])
 
 
-@pytest.mark.parametrize("packing", ["lockstep", "compact"])
+@pytest.mark.parametrize("packing", list(Packing))
 def test_one_tile_full_tokens(packing):
     cfg = preset("tiny").replace(packing=packing)
     rng = np.random.default_rng(14)
@@ -105,11 +106,11 @@ def test_lane_rotation_variants(lane_rotation):
     rng = np.random.default_rng(17)
     n, k, m = 9, 64, 8
     tg = drifting_targets(rng, cfg, n, k, 2)
-    check(cfg, random_weights(rng, k, m), [(tg[0], True), (tg[1], False)],
-          lane_rotation=lane_rotation)
+    check(cfg.replace(lane_rotation=lane_rotation), random_weights(rng, k, m),
+          [(tg[0], True), (tg[1], False)])
 
 
-@pytest.mark.parametrize("packing", ["compact", "lockstep"])
+@pytest.mark.parametrize("packing", list(Packing))
 def test_lane_ram_weight_store(packing):
     """Per-lane weight memories (``weight_store = "lane_ram"``) are as exact as the shared
     register tile, over several weight tiles (both buffers) and with full rotation."""
@@ -118,14 +119,14 @@ def test_lane_ram_weight_store(packing):
     n, k, m = 7, 96, 20
     tg = drifting_targets(rng, cfg, n, k, 2)
     check(cfg, random_weights(rng, k, m), [(tg[0], True), (tg[1], False)])
-    if packing == "compact":
+    if STRATEGIES[packing].rotates:
         tg = drifting_targets(rng, cfg, 3, 64, 2)
-        check(cfg, random_weights(rng, 64, 8), [(tg[0], True), (tg[1], False)],
-              lane_rotation=16)
+        check(cfg.replace(lane_rotation=16), random_weights(rng, 64, 8),
+              [(tg[0], True), (tg[1], False)])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("packing", ["compact", "lockstep"])
+@pytest.mark.parametrize("packing", list(Packing))
 def test_default_preset_real_layer_sample(packing):
     """Default preset, the bundled DiT's block-3 MLP fc1 (all 256 tokens, K = 128, one column
     block), key step and two delta steps of a 20-step run (about a minute per strategy)."""
@@ -141,7 +142,7 @@ def test_default_preset_real_layer_sample(packing):
     check(cfg, w_q, [(targets[0], True), (targets[1], False), (targets[2], False)])
 
 
-@pytest.mark.parametrize("packing", ["lockstep", "compact"])
+@pytest.mark.parametrize("packing", list(Packing))
 def test_odd_geometry(packing):
     """A configuration far from the presets: 8-lane groups, three groups per slice, three arrays
     of three columns, narrow state, small shift range, two-deep queues, full memories."""

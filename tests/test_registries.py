@@ -1,0 +1,34 @@
+"""Every per-layer registry of a closed choice covers each member of its enum, and nothing else:
+adding a packing strategy, a datapath, a weight store or a synthesis target means one enum member
+and one entry per registry, and this test names the registry that lacks it."""
+
+import pytest
+from dstar.golden.dispatch import STRATEGIES
+from dstar.hw.dispatcher import DISPATCHERS
+from dstar.hw.generate import TOPS
+from dstar.hw.pe_array import WEIGHT_STORES
+from dstar.sim.cycle_model import EVENT_MODELS
+from dstar.sim.cycle_reference import LANE_QUEUES
+from dstar.sim.layer_cycles import LAYER_CYCLES
+from dstar.synth.flows import TARGETS, SynthTarget
+
+from dstar.config import Datapath, Packing, WeightStore
+
+pytestmark = pytest.mark.unit
+
+REGISTRIES = [
+    ("dstar.golden.dispatch.STRATEGIES", STRATEGIES, Packing),
+    ("dstar.hw.dispatcher.DISPATCHERS", DISPATCHERS, Packing),
+    ("dstar.sim.cycle_model.EVENT_MODELS", EVENT_MODELS, Packing),
+    ("dstar.sim.cycle_reference.LANE_QUEUES", LANE_QUEUES, Packing),
+    ("dstar.hw.generate.TOPS", TOPS, Datapath),
+    ("dstar.sim.layer_cycles.LAYER_CYCLES", LAYER_CYCLES, Datapath),
+    ("dstar.hw.pe_array.WEIGHT_STORES", WEIGHT_STORES, WeightStore),
+    ("dstar.synth.flows.TARGETS", TARGETS, SynthTarget),
+]
+
+
+@pytest.mark.parametrize("name,registry,enum", REGISTRIES, ids=[r[0] for r in REGISTRIES])
+def test_registry_covers_its_enum(name, registry, enum):
+    assert set(registry) == set(enum), name
+    assert all(isinstance(key, enum) for key in registry), f"{name}: keys must be {enum.__name__}"
