@@ -103,12 +103,10 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from .geometry import Geometry
+from .geometry import COUNTER_BITS, Geometry
 from .layouts import encoded_group_layout, encoded_slice_layout, lane_op_layout, token_layout
 
 __all__ = ["LockstepDispatcher", "CompactDispatcher", "PrecisionDispatcher", "bundle_layout"]
-
-COUNTER_BITS = 32
 
 
 def bundle_layout(geo: Geometry) -> data.StructLayout:

@@ -10,20 +10,18 @@ from amaranth import Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-from dstar.golden.softmax import EXP_EXTRA_BITS, MANT_BITS, RECIP_BITS, SHIFT_MAX, exp_lut, sum_bits
+from dstar.golden.softmax import EXP_EXTRA_BITS, RECIP_BITS, exp_lut, sum_bits
 
-from dstar.config import Config, ConfigError, bits_signed
+from dstar.config import Config
 
-__all__ = ["LOGIT_BITS", "P_BITS", "row_cmd_layout", "logit_layout", "prob_layout",
-           "row_sum_layout", "norm_in_layout", "norm_out_layout", "SoftmaxUnit", "Normalizer"]
+from .geometry import LOGIT_BITS, SoftmaxGeometry
 
-#: Logit width for ``Dh <= 128``: ``|S| <= Dh * 128**2`` (``golden/ATTENTION.md``).
-LOGIT_BITS = bits_signed(128 * 128 * 128)
-P_BITS = 8
-R_BITS = RECIP_BITS + 1
-SH_BITS = SHIFT_MAX.bit_length()
-EXP_STAGES = 7          # registers from the memory read to o_p
-DIV_CYCLES = R_BITS     # restoring divider: one quotient bit per cycle
+__all__ = ["row_cmd_layout", "logit_layout", "prob_layout", "row_sum_layout", "norm_in_layout",
+           "norm_out_layout", "SoftmaxUnit", "Normalizer"]
+
+MANT_BITS, SH_BITS = SoftmaxGeometry.MANT_BITS, SoftmaxGeometry.SH_BITS
+P_BITS, R_BITS = SoftmaxGeometry.P_BITS, SoftmaxGeometry.R_BITS
+EXP_STAGES, DIV_CYCLES = SoftmaxGeometry.EXP_STAGES, SoftmaxGeometry.DIV_CYCLES
 
 
 def row_cmd_layout(max_row: int) -> data.StructLayout:
@@ -160,20 +158,23 @@ class SoftmaxUnit(wiring.Component):
     """
 
     def __init__(self, cfg: Config, *, logit_bits: int = LOGIT_BITS, max_row: int | None = None):
-        max_row = cfg.max_tokens if max_row is None else max_row
-        if not 1 <= max_row <= 1 << 16:
-            raise ConfigError(f"max_row must be in [1, 65536], got {max_row!r}")
-        if not 2 <= logit_bits <= 32:
-            raise ConfigError(f"logit_bits must be in [2, 32], got {logit_bits!r}")
+        self._geo = sg = SoftmaxGeometry(cfg, logit_bits=logit_bits, max_row=max_row)
         self._cfg = cfg
         self._logit_bits = logit_bits
-        self._max_row = max_row
-        super().__init__({
-            "i_row": In(stream.Signature(row_cmd_layout(max_row))),
-            "i_logit": In(stream.Signature(logit_layout(logit_bits))),
-            "o_p": Out(stream.Signature(prob_layout(cfg.shift_bits))),
-            "o_sum": Out(stream.Signature(row_sum_layout(max_row, cfg.e_max))),
-        })
+        self._max_row = max_row = sg.max_row
+        super().__init__({name: (In if name.startswith("i_") else Out)(stream.Signature(lay))
+                          for name, lay in self.layouts().items()})
+
+    @property
+    def geometry(self) -> SoftmaxGeometry:
+        return self._geo
+
+    def layouts(self) -> dict:
+        """The payload layout of each stream member, by member name."""
+        sg = self._geo
+        return {"i_row": row_cmd_layout(sg.max_row), "i_logit": logit_layout(sg.logit_bits),
+                "o_p": prob_layout(sg.cfg.shift_bits),
+                "o_sum": row_sum_layout(sg.max_row, sg.cfg.e_max)}
 
     @property
     def cfg(self) -> Config:
@@ -441,15 +442,17 @@ class Normalizer(wiring.Component):
     """
 
     def __init__(self, cfg: Config, *, max_row: int | None = None, acc_bits: int | None = None):
-        max_row = cfg.max_tokens if max_row is None else max_row
-        if acc_bits is None:
-            acc_bits = bits_signed((128 * 255 << cfg.e_max) * max_row)
-        self._cfg, self._max_row, self._acc_bits = cfg, max_row, acc_bits
-        self._out_bits = bits_signed(128 << cfg.attn_out_frac_bits)
+        self._geo = sg = SoftmaxGeometry(cfg, max_row=max_row, acc_bits=acc_bits)
+        self._cfg, self._max_row, self._acc_bits = cfg, sg.max_row, sg.acc_bits
+        self._out_bits = sg.out_bits
         super().__init__({
-            "i": In(stream.Signature(norm_in_layout(acc_bits, max_row, cfg.e_max))),
-            "o": Out(stream.Signature(norm_out_layout(self._out_bits))),
+            "i": In(stream.Signature(norm_in_layout(sg.acc_bits, sg.max_row, cfg.e_max))),
+            "o": Out(stream.Signature(norm_out_layout(sg.out_bits))),
         })
+
+    @property
+    def geometry(self) -> SoftmaxGeometry:
+        return self._geo
 
     @property
     def acc_bits(self) -> int:

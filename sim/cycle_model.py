@@ -141,7 +141,6 @@ def predict(cfg, enc, k: int, m: int, lane_rotation: int = 0) -> CycleReport:
 def predict_batch(cfg, encs, k: int, m: int, lane_rotation: int = 0) -> list[CycleReport]:
     """``predict`` for several encodings of the same layer (same ``N``, ``K``, ``M``)."""
     from dstar.hw.geometry import Geometry
-    from dstar.hw.pe_array import token_depth
 
     geo = Geometry(cfg, lane_rotation)
     n = encs[0].q.shape[0]
@@ -158,11 +157,11 @@ def predict_batch(cfg, encs, k: int, m: int, lane_rotation: int = 0) -> list[Cyc
     compact = cfg.packing == "compact"
     if compact:
         elem = np.stack([c[0] for c in costs], axis=2)         # [t, kt, b, e]
-        ev = _events_compact(geo, token_depth(geo), lane_costs(geo, elem, n_mt), n, n_kt,
+        ev = _events_compact(geo, geo.token_depth, lane_costs(geo, elem, n_mt), n, n_kt,
                              n_mt)
     else:
         group = np.stack([c[1] for c in costs], axis=2)        # [t, kt, b]
-        ev = _events_lockstep(geo, token_depth(geo), group, n, n_kt, n_mt)
+        ev = _events_lockstep(geo, geo.token_depth, group, n, n_kt, n_mt)
     reps = []
     for b in range(len(encs)):
         cycles = int(ev["F"][-1, b]) + 2

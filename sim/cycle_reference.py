@@ -71,13 +71,12 @@ def predict(cfg, enc, k: int, m: int, lane_rotation: int = 0,
     """Cycles of one step of a ``K`` x ``M`` layer whose encoded difference is ``enc``
     (``enc.q`` is ``(N, K)``), on ``LinearLayer(cfg, lane_rotation)``."""
     from dstar.hw.geometry import Geometry
-    from dstar.hw.pe_array import token_depth
 
     geo = Geometry(cfg, lane_rotation)
     n = enc.q.shape[0]
     g_n, s_n = cfg.group, geo.slice_groups
     depth_q, depth_p = cfg.lane_fifo_depth, geo.psum_depth
-    depth_t = token_depth(geo)
+    depth_t = geo.token_depth
     n_kt, n_mt = geo.n_kt(k), geo.n_mt(m)
     n_pass = n_kt * n_mt
     lane_masks, grp_masks, low_n, high_n = slice_masks(enc, geo, n_kt, n_mt)
