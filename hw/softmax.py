@@ -468,14 +468,18 @@ class Normalizer(wiring.Component):
         self._geo = sg = SoftmaxGeometry(cfg, max_row=max_row, acc_bits=acc_bits)
         self._cfg, self._max_row, self._acc_bits = cfg, sg.max_row, sg.acc_bits
         self._out_bits = sg.out_bits
-        super().__init__({
-            "i": In(stream.Signature(norm_in_layout(sg.acc_bits, sg.max_row, cfg.e_max))),
-            "o": Out(stream.Signature(norm_out_layout(sg.out_bits))),
-        })
+        super().__init__({name: (In if name == "i" else Out)(stream.Signature(lay))
+                          for name, lay in self.layouts().items()})
 
     @property
     def geometry(self) -> SoftmaxGeometry:
         return self._geo
+
+    def layouts(self) -> dict:
+        """The payload layout of each stream member, by member name."""
+        sg = self._geo
+        return {"i": norm_in_layout(sg.acc_bits, sg.max_row, sg.cfg.e_max),
+                "o": norm_out_layout(sg.out_bits)}
 
     @property
     def acc_bits(self) -> int:
