@@ -7,9 +7,9 @@ through the manifest's field lists (``dstar.sim.tb_attention``), never through w
 from amaranth import signed, unsigned
 from amaranth.lib import data
 
-from ..geometry import AttentionGeometry, SoftmaxGeometry
+from ..geometry import AttentionGeometry, SoftmaxGeometry, uwidth
 
-__all__ = ["ms_layout", "p_word_layout", "memory_layouts"]
+__all__ = ["ms_layout", "p_word_layout", "memory_layouts", "block_list_layouts"]
 
 
 def ms_layout() -> data.StructLayout:
@@ -24,6 +24,14 @@ def p_word_layout(ag: AttentionGeometry) -> data.StructLayout:
     return data.StructLayout({"p": data.ArrayLayout(unsigned(SoftmaxGeometry.P_BITS),
                                                     ag.cfg.group),
                               "shift": unsigned(ag.cfg.shift_bits)})
+
+
+def block_list_layouts(ag: AttentionGeometry) -> tuple[data.ArrayLayout, data.ArrayLayout]:
+    """The selected key blocks of a query block, as the engine's parts read them: their
+    indices (``0 .. nkb - 1``, ascending) and their lengths (``1 .. block_k``; the last block
+    may be ragged)."""
+    return (data.ArrayLayout(unsigned(uwidth(ag.nkb + 1)), ag.nkb),
+            data.ArrayLayout(unsigned(uwidth(ag.cfg.block_k + 1)), ag.nkb))
 
 
 def memory_layouts(ag: AttentionGeometry) -> dict:

@@ -4,19 +4,15 @@ accumulators into ``SoftmaxUnit``, and its outputs into P words, block sums and 
 Ref: ``golden/ATTENTION.md`` (group format, block mass); ``dstar.hw.softmax.SoftmaxUnit``.
 """
 
-from amaranth import Array, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth import Array, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..geometry import AttentionGeometry, uwidth
 from ..softmax import logit_layout, prob_layout, row_cmd_layout, row_sum_layout
-from .layouts import ms_layout, p_word_layout
+from .layouts import block_list_layouts, ms_layout, p_word_layout
 
 __all__ = ["SoftmaxFeed"]
-
-
-def _ushape(r: range):
-    return unsigned(Shape.cast(r).width)
 
 
 class SoftmaxFeed(wiring.Component):
@@ -49,7 +45,7 @@ class SoftmaxFeed(wiring.Component):
     Members
     -------
     start, full : In(1)
-    sel_j, sel_len : In(data.ArrayLayout(...)), n_sel : In(range(nkb + 1))
+    sel_j, sel_len : In(block_list_layouts(ag)), n_sel : In(range(nkb + 1))
     n_valid : In(range(n_max + 1)), base_i : In(range(n_max + block_q + 1)),
     rows : In(range(block_q + 1))
     y_addr : Out, y_data : In(data.ArrayLayout(data.ArrayLayout(signed(acc_bits), m_tile),
@@ -69,11 +65,12 @@ class SoftmaxFeed(wiring.Component):
         cfg, sg, geo = ag.cfg, ag.softmax, ag.lin
         jb, bq = range(ag.nkb + 1), cfg.block_q
         sum_l = row_sum_layout(sg.max_row, cfg.e_max)
+        sel_j_l, sel_len_l = block_list_layouts(ag)
         super().__init__({
             "start": In(1),
             "full": In(1),
-            "sel_j": In(data.ArrayLayout(_ushape(jb), ag.nkb)),
-            "sel_len": In(data.ArrayLayout(_ushape(range(cfg.block_k + 1)), ag.nkb)),
+            "sel_j": In(sel_j_l),
+            "sel_len": In(sel_len_l),
             "n_sel": In(jb),
             "n_valid": In(range(ag.n_max + 1)),
             "base_i": In(range(ag.n_max + bq + 1)),

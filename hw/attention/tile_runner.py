@@ -3,19 +3,15 @@
 Ref: dstar-spec.md section 5 (the attention matmuls on the linear layers' lanes).
 """
 
-from amaranth import Module, Mux, Shape, Signal, signed, unsigned
+from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..geometry import AttentionGeometry, uwidth
 from ..layouts import lane_op_layout, token_layout
-from .layouts import p_word_layout
+from .layouts import block_list_layouts, p_word_layout
 
 __all__ = ["TileRunner"]
-
-
-def _ushape(r: range):
-    return unsigned(Shape.cast(r).width)
 
 
 class _Walk:
@@ -96,7 +92,7 @@ class TileRunner(wiring.Component):
     Members
     -------
     start, start_pv, active : In(1)
-    sel_j, sel_len : In(data.ArrayLayout(...)), n_sel : In(range(nkb + 1))
+    sel_j, sel_len : In(block_list_layouts(ag)), n_sel : In(range(nkb + 1))
         The selected key blocks, ascending, and their lengths.
     base_i : In(range(n_max + block_q + 1)), rows : In(range(block_q + 1))
     pass_done : In(1)
@@ -117,12 +113,13 @@ class TileRunner(wiring.Component):
         self._ag = ag
         cfg, geo = ag.cfg, ag.lin
         jb, bq = range(ag.nkb + 1), cfg.block_q
+        sel_j_l, sel_len_l = block_list_layouts(ag)
         super().__init__({
             "start": In(1),
             "start_pv": In(1),
             "active": In(1),
-            "sel_j": In(data.ArrayLayout(_ushape(jb), ag.nkb)),
-            "sel_len": In(data.ArrayLayout(_ushape(range(cfg.block_k + 1)), ag.nkb)),
+            "sel_j": In(sel_j_l),
+            "sel_len": In(sel_len_l),
             "n_sel": In(jb),
             "base_i": In(range(ag.n_max + bq + 1)),
             "rows": In(range(bq + 1)),
