@@ -1,7 +1,7 @@
 """Hardware sizes derived from a ``Config``: the one place the RTL, the cycle models and the
-manifest take them from. Amaranth-free (it imports only ``dstar.config`` and the
-golden model's format constants), so that ``dstar.sim`` models and
-``dstar config`` can build and check a geometry without elaborating anything.
+manifest take them from. Amaranth-free (it imports only ``dstar.config`` and the golden
+model's format constants), so that the ``dstar.sim`` cycle models, and anything that only
+needs to check a configuration, build a geometry without elaborating anything.
 
 One frozen dataclass per top, all of the same shape: built from a ``Config`` (plus the few
 sizes a caller chooses), validated in ``__post_init__`` (``ConfigError`` names the field and

@@ -219,11 +219,9 @@ class AttentionEngine(wiring.Component):
         their host ports; returns the engine's ports of each."""
         ag = self._ag
         lays = self.layouts()
-        mems = {}
 
         def memory(name, shape, depth):
-            mems[name] = mem = Memory(shape=shape, depth=depth, init=[])
-            m.submodules[name] = mem
+            m.submodules[name] = mem = Memory(shape=shape, depth=depth, init=[])
             return mem
 
         q_mem = memory("q", lays["q_word"], ag.q_depth)
