@@ -13,7 +13,7 @@ from dstar.config import Config
 
 from ..geometry import COUNTER_BITS, AttentionGeometry, uwidth
 from ..pe_array import PEArray
-from ..softmax import SoftmaxUnit
+from ..softmax import Normalizer, SoftmaxUnit
 from .layouts import memory_layouts, p_word_layout
 from .mask_select import MaskSelector
 from .norm import NormStage
@@ -152,9 +152,11 @@ class AttentionEngine(wiring.Component):
         m = Module()
         m.submodules.softmax = smx = SoftmaxUnit(cfg, logit_bits=ag.logit_bits,
                                                  max_row=ag.n_max)
-        m.submodules.tiles = tr = TileRunner(ag)
-        m.submodules.feed = feed = SoftmaxFeed(ag)
-        m.submodules.select = sel = MaskSelector(ag)
+        m.submodules.normalizer = nrm = Normalizer(cfg, max_row=ag.n_max,
+                                                   acc_bits=ag.pv_acc_bits)
+        m.submodules.tile_runner = tr = TileRunner(ag)
+        m.submodules.softmax_feed = feed = SoftmaxFeed(ag)
+        m.submodules.mask_select = sel = MaskSelector(ag)
         m.submodules.norm = ns = NormStage(ag)
         arrays = []
         for a in range(cfg.n_arrays):
@@ -194,6 +196,8 @@ class AttentionEngine(wiring.Component):
         wiring.connect(m, feed.o_logit, smx.i_logit)
         wiring.connect(m, smx.o_p, feed.i_p)
         wiring.connect(m, smx.o_sum, feed.i_sum)
+        wiring.connect(m, ns.o_norm, nrm.i)
+        wiring.connect(m, nrm.o, ns.i_norm)
         m.d.comb += [feed.full.eq(st["full"]), feed.ms_data.eq(mem["ms_rd"].data),
                      mem["ms_rd"].addr.eq(feed.ms_addr),
                      mem["p_wr"].en.eq(feed.p_we), mem["p_wr"].addr.eq(feed.p_addr),

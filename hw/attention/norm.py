@@ -6,11 +6,11 @@ Ref: ``golden/ATTENTION.md`` (steps 4-6; ``O_full``, ``R = O_full - O_sel``, ``O
 """
 
 from amaranth import Array, Module, Mux, Signal, signed
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..geometry import AttentionGeometry, uwidth
-from ..softmax import Normalizer, row_sum_layout
+from ..softmax import norm_in_layout, norm_out_layout, row_sum_layout
 
 __all__ = ["NormStage"]
 
@@ -18,9 +18,9 @@ __all__ = ["NormStage"]
 class NormStage(wiring.Component):
     """Normalizes the rows ``base_i .. base_i + rows - 1`` of a query block: every PV
     accumulator (``pv_base + i * n_cp + cp``, read at ``y_addr`` with one cycle of latency)
-    goes with its row's ``(r, L)`` (looked up by ``row``) through a ``Normalizer``, one per
-    cycle, in the order ``i``, then ``d``; output ``d`` of row ``i`` is written at
-    ``i * head_dim + d``:
+    goes with its row's ``(r, L)`` (looked up by ``row``) through the engine's ``Normalizer``
+    (``o_norm`` / ``i_norm``), one per cycle, in the order ``i``, then ``d``; output ``d`` of
+    row ``i`` is written at ``i * head_dim + d``:
 
     * ``full`` (the pass over every tile): ``O_full``, written on key steps; on a key step's
       masked pass (``masked & key``) the residual ``R = O_full - O_sel`` goes to the slot's
@@ -44,6 +44,8 @@ class NormStage(wiring.Component):
         n_arrays))
     row : Out(range(block_q)), r, big_l : In
         The row of the accumulator read and that row's ``(r, L)``.
+    o_norm : Out(stream.Signature(norm_in_layout)), i_norm : In(stream.Signature(norm_out_layout))
+        To and from the ``Normalizer`` (``i_norm`` is always ready).
     o_raddr, o_waddr, o_we, o_wdata : Out; o_rdata : In
         Output memory (one cycle of read latency).
     r_raddr, r_waddr, r_we, r_wdata : Out; r_rdata : In
@@ -69,6 +71,8 @@ class NormStage(wiring.Component):
             "row": Out(range(cfg.block_q)),
             "r": In(sum_l.members["r"]),
             "big_l": In(sum_l.members["big_l"]),
+            "o_norm": Out(stream.Signature(norm_in_layout(ag.pv_acc_bits, ag.n_max, cfg.e_max))),
+            "i_norm": In(stream.Signature(norm_out_layout(ag.softmax.out_bits))),
             "o_raddr": Out(uwidth(ag.o_depth)),
             "o_rdata": In(signed(ag.out_bits)),
             "o_waddr": Out(uwidth(ag.o_depth)),
@@ -87,8 +91,7 @@ class NormStage(wiring.Component):
         cfg = ag.cfg
         bq, dh, mt, n_arr = cfg.block_q, cfg.head_dim, cfg.m_tile, cfg.n_arrays
         m = Module()
-        m.submodules.normalizer = nrm = Normalizer(cfg, max_row=ag.n_max,
-                                                   acc_bits=ag.pv_acc_bits)
+        n_in, n_out = self.o_norm, self.i_norm
         rows = self.rows
         n_on = Signal()
         n_i = Signal(range(bq + 1))
@@ -105,21 +108,21 @@ class NormStage(wiring.Component):
         m.d.sync += [v1.eq(n_on), i1.eq(n_i), a1.eq(n_a), col1.eq(n_col), oa1.eq(n_oaddr),
                      v2.eq(v1), oa2.eq(oa1), oa3.eq(oa2)]
         m.d.comb += [self.row.eq(i1),
-                     nrm.i.valid.eq(v1),
-                     nrm.i.payload.acc.eq(Array(self.y_data[a][col1] for a in range(n_arr))[a1]),
-                     nrm.i.payload.r.eq(self.r), nrm.i.payload.big_l.eq(self.big_l),
-                     nrm.o.ready.eq(1)]
+                     n_in.valid.eq(v1),
+                     n_in.payload.acc.eq(Array(self.y_data[a][col1] for a in range(n_arr))[a1]),
+                     n_in.payload.r.eq(self.r), n_in.payload.big_l.eq(self.big_l),
+                     n_out.ready.eq(1)]
         res_base = Signal(uwidth(ag.res_depth + 1))
         m.d.comb += res_base.eq(self.slot * (ag.n_max * dh))
-        o_new = nrm.o.payload.o
+        o_new = n_out.payload.o
         full, key = self.full, self.key
         m.d.comb += [self.o_raddr.eq(oa2), self.r_raddr.eq(res_base + oa2),
                      self.o_waddr.eq(oa3), self.r_waddr.eq(res_base + oa3),
-                     self.o_we.eq(nrm.o.valid & (full | ~key)),
+                     self.o_we.eq(n_out.valid & (full | ~key)),
                      self.o_wdata.eq(Mux(full, o_new, o_new + self.r_rdata)),
-                     self.r_we.eq(nrm.o.valid & self.masked & key),
+                     self.r_we.eq(n_out.valid & self.masked & key),
                      self.r_wdata.eq(self.o_rdata - o_new),
-                     self.busy.eq(n_on | v1 | v2 | nrm.o.valid)]
+                     self.busy.eq(n_on | v1 | v2 | n_out.valid)]
         with m.If(n_on):
             m.d.sync += [n_oaddr.eq(n_oaddr + 1), n_d.eq(n_d + 1),
                          n_col.eq(Mux(n_col == mt - 1, 0, n_col + 1))]
