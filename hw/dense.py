@@ -17,71 +17,18 @@ loader (``dstar.hw.linear.load_tiles``), the host ports and the memory address r
 of the dense array's fixed two-op equivalent.
 """
 
-from dataclasses import dataclass
-
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from dstar.config import Config, ConfigError, Datapath, bits_signed
-
-from .geometry import Geometry, uwidth
+from .geometry import DenseGeometry, uwidth
 from .layouts import weight_row_layout
 from .linear import layer_ports, load_tiles, run_control
 from .pe_array import lane_weights
 
-__all__ = ["DenseGeometry", "DenseArray", "DenseLinearLayer", "chunk_layout",
+__all__ = ["DenseArray", "DenseLinearLayer", "chunk_layout",
            "target_row_layout", "y_row_layout"]
-
-#: Largest magnitude of an INT8 operand (activations and weights may both be -128).
-_INT8_MAG = 128
-
-
-@dataclass(frozen=True)
-class DenseGeometry:
-    """Sizes of the dense baseline: those of ``Geometry`` that it shares (tiles, column blocks,
-    memory depths and addresses) plus its own lanes and widths."""
-    cfg: Config
-
-    def __post_init__(self):
-        if self.cfg.datapath != Datapath.DENSE:
-            raise ConfigError(f"DenseLinearLayer needs datapath 'dense', got "
-                              f"{self.cfg.datapath.value!r}")
-
-    @property
-    def base(self) -> Geometry:
-        return Geometry(self.cfg)
-
-    @property
-    def lanes(self) -> int:
-        """8x8 lanes per array: half the nibble lanes of a DSTAR array (module docstring)."""
-        return self.cfg.group // 2
-
-    @property
-    def chunks(self) -> int:
-        """Cycles per token slice: ``k_tile / lanes`` = ``2 * slice_groups``."""
-        return self.cfg.k_tile // self.lanes
-
-    @property
-    def slice_bits(self) -> int:
-        """One token's contribution of one pass to one output column."""
-        return bits_signed(self.cfg.k_tile * _INT8_MAG * _INT8_MAG)
-
-    @property
-    def acc_bits(self) -> int:
-        """Accumulators of ``Y_int``: ``max_k`` INT8 x INT8 products (narrower than DSTAR's,
-        whose activations are ``state_bits`` wide)."""
-        return bits_signed(self.cfg.max_k * _INT8_MAG * _INT8_MAG)
-
-    def to_dict(self) -> dict:
-        b = self.base
-        out = {n: getattr(b, n) for n in ("block_cols", "n_kt_max", "n_mt_max", "row_depth",
-                                           "weight_depth", "y_depth")}
-        out.update({n: getattr(self, n) for n in ("lanes", "chunks", "slice_bits",
-                                                   "acc_bits")})
-        return out
-
 
 def target_row_layout(dg: DenseGeometry) -> data.ArrayLayout:
     """A word of the target memory: one token's slice, ``k_tile`` INT8 activations ``X_int``."""

@@ -105,13 +105,11 @@ from amaranth.lib.wiring import In, Out
 
 from dstar.config import Packing
 
-from .geometry import Geometry
+from .geometry import COUNTER_BITS, Geometry
 from .layouts import encoded_group_layout, encoded_slice_layout, lane_op_layout, token_layout
 
 __all__ = ["LockstepDispatcher", "CompactDispatcher", "DISPATCHERS", "make_dispatcher",
            "bundle_layout"]
-
-COUNTER_BITS = 32
 
 
 def bundle_layout(geo: Geometry) -> data.StructLayout:

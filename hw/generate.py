@@ -5,7 +5,10 @@ The manifest holds everything a testbench or report needs so that none restates 
 resolved config's hardware fields (``config``, ``Config.hardware()``; the others under ``run``)
 and its derived values, the hardware geometry, every top-level port with its
 direction and width, and the payload and memory-word layouts as field lists
-(``name``/``offset``/``width``/``signed``, LSB-first offsets into the flat vector).
+(``name``/``offset``/``width``/``signed``, LSB-first offsets into the flat vector). Every top
+describes itself: ``top.geometry.to_dict()`` and ``top.layouts()`` (a dict of
+``lib.data`` layouts by name) are all this module reads, so a new block's layouts reach the
+testbenches through its own ``layouts()``.
 """
 
 import json
@@ -13,18 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from amaranth import Shape, Signal, signed, unsigned
+from amaranth import Shape, Signal
 from amaranth.back import verilog
 from amaranth.lib import data, wiring
 
 from dstar.config import Config, Datapath
 
-from . import layouts
 from .dense import DenseLinearLayer
-from .dispatcher import bundle_layout
-from .encoder import row_layouts
 from .linear import LinearLayer
-from .pe_array import token_depth, y_row_layout
 
 __all__ = ["generate", "generate_block", "manifest", "attention_manifest", "top_of", "TOP_NAME",
            "ATTN_TOP_NAME", "Tops", "TOPS"]
@@ -96,64 +95,40 @@ def top_of(cfg) -> wiring.Component:
     return TOPS[cfg.datapath].linear(cfg)
 
 
+def _layouts(lays: dict) -> dict:
+    return {name: {"width": Shape.cast(lay).width, "fields": _fields(lay)}
+            for name, lay in lays.items()}
+
+
 def manifest(cfg, top: wiring.Component) -> dict:
-    """The ``params.json`` content for ``cfg`` and its built top (``top_of(cfg)``): the ports
-    and geometry are read from ``top``, which is not built here so that none is left unused."""
-    geo = top.geometry
-    if not isinstance(top, LinearLayer):    # the dense baseline names its own layouts
-        return _manifest(cfg, top, geo.to_dict(), top.layouts())
-    t_l, s_l = row_layouts(geo)
-    lays = {
-        "target_row": t_l, "state_row": s_l, "y_row": y_row_layout(geo),
-        "weight_row": layouts.weight_row_layout(geo).members["w"],
-        "slice_cmd": layouts.slice_cmd_layout(geo),
-        "encoded_slice": layouts.encoded_slice_layout(geo),
-        "lane_op": layouts.lane_op_layout(geo),
-        "token": layouts.token_layout(geo),
-        "bundle": bundle_layout(geo),
-    }
-    return _manifest(cfg, top, {**geo.to_dict(), "token_depth": token_depth(geo)}, lays)
-
-
-def _manifest(cfg, top, geometry: dict, lays: dict) -> dict:
+    """The ``params.json`` content for ``cfg`` and its built top (``top_of(cfg)``): the ports,
+    geometry and layouts are read from ``top``, which is not built here so that none is left
+    unused."""
     return {
         "schema_version": SCHEMA_VERSION,
         "top": TOP_NAME,
         "config": cfg.hardware(),
         "run": cfg.run_params(),
         "derived": cfg.derived(),
-        "geometry": geometry,
+        "geometry": top.geometry.to_dict(),
         "ports": _ports(top),
-        "layouts": {name: {"width": Shape.cast(lay).width, "fields": _fields(lay)}
-                    for name, lay in lays.items()},
+        "layouts": _layouts(top.layouts()),
     }
 
 
 def attention_manifest(cfg, top=None) -> dict:
     """The ``attention`` section of ``params.json``: the attention engine's geometry, ports and
     memory-word layouts (``top``: an already built ``AttentionEngine``)."""
-    from .attention import OUT_BITS, RES_BITS, AttentionEngine, ms_layout
+    from .attention import AttentionEngine
 
     top = top if top is not None else AttentionEngine(cfg)
-    ag = top.geometry
-    g, mt = cfg.group, cfg.m_tile
-    lays = {
-        "q_word": data.ArrayLayout(signed(8), g),
-        "kt_word": data.ArrayLayout(signed(8), mt),
-        "v_word": data.ArrayLayout(signed(8), mt),
-        "ms_word": ms_layout(),
-        "o_word": signed(OUT_BITS),
-        "res_word": signed(RES_BITS),
-        "mask_word": unsigned(ag.nkb),
-    }
     return {
         "top": ATTN_TOP_NAME,
         "verilog": f"{ATTN_TOP_NAME}.v",
         "config": cfg.hardware(),
-        "geometry": ag.to_dict(),
+        "geometry": top.geometry.to_dict(),
         "ports": _ports(top),
-        "layouts": {name: {"width": Shape.cast(lay).width, "fields": _fields(lay)}
-                    for name, lay in lays.items()},
+        "layouts": _layouts(top.layouts()),
         "addresses": {
             "q": "i * rows_q + r (elements r*group ..)",
             "kt": "d * n_kc + kc, array a: keys kc*block_cols + a*m_tile ..",
@@ -175,8 +150,7 @@ def generate_block(component: wiring.Component, name: str, cfg, layouts_: dict,
     man = {
         "schema_version": SCHEMA_VERSION, "top": name, "config": cfg.hardware(),
         "derived": cfg.derived(), "ports": _ports(component),
-        "layouts": {n: {"width": Shape.cast(lay).width, "fields": _fields(lay)}
-                    for n, lay in layouts_.items()},
+        "layouts": _layouts(layouts_),
         "verilog": f"{name}.v",
     }
     text = verilog.convert(component, name=name, emit_src=False,

@@ -1,7 +1,18 @@
-"""Hardware sizes derived from a ``Config``: the one place the RTL, the cycle model and the
-manifest take them from.
+"""Hardware sizes derived from a ``Config``: the one place the RTL, the cycle models and the
+manifest take them from. Amaranth-free (it imports only ``dstar.config`` and the golden
+model's format constants), so that the ``dstar.sim`` cycle models, and anything that only
+needs to check a configuration, build a geometry without elaborating anything.
 
-A layer run is cut into *passes*: one weight tile of ``k_tile`` reduction rows by
+One frozen dataclass per top, all of the same shape: built from a ``Config`` (plus the few
+sizes a caller chooses), validated in ``__post_init__`` (``ConfigError`` names the field and
+the value), every derived width, depth and latency a property, ``to_dict()`` for the manifest:
+
+* ``Geometry``: the linear datapath (``dstar.hw.linear.LinearLayer``);
+* ``DenseGeometry``: the dense INT8 baseline (``dstar.hw.dense.DenseLinearLayer``);
+* ``SoftmaxGeometry``: the softmax unit and normalizer (``dstar.hw.softmax``);
+* ``AttentionGeometry``: the attention engine (``dstar.hw.attention.AttentionEngine``).
+
+Linear datapath. A layer run is cut into *passes*: one weight tile of ``k_tile`` reduction rows by
 ``n_arrays * m_tile`` output columns (array ``a`` holds columns ``a*m_tile .. (a+1)*m_tile-1`` of
 the pass's column block). Within a pass every token contributes one *slice*: its ``k_tile``
 elements of the pass's K range, i.e. ``slice_groups`` encoded groups. Lane ``l`` of every array
@@ -9,12 +20,27 @@ owns element ``l`` of each group (``k = j*G + l``).
 """
 
 from dataclasses import dataclass
+from typing import ClassVar
 
+from dstar.golden.attention import THETA_BITS
 from dstar.golden.dispatch import STRATEGIES
+from dstar.golden.softmax import MANT_BITS, RECIP_BITS, SHIFT_MAX, sum_bits
 
-from dstar.config import Config, ConfigError, bits_signed
+from dstar.config import Config, ConfigError, Datapath, bits_signed
 
-__all__ = ["Geometry", "uwidth", "DEFAULT_LANE_ROTATION"]
+__all__ = ["Geometry", "DenseGeometry", "SoftmaxGeometry", "AttentionGeometry", "uwidth",
+           "DEFAULT_LANE_ROTATION", "COUNTER_BITS", "LOGIT_BITS"]
+
+#: Width of every event counter port (``cycles``, ``stall_load``, ``count_*``): wraps after
+#: 2**32 events, far beyond any run the testbenches or the board make.
+COUNTER_BITS = 32
+
+#: Logit width for ``Dh <= 128``: ``|S| <= Dh * 128**2`` (``golden/ATTENTION.md``); the softmax
+#: unit's default when it is built alone.
+LOGIT_BITS = bits_signed(128 * 128 * 128)
+
+#: Largest magnitude of an INT8 operand (activations and weights may both be -128).
+_INT8_MAG = 128
 
 #: Rotations of the compacting strategy unless told otherwise: with the balanced choice per
 #: slice, 92% of the element-level ideal and lane utilization 0.92 over the bundled DiT's
@@ -167,10 +193,341 @@ class Geometry:
         """Per-lane partial-sum queue: how many slices a lane may run ahead of the reduction."""
         return self.cfg.lane_fifo_depth
 
+    @property
+    def token_depth(self) -> int:
+        """Slices that may wait for their reduction: enough to cover every lane queue and
+        partial-sum queue in flight, so that all-zero slices do not stall the dispatcher
+        behind busy lanes."""
+        return self.cfg.lane_fifo_depth + self.psum_depth + 2
+
+    @property
+    def counter_bits(self) -> int:
+        return COUNTER_BITS
+
     def to_dict(self) -> dict:
         names = ["lanes", "rotation", "excess_max", "slice_groups", "block_cols",
                  "n_kt_max", "n_mt_max", "target_bits", "delta_bits", "op_shift_bits",
                  "token_bits", "row_bits", "psum_bits",
                  "tile_sum_bits", "acc_bits", "row_depth", "weight_depth", "y_depth",
-                 "psum_depth"]
+                 "psum_depth", "token_depth"]
+        return {n: getattr(self, n) for n in names}
+
+
+@dataclass(frozen=True)
+class DenseGeometry:
+    """Sizes of the dense INT8 baseline: those of ``Geometry`` that it shares (tiles, column
+    blocks, memory depths and addresses, as ``base``) plus its own lanes and widths."""
+    cfg: Config
+
+    def __post_init__(self):
+        if self.cfg.datapath != Datapath.DENSE:
+            raise ConfigError(f"DenseLinearLayer needs datapath 'dense', got "
+                              f"{self.cfg.datapath.value!r}")
+
+    @property
+    def base(self) -> Geometry:
+        return Geometry(self.cfg)
+
+    @property
+    def lanes(self) -> int:
+        """8x8 lanes per array: half the nibble lanes of a DSTAR array (``dstar.hw.dense``)."""
+        return self.cfg.group // 2
+
+    @property
+    def chunks(self) -> int:
+        """Cycles per token slice: ``k_tile / lanes`` = ``2 * slice_groups``."""
+        return self.cfg.k_tile // self.lanes
+
+    @property
+    def slice_bits(self) -> int:
+        """One token's contribution of one pass to one output column."""
+        return bits_signed(self.cfg.k_tile * _INT8_MAG * _INT8_MAG)
+
+    @property
+    def acc_bits(self) -> int:
+        """Accumulators of ``Y_int``: ``max_k`` INT8 x INT8 products (narrower than DSTAR's,
+        whose activations are ``state_bits`` wide)."""
+        return bits_signed(self.cfg.max_k * _INT8_MAG * _INT8_MAG)
+
+    @property
+    def acc_stages(self) -> int:
+        """Cycles from a pass's last chunk to its last accumulator write (stages E, A, B)."""
+        return 3
+
+    def n_passes(self, k: int, m: int) -> int:
+        """Passes of a ``K x M`` layer: K tiles times column blocks."""
+        b = self.base
+        return b.n_kt(k) * b.n_mt(m)
+
+    def to_dict(self) -> dict:
+        b = self.base
+        out = {n: getattr(b, n) for n in ("block_cols", "n_kt_max", "n_mt_max", "row_depth",
+                                           "weight_depth", "y_depth")}
+        out.update({n: getattr(self, n) for n in ("lanes", "chunks", "slice_bits",
+                                                   "acc_bits")})
+        return out
+
+
+@dataclass(frozen=True)
+class SoftmaxGeometry:
+    """Sizes and latencies of ``dstar.hw.softmax.SoftmaxUnit`` and ``Normalizer``:
+    ``logit_bits`` (signed logits), ``max_row`` (longest row, ``cfg.max_tokens`` unless given)
+    and ``acc_bits`` (the normalizer's accumulators, ``bits_signed(128 * 255 * 2**e_max *
+    max_row)`` unless given)."""
+    cfg: Config
+    logit_bits: int = LOGIT_BITS
+    max_row: int | None = None
+    acc_bits: int | None = None
+
+    #: Registers from the exponent pass's memory read to ``o_p``: read (2), ``Smax - S``,
+    #: ``d * m``, coarse shift, fine shift and saturation, LUT.
+    EXP_STAGES: ClassVar[int] = 7
+    #: Restoring divider: one quotient bit of ``r`` per cycle.
+    DIV_CYCLES: ClassVar[int] = RECIP_BITS + 1
+    #: Normalizer stages (product register, output register).
+    NORM_STAGES: ClassVar[int] = 2
+    P_BITS: ClassVar[int] = 8
+    #: ``r`` of the reciprocal, ``[2**16, 2**17)``.
+    R_BITS: ClassVar[int] = RECIP_BITS + 1
+    SH_BITS: ClassVar[int] = SHIFT_MAX.bit_length()
+    MANT_BITS: ClassVar[int] = MANT_BITS
+
+    def __post_init__(self):
+        if self.max_row is None:
+            object.__setattr__(self, "max_row", self.cfg.max_tokens)
+        if self.acc_bits is None:
+            object.__setattr__(self, "acc_bits",
+                               bits_signed((128 * 255 << self.cfg.e_max) * self.max_row))
+        if not 1 <= self.max_row <= 1 << 16:
+            raise ConfigError(f"max_row must be in [1, 65536], got {self.max_row!r}")
+        if not 2 <= self.logit_bits <= 32:
+            raise ConfigError(f"logit_bits must be in [2, 32], got {self.logit_bits!r}")
+
+    @property
+    def sum_bits(self) -> int:
+        """A row's sum ``l`` (``<= 255 * 2**e_max * max_row``)."""
+        return sum_bits(self.max_row, self.cfg.e_max)
+
+    @property
+    def out_bits(self) -> int:
+        """A normalized output ``O``: holds ``|acc| <= 128 * l`` (INT8 V)."""
+        return bits_signed(128 << self.cfg.attn_out_frac_bits)
+
+    def to_dict(self) -> dict:
+        names = ["logit_bits", "max_row", "acc_bits", "sum_bits", "out_bits", "EXP_STAGES",
+                 "DIV_CYCLES", "NORM_STAGES"]
+        return {n: getattr(self, n) for n in names}
+
+
+@dataclass(frozen=True)
+class AttentionGeometry:
+    """Sizes of the attention engine of one head: the PE array's linear ``Geometry`` (``lin``),
+    the memories, the tile and block counts and the widths of ``golden/ATTENTION.md``.
+    Raises ``ConfigError`` for a configuration it cannot map."""
+    cfg: Config
+
+    #: Sequencer cycles from a tile phase's last lane op until the PE array's last reduction
+    #: is seen written: op -> psum queued -> reduction -> accumulator written -> seen.
+    WAIT_CYCLES: ClassVar[int] = 4
+    #: Cycles after the last accumulator read of NORM until the sequencer moves on:
+    #: accumulator read, the normalizer (``SoftmaxGeometry.NORM_STAGES``), output write, seen.
+    NORM_DRAIN: ClassVar[int] = 4
+    #: Width of the slots' step counters and of ``refresh``.
+    REFRESH_BITS: ClassVar[int] = 16
+    #: Width of the tile counters of a tile phase: only their differences (0 .. 2) matter,
+    #: so they may wrap.
+    TILE_COUNT_BITS: ClassVar[int] = 16
+
+    def __post_init__(self):
+        cfg, lin = self.cfg, self.lin
+        g, dh, bc = cfg.group, cfg.head_dim, self.block_cols
+        if dh % g:
+            raise ConfigError(f"head_dim={dh} must be a multiple of group={g} (Q rows run as "
+                              f"whole lane groups)")
+        if dh > cfg.k_tile:
+            raise ConfigError(f"head_dim={dh} must be <= k_tile={cfg.k_tile} (one K^T tile "
+                              f"holds a head's reduction)")
+        if cfg.block_k % g:
+            raise ConfigError(f"block_k={cfg.block_k} must be a multiple of group={g}")
+        if cfg.block_k % bc:
+            raise ConfigError(f"block_k={cfg.block_k} must be a multiple of m_tile * n_arrays="
+                              f"{bc} (key chunks of QK^T must not straddle key blocks)")
+        if cfg.block_k > cfg.k_tile:
+            raise ConfigError(f"block_k={cfg.block_k} must be <= k_tile={cfg.k_tile} (one V "
+                              f"tile holds a key block)")
+        if self.pv_base + cfg.block_q * self.n_cp > lin.y_depth:
+            raise ConfigError(f"the PE array's accumulator memory ({lin.y_depth} words) "
+                              f"cannot hold a query block's logits and PV sums "
+                              f"({self.pv_base + cfg.block_q * self.n_cp} words)")
+        if cfg.acc_bits < max(self.logit_bits, self.pv_acc_bits):
+            raise ConfigError(f"acc_bits={cfg.acc_bits} is narrower than the attention sums "
+                              f"({max(self.logit_bits, self.pv_acc_bits)} bits)")
+        # A lane's PV partial sum runs over a key block's groups, a reduction over its keys.
+        w_max = self.w_max
+        if bits_signed(128 * w_max * self.kg_per_block) > lin.psum_bits:
+            raise ConfigError(f"block_k={cfg.block_k}: a lane's PV partial sum (up to "
+                              f"{128 * w_max * self.kg_per_block}) overflows the PE array's "
+                              f"{lin.psum_bits}-bit partial sums")
+        if bits_signed(128 * w_max * cfg.block_k) > lin.tile_sum_bits:
+            raise ConfigError(f"block_k={cfg.block_k}: a PV tile's sum (up to "
+                              f"{128 * w_max * cfg.block_k}) overflows the PE array's "
+                              f"{lin.tile_sum_bits}-bit tile sums")
+
+    @property
+    def lin(self) -> Geometry:
+        """The PE arrays' geometry (the attention engine runs on the linear datapath's lanes)."""
+        return Geometry(self.cfg)
+
+    @property
+    def softmax(self) -> SoftmaxGeometry:
+        """The softmax unit's and the normalizer's geometry for this engine."""
+        return SoftmaxGeometry(self.cfg, logit_bits=self.logit_bits, max_row=self.n_max,
+                               acc_bits=self.pv_acc_bits)
+
+    # ----- counts -----
+    @property
+    def block_cols(self) -> int:
+        return self.cfg.m_tile * self.cfg.n_arrays
+
+    @property
+    def n_max(self) -> int:
+        return self.cfg.max_tokens
+
+    @property
+    def rows_q(self) -> int:
+        """Q words (lane groups) per query row."""
+        return self.cfg.head_dim // self.cfg.group
+
+    @property
+    def n_kc(self) -> int:
+        """Key chunks of K^T."""
+        return -(-self.n_max // self.block_cols)
+
+    @property
+    def n_cp(self) -> int:
+        """Column passes of PV."""
+        return -(-self.cfg.head_dim // self.block_cols)
+
+    @property
+    def n_kg(self) -> int:
+        """Key groups of P."""
+        return -(-self.n_max // self.cfg.group)
+
+    @property
+    def nqb(self) -> int:
+        return -(-self.n_max // self.cfg.block_q)
+
+    @property
+    def nkb(self) -> int:
+        return -(-self.n_max // self.cfg.block_k)
+
+    @property
+    def kc_per_block(self) -> int:
+        return self.cfg.block_k // self.block_cols
+
+    @property
+    def kg_per_block(self) -> int:
+        return self.cfg.block_k // self.cfg.group
+
+    @property
+    def pv_base(self) -> int:
+        """PV accumulators after the logits in the PE array's accumulator memory."""
+        return self.cfg.block_q * self.n_kc
+
+    # ----- widths -----
+    @property
+    def w_max(self) -> int:
+        """Largest applied weight ``w = p << shift <= 255 * 2**e_max`` (golden.softmax group
+        format)."""
+        return 255 << self.cfg.e_max
+
+    @property
+    def logit_bits(self) -> int:
+        return bits_signed(self.cfg.head_dim * 128 * 128)
+
+    @property
+    def pv_acc_bits(self) -> int:
+        return bits_signed(128 * self.w_max * self.n_max)
+
+    @property
+    def b_bits(self) -> int:
+        """A row's block sum of applied weights."""
+        return sum_bits(self.cfg.block_k, self.cfg.e_max)
+
+    @property
+    def share_bits(self) -> int:
+        """A row's share of a block, ``golden.softmax.block_fraction`` (16-bit fraction)."""
+        return RECIP_BITS
+
+    @property
+    def mass_bits(self) -> int:
+        """A block mass ``M``: the shares of ``block_q`` rows."""
+        return self.share_bits + (self.cfg.block_q - 1).bit_length()
+
+    @property
+    def total_bits(self) -> int:
+        """A query block's total mass ``T`` (and cumulative mass ``C``) over ``nkb`` blocks."""
+        return self.mass_bits + (self.nkb - 1).bit_length()
+
+    @property
+    def theta_bits(self) -> int:
+        """``theta_q`` port: ``1 .. 2**16`` (``2**16`` and above: every block)."""
+        return THETA_BITS + 1
+
+    @property
+    def res_bits(self) -> int:
+        """A residual ``R = O_full - O_sel``: both outputs lie in ``[-128, 127] * 2**f`` within
+        one LSB (``f = attn_out_frac_bits``), so ``|R| <= 255 * 2**f + 2``."""
+        return bits_signed((255 << self.cfg.attn_out_frac_bits) + 2)
+
+    @property
+    def out_bits(self) -> int:
+        """An output word: ``O_full``, or ``O_sel + R`` on a reuse step (``|O| <= 383 * 2**f +
+        3``)."""
+        return bits_signed((383 << self.cfg.attn_out_frac_bits) + 3)
+
+    @property
+    def ms_bits(self) -> int:
+        """A row multiplier ``(m, sh)`` word."""
+        return SoftmaxGeometry.MANT_BITS + SoftmaxGeometry.SH_BITS
+
+    # ----- memories -----
+    @property
+    def kt_depth(self) -> int:
+        return self.cfg.head_dim * self.n_kc
+
+    @property
+    def v_depth(self) -> int:
+        return self.n_kg * self.cfg.group * self.n_cp
+
+    @property
+    def q_depth(self) -> int:
+        return self.n_max * self.rows_q
+
+    @property
+    def p_depth(self) -> int:
+        return self.cfg.block_q * self.n_kg
+
+    @property
+    def o_depth(self) -> int:
+        return self.n_max * self.cfg.head_dim
+
+    @property
+    def res_depth(self) -> int:
+        return self.cfg.attn_slots * self.n_max * self.cfg.head_dim
+
+    @property
+    def mask_depth(self) -> int:
+        return self.cfg.attn_slots * self.nqb
+
+    @property
+    def host_addr_bits(self) -> int:
+        """The shared write address of the Q, K^T, V and ``(m, sh)`` memories."""
+        return uwidth(max(self.q_depth, self.kt_depth, self.v_depth, self.n_max))
+
+    def to_dict(self) -> dict:
+        names = ["block_cols", "n_max", "rows_q", "n_kc", "n_cp", "n_kg", "nqb", "nkb",
+                 "kc_per_block", "kg_per_block", "pv_base", "logit_bits", "pv_acc_bits",
+                 "kt_depth", "v_depth", "q_depth", "p_depth", "o_depth", "res_depth",
+                 "mask_depth", "b_bits", "mass_bits"]
         return {n: getattr(self, n) for n in names}

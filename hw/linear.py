@@ -9,10 +9,16 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .dispatcher import COUNTER_BITS, make_dispatcher
+from .dispatcher import bundle_layout, make_dispatcher
 from .encoder import DeltaEncoder, row_layouts
-from .geometry import Geometry, uwidth
-from .layouts import weight_row_layout
+from .geometry import COUNTER_BITS, Geometry, uwidth
+from .layouts import (
+    encoded_slice_layout,
+    lane_op_layout,
+    slice_cmd_layout,
+    token_layout,
+    weight_row_layout,
+)
 from .pe_array import PEArray, y_row_layout
 
 __all__ = ["LinearLayer", "load_tiles"]
@@ -72,6 +78,21 @@ class LinearLayer(wiring.Component):
     @property
     def geometry(self) -> Geometry:
         return self._geo
+
+    def layouts(self) -> dict:
+        """The memory-word and stream-payload layouts a testbench needs (``params.json``
+        ``layouts``)."""
+        geo = self._geo
+        t_l, s_l = row_layouts(geo)
+        return {
+            "target_row": t_l, "state_row": s_l, "y_row": y_row_layout(geo),
+            "weight_row": weight_row_layout(geo).members["w"],
+            "slice_cmd": slice_cmd_layout(geo),
+            "encoded_slice": encoded_slice_layout(geo),
+            "lane_op": lane_op_layout(geo),
+            "token": token_layout(geo),
+            "bundle": bundle_layout(geo),
+        }
 
     def elaborate(self, platform):
         geo, cfg = self._geo, self._geo.cfg

@@ -15,18 +15,12 @@ from dstar.config import WeightStore
 from .geometry import Geometry, uwidth
 from .layouts import lane_op_layout, token_layout, weight_row_layout
 
-__all__ = ["PEArray", "y_row_layout", "token_depth", "lane_weights"]
+__all__ = ["PEArray", "y_row_layout", "lane_weights"]
 
 
 def y_row_layout(geo: Geometry) -> data.ArrayLayout:
     """A word of the accumulator memory: ``m_tile`` signed ``acc_bits`` accumulators."""
     return data.ArrayLayout(signed(geo.acc_bits), geo.cfg.m_tile)
-
-
-def token_depth(geo: Geometry) -> int:
-    """Slices that may wait for their reduction: enough to cover every lane queue and partial-sum
-    queue in flight, so that all-zero slices do not stall the dispatcher behind busy lanes."""
-    return geo.cfg.lane_fifo_depth + geo.psum_depth + 2
 
 
 def lane_weights(m: Module, wrow, k_tile: int, m_tile: int, store: WeightStore, sels: list,
@@ -100,7 +94,7 @@ class PEArray(wiring.Component):
     with ``close`` the finished partial sum enters the lane's partial-sum queue
     (``psum_depth`` deep) and the lane's sum restarts at zero.
 
-    The reduction takes the slices of ``i_token`` in order (a ``token_depth``-deep queue):
+    The reduction takes the slices of ``i_token`` in order (a ``Geometry.token_depth``-deep queue):
     once every lane of the slice's ``mask`` has a partial sum queued, it adds them (lanes outside
     the mask add zero) and writes ``Y[y_addr] (+)= sum`` (``overwrite`` replaces), pulsing
     ``o_pop`` for the lanes it consumed (credits for the dispatcher) and ``o_pass_done`` when a
@@ -171,7 +165,7 @@ class PEArray(wiring.Component):
                 m.d.sync += acc.eq(Mux(op.close, 0, nxt))
 
         # Reduction, stage A: pick the oldest slice once its lanes are in, sum their heads.
-        tokq = SyncFIFO(width=token_layout(geo).size, depth=token_depth(geo))
+        tokq = SyncFIFO(width=token_layout(geo).size, depth=geo.token_depth)
         m.submodules.tokens = tokq
         m.d.comb += [tokq.w_data.eq(self.i_token.payload), tokq.w_en.eq(self.i_token.valid),
                      self.i_token.ready.eq(tokq.w_rdy)]

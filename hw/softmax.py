@@ -10,20 +10,18 @@ from amaranth import Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-from dstar.golden.softmax import EXP_EXTRA_BITS, MANT_BITS, RECIP_BITS, SHIFT_MAX, exp_lut, sum_bits
+from dstar.golden.softmax import EXP_EXTRA_BITS, RECIP_BITS, exp_lut, sum_bits
 
-from dstar.config import Config, ConfigError, bits_signed
+from dstar.config import Config
 
-__all__ = ["LOGIT_BITS", "P_BITS", "row_cmd_layout", "logit_layout", "prob_layout",
-           "row_sum_layout", "norm_in_layout", "norm_out_layout", "SoftmaxUnit", "Normalizer"]
+from .geometry import LOGIT_BITS, SoftmaxGeometry
 
-#: Logit width for ``Dh <= 128``: ``|S| <= Dh * 128**2`` (``golden/ATTENTION.md``).
-LOGIT_BITS = bits_signed(128 * 128 * 128)
-P_BITS = 8
-R_BITS = RECIP_BITS + 1
-SH_BITS = SHIFT_MAX.bit_length()
-EXP_STAGES = 7          # registers from the memory read to o_p
-DIV_CYCLES = R_BITS     # restoring divider: one quotient bit per cycle
+__all__ = ["row_cmd_layout", "logit_layout", "prob_layout", "row_sum_layout", "norm_in_layout",
+           "norm_out_layout", "SoftmaxUnit", "Normalizer"]
+
+MANT_BITS, SH_BITS = SoftmaxGeometry.MANT_BITS, SoftmaxGeometry.SH_BITS
+P_BITS, R_BITS = SoftmaxGeometry.P_BITS, SoftmaxGeometry.R_BITS
+EXP_STAGES, DIV_CYCLES = SoftmaxGeometry.EXP_STAGES, SoftmaxGeometry.DIV_CYCLES
 
 
 def row_cmd_layout(max_row: int) -> data.StructLayout:
@@ -160,20 +158,23 @@ class SoftmaxUnit(wiring.Component):
     """
 
     def __init__(self, cfg: Config, *, logit_bits: int = LOGIT_BITS, max_row: int | None = None):
-        max_row = cfg.max_tokens if max_row is None else max_row
-        if not 1 <= max_row <= 1 << 16:
-            raise ConfigError(f"max_row must be in [1, 65536], got {max_row!r}")
-        if not 2 <= logit_bits <= 32:
-            raise ConfigError(f"logit_bits must be in [2, 32], got {logit_bits!r}")
+        self._geo = sg = SoftmaxGeometry(cfg, logit_bits=logit_bits, max_row=max_row)
         self._cfg = cfg
         self._logit_bits = logit_bits
-        self._max_row = max_row
-        super().__init__({
-            "i_row": In(stream.Signature(row_cmd_layout(max_row))),
-            "i_logit": In(stream.Signature(logit_layout(logit_bits))),
-            "o_p": Out(stream.Signature(prob_layout(cfg.shift_bits))),
-            "o_sum": Out(stream.Signature(row_sum_layout(max_row, cfg.e_max))),
-        })
+        self._max_row = max_row = sg.max_row
+        super().__init__({name: (In if name.startswith("i_") else Out)(stream.Signature(lay))
+                          for name, lay in self.layouts().items()})
+
+    @property
+    def geometry(self) -> SoftmaxGeometry:
+        return self._geo
+
+    def layouts(self) -> dict:
+        """The payload layout of each stream member, by member name."""
+        sg = self._geo
+        return {"i_row": row_cmd_layout(sg.max_row), "i_logit": logit_layout(sg.logit_bits),
+                "o_p": prob_layout(sg.cfg.shift_bits),
+                "o_sum": row_sum_layout(sg.max_row, sg.cfg.e_max)}
 
     @property
     def cfg(self) -> Config:
@@ -192,32 +193,37 @@ class SoftmaxUnit(wiring.Component):
         return self._cfg.attn_frac_bits
 
     def elaborate(self, platform):
-        n_max, w = self._max_row, self._logit_bits
-        frac = self.frac_bits
-        g_n, e_max = self._cfg.group, self._cfg.e_max
-        ng_max = -(-n_max // g_n)
-        lb = sum_bits(n_max, e_max)
         m = Module()
+        mems = self._memories(m)
+        ld = self._loader(m, mems)
+        ex = self._exp_pass(m, mems, ld)
+        self._divider(m, ld, ex)
+        return m
 
+    def _memories(self, m) -> dict:
+        """The ping-pong logit memory, the exponent LUT and (``e_max > 0``) the group maxima."""
+        n_max, w, frac = self._max_row, self._logit_bits, self.frac_bits
+        ng_max = -(-n_max // self._cfg.group)
         m.submodules.logits = mem = Memory(shape=signed(w), depth=2 * n_max, init=[])
-        wr = mem.write_port()
-        rd = mem.read_port()
         m.submodules.lut = lut = Memory(shape=unsigned(16), depth=1 << frac,
                                         init=[int(v) for v in exp_lut(frac)])
-        lut_rd = lut.read_port(domain="comb")
-        grouped = e_max > 0                 # else every e_g is 0: no group maxima needed
-        if grouped:
+        out = {"wr": mem.write_port(), "rd": mem.read_port(),
+               "lut_rd": lut.read_port(domain="comb"), "gwr": None, "grd": None}
+        if self._cfg.e_max > 0:             # else every e_g is 0: no group maxima needed
             m.submodules.gmax = gmem = Memory(shape=signed(w), depth=2 * ng_max, init=[])
-            gwr = gmem.write_port()
-            grd = gmem.read_port()
+            out["gwr"], out["grd"] = gmem.write_port(), gmem.read_port()
+        return out
 
-        def base(bank):
-            return Mux(bank, n_max, 0)
+    def _bases(self, bank):
+        """Start addresses of a bank's row in the logit and group-max memories."""
+        n_max = self._max_row
+        return Mux(bank, n_max, 0), Mux(bank, -(-n_max // self._cfg.group), 0)
 
-        def gbase(bank):
-            return Mux(bank, ng_max, 0)
-
-        # ----- loader -----
+    def _loader(self, m, mems) -> dict:
+        """Header, then the row's logits into one bank with the row and group maxima."""
+        n_max, w, g_n = self._max_row, self._logit_bits, self._cfg.group
+        ng_max = -(-n_max // g_n)
+        wr, gwr = mems["wr"], mems["gwr"]
         a_bank = Signal()
         a_cnt = Signal(range(n_max + 1))
         a_n = Signal(range(n_max + 1))
@@ -234,8 +240,9 @@ class SoftmaxUnit(wiring.Component):
         n_in = self.i_row.payload.n
         n_clamped = Mux(n_in == 0, 1, Mux(n_in > n_max, n_max, n_in))
         s_in = self.i_logit.payload.s
+        base, gbase = self._bases(a_bank)
         m.d.comb += [
-            wr.addr.eq(base(a_bank) + a_cnt),
+            wr.addr.eq(base + a_cnt),
             wr.data.eq(s_in),
             handoff.eq(a_wait & ~b_busy),
         ]
@@ -254,8 +261,8 @@ class SoftmaxUnit(wiring.Component):
         # (the group's last key) leaves the group's max.
         gmax_new = Signal(signed(w))
         m.d.comb += gmax_new.eq(Mux((a_gcnt == 0) | (s_in > a_gmax), s_in, a_gmax))
-        if grouped:
-            m.d.comb += [gwr.addr.eq(gbase(a_bank) + a_gidx), gwr.data.eq(gmax_new),
+        if gwr is not None:
+            m.d.comb += [gwr.addr.eq(gbase + a_gidx), gwr.data.eq(gmax_new),
                          gwr.en.eq(take_logit)]
         with m.If(a_head & self.i_row.valid):
             m.d.sync += [a_m.eq(self.i_row.payload.m), a_sh.eq(self.i_row.payload.sh),
@@ -271,8 +278,41 @@ class SoftmaxUnit(wiring.Component):
                 m.d.sync += [a_load.eq(0), a_wait.eq(1)]
         with m.If(handoff):
             m.d.sync += [a_wait.eq(0), a_bank.eq(~a_bank), a_head.eq(1)]
+        return {"bank": a_bank, "n": a_n, "m": a_m, "sh": a_sh, "max": a_max,
+                "b_busy": b_busy, "handoff": handoff}
 
-        # ----- exponent pass -----
+    def _x_stages(self, m, adv, b, first, x_sat, sfx):
+        """Exponent stages 2-6 from the read port's data ``first``: ``x`` saturated at
+        ``x_sat``, for the row ``b`` (``max``, ``m``, ``sh``)."""
+        w = self._logit_bits
+        s_reg = Signal(signed(w), name=f"s_reg{sfx}")
+        d = Signal(w, name=f"d{sfx}")
+        prod = Signal(w + MANT_BITS, name=f"prod{sfx}")
+        coarse = Signal(w + MANT_BITS + 1, name=f"coarse{sfx}")
+        xs = Signal(range(x_sat + 1), name=f"xs{sfx}")
+        # x = (v + 2**(s-1)) >> s == ((2v >> s) + 1) >> 1 (also for s = 0), and
+        # x >= x_sat <=> (2v >> s) >= 2 x_sat - 1: only a narrow adder after the shifter.
+        halves = Signal(w + MANT_BITS + 1, name=f"halves{sfx}")
+        m.d.comb += halves.eq(coarse >> b["sh"][:3])
+        x_low = (halves[:(2 * x_sat).bit_length()] + 1) >> 1
+        with m.If(adv):
+            m.d.sync += [
+                s_reg.eq(first),
+                d.eq(b["max"] - s_reg),
+                prod.eq(d * b["m"]),
+                coarse.eq((prod << 1) >> (b["sh"][3:] << 3)),
+                xs.eq(Mux(halves >= 2 * x_sat - 1, x_sat, x_low)),
+            ]
+        return xs
+
+    def _exp_pass(self, m, mems, ld) -> dict:
+        """One key per cycle through the exponent pipeline into ``o_p``, summing ``l``."""
+        n_max, w, frac = self._max_row, self._logit_bits, self.frac_bits
+        g_n, e_max = self._cfg.group, self._cfg.e_max
+        ng_max = -(-n_max // g_n)
+        lb = sum_bits(n_max, e_max)
+        rd, grd, lut_rd = mems["rd"], mems["grd"], mems["lut_rd"]
+        b_busy = ld["b_busy"]
         b_bank = Signal()
         b_n = Signal(range(n_max + 1))
         b_m = Signal(MANT_BITS)
@@ -286,13 +326,14 @@ class SoftmaxUnit(wiring.Component):
         adv = Signal()
         m.d.comb += adv.eq(~self.o_p.valid | self.o_p.ready)
         issuing = Signal()
+        base, gbase = self._bases(b_bank)
         m.d.comb += [
             issuing.eq(b_busy & (b_issue != b_n)),
-            rd.addr.eq(base(b_bank) + b_issue),
+            rd.addr.eq(base + b_issue),
             rd.en.eq(adv),
         ]
-        if grouped:
-            m.d.comb += [grd.addr.eq(gbase(b_bank) + b_gidx), grd.en.eq(adv)]
+        if grd is not None:
+            m.d.comb += [grd.addr.eq(gbase + b_gidx), grd.en.eq(adv)]
         with m.If(adv & issuing):
             m.d.sync += [b_issue.eq(b_issue + 1),
                          b_gcnt.eq(Mux(b_gcnt == g_n - 1, 0, b_gcnt + 1))]
@@ -306,35 +347,14 @@ class SoftmaxUnit(wiring.Component):
         valid = [Signal(name=f"valid{k}") for k in range(1, EXP_STAGES)]
         last = [Signal(name=f"last{k}") for k in range(1, EXP_STAGES)]
         shift_bits = self._cfg.shift_bits
-
-        def x_stages(first, x_sat, sfx):
-            """Stages 2-6 from the read port's data ``first``: x saturated at ``x_sat``."""
-            s_reg = Signal(signed(w), name=f"s_reg{sfx}")
-            d = Signal(w, name=f"d{sfx}")
-            prod = Signal(w + MANT_BITS, name=f"prod{sfx}")
-            coarse = Signal(w + MANT_BITS + 1, name=f"coarse{sfx}")
-            xs = Signal(range(x_sat + 1), name=f"xs{sfx}")
-            # x = (v + 2**(s-1)) >> s == ((2v >> s) + 1) >> 1 (also for s = 0), and
-            # x >= x_sat <=> (2v >> s) >= 2 x_sat - 1: only a narrow adder after the shifter.
-            halves = Signal(w + MANT_BITS + 1, name=f"halves{sfx}")
-            m.d.comb += halves.eq(coarse >> b_sh[:3])
-            x_low = (halves[:(2 * x_sat).bit_length()] + 1) >> 1
-            with m.If(adv):
-                m.d.sync += [
-                    s_reg.eq(first),
-                    d.eq(b_max - s_reg),
-                    prod.eq(d * b_m),
-                    coarse.eq((prod << 1) >> (b_sh[3:] << 3)),
-                    xs.eq(Mux(halves >= 2 * x_sat - 1, x_sat, x_low)),
-                ]
-            return xs
-
-        xs = x_stages(rd.data, (e_max + 9) << frac, "")
+        row = {"max": b_max, "m": b_m, "sh": b_sh}
+        xs = self._x_stages(m, adv, row, rd.data, (e_max + 9) << frac, "")
         xi = xs[frac:]
         e_g = Signal(range(e_max + 1))
-        if grouped:
+        if grd is not None:
             # x_g only matters up to E * 2**F: e_g = min(x_g >> F, E).
-            m.d.comb += e_g.eq(x_stages(grd.data, e_max << frac, "_g")[frac:])
+            m.d.comb += e_g.eq(self._x_stages(m, adv, row, grd.data, e_max << frac,
+                                              "_g")[frac:])
         k_off = Signal(range(e_max + 10))   # xi - e_g >= 0: the key is no larger than Gmax
         m.d.comb += [lut_rd.addr.eq(xs[:frac]), k_off.eq(xi - e_g)]
         p_new = Signal(P_BITS)
@@ -361,8 +381,15 @@ class SoftmaxUnit(wiring.Component):
                      l_final.eq(b_l + (self.o_p.payload.p << self.o_p.payload.shift))]
         with m.If(fresh):
             m.d.sync += b_l.eq(l_final)
+        handoff = [b_busy.eq(1), b_bank.eq(ld["bank"]), b_n.eq(ld["n"]), b_m.eq(ld["m"]),
+                   b_sh.eq(ld["sh"]), b_max.eq(ld["max"]), b_issue.eq(0), b_gcnt.eq(0),
+                   b_gidx.eq(0), b_l.eq(0)]
+        return {"row_end": row_end, "l": b_l, "l_final": l_final, "handoff": handoff}
 
-        # ----- divider -----
+    def _divider(self, m, ld, ex):
+        """Takes ``l`` from the exponent pass and divides; frees the exponent pass."""
+        lb = sum_bits(self._max_row, self._cfg.e_max)
+        row_end, b_l, l_final, b_busy = ex["row_end"], ex["l"], ex["l_final"], ld["b_busy"]
         c_busy = Signal()
         c_l = Signal(lb)
         c_rem = Signal(lb)
@@ -377,10 +404,8 @@ class SoftmaxUnit(wiring.Component):
             m.d.sync += [b_done.eq(0), b_busy.eq(0),
                          c_busy.eq(1), c_l.eq(Mux(b_done, b_l, l_final)), c_step.eq(0)]
 
-        with m.If(handoff):
-            m.d.sync += [b_busy.eq(1), b_bank.eq(a_bank), b_n.eq(a_n), b_m.eq(a_m),
-                         b_sh.eq(a_sh), b_max.eq(a_max), b_issue.eq(0), b_gcnt.eq(0),
-                         b_gidx.eq(0), b_l.eq(0)]
+        with m.If(ld["handoff"]):
+            m.d.sync += ex["handoff"]
 
         big_l = _bit_length(m, c_l, lb, "big_l")
         # Restoring division of 2**(L+16) - 1 (all ones) by l, from the remainder
@@ -407,7 +432,6 @@ class SoftmaxUnit(wiring.Component):
         ]
         with m.If(self.o_sum.valid & self.o_sum.ready):
             m.d.sync += c_busy.eq(0)
-        return m
 
 
 class Normalizer(wiring.Component):
@@ -441,15 +465,21 @@ class Normalizer(wiring.Component):
     """
 
     def __init__(self, cfg: Config, *, max_row: int | None = None, acc_bits: int | None = None):
-        max_row = cfg.max_tokens if max_row is None else max_row
-        if acc_bits is None:
-            acc_bits = bits_signed((128 * 255 << cfg.e_max) * max_row)
-        self._cfg, self._max_row, self._acc_bits = cfg, max_row, acc_bits
-        self._out_bits = bits_signed(128 << cfg.attn_out_frac_bits)
-        super().__init__({
-            "i": In(stream.Signature(norm_in_layout(acc_bits, max_row, cfg.e_max))),
-            "o": Out(stream.Signature(norm_out_layout(self._out_bits))),
-        })
+        self._geo = sg = SoftmaxGeometry(cfg, max_row=max_row, acc_bits=acc_bits)
+        self._cfg, self._max_row, self._acc_bits = cfg, sg.max_row, sg.acc_bits
+        self._out_bits = sg.out_bits
+        super().__init__({name: (In if name == "i" else Out)(stream.Signature(lay))
+                          for name, lay in self.layouts().items()})
+
+    @property
+    def geometry(self) -> SoftmaxGeometry:
+        return self._geo
+
+    def layouts(self) -> dict:
+        """The payload layout of each stream member, by member name."""
+        sg = self._geo
+        return {"i": norm_in_layout(sg.acc_bits, sg.max_row, sg.cfg.e_max),
+                "o": norm_out_layout(sg.out_bits)}
 
     @property
     def acc_bits(self) -> int:

@@ -28,13 +28,12 @@ from dataclasses import dataclass
 
 import numpy as np
 from dstar.golden.attention import THETA_BITS
+from dstar.hw.geometry import AttentionGeometry
 from dstar.sim.softmax_cycles import schedule
 
-__all__ = ["AttentionCycles", "predict", "dense_cycles", "tile_phase", "WAIT_CYCLES",
-           "NORM_DRAIN"]
+__all__ = ["AttentionCycles", "predict", "dense_cycles", "tile_phase"]
 
-WAIT_CYCLES = 4         # last op -> psum queued -> reduction -> accumulator written -> seen
-NORM_DRAIN = 4          # accumulator read, normalizer (2 stages), output write, seen
+WAIT_CYCLES, NORM_DRAIN = AttentionGeometry.WAIT_CYCLES, AttentionGeometry.NORM_DRAIN
 
 
 @dataclass
@@ -74,8 +73,8 @@ def tile_phase(loads, ops) -> int:
 def predict(cfg, n: int, mask, key: bool, theta_q: int) -> AttentionCycles:
     """Counters of one step of ``N = n`` tokens with the block ``mask`` ``(nqb, nkb)`` (on key
     steps: the mask the step selects; ``theta_q``: ``golden.attention.theta_fixed(theta)``)."""
-    g, dh = cfg.group, cfg.head_dim
-    bc = cfg.m_tile * cfg.n_arrays
+    ag = AttentionGeometry(cfg)
+    g, dh, bc, rows_q, n_cp = cfg.group, cfg.head_dim, ag.block_cols, ag.rows_q, ag.n_cp
     q_lens, k_lens = _blocks(n, cfg.block_q), _blocks(n, cfg.block_k)
     nkb = len(k_lens)
     mask = np.asarray(mask, dtype=bool)
@@ -83,8 +82,6 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int) -> AttentionCycles:
         raise ValueError(f"mask must have shape {(len(q_lens), nkb)}, got {mask.shape}")
     if not mask.any(axis=1).all():
         raise ValueError("every query block needs at least one selected key block")
-    rows_q = dh // g
-    n_cp = -(-dh // bc)
     ph = dict.fromkeys(("list", "qk", "smax", "sel", "pv", "norm"), 0)
     count_qk = count_pv = 0
 

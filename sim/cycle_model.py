@@ -143,7 +143,6 @@ def predict(cfg, enc, k: int, m: int) -> CycleReport:
 def predict_batch(cfg, encs, k: int, m: int) -> list[CycleReport]:
     """``predict`` for several encodings of the same layer (same ``N``, ``K``, ``M``)."""
     from dstar.hw.geometry import Geometry
-    from dstar.hw.pe_array import token_depth
 
     geo = Geometry(cfg)
     n = encs[0].q.shape[0]
@@ -157,7 +156,7 @@ def predict_batch(cfg, encs, k: int, m: int) -> list[CycleReport]:
     if n == 0 or n_pass == 0:           # the wrapper does not start
         return [CycleReport(0, 0, 0, 0, 0, g_n, dict.fromkeys(ACCOUNTS, 0)) for _ in encs]
     events, account = EVENT_MODELS[cfg.packing]
-    ev = events(geo, token_depth(geo), [slice_costs(e, geo, n_kt) for e in encs], n, n_kt, n_mt)
+    ev = events(geo, geo.token_depth, [slice_costs(e, geo, n_kt) for e in encs], n, n_kt, n_mt)
     reps = []
     for b in range(len(encs)):
         cycles = int(ev["F"][-1, b]) + 2

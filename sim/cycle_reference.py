@@ -71,17 +71,82 @@ def _lowbit(x):
     return (x & -x).bit_length() - 1
 
 
+def _step(i: int, n: int) -> int:
+    """``i + 1`` modulo ``n``."""
+    return 0 if i == n - 1 else i + 1
+
+
+def _compact_issue(rem, cur_kind, queues, used, depth_p, issued, push_close, loads) -> int:
+    """One cycle of the compacting lane sequencers: each lane with remaining nibble ops issues
+    its lowest (``issued``, ``push_close`` on its last), and a free lane with credit takes its
+    queue's next bundle (``loads``). Returns the HIGH ops issued (the others are LOW)."""
+    n_high = 0
+    for lane, r in enumerate(rem):
+        close = False
+        if r:
+            close = (r & (r - 1)) == 0
+            issued[lane] = True
+            n_high += bool(cur_kind[lane][_lowbit(r) >> 1])
+        if (r == 0 or close) and queues[lane] and used[lane] < depth_p:
+            loads[lane] = queues[lane][0]
+        push_close[lane] = close
+    return n_high
+
+
+def _lockstep_issue(r: int, cur, low_n, high_n) -> tuple[bool, int, int]:
+    """One cycle of the lockstep group sequencer on the remaining op mask ``r`` of the slice
+    ``cur = (t, kt)``: whether this op closes the slice, and its HIGH and LOW lane ops (the
+    other lanes run zero operands)."""
+    if not r:
+        return False, 0, 0
+    b = _lowbit(r)
+    j, second = b >> 1, b & 1
+    t, kt = cur
+    return (r & (r - 1)) == 0, high_n[t][kt][j], 0 if second else low_n[t][kt][j]
+
+
+def _compact_update(rem, cur_kind, queues, used, loads, pop_mask: int):
+    """Register update of the compacting lane sequencers: a loaded bundle replaces the lane's
+    remaining ops (else its lowest op is done), and the credits follow loads and pops."""
+    for lane in range(len(rem)):
+        if loads[lane] is not None:
+            queues[lane].popleft()
+            rem[lane], cur_kind[lane] = loads[lane]
+        elif rem[lane]:
+            rem[lane] &= rem[lane] - 1
+        used[lane] += int(loads[lane] is not None) - (pop_mask >> lane & 1)
+
+
+def _compact_take(queues, masks, s_n: int) -> int:
+    """A slice enters the compacting dispatcher: each lane with ops queues its bundle (op mask,
+    HIGH flag per group); returns the slice's lane mask for the reduction."""
+    for lane, mk in enumerate(masks):
+        if mk:
+            queues[lane].append((mk, [bool(mk >> (2 * j + 1) & 1) for j in range(s_n)]))
+    return sum(1 << lane for lane, mk in enumerate(masks) if mk)
+
+
+def _idle_cause(pending: bool, tile_ready: bool, waiting, queued: bool, no_credit: bool) -> str:
+    """Why a lane that has started is idle this cycle (``CycleReport.accounts``)."""
+    if not pending:
+        return "drain"
+    if not tile_ready and not waiting:
+        return "load"
+    if queued and no_credit:
+        return "credit"
+    return "starved"
+
+
 def predict(cfg, enc, k: int, m: int, max_cycles: int = 50_000_000) -> CycleReport:
     """Cycles of one step of a ``K`` x ``M`` layer whose encoded difference is ``enc``
     (``enc.q`` is ``(N, K)``), on ``LinearLayer(cfg)``."""
     from dstar.hw.geometry import Geometry
-    from dstar.hw.pe_array import token_depth
 
     geo = Geometry(cfg)
     n = enc.q.shape[0]
     g_n, s_n = cfg.group, geo.slice_groups
     depth_q, depth_p = cfg.lane_fifo_depth, geo.psum_depth
-    depth_t = token_depth(geo)
+    depth_t = geo.token_depth
     n_kt, n_mt = geo.n_kt(k), geo.n_mt(m)
     n_pass = n_kt * n_mt
     lane_masks, grp_masks, low_n, high_n = slice_masks(enc, geo, n_kt, n_mt)
@@ -126,22 +191,10 @@ def predict(cfg, enc, k: int, m: int, max_cycles: int = 50_000_000) -> CycleRepo
         loads = [None] * g_n
         issued = [False] * g_n
         if compact:
-            for lane in range(g_n):
-                r = rem[lane]
-                close = False
-                if r:
-                    rest = r & (r - 1)
-                    close = rest == 0
-                    issued[lane] = True
-                    b = _lowbit(r)
-                    j = b >> 1
-                    if cur_kind[lane][j]:
-                        cnt_high += 1
-                    else:
-                        cnt_low += 1
-                if (r == 0 or close) and queues[lane] and used[lane] < depth_p:
-                    loads[lane] = queues[lane][0]
-                push_close[lane] = close
+            n_high = _compact_issue(rem, cur_kind, queues, used, depth_p, issued, push_close,
+                                    loads)
+            cnt_high += n_high
+            cnt_low += sum(issued) - n_high
             if out is not None:
                 t, kt, last, si = out
                 masks = lane_masks[si]
@@ -151,24 +204,13 @@ def predict(cfg, enc, k: int, m: int, max_cycles: int = 50_000_000) -> CycleRepo
             else:
                 ready = False
         else:
-            r = ls_rem
-            close = False
-            if r:
-                rest = r & (r - 1)
-                close = rest == 0
-                b = _lowbit(r)
-                j, second = b >> 1, b & 1
-                t0, kt0 = ls_cur
-                lo, hi = low_n[t0][kt0][j], high_n[t0][kt0][j]
-                useful = hi + (0 if second else lo)
-                cnt_high += hi
-                cnt_low += 0 if second else lo
-                cnt_zero += g_n - useful
-                acct["zero"] += g_n - useful
-                for lane in range(g_n):
-                    issued[lane] = True
-                    push_close[lane] = close
-            free = r == 0 or close
+            close, hi, lo = _lockstep_issue(ls_rem, ls_cur, low_n, high_n)
+            if ls_rem:
+                cnt_high, cnt_low = cnt_high + hi, cnt_low + lo
+                cnt_zero += g_n - hi - lo
+                acct["zero"] += g_n - hi - lo
+                issued, push_close = [True] * g_n, [close] * g_n
+            free = ls_rem == 0 or close
             if out is not None:
                 t, kt, last, _ = out
                 nonzero = grp_masks[t][kt] != 0
@@ -190,16 +232,11 @@ def predict(cfg, enc, k: int, m: int, max_cycles: int = 50_000_000) -> CycleRepo
                 continue
             if not started[lane]:
                 acct["fill" if l_p > 0 or not pending else "load"] += 1
-            elif not pending:
-                acct["drain"] += 1
-            elif pending and not (f_p < l_p) and not (queues[lane] if compact else ls_rem):
-                acct["load"] += 1
-            elif compact and queues[lane] and used[lane] >= depth_p:
-                acct["credit"] += 1
-            elif not compact and ls_used >= depth_p:
-                acct["credit"] += 1
             else:
-                acct["starved"] += 1
+                waiting = queues[lane] if compact else ls_rem
+                credit = used[lane] if compact else ls_used
+                acct[_idle_cause(pending, f_p < l_p, waiting, bool(queues[lane]) or not compact,
+                                 credit >= depth_p)] += 1
 
         # --- register updates ---
         # reduction
@@ -213,22 +250,10 @@ def predict(cfg, enc, k: int, m: int, max_cycles: int = 50_000_000) -> CycleRepo
         b_valid, b_last = fire, fire and head_last
         # dispatcher
         if compact:
-            for lane in range(g_n):
-                if loads[lane] is not None:
-                    queues[lane].popleft()
-                    rem[lane], cur_kind[lane] = loads[lane]
-                elif rem[lane]:
-                    rem[lane] &= rem[lane] - 1
-                used[lane] += int(loads[lane] is not None) - (pop_mask >> lane & 1)
+            _compact_update(rem, cur_kind, queues, used, loads, pop_mask)
             if take:
                 t, kt, last, si = out
-                masks = lane_masks[si]
-                for lane in range(g_n):
-                    if masks[lane]:
-                        mk = masks[lane]
-                        kinds = [bool(mk >> (2 * j + 1) & 1) for j in range(s_n)]
-                        queues[lane].append((mk, kinds))
-                tokq.append((sum(1 << lane for lane in range(g_n) if masks[lane]), last))
+                tokq.append((_compact_take(queues, lane_masks[si], s_n), last))
         else:
             nonzero_take = False
             if take:
@@ -245,26 +270,18 @@ def predict(cfg, enc, k: int, m: int, max_cycles: int = 50_000_000) -> CycleRepo
             out = s1
             s1 = (f_t, f_kt, f_t == n - 1, f_s) if cmd_fire else None
             f_s += cmd_fire
-        # front end
+        # front end: tokens innermost, then column blocks, then K tiles
         if cmd_fire:
-            if f_t == n - 1:
-                f_t, f_p = 0, f_p + 1
-                if f_mt == n_mt - 1:
-                    f_mt, f_kt = 0, f_kt + 1
-                else:
-                    f_mt += 1
-            else:
-                f_t += 1
-        # loader
+            f_t = _step(f_t, n)
+            if f_t == 0:
+                f_p += 1
+                f_mt, f_kt = _step(f_mt, n_mt), f_kt + (f_mt == n_mt - 1)
+        # loader: one row per cycle, at most two tiles ahead of the finished passes
         if l_active:
-            if l_row == cfg.k_tile - 1:
-                l_active, l_p, l_row = 0, l_p + 1, 0
-                if l_mt == n_mt - 1:
-                    l_mt, l_kt = 0, l_kt + 1
-                else:
-                    l_mt += 1
-            else:
-                l_row += 1
+            l_row = _step(l_row, cfg.k_tile)
+            if l_row == 0:
+                l_active, l_p = 0, l_p + 1
+                l_mt, l_kt = _step(l_mt, n_mt), l_kt + (l_mt == n_mt - 1)
         elif l_p < n_pass and l_p < d_p + 2:
             l_active = 1
         # run / counters

@@ -12,6 +12,8 @@ chunk (stages E, A, B), so ``D_p = F_p + T * chunks + 3``, and ``busy`` falls at
 
 from dataclasses import dataclass
 
+from dstar.hw.geometry import DenseGeometry
+
 from dstar.config import Datapath
 
 __all__ = ["DenseCycles", "predict"]
@@ -38,10 +40,8 @@ def predict(cfg, n_tokens: int, k: int, m: int) -> DenseCycles:
     """Counters of one run of ``n_tokens`` x ``K`` activations on a ``K`` x ``M`` layer."""
     if cfg.datapath != Datapath.DENSE:
         raise ValueError(f"the dense cycle model needs datapath 'dense', got {cfg.datapath!r}")
-    lanes = cfg.group // 2
-    chunks = cfg.k_tile // lanes
-    block = cfg.m_tile * cfg.n_arrays
-    passes = -(-k // cfg.k_tile) * -(-m // block)
+    dg = DenseGeometry(cfg)
+    chunks, passes = dg.chunks, dg.n_passes(k, m)
     if passes == 0 or n_tokens == 0:
         return DenseCycles(0, 0, 0, 0)
     per_pass = n_tokens * chunks
@@ -53,7 +53,7 @@ def predict(cfg, n_tokens: int, k: int, m: int) -> DenseCycles:
         ready.append(max(prev_ready, freed) + 1 + cfg.k_tile)
         f_start = max(ready[p], f_end)
         f_end = f_start + per_pass
-        done.append(f_end + 3)
+        done.append(f_end + dg.acc_stages)
     cycles = done[-1]
     return DenseCycles(cycles=cycles, stall_load=f_end - passes * per_pass, passes=passes,
                        chunks=passes * per_pass)

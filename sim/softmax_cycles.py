@@ -11,8 +11,8 @@ component's docstring). With no stall anywhere, row ``k`` of ``n_k`` keys goes:
   ``w_k + 8 + j``; the last ``p`` enters the output register at ``w_k + n_k + 6``, ``l`` is
   complete at ``e_k = w_k + n_k + 7`` and goes to the divider at ``t_k = max(e_k, c_free_k)``;
   free again at ``t_k + 1``;
-* divider: 17 steps at ``t_k + 1 .. t_k + 17``, ``(l, r, L)`` on ``o_sum`` at ``t_k + 18``,
-  free at ``t_k + 19``.
+* divider: ``DIV_CYCLES`` (17) steps at ``t_k + 1 .. t_k + 17``, ``(l, r, L)`` on ``o_sum``
+  at ``t_k + 18``, free at ``t_k + 19``.
 
 Cycle 0 is the first cycle the first header is offered (the unit is idle after reset).
 """
@@ -20,12 +20,11 @@ Cycle 0 is the first cycle the first header is offered (the unit is idle after r
 from dataclasses import dataclass
 
 import numpy as np
+from dstar.hw.geometry import SoftmaxGeometry
 
-__all__ = ["SoftmaxSchedule", "schedule", "row_latency", "row_period", "EXP_STAGES",
-           "DIV_CYCLES"]
+__all__ = ["SoftmaxSchedule", "schedule", "row_latency", "row_period"]
 
-EXP_STAGES = 7          # read (2), Smax - S, d*m, coarse shift, fine shift/saturate, LUT
-DIV_CYCLES = 17         # restoring divider: one bit of r per cycle
+EXP_STAGES, DIV_CYCLES = SoftmaxGeometry.EXP_STAGES, SoftmaxGeometry.DIV_CYCLES
 
 
 @dataclass

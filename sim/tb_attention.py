@@ -13,20 +13,10 @@ freshly reset design and compares integers with equality.
 """
 
 import numpy as np
-from dstar.sim.layer_io import start_and_wait, write_words
+from dstar.golden.attention import theta_fixed
+from dstar.sim.layer_io import pack, pack_named, start_and_wait, unpack, write_words
 
 __all__ = ["HeadImage", "run_head", "HeadOutcome"]
-
-
-def _pack(values, width: int) -> int:
-    word = 0
-    for i, v in enumerate(values):
-        word |= (int(v) & ((1 << width) - 1)) << (i * width)
-    return word
-
-
-def _signed(v: int, width: int) -> int:
-    return v - (1 << width) if v >> (width - 1) & 1 else v
 
 
 class HeadImage:
@@ -38,6 +28,7 @@ class HeadImage:
         if not 1 <= n <= cfg["max_tokens"]:
             raise ValueError(f"N={n} must be in [1, max_tokens={cfg['max_tokens']}]")
         self.man, self.n = man, n
+        self.lays = man["layouts"]
         self.g, self.dh = cfg["group"], cfg["head_dim"]
         self.mt, self.n_arr = cfg["m_tile"], cfg["n_arrays"]
         self.bc = self.mt * self.n_arr
@@ -53,7 +44,8 @@ class HeadImage:
 
     def q_words(self, q) -> dict[int, int]:
         q = self._check("q", q, (self.n, self.dh))
-        return {i * self.rows_q + r: _pack(q[i, r * self.g:(r + 1) * self.g], 8)
+        return {i * self.rows_q + r: pack(q[i, r * self.g:(r + 1) * self.g],
+                                          self.lays["q_word"])
                 for i in range(self.n) for r in range(self.rows_q)}
 
     def k_words(self, k) -> list[dict[int, int]]:
@@ -62,8 +54,9 @@ class HeadImage:
         pad = np.zeros((self.n_kc * self.bc, self.dh), dtype=np.int64)
         pad[:self.n] = k
         nkc = -(-self.n // self.bc)
-        return [{d * self.n_kc + kc: _pack(pad[kc * self.bc + a * self.mt:
-                                               kc * self.bc + (a + 1) * self.mt, d], 8)
+        return [{d * self.n_kc + kc: pack(pad[kc * self.bc + a * self.mt:
+                                              kc * self.bc + (a + 1) * self.mt, d],
+                                          self.lays["kt_word"])
                  for d in range(self.dh) for kc in range(nkc)} for a in range(self.n_arr)]
 
     def v_words(self, v) -> list[dict[int, int]]:
@@ -72,12 +65,20 @@ class HeadImage:
         n_up = -(-self.n // self.g) * self.g
         pad = np.zeros((n_up, self.n_cp * self.bc), dtype=np.int64)
         pad[:self.n, :self.dh] = v
-        return [{j * self.n_cp + cp: _pack(pad[j, cp * self.bc + a * self.mt:
-                                               cp * self.bc + (a + 1) * self.mt], 8)
+        return [{j * self.n_cp + cp: pack(pad[j, cp * self.bc + a * self.mt:
+                                              cp * self.bc + (a + 1) * self.mt],
+                                          self.lays["v_word"])
                  for j in range(n_up) for cp in range(self.n_cp)} for a in range(self.n_arr)]
 
     def ms_words(self, m, sh) -> dict[int, int]:
-        return {i: int(m[i]) | int(sh[i]) << 16 for i in range(self.n)}
+        return {i: pack_named({"m": m[i], "sh": sh[i]}, self.lays["ms_word"])
+                for i in range(self.n)}
+
+    def o_from(self, word: int) -> int:
+        return unpack(word, self.lays["o_word"])[0]
+
+    def res_from(self, word: int) -> int:
+        return unpack(word, self.lays["res_word"])[0]
 
 
 class HeadOutcome:
@@ -85,12 +86,16 @@ class HeadOutcome:
         self.o, self.res, self.mask, self.key, self.counters = o, res, mask, key, counters
 
 
-async def run_head(io, img: HeadImage, q, k, v, m, sh, *, slot: int = 0, theta_q: int = 58982,
-                   refresh: int = 2, read_res: bool = True, max_cycles: int = 5_000_000
-                   ) -> HeadOutcome:
+async def run_head(io, img: HeadImage, q, k, v, m, sh, *, slot: int = 0,
+                   theta_q: int | None = None, refresh: int | None = None, read_res: bool = True,
+                   max_cycles: int = 5_000_000) -> HeadOutcome:
     """Load one head, run one step of ``slot``, read the output ``O`` (N, Dh), and (with
-    ``read_res``) the slot's residual R (N, Dh) and mask (nqb(N), nkb(N)) back."""
+    ``read_res``) the slot's residual R (N, Dh) and mask (nqb(N), nkb(N)) back. ``theta_q`` and
+    ``refresh`` default to the configuration's ``theta`` and ``refresh_attn``."""
     set_, get, tick = io
+    cfg = img.man["config"]
+    theta_q = theta_fixed(cfg["theta"]) if theta_q is None else theta_q
+    refresh = cfg["refresh_attn"] if refresh is None else refresh
     await write_words(io, "host_q_we", "host_addr", "host_q_wdata", img.q_words(q))
     for a, words in enumerate(img.k_words(k)):
         await write_words(io, "host_k_we", "host_addr", "host_k_wdata", words, 1 << a)
@@ -108,7 +113,7 @@ async def run_head(io, img: HeadImage, q, k, v, m, sh, *, slot: int = 0, theta_q
     for a in range(n * dh):
         set_("host_o_addr", a)
         await tick()
-        o.flat[a] = _signed(get("host_o_rdata"), 18)
+        o.flat[a] = img.o_from(get("host_o_rdata"))
     res = mask = None
     if read_res:
         res = np.zeros((n, dh), dtype=np.int64)
@@ -116,7 +121,7 @@ async def run_head(io, img: HeadImage, q, k, v, m, sh, *, slot: int = 0, theta_q
         for a in range(n * dh):
             set_("host_res_addr", base + a)
             await tick()
-            res.flat[a] = _signed(get("host_res_rdata"), 17)
+            res.flat[a] = img.res_from(get("host_res_rdata"))
         nqb, nkb = -(-n // img.bq), -(-n // img.bk)
         mask = np.zeros((nqb, nkb), dtype=bool)
         for i in range(nqb):

@@ -13,8 +13,9 @@ from dstar.golden.quant import (
     token_lattice,
     w8a8_linear,
 )
-from dstar.hw.dense import DenseGeometry, DenseLinearLayer
+from dstar.hw.dense import DenseLinearLayer
 from dstar.hw.generate import generate, manifest
+from dstar.hw.geometry import DenseGeometry
 from dstar.hw.linear import LinearLayer
 from dstar.sim.dense_cycles import predict
 from dstar.sim.layer_io import LayerImage

@@ -1,7 +1,11 @@
-"""Hardware geometry: sizes derive from the config; unbuildable choices say why."""
+"""Hardware geometry: sizes derive from the config; unbuildable choices say why; the module
+imports no Amaranth (the cycle models use it)."""
+
+import subprocess
+import sys
 
 import pytest
-from dstar.hw.geometry import Geometry
+from dstar.hw.geometry import AttentionGeometry, DenseGeometry, Geometry, SoftmaxGeometry
 
 from dstar.config import ConfigError, preset
 
@@ -30,3 +34,39 @@ def test_unbuildable_geometries_say_why():
         Geometry(preset("tiny").replace(k_tile=16 * 9, max_k=16 * 9))
     with pytest.raises(ConfigError, match="lane_rotation"):
         Geometry(preset("tiny").replace(lane_rotation=3))
+
+
+def test_geometry_imports_no_amaranth():
+    code = ("import sys; import dstar.hw.geometry, dstar.sim.attention_cycles, "
+            "dstar.sim.softmax_cycles, dstar.sim.dense_cycles, dstar.sim.cycle_model; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'amaranth'))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    assert out == "[]"
+
+
+def test_attention_widths_follow_the_output_format():
+    ag = AttentionGeometry(preset("default"))
+    assert (ag.out_bits, ag.res_bits) == (18, 17)           # golden/ATTENTION.md at 8 bits
+    assert ag.mass_bits == 16 + 4 and ag.total_bits == ag.mass_bits + 4
+    assert ag.softmax.out_bits == 17 and ag.softmax.max_row == ag.n_max
+    narrow = AttentionGeometry(preset("default").replace(attn_out_frac_bits=4))
+    assert narrow.out_bits == 14 and narrow.res_bits == 13
+    # |R| <= 255 * 2**f + 2 and |O_sel + R| <= 383 * 2**f + 3 fit (two's complement).
+    for f in range(9):
+        g = AttentionGeometry(preset("default").replace(attn_out_frac_bits=f))
+        assert (255 << f) + 2 < 1 << (g.res_bits - 1)
+        assert (383 << f) + 3 < 1 << (g.out_bits - 1)
+
+
+def test_softmax_and_dense_geometry():
+    cfg = preset("tiny")
+    sg = SoftmaxGeometry(cfg)
+    assert sg.max_row == cfg.max_tokens and sg.DIV_CYCLES == 17 and sg.EXP_STAGES == 7
+    with pytest.raises(ConfigError, match="max_row"):
+        SoftmaxGeometry(cfg, max_row=0)
+    dg = DenseGeometry(cfg.replace(datapath="dense"))
+    assert dg.chunks == 2 * Geometry(cfg).slice_groups
+    assert dg.n_passes(cfg.k_tile + 1, 1) == 2
+    with pytest.raises(ConfigError, match="dense"):
+        DenseGeometry(cfg)

@@ -73,12 +73,14 @@ def test_tiny_area_within_baseline(tiny_report):
 @pytest.mark.synth
 @needs_yosys
 def test_attention_engine_blocks(tiny_report):
-    """The attention engine's softmax, normalizer and controller are synthesized from
-    ``dstar_attention.v`` (its PE arrays are the linear datapath's, counted once), summed into
+    """The attention engine's blocks (softmax, normalizer, the engine's parts) and controller
+    are synthesized from ``dstar_attention.v`` (its PE arrays are the linear datapath's, counted
+    once), summed into
     ``attention``; ``accelerator`` is linear + attention; ``targets`` stays the linear part."""
     mods = tiny_report["modules"]
     att = {k for k, m in mods.items() if m["part"] == "attention"}
-    assert att == {"softmax", "normalizer", "attention_controller"}
+    assert att == {"softmax", "normalizer", "tile_runner", "softmax_feed", "mask_select", "norm",
+                   "attention_controller"}
     assert mods["attention_controller"]["module"] == tiny_report["attention"]["top"]
     assert all(m["part"] == "linear" for k, m in mods.items() if k not in att)
 

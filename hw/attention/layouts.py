@@ -1,0 +1,50 @@
+"""Word layouts of the attention engine's memories (``params.json`` ``attention.layouts``).
+
+Every factory takes the engine's ``AttentionGeometry``; the host packs and unpacks words
+through the manifest's field lists (``dstar.sim.tb_attention``), never through widths of its own.
+"""
+
+from amaranth import signed, unsigned
+from amaranth.lib import data
+
+from ..geometry import AttentionGeometry, SoftmaxGeometry, uwidth
+
+__all__ = ["ms_layout", "p_word_layout", "memory_layouts", "block_list_layouts"]
+
+
+def ms_layout() -> data.StructLayout:
+    """A query row's logit multiplier ``(m, sh)`` (``dstar.golden.softmax.logit_multiplier``)."""
+    return data.StructLayout({"m": unsigned(SoftmaxGeometry.MANT_BITS),
+                              "sh": unsigned(SoftmaxGeometry.SH_BITS)})
+
+
+def p_word_layout(ag: AttentionGeometry) -> data.StructLayout:
+    """A P word: the 8-bit mantissas of one group of ``G`` keys (``dstar.golden.softmax`` group
+    format; zeros past a ragged end) and the group's shift ``e_max - e_g``."""
+    return data.StructLayout({"p": data.ArrayLayout(unsigned(SoftmaxGeometry.P_BITS),
+                                                    ag.cfg.group),
+                              "shift": unsigned(ag.cfg.shift_bits)})
+
+
+def block_list_layouts(ag: AttentionGeometry) -> tuple[data.ArrayLayout, data.ArrayLayout]:
+    """The selected key blocks of a query block, as the engine's parts read them: their
+    indices (``0 .. nkb - 1``, ascending) and their lengths (``1 .. block_k``; the last block
+    may be ragged)."""
+    return (data.ArrayLayout(unsigned(uwidth(ag.nkb + 1)), ag.nkb),
+            data.ArrayLayout(unsigned(uwidth(ag.cfg.block_k + 1)), ag.nkb))
+
+
+def memory_layouts(ag: AttentionGeometry) -> dict:
+    """The host-visible memory words, by name: Q (``G`` INT8), K^T and V (``m_tile`` INT8),
+    ``(m, sh)``, the output ``O``, the residual ``R`` and the mask (bit ``J``: key block
+    ``J``)."""
+    g, mt = ag.cfg.group, ag.cfg.m_tile
+    return {
+        "q_word": data.ArrayLayout(signed(8), g),
+        "kt_word": data.ArrayLayout(signed(8), mt),
+        "v_word": data.ArrayLayout(signed(8), mt),
+        "ms_word": ms_layout(),
+        "o_word": signed(ag.out_bits),
+        "res_word": signed(ag.res_bits),
+        "mask_word": unsigned(ag.nkb),
+    }

@@ -1,0 +1,243 @@
+"""Softmax feeder of the attention engine: the logits of a query block from the PE arrays'
+accumulators into ``SoftmaxUnit``, and its outputs into P words, block sums and masses.
+
+Ref: ``golden/ATTENTION.md`` (group format, block mass); ``dstar.hw.softmax.SoftmaxUnit``.
+"""
+
+from amaranth import Array, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..geometry import AttentionGeometry, uwidth
+from ..softmax import logit_layout, prob_layout, row_cmd_layout, row_sum_layout
+from .layouts import block_list_layouts, ms_layout, p_word_layout
+
+__all__ = ["SoftmaxFeed"]
+
+
+class SoftmaxFeed(wiring.Component):
+    """Streams the rows ``base_i .. base_i + rows - 1`` of a query block through the softmax
+    unit over the keys of the selected blocks ``sel_j[0 .. n_sel - 1]`` (``n_valid`` keys in
+    all), and collects what comes back:
+
+    * per row a header (``(m, sh)`` from the multiplier memory at ``ms_addr``, ``n_valid``) on
+      ``o_row``, then its logits in key order on ``o_logit``, read from the accumulators at
+      ``y_addr`` (one cycle of read latency, no enable: the address is the key to offer next,
+      so the data in front of the unit always belongs to the offered key, stalls included);
+    * P words: per group of ``G`` keys the 8-bit mantissas and the group's shift, written with
+      the group's last ``p`` (``p_we``, zeros past a ragged end) at ``row * n_kg + group``;
+    * per row the block sums ``b`` of the applied weights ``p << shift`` (two banks by row
+      parity, as the next row's ``p`` arrive while the divider works on this row's ``(r,
+      L)``); with the row's ``(r, L)`` (``i_sum``) and ``full``, its share ``(b * r) >> L``
+      (16-bit, truncating) is added to the block masses ``mass``;
+    * ``(r, L)`` of every row, looked up combinationally by ``norm_row`` on ``norm_r`` /
+      ``norm_big_l`` for the normalization.
+
+    ``start`` (a pulse) begins a query block (the masses restart at zero when ``full``);
+    ``done`` is high once every row's ``(r, L)`` has arrived and the feeder is idle. ``i_p``
+    and ``i_sum`` are always ready; ``o_row`` / ``o_logit`` follow the unit's ready. Reset
+    stops a block.
+
+    Parameters
+    ----------
+    ag : AttentionGeometry
+
+    Members
+    -------
+    start, full : In(1)
+    sel_j, sel_len : In(block_list_layouts(ag)), n_sel : In(range(nkb + 1))
+    n_valid : In(range(n_max + 1)), base_i : In(range(n_max + block_q + 1)),
+    rows : In(range(block_q + 1))
+    y_addr : Out, y_data : In(data.ArrayLayout(data.ArrayLayout(signed(acc_bits), m_tile),
+        n_arrays))
+        The accumulators of every array (one cycle of read latency).
+    ms_addr : Out, ms_data : In(ms_layout())
+    o_row, o_logit : Out(stream.Signature(...)), i_p, i_sum : In(stream.Signature(...))
+        To and from ``SoftmaxUnit``.
+    p_we : Out(1), p_addr : Out, p_data : Out(p_word_layout)
+    mass : Out(data.ArrayLayout(unsigned(mass_bits), nkb))
+    norm_row : In(range(block_q)), norm_r : Out, norm_big_l : Out
+    done : Out(1)
+    """
+
+    def __init__(self, ag: AttentionGeometry):
+        self._ag = ag
+        cfg, sg, geo = ag.cfg, ag.softmax, ag.lin
+        jb, bq = range(ag.nkb + 1), cfg.block_q
+        sum_l = row_sum_layout(sg.max_row, cfg.e_max)
+        sel_j_l, sel_len_l = block_list_layouts(ag)
+        super().__init__({
+            "start": In(1),
+            "full": In(1),
+            "sel_j": In(sel_j_l),
+            "sel_len": In(sel_len_l),
+            "n_sel": In(jb),
+            "n_valid": In(range(ag.n_max + 1)),
+            "base_i": In(range(ag.n_max + bq + 1)),
+            "rows": In(range(bq + 1)),
+            "y_addr": Out(uwidth(geo.y_depth)),
+            "y_data": In(data.ArrayLayout(data.ArrayLayout(signed(geo.acc_bits), cfg.m_tile),
+                                          cfg.n_arrays)),
+            "ms_addr": Out(uwidth(ag.n_max)),
+            "ms_data": In(ms_layout()),
+            "o_row": Out(stream.Signature(row_cmd_layout(sg.max_row))),
+            "o_logit": Out(stream.Signature(logit_layout(sg.logit_bits))),
+            "i_p": In(stream.Signature(prob_layout(cfg.shift_bits))),
+            "i_sum": In(stream.Signature(sum_l)),
+            "p_we": Out(1),
+            "p_addr": Out(uwidth(ag.p_depth)),
+            "p_data": Out(p_word_layout(ag)),
+            "mass": Out(data.ArrayLayout(unsigned(ag.mass_bits), ag.nkb)),
+            "norm_row": In(range(bq)),
+            "norm_r": Out(sum_l.members["r"]),
+            "norm_big_l": Out(sum_l.members["big_l"]),
+            "done": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        f_start = self._feed(m)
+        s_row = self._collect(m)
+        with m.If(self.start):
+            m.d.sync += f_start
+        m.d.comb += self.done.eq((s_row == self.rows) & ~self._f_on)
+        return m
+
+    def _feed(self, m) -> list:
+        """Headers and logits from the accumulators; returns the statements of ``start``."""
+        ag = self._ag
+        cfg = ag.cfg
+        bq, bk, mt, n_arr = cfg.block_q, cfg.block_k, cfg.m_tile, cfg.n_arrays
+        sel_j, rows = self.sel_j, self.rows
+        self._f_on = f_on = Signal()
+        f_have, f_hdr = Signal(), Signal()
+        f_row = Signal(range(bq + 1))
+        f_li = Signal(range(ag.nkb + 1))
+        f_off = Signal(range(bk + 1))
+        f_kc = Signal(range(ag.n_kc + 1))
+        f_a = Signal(range(n_arr))
+        f_col = Signal(range(mt))
+        f_len = Signal(range(bk + 1))
+        m.d.comb += f_len.eq(self.sel_len[f_li])
+        take = Signal()
+        m.d.comb += take.eq(f_have & self.o_logit.ready)
+        blk_end = Signal()
+        row_end = Signal()
+        m.d.comb += [blk_end.eq(f_off + 1 == f_len),
+                     row_end.eq(blk_end & (f_li + 1 == self.n_sel))]
+        nx_kc = Signal.like(f_kc)
+        with m.If(blk_end):
+            m.d.comb += nx_kc.eq(sel_j[f_li + 1] * ag.kc_per_block)
+        with m.Elif((f_col == mt - 1) & (f_a == n_arr - 1)):
+            m.d.comb += nx_kc.eq(f_kc + 1)
+        with m.Else():
+            m.d.comb += nx_kc.eq(f_kc)
+        kc0 = Signal.like(f_kc)
+        m.d.comb += kc0.eq(sel_j[0] * ag.kc_per_block)
+        m.d.comb += self.y_addr.eq(Mux(take,
+                                       Mux(row_end, (f_row + 1) * ag.n_kc + kc0,
+                                           f_row * ag.n_kc + nx_kc),
+                                       f_row * ag.n_kc + f_kc))
+        with m.If(take):
+            with m.If(row_end):
+                m.d.sync += [f_row.eq(f_row + 1), f_li.eq(0), f_off.eq(0), f_kc.eq(kc0),
+                             f_a.eq(0), f_col.eq(0), f_hdr.eq(f_row + 1 != rows)]
+                with m.If(f_row + 1 == rows):
+                    m.d.sync += f_on.eq(0)
+            with m.Elif(blk_end):
+                m.d.sync += [f_li.eq(f_li + 1), f_off.eq(0), f_kc.eq(nx_kc), f_a.eq(0),
+                             f_col.eq(0)]
+            with m.Else():
+                m.d.sync += [f_off.eq(f_off + 1), f_kc.eq(nx_kc),
+                             f_col.eq(Mux(f_col == mt - 1, 0, f_col + 1))]
+                with m.If(f_col == mt - 1):
+                    m.d.sync += f_a.eq(Mux(f_a == n_arr - 1, 0, f_a + 1))
+        m.d.sync += f_have.eq(f_on & ~(take & row_end & (f_row + 1 == rows)))
+        with m.If(self.o_row.valid & self.o_row.ready):
+            m.d.sync += f_hdr.eq(0)
+        m.d.comb += [self.ms_addr.eq(self.base_i + f_row),
+                     self.o_row.valid.eq(f_hdr),
+                     self.o_row.payload.m.eq(self.ms_data.m),
+                     self.o_row.payload.sh.eq(self.ms_data.sh),
+                     self.o_row.payload.n.eq(self.n_valid),
+                     self.o_logit.valid.eq(f_have),
+                     self.o_logit.payload.s.eq(Array(self.y_data[a][f_col]
+                                                     for a in range(n_arr))[f_a])]
+        return [f_on.eq(1), f_hdr.eq(1), f_row.eq(0), f_li.eq(0), f_off.eq(0), f_kc.eq(kc0),
+                f_a.eq(0), f_col.eq(0)]
+
+    def _collect(self, m) -> Signal:
+        """P words, block sums, ``(r, L)`` per row and block masses; returns the count of rows
+        whose ``(r, L)`` arrived."""
+        ag = self._ag
+        cfg = ag.cfg
+        g, bq, bk, nkb = cfg.group, cfg.block_q, cfg.block_k, ag.nkb
+        sel_j, i_p, i_sum = self.sel_j, self.i_p, self.i_sum
+        # p arrive in key order over the selected blocks (whole lane groups, as block_k is a
+        # multiple of G, so the unit's groups are the key-index groups): a group's word is
+        # written with its last p and the group's shift, which every p of the group carries.
+        p_row = Signal(range(bq + 1))
+        p_li = Signal(range(nkb + 1))
+        p_off = Signal(range(bk + 1))
+        p_kg = Signal(range(ag.n_kg + 1))
+        p_lane = Signal(range(g))
+        pbuf = Signal(data.ArrayLayout(unsigned(8), g))
+        b_sum = [[Signal(ag.b_bits, name=f"b{k}_{j}") for j in range(nkb)] for k in range(2)]
+        mass = [Signal(ag.mass_bits, name=f"mass{j}") for j in range(nkb)]
+        r_row = Array(Signal(self.norm_r.shape(), name=f"r_row{i}") for i in range(bq))
+        big_l_row = Array(Signal(self.norm_big_l.shape(), name=f"L_row{i}") for i in range(bq))
+        s_row = Signal(range(bq + 1))
+        pj = Signal(range(nkb + 1))
+        p_len = Signal(range(bk + 1))
+        m.d.comb += [pj.eq(sel_j[p_li]), p_len.eq(self.sel_len[p_li])]
+        m.d.comb += [self.norm_r.eq(r_row[self.norm_row]),
+                     self.norm_big_l.eq(big_l_row[self.norm_row]),
+                     [self.mass[j].eq(mass[j]) for j in range(nkb)],
+                     i_p.ready.eq(1), i_sum.ready.eq(1)]
+        pval = i_p.payload.p
+        wval = Signal(ag.b_bits)
+        m.d.comb += wval.eq(pval << i_p.payload.shift)
+        p_blk_end = Signal()
+        m.d.comb += p_blk_end.eq(p_off + 1 == p_len)
+        pword = self.p_data
+        m.d.comb += pword.shift.eq(i_p.payload.shift)
+        for lane in range(g):
+            m.d.comb += pword.p[lane].eq(Mux(p_lane == lane, pval, pbuf[lane]))
+        m.d.comb += [self.p_addr.eq(p_row * ag.n_kg + p_kg),
+                     self.p_we.eq(i_p.valid & ((p_lane == g - 1) | p_blk_end))]
+        with m.If(i_p.valid):
+            m.d.sync += pbuf[p_lane].eq(pval)
+            with m.If((p_lane == g - 1) | p_blk_end):
+                m.d.sync += pbuf.eq(0)
+            for j in range(nkb):
+                with m.If(pj == j):
+                    with m.If(p_row[0]):
+                        m.d.sync += b_sum[1][j].eq(b_sum[1][j] + wval)
+                    with m.Else():
+                        m.d.sync += b_sum[0][j].eq(b_sum[0][j] + wval)
+            with m.If(i_p.payload.last):
+                m.d.sync += [p_row.eq(p_row + 1), p_li.eq(0), p_off.eq(0),
+                             p_kg.eq(sel_j[0] * ag.kg_per_block), p_lane.eq(0)]
+            with m.Elif(p_blk_end):
+                m.d.sync += [p_li.eq(p_li + 1), p_off.eq(0),
+                             p_kg.eq(sel_j[p_li + 1] * ag.kg_per_block), p_lane.eq(0)]
+            with m.Else():
+                m.d.sync += [p_off.eq(p_off + 1), p_lane.eq(Mux(p_lane == g - 1, 0, p_lane + 1))]
+                with m.If(p_lane == g - 1):
+                    m.d.sync += p_kg.eq(p_kg + 1)
+        rsum, lsum = i_sum.payload.r, i_sum.payload.big_l
+        with m.If(i_sum.valid):
+            m.d.sync += [s_row.eq(s_row + 1), r_row[s_row].eq(rsum), big_l_row[s_row].eq(lsum)]
+            for k in range(2):
+                with m.If(s_row[0] == k):
+                    for j in range(nkb):
+                        # q = (b * r) >> L, the row's share of block j (truncating).
+                        share = (b_sum[k][j] * rsum) >> lsum
+                        m.d.sync += b_sum[k][j].eq(0)
+                        with m.If(self.full):
+                            m.d.sync += mass[j].eq(mass[j] + share[:ag.share_bits])
+        with m.If(self.start):
+            m.d.sync += [p_row.eq(0), p_li.eq(0), p_off.eq(0), p_lane.eq(0), pbuf.eq(0),
+                         p_kg.eq(sel_j[0] * ag.kg_per_block), s_row.eq(0),
+                         [mass[j].eq(Mux(self.full, 0, mass[j])) for j in range(nkb)]]
+        return s_row
