@@ -37,6 +37,9 @@ _HERE = Path(__file__).resolve().parent
 def tier_of(path: Path) -> str:
     """The tier marker of the test file at ``path`` (under ``tests/``)."""
     folder = Path(path).resolve().relative_to(_HERE).parts[0]
+    if folder not in TIERS:
+        raise pytest.UsageError(f"{path}: test files live in a package folder of tests/ "
+                                f"({', '.join(TIERS)}), which gives their tier")
     if folder == "hw" and Path(path).stem.endswith("_icarus"):
         return "cocotb"
     return TIERS[folder]
