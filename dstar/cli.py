@@ -35,16 +35,14 @@ def _pos_int(s: str) -> int:
     return v
 
 
-def _add_config_args(p: argparse.ArgumentParser, workload: bool = False,
-                     fields: bool = False) -> None:
-    """``--preset`` and ``--config``; with ``workload`` the flags of the workload fields, with
-    ``fields`` a repeatable ``--set FIELD=VALUE`` for every field."""
+def _add_config_args(p: argparse.ArgumentParser, workload: bool = False) -> None:
+    """``--preset``, ``--config`` and a repeatable ``--set FIELD=VALUE`` for every field; with
+    ``workload`` the flags of the workload fields."""
     p.add_argument("--preset", help="named preset (default: 'default'; see `dstar config`)")
     p.add_argument("--config", type=Path, help="TOML file of config keys (may name a preset)")
-    if fields:
-        p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                       help="set any config field (repeatable; see `dstar config`), applied "
-                            "after the preset and the TOML file")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="set any config field (repeatable; see `dstar config`), after the "
+                        "preset and the TOML file")
     if workload:
         p.add_argument("--tau", type=_nonneg_int, help="encoder tolerance (lattice units)")
         p.add_argument("--refresh-linear", type=_nonneg_int,
@@ -64,7 +62,7 @@ _FIELD_FLAGS = ("tau", "refresh_linear", "steps", "samples", "seed", "theta", "r
 
 def _config(args):
     over = {k: getattr(args, k, None) for k in _FIELD_FLAGS}
-    for field, value in _set_overrides(getattr(args, "set", None) or ()).items():
+    for field, value in _set_overrides(args.set).items():
         if over.get(field) is not None:
             raise UserError(f"--set: {field!r} is also given by --{field.replace('_', '-')}")
         over[field] = value
@@ -383,14 +381,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_attention(bsub)
 
     p = sub.add_parser("generate", help="write the accelerator's Verilog and params.json")
-    _add_config_args(p, fields=True)
+    _add_config_args(p)
     p.add_argument("--packing", choices=PACKINGS,
                    help="linear packing strategy, or 'dense' for the W8A8 baseline top")
     p.add_argument("-o", "--output", type=Path, required=True, help="output directory")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("synth", help="area, FPGA resources and Fmax (YoWASP Yosys/nextpnr)")
-    _add_config_args(p, fields=True)
+    _add_config_args(p)
     p.add_argument("--target", action="append", choices=[*ALL_TARGETS, "all", "none"],
                    help="area target (repeatable; default: all); none: only --fmax or --board")
     p.add_argument("--fmax", nargs="?", const="all", choices=FMAX_CHOICES,
