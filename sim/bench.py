@@ -34,12 +34,12 @@ from dstar.golden.quant import exact_matmul
 from dstar.sim.cycle_model import ACCOUNTS, predict, predict_batch
 from dstar.sim.traces import linear_inputs
 
-__all__ = ["LAYERS", "PACKINGS", "RTL_LAYER", "dense_encoding", "run"]
+__all__ = ["LAYERS", "DEFAULT_PACKINGS", "RTL_LAYER", "dense_encoding", "run"]
 
 #: The linear layers of a DiT block (``--layers``).
 LAYERS = ("mlp.fc1", "mlp.fc2", "attn.qkv", "attn.proj")
 #: The strategies compared by default (``--packing``).
-PACKINGS = ("compact", "lockstep")
+DEFAULT_PACKINGS = ("compact", "lockstep")
 #: The layer of the RTL sample (``--rtl-layer``).
 RTL_LAYER = "blocks.3.mlp.fc1"
 
@@ -177,7 +177,7 @@ def run_rtl(base, strategies, layer, steps, n_rtl):
     return bad
 
 
-def run(base, *, blocks=None, layers=LAYERS, packings=PACKINGS, every: int = 1,
+def run(base, *, blocks=None, layers=LAYERS, packings=DEFAULT_PACKINGS, every: int = 1,
         lane_rotations=(0,), per_step: bool = False, rtl: int = 0,
         rtl_layer: str = RTL_LAYER) -> list:
     """Print the cycle figures of ``layers`` of DiT ``blocks`` (None: all) over every
