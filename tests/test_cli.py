@@ -204,7 +204,7 @@ def test_synth_targets_and_write_baseline(capsys, tmp_path, monkeypatch):
     code, out, err = run(capsys, "synth", "--preset", "tiny", "--target", "all", "--json")
     assert code == 0 and calls[-1][0] == synth_report.ALL_TARGETS and json.loads(out)
     for argv, msg in [
-        (["--set", "k_tile=64", "--write-baseline"], "this one is 'custom'"),
+        (["--set", "k_tile=64", "--write-baseline"], "needs a preset's configuration"),
         (["--target", "none", "--fmax", "top", "--write-baseline"], "needs area targets"),
         (["--board", "--write-baseline"], "does not apply to --board"),
         (["--target", "none", "--target", "cmos"], "--target none cannot be combined"),
