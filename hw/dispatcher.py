@@ -39,7 +39,7 @@ Strategies (``cfg.packing``, a ``dstar.config.Packing``; ``DISPATCHERS`` holds e
 
     Why this design. Figures from ``dstar.sim.cycle_model`` (exact against the RTL) over the whole
     50-step DDIM run of the bundled DiT, every step, all 24 linear layers (1200 layer-steps,
-    default preset, tau = 0, ``python -m sim.bench --lane-rotation 1 2 4 8 16``): ideal x4.43
+    default preset, tau = 0, ``dstar bench cycles --lane-rotation 1 2 4 8 16``): ideal x4.43
     over dense on the same lanes; "of ideal" = speedup over dense / ideal speedup;
     utilization = useful lane cycles / all lane cycles. The front end's one slice per cycle
     bounds utilization on this run at 0.964 (sparse steps 1-7, ideal up to x14, are capped at
@@ -60,7 +60,7 @@ Strategies (``cfg.packing``, a ``dstar.config.Packing``; ``DISPATCHERS`` holds e
       with triangular offsets (0.948 with 0, 1, 5, 10; 0.910 with 0, 5, 10, 15); a
       max-of-(excess + ops) rule 0.895; saturating the excess at 15 instead of 63: -1 point.
     * Lockstep: x1.87, 42% of ideal, utilization 0.422 (idle lanes on ZERO elements 0.577).
-    * Area (``python -m sim.bench --area``: tiny preset, G = 16, S = 2, m_tile = 4, one block
+    * Area (``dstar bench cycles --area``: tiny preset, G = 16, S = 2, m_tile = 4, one block
       alone; cmos transistors incl. flip-flops / iCE40 LUT4): dispatcher lockstep 19k / 778,
       compact R = 1 82k / 2386, compact R = 4 (balanced) 153k / 6643; one PE array 1010k /
       25.5k for R = 1 and lockstep, 1061k / 29.7k for R = 4. The balancer and the rotation

@@ -182,24 +182,3 @@ def generate(cfg, outdir, *, attention: bool = True) -> dict:
     (outdir / "params.json").write_text(json.dumps(man, indent=1, sort_keys=True) + "\n")
     return man
 
-
-def main(argv=None) -> None:
-    """``python -m hw.generate [--preset NAME] [--config FILE] [--packing P] -o DIR``."""
-    import argparse
-
-    from dstar.config import load_config
-
-    ap = argparse.ArgumentParser(prog="python -m hw.generate", description=main.__doc__)
-    ap.add_argument("--preset")
-    ap.add_argument("--config")
-    ap.add_argument("--packing", choices=["lockstep", "compact", "dense"])
-    ap.add_argument("-o", "--out", required=True)
-    args = ap.parse_args(argv)
-    cfg = load_config(args.config, args.preset, packing=args.packing)
-    man = generate(cfg, args.out)
-    extra = f" and {man['attention']['verilog']}" if "attention" in man else ""
-    print(f"wrote {Path(args.out) / man['verilog']}{extra} and params.json")
-
-
-if __name__ == "__main__":
-    main()

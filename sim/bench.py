@@ -1,8 +1,9 @@
 """Benchmark of the linear datapath on the bundled DiT: cycles, PE-lane utilization and the cycle
 ratio versus the same layer run densely (every element HIGH, no skipping) on the same hardware.
 
-``python -m sim.bench [--preset default] [--steps 50] [--blocks 0 1 ...] [--layers mlp.fc1 ...]
-[--packing compact lockstep] [--every N] [--lane-rotation R ...] [--rtl N] [--per-step]``
+``dstar bench cycles [--preset default] [--steps 50] [--blocks 0 1 ...] [--layers mlp.fc1 ...]
+[--packing compact lockstep] [--every N] [--lane-rotation R ...] [--rtl N] [--per-step]
+[--area [PRESET]]`` runs ``run``.
 
 By default it covers the whole sampling run: every step of a ``--steps``-step DDIM run, every
 linear layer of every block (fc1, fc2, qkv, proj of the 6 blocks). For each layer it encodes
@@ -23,7 +24,6 @@ Figures:
 * the model's speed in layer-steps per second.
 """
 
-import argparse
 import time
 from dataclasses import dataclass, field
 
@@ -35,11 +35,16 @@ from dstar.golden.quant import exact_matmul
 from dstar.sim.cycle_model import ACCOUNTS, predict, predict_batch
 from dstar.sim.traces import linear_inputs
 
-from dstar.config import Packing, load_config
+from dstar.config import Packing
 
-__all__ = ["dense_encoding", "main"]
+__all__ = ["LAYERS", "DEFAULT_PACKINGS", "RTL_LAYER", "dense_encoding", "run"]
 
-LAYERS = ["mlp.fc1", "mlp.fc2", "attn.qkv", "attn.proj"]
+#: The linear layers of a DiT block (``--layers``).
+LAYERS = ("mlp.fc1", "mlp.fc2", "attn.qkv", "attn.proj")
+#: The strategies compared by default (``--packing``).
+DEFAULT_PACKINGS = (Packing.COMPACT, Packing.LOCKSTEP)
+#: The layer of the RTL sample (``--rtl-layer``).
+RTL_LAYER = "blocks.3.mlp.fc1"
 
 
 def dense_encoding(enc: Encoded) -> Encoded:
@@ -178,39 +183,25 @@ def run_rtl(base, strategies, layer, steps, n_rtl):
     return bad
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m sim.bench")
-    ap.add_argument("--preset", default="default")
-    ap.add_argument("--config")
-    ap.add_argument("--steps", type=int, default=None,
-                    help="DDIM steps of the run (default: the config's)")
-    ap.add_argument("--blocks", type=int, nargs="+", default=None,
-                    help="DiT blocks (default: all)")
-    ap.add_argument("--layers", nargs="+", default=LAYERS)
-    ap.add_argument("--packing", nargs="+", default=["compact", "lockstep"])
-    ap.add_argument("--every", type=int, default=1, help="model every N-th step only")
-    ap.add_argument("--lane-rotation", type=int, nargs="+", default=[0],
-                    help="compact strategy's lane rotation(s) R (0: the default, see "
-                         "hw.geometry); several compare them on the same steps")
-    ap.add_argument("--per-step", action="store_true", help="print a line per step")
-    ap.add_argument("--rtl", type=int, default=0,
-                    help="run this many layer-steps on the Amaranth simulator too")
-    ap.add_argument("--rtl-layer", default="blocks.3.mlp.fc1")
-    ap.add_argument("--area", nargs="?", const="tiny", metavar="PRESET",
-                    help="also synthesize each strategy's dispatcher and PE array (lanes) "
-                         "with Yosys, cmos and iCE40 flows (default preset: tiny)")
-    args = ap.parse_args(argv)
-    base = load_config(args.config, args.preset)
-    steps = args.steps or base.steps
-    if args.blocks is None:
+def run(base, *, blocks=None, layers=LAYERS, packings=DEFAULT_PACKINGS, every: int = 1,
+        lane_rotations=(0,), per_step: bool = False, rtl: int = 0,
+        rtl_layer: str = RTL_LAYER) -> list:
+    """Print the cycle figures of ``layers`` of DiT ``blocks`` (None: all) over every
+    ``every``-th step of a ``base.steps``-step run, per layer, per step (``per_step``) and over
+    the run, for each of ``packings`` (``compact`` once per lane rotation of
+    ``lane_rotations``); with ``rtl`` also that many layer-steps of ``rtl_layer`` on the Amaranth
+    simulator (a mismatch with the model or the golden model is printed). Returns the strategies
+    ``[(label, packing, lane_rotation)]``."""
+    steps = base.steps
+    if blocks is None:
         from dstar.golden.dit import load_weights
-        args.blocks = list(range(load_weights()[0].depth))
-    strategies = _strategies(args.packing, args.lane_rotation)
-    layers = [f"blocks.{blk}.{name}" for blk in args.blocks for name in args.layers]
-    total, _, per_step, speed, n_ls = run_model(base, strategies, layers, steps, args.every)
-    if args.per_step:
+        blocks = list(range(load_weights()[0].depth))
+    strategies = _strategies(packings, lane_rotations)
+    layers = [f"blocks.{blk}.{name}" for blk in blocks for name in layers]
+    total, _, per_steps, speed, n_ls = run_model(base, strategies, layers, steps, every)
+    if per_step:
         print("== per step, over the layers ==")
-        for s, t in sorted(per_step.items()):
+        for s, t in sorted(per_steps.items()):
             print(f"step {s:2d} {t.head()} | "
                   + " | ".join(t.line(lab) for lab, _, _ in strategies))
     print(f"== whole run: {n_ls} layer-steps ({len(layers)} layers x "
@@ -220,11 +211,7 @@ def main(argv=None):
         print(total.line(label, breakdown=True))
     print("model speed: " + ", ".join(f"{lab} {v:.1f} layer-steps/s" for lab, v in
                                       speed.items()))
-    if args.rtl:
-        bad = run_rtl(base, strategies, args.rtl_layer, steps, args.rtl)
+    if rtl:
+        bad = run_rtl(base, strategies, rtl_layer, steps, rtl)
         print(f"RTL sample: {'model == RTL and bit-exact' if not bad else f'{bad} MISMATCHES'}")
-    return args, strategies
-
-
-if __name__ == "__main__":
-    main()
+    return strategies

@@ -1,8 +1,8 @@
 """Benchmark of the attention-reuse controller on the bundled DiT: cycles of key and reuse steps
 of real heads, and the ratio to dense attention on the same engine.
 
-``python -m sim.bench_attention [--preset default] [--steps 20] [--take 6] [--layers 0 3 5]
-[--heads 0 1 2 3] [--theta 0.9] [--refresh 2] [--rtl N]`` (also ``dstar bench attention``)
+``dstar bench attention [--preset default] [--steps 20] [--take 6] [--layers 0 3 5]
+[--heads 0 1 2 3] [--theta 0.9] [--refresh-attn 2] [--rtl N]`` runs ``run``.
 
 For every chosen layer and head it quantizes the head's Q, K, V of each of the first ``take``
 steps of a ``steps``-step DDIM run (one sample, label 3, no guidance) as
@@ -14,7 +14,6 @@ golden model (slow: about 1 k cycles per second). Figures per step kind: mean cy
 PV tiles, and ``x dense`` = dense cycles / cycles (dense: one pass over every tile).
 """
 
-import argparse
 import math
 import time
 
@@ -32,9 +31,9 @@ from dstar.golden.softmax import logit_multiplier
 from dstar.sim.attention_cycles import dense_cycles, predict
 from dstar.sim.traces import cache_path, sample_first_steps
 
-from dstar.config import load_config
+from dstar.config import ConfigError
 
-__all__ = ["attention_inputs", "HeadSteps", "main"]
+__all__ = ["attention_inputs", "HeadSteps", "run"]
 
 
 def attention_inputs(layer: int = 0, steps: int = 20, take: int = 3, label: int = 3,
@@ -127,70 +126,61 @@ def _rtl_check(cfg, steps, theta, refresh):
     return [o.counters for o in outs]
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="dstar bench attention", description=__doc__.split("\n")[0])
-    ap.add_argument("--preset", default="default")
-    ap.add_argument("--config")
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--take", type=int, default=6)
-    ap.add_argument("--layers", type=int, nargs="+", default=[0, 3, 5])
-    ap.add_argument("--heads", type=int, nargs="+", default=[0, 1, 2, 3])
-    ap.add_argument("--theta", type=float)
-    ap.add_argument("--refresh", type=int)
-    ap.add_argument("--rtl", type=int, default=0)
-    args = ap.parse_args(argv)
-    cfg = load_config(args.config, args.preset)
-    theta = cfg.theta if args.theta is None else args.theta
-    refresh = cfg.refresh_attn if args.refresh is None else args.refresh
+def run(cfg, *, steps: int = 20, take: int = 6, layers=(0, 3, 5), heads=(0, 1, 2, 3),
+        rtl: int = 0, name: str = "default") -> None:
+    """Print the engine's cycles of key and reuse steps (``cfg.theta``, ``cfg.refresh_attn``)
+    for ``heads`` of the attention of DiT blocks ``layers``, steps ``0 .. take - 1`` of a
+    ``steps``-step run, against dense attention; with ``rtl`` also the first ``rtl`` steps of the
+    first layer and head on the Amaranth simulator (an ``AssertionError`` on a mismatch).
+    ``name`` labels the configuration in the title. Raises ``ConfigError`` if the DiT's heads
+    do not fit ``cfg``."""
+    theta, refresh = cfg.theta, cfg.refresh_attn
     tq = theta_fixed(theta)
     rows = {True: [], False: []}
     first = None
     t0 = time.time()
-    for layer in args.layers:
-        q, k, v = attention_inputs(layer, args.steps, args.take)
+    for layer in layers:
+        q, k, v = attention_inputs(layer, steps, take)
         n = q.shape[2]
         if n > cfg.max_tokens or q.shape[3] != cfg.head_dim:
-            raise SystemExit(f"the DiT's heads (N={n}, Dh={q.shape[3]}) do not fit max_tokens="
-                             f"{cfg.max_tokens}, head_dim={cfg.head_dim}")
+            raise ConfigError(f"the DiT's heads (N={n}, Dh={q.shape[3]}) do not fit max_tokens="
+                              f"{cfg.max_tokens}, head_dim={cfg.head_dim}")
         dense = dense_cycles(cfg, n)
-        for h in args.heads:
+        for h in heads:
             hs = HeadSteps(theta, refresh, block_q=cfg.block_q, block_k=cfg.block_k,
                            frac_bits=cfg.attn_frac_bits, group=cfg.group, e_max=cfg.e_max)
-            steps = [hs.step(q[s, h], k[s, h], v[s, h]) for s in range(q.shape[0])]
+            head_steps = [hs.step(q[s, h], k[s, h], v[s, h]) for s in range(q.shape[0])]
             if first is None:
-                first = steps
-            for s in steps:
+                first = head_steps
+            for s in head_steps:
                 c = predict(cfg, n, s["mask"], s["key"], tq)
                 rows[s["key"]].append((c.cycles, c.count_qk, c.count_pv, dense,
                                        float(s["mask"].mean())))
     nqb = -(-n // cfg.block_q)
     tiles = nqb * -(-n // cfg.block_k)
-    print(f"attention engine, preset {args.preset}: N={n}, Dh={cfg.head_dim}, "
+    print(f"attention engine, preset {name}: N={n}, Dh={cfg.head_dim}, "
           f"{cfg.block_q}x{cfg.block_k} blocks ({tiles} tiles), G={cfg.group} lanes x "
           f"{cfg.m_tile} x {cfg.n_arrays} arrays; theta={theta}, refresh_attn={refresh}; "
-          f"layers {args.layers}, heads {args.heads}, steps 0..{args.take - 1} of {args.steps}")
+          f"layers {list(layers)}, heads {list(heads)}, steps 0..{take - 1} of {steps}")
     print(f"dense attention (every tile once): {dense} cycles")
     print(f"{'step':>6} {'count':>5} {'cycles':>9} {'QK tiles':>8} {'PV tiles':>8} "
           f"{'mask':>6} {'x dense':>8}")
     allc = []
-    for kind, name in ((True, "key"), (False, "reuse")):
+    for kind, label in ((True, "key"), (False, "reuse")):
         r = np.array(rows[kind], dtype=np.float64)
         if not len(r):
             continue
         allc.append(r[:, 0])
-        print(f"{name:>6} {len(r):>5} {r[:, 0].mean():>9.0f} {r[:, 1].mean():>8.1f} "
+        print(f"{label:>6} {len(r):>5} {r[:, 0].mean():>9.0f} {r[:, 1].mean():>8.1f} "
               f"{r[:, 2].mean():>8.1f} {r[:, 4].mean():>6.3f} {dense / r[:, 0].mean():>8.3f}")
     allc = np.concatenate(allc)
     print(f"{'all':>6} {len(allc):>5} {allc.mean():>9.0f} {'':>8} {'':>8} {'':>6} "
           f"{dense / allc.mean():>8.3f}")
     print(f"(golden + cycle model: {time.time() - t0:.1f} s)")
-    if args.rtl:
+    if rtl:
         t1 = time.time()
-        got = _rtl_check(cfg, first[:args.rtl], theta, refresh)
-        print(f"RTL (Amaranth simulator), layer {args.layers[0]} head {args.heads[0]}, "
+        got = _rtl_check(cfg, first[:rtl], theta, refresh)
+        print(f"RTL (Amaranth simulator), layer {layers[0]} head {heads[0]}, "
               f"{len(got)} steps: cycles {[g['cycles'] for g in got]} == model, outputs "
               f"bit-exact ({time.time() - t1:.0f} s)")
 
-
-if __name__ == "__main__":
-    main()

@@ -4,8 +4,8 @@ An entry records, for the configuration hash it was made from, the totals per ta
 per-instance counts per module of the ``METRICS``, and the same of the dense INT8 baseline
 (``dense``, see ``dstar.synth.report``), which ``compare`` judges the same way. ``compare`` reports
 every metric that grew by more than ``TOLERANCE`` (relative); shrinking is fine, but a shrink
-beyond the tolerance is reported as a note so the baseline gets refreshed (``python -m
-synth.report --preset tiny --target all --write-baseline``) and keeps catching growth.
+beyond the tolerance is reported as a note so the baseline gets refreshed (``dstar
+synth --preset tiny --target all --write-baseline``) and keeps catching growth.
 
 Different Yosys versions map differently, so an entry only judges reports of its own version.
 """

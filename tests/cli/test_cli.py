@@ -120,3 +120,136 @@ def test_analyze_sweep_modes(capsys):
     assert w8a8["psnr_vs_fp32_db"] == rep["w8a8"]["psnr_vs_fp32_db"]
     assert flt["psnr_vs_fp32_db"] is None                 # identical to FP32: infinite PSNR
     assert not w8a8["meets_target"] and w8a8["ops_ratio_vs_w8a8"] is None
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["config", "--set", "k_tile=x"], "--set: k_tile expects an integer, got 'x'"),
+    (["config", "--set", "theta=high"], "--set: theta expects a number, got 'high'"),
+    (["config", "--set", "ktile=32"], "--set: no config field 'ktile' (fields: group, "),
+    (["config", "--set", "k_tile"], "--set expects FIELD=VALUE, got 'k_tile'"),
+    (["config", "--set", "tau=1", "--set", "tau=2"], "--set: 'tau' given twice"),
+    (["config", "--tau", "1", "--set", "tau=2"], "--set: 'tau' is also given by --tau"),
+    (["config", "--set", "k_tile=33"], "k_tile=33 must be a multiple of group=16"),
+    (["config", "--set", "packing=sparse"], "packing must be one of"),
+    (["generate", "--packing", "dense", "--set", "packing=compact", "-o", "x"],
+     "--set: 'packing' is also given by --packing"),
+])
+def test_set_bad_field_or_value_is_one_line(capsys, argv, msg):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert msg in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_set_parses_each_field_by_its_type(capsys):
+    code, out, _ = run(capsys, "config", "--preset", "tiny", "--set", "k_tile=64",
+                       "--set", "theta=0.25", "--set", "weight-store=lane_ram",
+                       "--set", "packing=lockstep")
+    assert code == 0
+    cfg = json.loads(out)["config"]
+    assert (cfg["k_tile"], cfg["theta"], cfg["weight_store"], cfg["packing"]) == \
+        (64, 0.25, "lane_ram", "lockstep")
+    assert cfg["m_tile"] == 4                      # the rest is the preset's
+
+
+def test_generate_set_and_packing(capsys, tmp_path):
+    """``dstar generate --set ... --packing dense``: the dense baseline top alone (no attention
+    engine), with the fields given."""
+    out = tmp_path / "rtl"
+    code, text, _ = run(capsys, "generate", "--preset", "tiny", "--packing", "dense",
+                        "--set", "max_m=32", "-o", str(out))
+    assert code == 0
+    man = json.loads((out / "params.json").read_text())
+    assert man["config"]["packing"] == "dense" and man["config"]["max_m"] == 32
+    assert "attention" not in man and not (out / "dstar_attention.v").exists()
+    assert text == f"wrote {out / 'dstar_linear.v'} and {out / 'params.json'}\n"
+
+
+def test_build_dir_sets_the_build_root_for_one_command(capsys, tmp_path, monkeypatch):
+    """``dstar --build-dir DIR`` puts build output under DIR (here: where ``synth --board
+    --reuse`` looks for the last build) and leaves the environment as it was."""
+    from dstar.paths import BUILD_DIR_ENV
+
+    monkeypatch.delenv(BUILD_DIR_ENV, raising=False)
+    code, _, err = run(capsys, "--build-dir", str(tmp_path), "synth", "--board", "--reuse")
+    assert code == 2 and f"no finished board build in {tmp_path / 'synth' / 'board'}" in err
+    assert BUILD_DIR_ENV not in __import__("os").environ
+    monkeypatch.setenv(BUILD_DIR_ENV, str(tmp_path / "env"))
+    code, _, err = run(capsys, "synth", "--board", "--reuse")
+    assert code == 2 and str(tmp_path / "env" / "synth" / "board") in err
+
+
+def _fake_report(cfg, targets, fmax=(), **kw):
+    from dstar.synth.report import REPORT_VERSION, config_hash, preset_name
+    per = {"cells": 10, "luts": 7, "ffs": 3, "transistors": 100}
+    return {"report_version": REPORT_VERSION, "preset": preset_name(cfg),
+            "config_hash": config_hash(cfg), "config": cfg.to_dict(), "top": "dstar_linear",
+            "yosys_version": "0.0-test", "targets": {t: dict(per) for t in targets},
+            "modules": {"pe_array": {"instances": 2, "part": "linear",
+                                     "targets": {t: dict(per) for t in targets}}},
+            "memories": [], "calls": (tuple(targets), kw)}
+
+
+def test_synth_targets_and_write_baseline(capsys, tmp_path, monkeypatch):
+    """``dstar synth``: a repeated ``--target`` synthesizes those targets, ``--write-baseline``
+    stores the report as the preset's baseline (synthesis stubbed; the baseline folder is a
+    temporary one), and refuses what would store a useless one."""
+    from dstar.synth import baseline, flows
+    from dstar.synth import report as synth_report
+
+    calls = []
+
+    def fake_run(cfg, targets, fmax=(), **kw):
+        calls.append((tuple(targets), kw["flat_total"], kw["reuse"]))
+        return _fake_report(cfg, targets, fmax, **kw)
+
+    monkeypatch.setattr(synth_report, "run", fake_run)
+    monkeypatch.setattr(flows, "have_yosys", lambda: True)
+    monkeypatch.setattr(baseline, "BASELINES", tmp_path)
+    code, out, _ = run(capsys, "synth", "--preset", "tiny", "--target", "cmos", "--target",
+                       "ice40", "--write-baseline", "--flat-total", "--reuse")
+    assert code == 0 and calls == [(("cmos", "ice40"), True, True)]
+    assert out.startswith(f"wrote {tmp_path / 'tiny.json'}\n")
+    stored = json.loads((tmp_path / "tiny.json").read_text())["yosys"]["0.0-test"]
+    assert set(stored["targets"]) == {"cmos", "ice40"}
+    assert stored["modules"]["pe_array"]["targets"]["ice40"]["luts"] == 7
+    code, out, err = run(capsys, "synth", "--preset", "tiny", "--target", "all", "--json")
+    assert code == 0 and calls[-1][0] == synth_report.ALL_TARGETS and json.loads(out)
+    for argv, msg in [
+        (["--set", "k_tile=64", "--write-baseline"], "needs a preset's configuration"),
+        (["--target", "none", "--fmax", "top", "--write-baseline"], "needs area targets"),
+        (["--board", "--write-baseline"], "does not apply to --board"),
+        (["--target", "none", "--target", "cmos"], "--target none cannot be combined"),
+    ]:
+        code, _, err = run(capsys, "synth", "--preset", "tiny", *argv)
+        assert code == 2 and msg in err and err.count("\n") == 1, (argv, err)
+    assert len(calls) == 2
+
+
+def test_bench_cycles_short_run(capsys):
+    """``dstar bench cycles`` with its own options: one layer of one block, one modelled step."""
+    code, out, _ = run(capsys, "bench", "cycles", "--steps", "2", "--every", "2", "--blocks",
+                       "0", "--layers", "mlp.fc1", "--packing", "lockstep")
+    assert code == 0
+    assert out.startswith("blocks.0.mlp.fc1 ")
+    assert "== whole run: 1 layer-steps (1 layers x 1 steps of 2), cycle model ==" in out
+    assert "lockstep" in out and "compact" not in out
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "cycles", "--packing", "dense"])
+    assert e.value.code == 2 and "invalid choice: 'dense'" in capsys.readouterr().err
+
+
+def test_bench_attention_and_golden_short_runs(capsys):
+    code, out, _ = run(capsys, "bench", "attention", "--steps", "2", "--take", "2",
+                       "--layers", "0", "--heads", "0", "--refresh", "2")
+    assert code == 0
+    assert "layers [0], heads [0], steps 0..1 of 2" in out and "refresh_attn=2" in out
+    assert "   key     1 " in out and " reuse     1 " in out
+    code, _, err = run(capsys, "bench", "attention", "--preset", "tiny", "--steps", "2",
+                       "--take", "1", "--layers", "0", "--heads", "0")
+    assert code == 2 and "do not fit max_tokens=32" in err and err.count("\n") == 1
+    code, out, _ = run(capsys, "bench", "golden", "--preset", "tiny", "--steps", "1",
+                       "--samples", "1", "--json")
+    assert code == 0
+    rep = json.loads(out)
+    assert (rep["bench"], rep["steps"], rep["samples"]) == ("golden", 1, 1)
+    assert rep["dstar_steps_per_second"] > 0

@@ -6,7 +6,7 @@ The default run synthesizes ``tiny`` and its dense INT8 baseline for the cmos ta
 minutes, with both cores shared with other jobs); the FPGA LUT counts of ``tiny`` are checked
 by the ``slow`` test (``pytest -m "synth and slow"``, 15-30 minutes). Tolerance: any total growing
 by more than ``dstar.synth.baseline.TOLERANCE`` (3 %) fails; refresh the baseline after an intended
-change with ``python -m synth.report --preset tiny --target all --write-baseline``.
+change with ``dstar synth --preset tiny --target all --write-baseline``.
 """
 
 import json
@@ -21,7 +21,9 @@ from dstar.config import preset
 
 flows = pytest.importorskip("dstar.synth.flows")
 from dstar.synth.baseline import TOLERANCE, baseline_path, compare, load_baseline  # noqa: E402
-from dstar.synth.report import TOP_FLOW, config_hash, format_table, run  # noqa: E402
+from dstar.synth.fmax_runs import TOP_FLOW, fmax_selection  # noqa: E402
+from dstar.synth.report import config_hash, run  # noqa: E402
+from dstar.synth.tables import format_table  # noqa: E402
 
 from dstar.paths import build_dir  # noqa: E402
 
@@ -44,10 +46,10 @@ def _check_baseline(report):
     base = load_baseline("tiny", version)
     if base is None:
         pytest.skip(f"no baseline for Yosys {version} in synth/baselines/tiny.json; make one "
-                    "with: python -m synth.report --preset tiny --target all --write-baseline")
+                    "with: dstar synth --preset tiny --target all --write-baseline")
     assert base["config_hash"] == report["config_hash"], (
         "the tiny preset changed since synth/baselines/tiny.json was made; refresh it with: "
-        "python -m synth.report --preset tiny --target all --write-baseline")
+        "dstar synth --preset tiny --target all --write-baseline")
     missing = [t for t in report["targets"] if t not in base["targets"]]
     assert not missing, f"baseline has no entry for target(s) {missing}"
     growths, notes = compare(report, base)
@@ -198,7 +200,8 @@ def test_compare_flags_growth_only_beyond_tolerance():
 def test_board_selftest_passes_and_catches_a_wrong_word():
     """The board's self-test program, in Amaranth's simulator: it passes on the golden
     ``Y_int`` and fails when one expected word is off by one."""
-    from dstar.synth.board import board_config, make_workload, simulate
+    from dstar.hw.board.ulx3s import board_config
+    from dstar.sim.selftest import make_workload, simulate
 
     cfg = board_config()
     ok = simulate(cfg)
@@ -217,7 +220,9 @@ def test_board_top_has_the_pll_and_its_clock_constraint():
     pytest.importorskip("amaranth_boards")
     import re
 
-    from dstar.synth.board import DSP_MIN_WIDTH, NAME, PLL_DIVS, SYNC_MHZ, elaborate
+    from dstar.hw.board.ulx3s import PLL_DIVS, SYNC_MHZ
+    from dstar.synth.board import NAME, elaborate
+    from dstar.synth.flows import DSP_MIN_WIDTH
 
     assert SYNC_MHZ == 25.0 / PLL_DIVS["CLKI_DIV"] * PLL_DIVS["CLKFB_DIV"] == 12.5
     assert 400 <= SYNC_MHZ * PLL_DIVS["CLKOP_DIV"] <= 800          # the VCO's range
@@ -265,14 +270,16 @@ def test_board_report_reads_the_generated_clock(tmp_path, capsys, monkeypatch):
     # A build is reused only for the configuration it was made for.
     assert main(["synth", "--board", "--reuse", "--output", str(tmp_path)]) == 2
     assert f"no {board.STAMP}" in capsys.readouterr().err
-    other = board.board_config().replace(lane_rotation=2).to_dict()
+    from dstar.hw.board.ulx3s import SYNC_MHZ, board_config
+
+    other = board_config().replace(lane_rotation=2).to_dict()
     (tmp_path / board.STAMP).write_text(json.dumps(other))
     assert main(["synth", "--board", "--reuse", "--output", str(tmp_path)]) == 2
     assert "not made for this configuration (lane_rotation)" in capsys.readouterr().err
-    (tmp_path / board.STAMP).write_text(json.dumps(board.board_config().to_dict()))
+    (tmp_path / board.STAMP).write_text(json.dumps(board_config().to_dict()))
     assert main(["synth", "--board", "--reuse", "--output", str(tmp_path), "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
-    assert got["target_mhz"] == board.SYNC_MHZ and got["fmax_mhz"] == 12.4
+    assert got["target_mhz"] == SYNC_MHZ and got["fmax_mhz"] == 12.4
     assert got["met"] is False and got["seconds"] is None
     assert got["status"] == "routed" and got["bitstream_bytes"] == 2048
     assert list(got["utilization"]) == ["MULT18X18D"]
@@ -382,8 +389,6 @@ def test_fmax_capacity_check_and_placement_estimate(tmp_path):
 
 @pytest.mark.unit
 def test_fmax_table_says_routed_placed_or_does_not_fit():
-    from dstar.synth.report import format_table
-
     dev = {"device": "85k", "package": "CABGA381", "speed": 6}
     rep = {"preset": "x", "config_hash": "0", "top": "t", "yosys_version": "0",
            "report_version": 2, "targets": {}, "modules": {},
@@ -411,12 +416,13 @@ def test_fmax_selection_places_each_named_block(tmp_path, monkeypatch):
     """``--fmax blocks`` writes the ECP5 netlist of the PE array, the encoder and the dispatcher
     and places each alone; ``--fmax top`` synthesizes the PE array only to check the top's fit
     (Yosys and nextpnr stubbed: the selection logic only)."""
-    from dstar.synth import report as synth_report
+    from dstar.synth import blocks
+    from dstar.synth import fmax as synth_fmax
 
-    assert synth_report.fmax_selection("all") == ("pe_array", "top")
-    assert synth_report.fmax_selection("blocks") == ("pe_array", "encoder", "dispatcher")
-    assert synth_report.fmax_selection("encoder") == ("encoder",)
-    assert synth_report.fmax_selection(None) == ()
+    assert fmax_selection("all") == ("pe_array", "top")
+    assert fmax_selection("blocks") == ("pe_array", "encoder", "dispatcher")
+    assert fmax_selection("encoder") == ("encoder",)
+    assert fmax_selection(None) == ()
     synths, routes = [], []
 
     def fake_synth(verilog, module, target, builddir, blackbox=(), netlist=False, reuse=False):
@@ -427,11 +433,11 @@ def test_fmax_selection_places_each_named_block(tmp_path, monkeypatch):
         routes.append(Path(net).name)
         return {"status": "routed", "fmax_mhz": 10.0 + len(routes), "device": {}}
 
-    monkeypatch.setattr(synth_report, "synth_module", fake_synth)
-    monkeypatch.setattr(synth_report._fmax, "place_and_route", fake_route)
-    monkeypatch.setattr(synth_report._fmax, "nextpnr_version", lambda: "stub")
+    monkeypatch.setattr(blocks, "synth_module", fake_synth)
+    monkeypatch.setattr(synth_fmax, "place_and_route", fake_route)
+    monkeypatch.setattr(synth_fmax, "nextpnr_version", lambda: "stub")
     cfg = preset("tiny")
-    rep = run(cfg, (), synth_report.fmax_selection("blocks"), outdir=tmp_path, dense=False)
+    rep = run(cfg, (), fmax_selection("blocks"), outdir=tmp_path, dense=False)
     assert list(rep["fmax"]) == ["pe_array", "encoder", "dispatcher"]
     assert sorted(routes) == sorted(f"dstar_linear.{m}.ecp5_dsp.json"
                                     for m in ("array_0", "encoder", "dispatcher"))

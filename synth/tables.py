@@ -1,0 +1,161 @@
+"""Plain-text tables of a synthesis report (``dstar.synth.report.run``), section by section."""
+
+from dstar.config import PRESETS
+
+from .fmax_runs import FMAX_FLOW
+
+__all__ = ["SECTIONS", "format_table", "describe"]
+
+#: The sections of ``format_table``, in the order they print.
+SECTIONS = ("totals", "attention", "dense", "modules", "memories", "fmax")
+
+#: The area metric the ratio table shows per target.
+_RATIO_SHOWN = {"cmos": "area_um2_45nm", "ice40": "luts", "ecp5": "luts", "ecp5_dsp": "luts",
+                "xc7": "luts"}
+_HEAD = ["target", "cells", "luts", "carries", "ffs", "brams", "dsps", "transistors",
+         "area mm^2", "fmax MHz"]
+
+
+def describe(config: dict) -> str:
+    """``config`` (``Config.to_dict()``) as the nearest preset and the fields that differ, e.g.
+    ``tiny, weight_store=lane_ram``."""
+    def diff(p):
+        return {k: v for k, v in config.items() if p.to_dict().get(k) != v}
+
+    name, p = min(PRESETS.items(), key=lambda kv: len(diff(kv[1])))
+    return ", ".join([name] + [f"{k}={v}" for k, v in diff(p).items()])
+
+
+def format_table(report: dict, sections=SECTIONS) -> str:
+    """The title line, then the ``sections`` the report has data for (names of ``SECTIONS``):
+    totals per target, the attention engine and the whole accelerator, the ratio to the dense
+    baseline, each block kind per target (per instance), the SRAM macros, and Fmax with the
+    critical path."""
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        raise ValueError(f"unknown table sections {sorted(unknown)}; choose from {SECTIONS}")
+    label = describe(report["config"]) if "config" in report else report["preset"]
+    lines = [f"dstar synth: {label} (config {report['config_hash']}), "
+             f"top {report['top']}, Yosys {report['yosys_version']}, "
+             f"report v{report['report_version']}"]
+    for name, section in (("totals", _totals), ("attention", _parts), ("dense", _dense),
+                          ("modules", _modules), ("memories", _memories), ("fmax", _fmax)):
+        if name in sections:
+            lines += section(report)
+    return "\n".join(lines)
+
+
+def _area(res: dict):
+    area = res.get("area_um2_45nm")
+    return f"{area / 1e6:.3f}" if area is not None else None
+
+
+def _total_row(t: str, tot: dict, fmax_mhz) -> list:
+    return [t, tot.get("cells"), tot.get("luts"), tot.get("carries"), tot.get("ffs"),
+            tot.get("brams"), tot.get("dsps"), tot.get("transistors"), _area(tot), fmax_mhz]
+
+
+def _totals(report: dict) -> list[str]:
+    rows = [_total_row(t, tot, tot.get("fmax_mhz")) for t, tot in report["targets"].items()]
+    return (["", "Totals of the linear datapath (sum over blocks x instances; cmos area at "
+             "45 nm incl. SRAM):"] + _grid(_HEAD, rows))
+
+
+def _parts(report: dict) -> list[str]:
+    lines = []
+    for part, title in (("attention", "Attention engine (without the PE arrays it shares):"),
+                        ("accelerator", "Accelerator (linear datapath + attention engine):")):
+        if report.get(part):
+            rows = [_total_row(t, tot, None) for t, tot in report[part]["targets"].items()]
+            lines += ["", title] + _grid(_HEAD, rows)
+    return lines
+
+
+def _dense(report: dict) -> list[str]:
+    if not report.get("dense_baseline"):
+        return []
+    return (["", "DSTAR vs the dense INT8 baseline (same tiles and arrays, equal peak 8-bit "
+             "throughput; ratio = DSTAR / dense):"]
+            + _grid(["target", "metric", "DSTAR", "dense", "ratio", "pe_array ratio"],
+                    _ratio_rows(report)))
+
+
+def _ratio_rows(report: dict) -> list:
+    rows = []
+    dense = report["dense_baseline"]["targets"]
+    for t, ratios in report["area_ratio"].items():
+        for k in (_RATIO_SHOWN.get(t, "cells"), "ffs"):
+            a, b = report["targets"][t].get(k), dense.get(t, {}).get(k)
+            if k.startswith("area_um2"):
+                k, a, b = "area mm^2", a and f"{a / 1e6:.3f}", b and f"{b / 1e6:.3f}"
+            key = _RATIO_SHOWN.get(t, "cells") if k == "area mm^2" else k
+            rows.append([t, k, a, b, ratios.get(key), ratios["modules"].get("pe_array",
+                                                                            {}).get(key)])
+    return rows
+
+
+def _modules(report: dict) -> list[str]:
+    head = ["module", "target"] + ["cells", "luts", "ffs", "brams", "transistors", "area mm^2"]
+    rows = []
+    for kind, mod in report["modules"].items():
+        for t, res in mod["targets"].items():
+            label = f"{kind} x{mod['instances']}"
+            if mod.get("part", "linear") != "linear":
+                label = f"{mod['part']}: {label}"
+            rows.append([label, t, res.get("cells"), res.get("luts"), res.get("ffs"),
+                         res.get("brams"), res.get("transistors"), _area(res)])
+    return ["", "Per module (per instance; 'xN': instances):"] + _grid(head, rows)
+
+
+def _memories(report: dict) -> list[str]:
+    if not report.get("memories"):
+        return []
+    return (["", "SRAM macros (cmos; area = bits x copies x bit cell / efficiency):"]
+            + _grid(["module", "memory", "depth", "width", "R/W ports", "area mm^2"],
+                    [[f"{m['module']} x{m['instances']}", m["name"], m["depth"], m["width"],
+                      f"{m['read_ports']}/{m['write_ports']}",
+                      f"{m['area_um2_45nm'] / 1e6:.4f}"] for m in report["memories"]]))
+
+
+def _fmax(report: dict) -> list[str]:
+    if not report.get("fmax"):
+        return []
+    lines = ["", f"Fmax (nextpnr-ecp5 {report.get('nextpnr_version')}, out of context, "
+             f"{FMAX_FLOW} netlists):"]
+    for what, f in report["fmax"].items():
+        cp = f.get("critical_path") or {}
+        d = f["device"]
+        status = f.get("status", "routed")
+        if status == "does not fit":
+            lines.append(f"  {what}: no figure: {f['reason']}")
+            continue
+        if status == "routed":
+            fig = f"{f['fmax_mhz']} MHz routed"
+        else:
+            fig = (f"no routed figure (routing unfinished after {f.get('timeout_min')} "
+                   f"min); placement estimate {f.get('placed_estimate_mhz')} MHz")
+            if report.get("config", {}).get("weight_store") == "registers":
+                fig += ("; weight_store = lane_ram (the FPGA form: no weight-row "
+                        "multiplexers) relieves routing congestion")
+        lines.append(f"  {what}: {fig} on LFE5U-{d['device'].upper()} "
+                     f"speed {d['speed']} (router {f.get('router', 'router1')}, seed "
+                     f"{f.get('seed')})")
+        if cp:
+            lines.append(f"    critical path {cp['delay_ns']} ns ({cp['levels']} logic "
+                         f"levels, {cp['routing_ns']} ns routing): "
+                         f"{_ep(cp['start'])} -> {_ep(cp['end'])}")
+    return lines
+
+
+def _ep(e: dict) -> str:
+    net = f" (net {e['net']})" if e.get("net") else ""
+    return f"{e['cell']}.{e['port']}{net}"
+
+
+def _grid(head, rows) -> list[str]:
+    cells = [[("-" if v is None else str(v)) for v in r] for r in [head] + rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    fmt = [" ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths,
+                                                                                  strict=True)))
+           for r in cells]
+    return ["  " + fmt[0], "  " + "-" * len(fmt[0])] + ["  " + r for r in fmt[1:]]
