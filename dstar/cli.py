@@ -1,6 +1,7 @@
 """The ``dstar`` console command: one front for analysis, traces, generation and benchmarks."""
 
 import argparse
+import enum
 import json
 import math
 import os
@@ -95,6 +96,9 @@ def _set_overrides(specs) -> dict:
         if field in out:
             raise UserError(f"--set: {field!r} given twice")
         conv = types[field]
+        if issubclass(conv, enum.Enum):          # Config names the choices
+            out[field] = value.strip()
+            continue
         try:
             out[field] = conv(value.strip())
         except ValueError:

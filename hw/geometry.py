@@ -22,11 +22,10 @@ owns element ``l`` of each group (``k = j*G + l``).
 from dataclasses import dataclass
 from typing import ClassVar
 
+from dstar.config import Config, ConfigError, Datapath, bits_signed
 from dstar.golden.attention import THETA_BITS
 from dstar.golden.dispatch import STRATEGIES
 from dstar.golden.softmax import MANT_BITS, RECIP_BITS, SHIFT_MAX, sum_bits
-
-from dstar.config import Config, ConfigError, Datapath, bits_signed
 
 __all__ = ["Geometry", "DenseGeometry", "SoftmaxGeometry", "AttentionGeometry", "uwidth",
            "DEFAULT_LANE_ROTATION", "COUNTER_BITS", "LOGIT_BITS"]

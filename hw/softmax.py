@@ -10,9 +10,9 @@ from amaranth import Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-from dstar.golden.softmax import EXP_EXTRA_BITS, RECIP_BITS, exp_lut, sum_bits
 
 from dstar.config import Config
+from dstar.golden.softmax import EXP_EXTRA_BITS, RECIP_BITS, exp_lut, sum_bits
 
 from .geometry import LOGIT_BITS, SoftmaxGeometry
 

@@ -27,6 +27,7 @@ PV, NORM, all on the selected tiles.
 from dataclasses import dataclass
 
 import numpy as np
+
 from dstar.golden.attention import THETA_BITS
 from dstar.hw.geometry import AttentionGeometry
 from dstar.sim.softmax_cycles import schedule

@@ -28,14 +28,14 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from dstar.config import Packing
 from dstar.golden.difflinear import DiffLinear, encode_step
 from dstar.golden.dispatch import STRATEGIES
 from dstar.golden.encoder import HIGH, Encoded
 from dstar.golden.quant import exact_matmul
 from dstar.sim.cycle_model import ACCOUNTS, predict, predict_batch
 from dstar.sim.traces import linear_inputs
-
-from dstar.config import Packing
 
 __all__ = ["LAYERS", "DEFAULT_PACKINGS", "RTL_LAYER", "dense_encoding", "run"]
 

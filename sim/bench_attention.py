@@ -18,6 +18,8 @@ import math
 import time
 
 import numpy as np
+
+from dstar.config import ConfigError
 from dstar.golden.attention import (
     key_step_head,
     quantize_on,
@@ -30,8 +32,6 @@ from dstar.golden.dit import bundled_weights_path, float_attention, load_weights
 from dstar.golden.softmax import logit_multiplier
 from dstar.sim.attention_cycles import dense_cycles, predict
 from dstar.sim.traces import cache_path, sample_first_steps
-
-from dstar.config import ConfigError
 
 __all__ = ["attention_inputs", "HeadSteps", "run"]
 

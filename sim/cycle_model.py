@@ -49,9 +49,9 @@ equals the reference model.
 from dataclasses import dataclass, field
 
 import numpy as np
-from dstar.golden.encoder import HIGH, LOW
 
 from dstar.config import Packing
+from dstar.golden.encoder import HIGH, LOW
 
 __all__ = ["CycleReport", "predict", "predict_batch", "slice_costs", "EVENT_MODELS"]
 

@@ -16,10 +16,10 @@ with the RTL exactly; ``tests/test_cycle_model.py`` checks ``dstar.sim.cycle_mod
 from collections import deque
 
 import numpy as np
-from dstar.golden.encoder import HIGH
-from dstar.sim.cycle_model import CycleReport
 
 from dstar.config import Packing
+from dstar.golden.encoder import HIGH
+from dstar.sim.cycle_model import CycleReport
 
 __all__ = ["predict", "slice_masks", "LANE_QUEUES"]
 

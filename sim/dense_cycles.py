@@ -12,9 +12,8 @@ chunk (stages E, A, B), so ``D_p = F_p + T * chunks + 3``, and ``busy`` falls at
 
 from dataclasses import dataclass
 
-from dstar.hw.geometry import DenseGeometry
-
 from dstar.config import Datapath
+from dstar.hw.geometry import DenseGeometry
 
 __all__ = ["DenseCycles", "predict"]
 

@@ -2,6 +2,7 @@
 benchmark's RTL sample."""
 
 from amaranth.sim import Simulator
+
 from dstar.hw.generate import manifest
 from dstar.hw.linear import LinearLayer
 

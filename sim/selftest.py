@@ -9,6 +9,7 @@ words from the golden model's ``Y_int`` (``golden.difflinear.encode_step`` +
 """
 
 import numpy as np
+
 from dstar.golden.difflinear import encode_step
 from dstar.golden.quant import exact_matmul
 from dstar.hw.board.selftest import OP_CHECK, OP_END, OP_START, OP_TARGET, OP_WEIGHT, SelfTest

@@ -20,6 +20,7 @@ Cycle 0 is the first cycle the first header is offered (the unit is idle after r
 from dataclasses import dataclass
 
 import numpy as np
+
 from dstar.hw.geometry import SoftmaxGeometry
 
 __all__ = ["SoftmaxSchedule", "schedule", "row_latency", "row_period"]

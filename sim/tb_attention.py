@@ -13,6 +13,7 @@ freshly reset design and compares integers with equality.
 """
 
 import numpy as np
+
 from dstar.golden.attention import theta_fixed
 from dstar.sim.layer_io import pack, pack_named, start_and_wait, unpack, write_words
 
@@ -136,6 +137,7 @@ async def run_head(io, img: HeadImage, q, k, v, m, sh, *, slot: int = 0,
 try:
     import cocotb
     from cocotb.clock import Clock
+
     from dstar.sim.case_files import from_env
     from dstar.sim.cocotb_io import dut_io, reset
 except ImportError:                         # the driver is usable without cocotb

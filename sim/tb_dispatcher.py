@@ -17,6 +17,7 @@ import cocotb
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
+
 from dstar.sim.layer_io import pack_named, unpack_named
 
 

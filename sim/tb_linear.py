@@ -11,6 +11,7 @@ runs on a freshly reset design; results are compared as integers with equality.
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
+
 from dstar.sim.case_files import from_env
 from dstar.sim.cocotb_io import dut_io, reset
 from dstar.sim.layer_io import LayerImage, run_step

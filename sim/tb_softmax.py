@@ -19,6 +19,7 @@ import cocotb
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
+
 from dstar.golden.softmax import reciprocal, softmax_groups
 from dstar.sim.case_files import from_env
 from dstar.sim.softmax_cycles import schedule

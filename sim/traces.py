@@ -10,9 +10,9 @@ time (the file may still be updated by a training run).
 from pathlib import Path
 
 import numpy as np
+
 from dstar.golden.dit import DiT, bundled_weights_path, float_linear, load_weights
 from dstar.golden.sampler import ddim_sample, initial_noise
-
 from dstar.paths import build_dir
 
 __all__ = ["linear_inputs", "cache_path", "sample_first_steps"]

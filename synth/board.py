@@ -13,9 +13,8 @@ import os
 from pathlib import Path
 
 from dstar.hw.board.ulx3s import SYNC_MHZ, BoardTop, board_config
-from dstar.sim.selftest import selftest
-
 from dstar.paths import build_dir as build_dir_of
+from dstar.sim.selftest import selftest
 
 from .flows import DSP_MIN_WIDTH
 from .fmax import achieved_fmax, critical_path

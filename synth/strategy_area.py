@@ -7,7 +7,6 @@ from dstar.hw.dispatcher import make_dispatcher
 from dstar.hw.generate import generate_block
 from dstar.hw.geometry import Geometry
 from dstar.hw.pe_array import PEArray
-
 from dstar.paths import build_dir
 
 from .flows import synth_module

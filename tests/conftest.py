@@ -46,7 +46,12 @@ def tier_of(path: Path) -> str:
 
 
 def pytest_itemcollected(item):
-    item.add_marker(tier_of(item.path))
+    tier = tier_of(item.path)
+    other = {m.name for m in item.iter_markers()} & (set(TIERS.values()) | {"cocotb"}) - {tier}
+    if other:
+        raise pytest.UsageError(f"{item.nodeid}: marked {sorted(other)}, but its folder makes it "
+                                f"{tier!r}; a test has one tier")
+    item.add_marker(tier)
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ Ref: ``golden/ATTENTION.md`` step 3; bit-exact with ``dstar.golden.attention.sel
 from amaranth import Module, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
+
 from dstar.golden.attention import THETA_BITS
 
 from ..geometry import AttentionGeometry

@@ -2,11 +2,9 @@ import json
 
 import numpy as np
 import pytest
-from dstar.golden.trace import Trace, save_trace
 
 from dstar.cli import main
-
-pytestmark = pytest.mark.unit
+from dstar.golden.trace import Trace, save_trace
 
 
 def run(capsys, *argv):
@@ -131,7 +129,7 @@ def test_analyze_sweep_modes(capsys):
     (["config", "--tau", "1", "--set", "tau=2"], "--set: 'tau' is also given by --tau"),
     (["config", "--set", "k_tile=33"], "k_tile=33 must be a multiple of group=16"),
     (["config", "--set", "packing=sparse"], "packing must be one of"),
-    (["generate", "--packing", "dense", "--set", "packing=compact", "-o", "x"],
+    (["generate", "--packing", "lockstep", "--set", "packing=compact", "-o", "x"],
      "--set: 'packing' is also given by --packing"),
 ])
 def test_set_bad_field_or_value_is_one_line(capsys, argv, msg):
@@ -152,14 +150,14 @@ def test_set_parses_each_field_by_its_type(capsys):
 
 
 def test_generate_set_and_packing(capsys, tmp_path):
-    """``dstar generate --set ... --packing dense``: the dense baseline top alone (no attention
+    """``dstar generate --set ... --datapath dense``: the dense baseline top alone (no attention
     engine), with the fields given."""
     out = tmp_path / "rtl"
-    code, text, _ = run(capsys, "generate", "--preset", "tiny", "--packing", "dense",
+    code, text, _ = run(capsys, "generate", "--preset", "tiny", "--datapath", "dense",
                         "--set", "max_m=32", "-o", str(out))
     assert code == 0
     man = json.loads((out / "params.json").read_text())
-    assert man["config"]["packing"] == "dense" and man["config"]["max_m"] == 32
+    assert man["config"]["datapath"] == "dense" and man["config"]["max_m"] == 32
     assert "attention" not in man and not (out / "dstar_attention.v").exists()
     assert text == f"wrote {out / 'dstar_linear.v'} and {out / 'params.json'}\n"
 

@@ -12,8 +12,6 @@ from dstar.config import (
     preset,
 )
 
-pytestmark = pytest.mark.unit
-
 
 def test_presets_are_valid_and_named():
     assert {"tiny", "default"} <= set(PRESETS)

@@ -5,10 +5,6 @@ import ast
 from importlib.resources import files
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.unit
-
 MAX_LINES = 160
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 

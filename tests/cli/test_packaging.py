@@ -9,8 +9,6 @@ import zipfile
 
 import pytest
 
-pytestmark = pytest.mark.unit
-
 DATA = ("dstar/golden/data/dit_mnist.npz", "dstar/synth/baselines/tiny.json")
 
 

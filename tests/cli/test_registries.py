@@ -3,6 +3,8 @@ adding a packing strategy, a datapath, a weight store or a synthesis target mean
 and one entry per registry, and this test names the registry that lacks it."""
 
 import pytest
+
+from dstar.config import Datapath, Packing, WeightStore
 from dstar.golden.dispatch import STRATEGIES
 from dstar.hw.dispatcher import DISPATCHERS
 from dstar.hw.generate import TOPS
@@ -11,10 +13,6 @@ from dstar.sim.cycle_model import EVENT_MODELS
 from dstar.sim.cycle_reference import LANE_QUEUES
 from dstar.sim.layer_cycles import LAYER_CYCLES
 from dstar.synth.flows import TARGETS, SynthTarget
-
-from dstar.config import Datapath, Packing, WeightStore
-
-pytestmark = pytest.mark.unit
 
 REGISTRIES = [
     ("dstar.golden.dispatch.STRATEGIES", STRATEGIES, Packing),

@@ -8,8 +8,6 @@ import pytest
 from dstar import results
 from dstar.results import RESULTS, Result
 
-pytestmark = pytest.mark.unit
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -5,6 +5,8 @@ import math
 
 import numpy as np
 import pytest
+
+from dstar.config import Config
 from dstar.golden.attention import (
     AttentionReuse,
     attention_head,
@@ -20,10 +22,6 @@ from dstar.golden.attention import (
     theta_fixed,
 )
 from dstar.golden.softmax import logit_multiplier, softmax_exp
-
-from dstar.config import Config
-
-pytestmark = pytest.mark.unit
 
 
 # ----- independent reference of one head (Python ints) -----

@@ -1,11 +1,9 @@
 import numpy as np
 import pytest
-from dstar.golden.difflinear import DiffLinear, InvariantError
-from dstar.golden.quant import quantize_weights, to_lattice, token_lattice, w8a8_linear
 
 from dstar.config import preset
-
-pytestmark = pytest.mark.unit
+from dstar.golden.difflinear import DiffLinear, InvariantError
+from dstar.golden.quant import quantize_weights, to_lattice, token_lattice, w8a8_linear
 
 
 def drift(rng, n, k, steps, scale=0.02):

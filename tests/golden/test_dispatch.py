@@ -3,6 +3,7 @@ the encoder's own counts."""
 
 import numpy as np
 import pytest
+
 from dstar.golden.dispatch import (
     STRATEGIES,
     costs,
@@ -12,8 +13,6 @@ from dstar.golden.dispatch import (
     lockstep_streams,
 )
 from dstar.golden.encoder import encode
-
-pytestmark = pytest.mark.unit
 
 
 def test_element_ops_reconstruct_every_code():

@@ -4,9 +4,8 @@ import itertools
 
 import numpy as np
 import pytest
-from dstar.golden.encoder import HIGH, LOW, ZERO, encode, round_shift, split_nibbles
 
-pytestmark = pytest.mark.unit
+from dstar.golden.encoder import HIGH, LOW, ZERO, encode, round_shift, split_nibbles
 
 
 def ref_encode_group(d, e_max, tau):

@@ -3,6 +3,7 @@ and the patch statistics that judge samples."""
 
 import numpy as np
 import pytest
+
 from dstar.golden.image_stats import image_distances, radial_spectrum, wasserstein1
 from dstar.golden.photos import (
     IMAGE_SIZE,

@@ -11,10 +11,10 @@ import os
 
 import numpy as np
 import pytest
-from dstar.golden.attention import AttentionReuse
-from dstar.golden.hooks import DStarLinears, W8A8Linears
 
 from dstar.config import preset
+from dstar.golden.attention import AttentionReuse
+from dstar.golden.hooks import DStarLinears, W8A8Linears
 
 STEPS = 6
 #: The operation counters pinned (the counters that existed when the digests were taken).

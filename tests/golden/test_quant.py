@@ -3,6 +3,7 @@ contract says so and refused where it does not, never wrapped."""
 
 import numpy as np
 import pytest
+
 from dstar.golden.difflinear import DiffLinear
 from dstar.golden.encoder import D_LIMIT, encode, round_shift
 from dstar.golden.quant import (

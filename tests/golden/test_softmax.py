@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+
 from dstar.golden.softmax import (
     DEFAULT_E_MAX,
     EXP_EXTRA_BITS,
@@ -21,7 +22,6 @@ from dstar.golden.softmax import (
 E = DEFAULT_E_MAX
 TOP = 255 << E          # the applied weight of a row's max
 
-pytestmark = pytest.mark.unit
 
 
 # ----- independent scalar reference (Python ints, written from ATTENTION.md) -----

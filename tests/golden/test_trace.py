@@ -1,10 +1,8 @@
 import numpy as np
 import pytest
-from dstar.golden.trace import FORMAT, Trace, TraceError, load_trace, save_trace
 
 from dstar.analyze import export_trace, run_trace
-
-pytestmark = pytest.mark.unit
+from dstar.golden.trace import FORMAT, Trace, TraceError, load_trace, save_trace
 
 
 def small_trace(rng, steps=3, n=8, k=32, m=16):
@@ -39,10 +37,9 @@ def test_round_trip(tmp_path):
 
 def test_analysis_of_a_trace_is_the_golden_model(tmp_path):
     """run_trace on a saved trace gives the same counts as DiffLinear on the arrays directly."""
+    from dstar.config import preset
     from dstar.golden.difflinear import DiffLinear
     from dstar.golden.stats import FIELDS, count_encoded
-
-    from dstar.config import preset
     rng = np.random.default_rng(1)
     tr = small_trace(rng)
     f = tmp_path / "t.npz"

@@ -1,7 +1,7 @@
 """The bundled trained DiT: NumPy model, sampler, legibility, and DSTAR over a whole run."""
 
 import numpy as np
-import pytest
+
 from dstar.golden.classifier import DigitClassifier
 from dstar.golden.difflinear import DiffLinear
 from dstar.golden.dit import LINEAR_TYPES, load_weights
@@ -9,15 +9,11 @@ from dstar.golden.hooks import DStarLinears
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
 
 
-@pytest.mark.unit
 def test_bundled_weights_load(bundled_model):
     shape, w = load_weights()
     assert shape.hidden == 128 and shape.depth == 6 and shape.tokens == 256
     assert all(np.isfinite(v).all() for v in w.values())
     assert len(bundled_model.linear_names()) == 4 * shape.depth
-
-
-@pytest.mark.unit
 def test_samples_are_legible(bundled_model):
     """Class-conditional FP32 samples are recognized by a kNN classifier of the real digits."""
     n = 40
@@ -29,9 +25,6 @@ def test_samples_are_legible(bundled_model):
     # And the classifier is not fooled by noise: pure noise images are not "legible".
     noise = np.clip(initial_noise(n, bundled_model.shape, 5), -1, 1)
     assert DigitClassifier().accuracy(noise, labels) < 0.4
-
-
-@pytest.mark.unit
 def test_invariant_over_a_whole_run(bundled_model, tiny_cfg):
     """DSTAR on every linear layer of the real model over a whole sampling run: DiffLinear checks
     Y_int == W_q^T . Xs_int (and the closed-loop bound) after every step; here we also recheck
@@ -56,19 +49,3 @@ def test_invariant_over_a_whole_run(bundled_model, tiny_cfg):
     # The premise on real data: temporal differences make most elements cheap.
     assert tot["passes"] * 2 < tot["dense_passes"]
     assert isinstance(hooks.layers["blocks.0.mlp.fc1"], DiffLinear)
-
-
-@pytest.mark.torch
-def test_numpy_model_matches_pytorch(bundled_model):
-    torch = pytest.importorskip("torch", reason="PyTorch (the train extra) is not installed")
-    from dstar.torch_dit import DiT as TorchDiT
-    from dstar.torch_dit import from_numpy_weights
-    shape, w = load_weights()
-    tm = from_numpy_weights(TorchDiT(shape), w).eval()
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((3, 1, 32, 32)).astype(np.float32)
-    t, y = np.array([999, 400, 0]), np.array([3, 10, 7])
-    with torch.no_grad():
-        ref = tm(torch.from_numpy(x), torch.from_numpy(t), torch.from_numpy(y)).numpy()
-    got = bundled_model.forward(x, t, y)
-    assert np.abs(got - ref).max() <= 1e-4 * max(1.0, np.abs(ref).max())

@@ -7,6 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
+
 from dstar.golden.difflinear import encode_step
 from dstar.golden.quant import exact_matmul
 from dstar.sim.pysim_driver import run_layer_pysim

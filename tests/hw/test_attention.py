@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 import pytest
+
+from dstar.config import ConfigError, preset
 from dstar.golden.attention import AttentionReuse, theta_fixed
 from dstar.golden.softmax import logit_multiplier, softmax_groups
 from dstar.hw.attention import AttentionEngine, AttentionGeometry
@@ -18,10 +20,6 @@ from dstar.sim.attention_cycles import dense_cycles, predict
 from dstar.sim.bench_attention import HeadSteps, attention_inputs
 from dstar.sim.pysim_driver import simulate
 from dstar.sim.tb_attention import HeadImage, run_head
-
-from dstar.config import ConfigError, preset
-
-pytestmark = pytest.mark.amaranth
 
 
 def run_calls(cfg, calls):

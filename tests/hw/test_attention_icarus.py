@@ -13,19 +13,17 @@ import math
 
 import numpy as np
 import pytest
+
+from dstar.config import preset
 from dstar.golden.attention import theta_fixed
 from dstar.golden.softmax import logit_multiplier
 from dstar.hw.generate import ATTN_TOP_NAME, generate
+from dstar.paths import build_dir
 from dstar.sim.attention_cycles import predict
 from dstar.sim.bench_attention import attention_inputs
 from dstar.sim.case_files import save_cases
-
-from dstar.config import preset
-from dstar.paths import build_dir
 from tests.hw.fixtures import need_iverilog, run_icarus
 from tests.hw.test_attention import _random_step, group_shifts, head_calls, int_calls
-
-pytestmark = pytest.mark.cocotb
 
 BUILD = build_dir("cocotb")
 

@@ -6,6 +6,8 @@ extreme data, and measured cycles equal to ``dstar.sim.dense_cycles.predict``.""
 
 import numpy as np
 import pytest
+
+from dstar.config import ConfigError, preset
 from dstar.golden.quant import (
     exact_matmul,
     quantize_weights,
@@ -20,10 +22,6 @@ from dstar.hw.linear import LinearLayer
 from dstar.sim.dense_cycles import predict
 from dstar.sim.layer_io import LayerImage
 from dstar.sim.pysim_driver import simulate
-
-from dstar.config import ConfigError, preset
-
-pytestmark = pytest.mark.amaranth
 
 
 def run_dense(cfg, w_q, runs):
@@ -177,9 +175,6 @@ def test_same_top_and_ports_as_dstar(tmp_path):
     assert "host_state_wdata" not in a["ports"] and "key" not in a["ports"]
     assert a["layouts"]["target_row"]["width"] == 8 * cfg.k_tile
     assert a["geometry"]["lanes"] * 2 == cfg.group
-
-
-@pytest.mark.unit
 def test_dense_needs_an_even_group():
     with pytest.raises(ConfigError, match="group=3"):
         preset("tiny").replace(group=3, k_tile=33, max_k=129, datapath="dense")

@@ -3,15 +3,13 @@ slow partial-sum reduction: every op arrives once, on its lane, in order, with i
 
 import numpy as np
 import pytest
+
+from dstar.config import Packing, preset
 from dstar.golden.dispatch import STRATEGIES, lane_rotations
 from dstar.golden.encoder import encode
 from dstar.hw.dispatcher import make_dispatcher
 from dstar.hw.geometry import Geometry
 from dstar.sim.pysim_driver import simulate
-
-from dstar.config import Packing, preset
-
-pytestmark = pytest.mark.amaranth
 
 
 def run_dispatcher(geo, enc, rng, p_valid, p_tok_ready, p_reduce):

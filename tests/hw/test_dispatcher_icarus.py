@@ -4,18 +4,16 @@ streams, random valid gaps, random back-pressure and a randomly slow reduction."
 
 import numpy as np
 import pytest
+
+from dstar.config import Packing, preset
 from dstar.golden.dispatch import STRATEGIES, lane_rotations
 from dstar.golden.encoder import encode
 from dstar.hw import layouts
 from dstar.hw.dispatcher import make_dispatcher
 from dstar.hw.generate import generate_block
 from dstar.hw.geometry import Geometry
-
-from dstar.config import Packing, preset
 from dstar.paths import build_dir
 from tests.hw.fixtures import need_iverilog, run_icarus
-
-pytestmark = pytest.mark.cocotb
 
 BUILD = build_dir("cocotb")
 

@@ -2,14 +2,12 @@
 
 import numpy as np
 import pytest
+
+from dstar.config import preset
 from dstar.golden.difflinear import encode_step
 from dstar.hw.encoder import DeltaEncoder
 from dstar.hw.geometry import Geometry
 from dstar.sim.pysim_driver import simulate
-
-from dstar.config import preset
-
-pytestmark = pytest.mark.amaranth
 
 
 async def write_rows(ctx, dut, geo, target, state):

@@ -3,12 +3,8 @@
 import json
 import re
 
-import pytest
-from dstar.hw.generate import ATTN_TOP_NAME, TOP_NAME, generate
-
 from dstar.config import preset
-
-pytestmark = pytest.mark.amaranth
+from dstar.hw.generate import ATTN_TOP_NAME, TOP_NAME, generate
 
 
 def test_generate_is_deterministic_and_manifest_matches(tmp_path):

@@ -5,11 +5,9 @@ import subprocess
 import sys
 
 import pytest
-from dstar.hw.geometry import AttentionGeometry, DenseGeometry, Geometry, SoftmaxGeometry
 
 from dstar.config import ConfigError, preset
-
-pytestmark = pytest.mark.unit
+from dstar.hw.geometry import AttentionGeometry, DenseGeometry, Geometry, SoftmaxGeometry
 
 
 def test_sizes_follow_the_config():

@@ -3,13 +3,11 @@ the golden model, and measured cycles and op counts equal to sim.cycle_model's p
 
 import numpy as np
 import pytest
-from dstar.golden.dispatch import STRATEGIES
-from dstar.sim.cycle_model import predict
 
 from dstar.config import Packing, preset
+from dstar.golden.dispatch import STRATEGIES
+from dstar.sim.cycle_model import predict
 from tests.hw.fixtures import drifting_targets, golden_step, random_weights, run_layer_pysim
-
-pytestmark = pytest.mark.amaranth
 
 
 def check(cfg, w_q, steps, state=None):

@@ -8,14 +8,14 @@ The cases (weights, targets, expected Y/state/counters) are computed here and ha
 
 import numpy as np
 import pytest
+
+from dstar.config import preset
 from dstar.golden.difflinear import DiffLinear
 from dstar.golden.quant import quantize_weights
 from dstar.hw.generate import TOP_NAME, generate
+from dstar.paths import build_dir
 from dstar.sim.case_files import save_cases
 from dstar.sim.cycle_model import predict
-
-from dstar.config import preset
-from dstar.paths import build_dir
 from tests.hw.fixtures import (
     drifting_targets,
     golden_step,
@@ -23,8 +23,6 @@ from tests.hw.fixtures import (
     random_weights,
     run_icarus,
 )
-
-pytestmark = pytest.mark.cocotb
 
 BUILD = build_dir("cocotb")
 

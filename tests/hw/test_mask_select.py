@@ -3,15 +3,12 @@ random masses and thresholds, ties, all-zero and saturated masses, one candidate
 the smallest theta, fewer candidates than blocks; the cycles per selection as documented."""
 
 import numpy as np
-import pytest
+
+from dstar.config import preset
 from dstar.golden.attention import select_blocks, theta_fixed
 from dstar.hw.attention import MaskSelector
 from dstar.hw.geometry import AttentionGeometry
 from dstar.sim.pysim_driver import simulate
-
-from dstar.config import preset
-
-pytestmark = pytest.mark.amaranth
 
 
 def _cases(ag, rng):

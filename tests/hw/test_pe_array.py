@@ -2,16 +2,13 @@
 driven with golden.dispatch op streams (lanes running freely within their credits)."""
 
 import numpy as np
-import pytest
+
+from dstar.config import preset
 from dstar.golden.dispatch import lane_streams
 from dstar.golden.encoder import encode
 from dstar.hw.geometry import Geometry
 from dstar.hw.pe_array import PEArray
 from dstar.sim.pysim_driver import simulate
-
-from dstar.config import preset
-
-pytestmark = pytest.mark.amaranth
 
 
 def test_pe_array_reduction():

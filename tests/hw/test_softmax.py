@@ -6,15 +6,13 @@ stalls, every handshake at the cycle model's cycle."""
 
 import numpy as np
 import pytest
+
+from dstar.config import preset
 from dstar.golden.softmax import logit_multiplier, normalize, reciprocal
 from dstar.hw.softmax import Normalizer, SoftmaxUnit
 from dstar.sim.pysim_driver import simulate
 from dstar.sim.softmax_cycles import row_latency, row_period, schedule
 from dstar.sim.tb_softmax import check, octave_rows, real_rows, run_rows
-
-from dstar.config import preset
-
-pytestmark = pytest.mark.amaranth
 
 
 class PysimIO:

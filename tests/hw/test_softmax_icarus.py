@@ -12,19 +12,16 @@ golden values and the cycle model's schedule from them.
 import json
 
 import numpy as np
-import pytest
 from amaranth import Shape
 from amaranth.back import verilog
-from dstar.golden.softmax import logit_multiplier
-from dstar.hw.softmax import Normalizer, SoftmaxUnit
-from dstar.sim.case_files import save_cases
-from dstar.sim.tb_softmax import octave_rows, real_rows
 
 from dstar.config import preset
+from dstar.golden.softmax import logit_multiplier
+from dstar.hw.softmax import Normalizer, SoftmaxUnit
 from dstar.paths import build_dir
+from dstar.sim.case_files import save_cases
+from dstar.sim.tb_softmax import octave_rows, real_rows
 from tests.hw.fixtures import need_iverilog, run_icarus
-
-pytestmark = pytest.mark.cocotb
 
 BUILD = build_dir("cocotb_softmax")
 TOP = "dstar_softmax"

@@ -5,14 +5,12 @@ random layers, strategies, queue depths and rotations. Both are checked against 
 
 import numpy as np
 import pytest
+
+from dstar.config import Packing, preset
 from dstar.golden.difflinear import encode_step
 from dstar.sim.cycle_model import predict, predict_batch
 from dstar.sim.cycle_reference import predict as predict_reference
-
-from dstar.config import Packing, preset
 from tests.hw.fixtures import drifting_targets
-
-pytestmark = pytest.mark.unit
 
 
 def _encodings(rng, cfg, n, k, steps=3):

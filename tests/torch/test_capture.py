@@ -2,17 +2,16 @@
 
 import numpy as np
 import pytest
+
 from dstar.golden.trace import load_trace
 
-pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch", reason="PyTorch (the train extra) is not installed")
 
 
 def test_capture_of_the_pytorch_dit_matches_the_numpy_recording(tmp_path, bundled_model):
+    from dstar.capture import TraceCapture
     from dstar.golden.dit import float_attention, float_linear
     from dstar.golden.trace import TraceRecorder
-
-    from dstar.capture import TraceCapture
     from dstar.torch_dit import DiT as TorchDiT
     from dstar.torch_dit import from_numpy_weights
     model = from_numpy_weights(TorchDiT(bundled_model.shape), bundled_model.w).eval()
