@@ -329,6 +329,18 @@ def cmd_bench_attention(args) -> int:
     return 0
 
 
+def cmd_results(args) -> int:
+    from . import results
+    for name in args.run or ():
+        print(f"measuring {name}: dstar {' '.join(results.RESULTS[name].argv)}", flush=True)
+        try:
+            print(f"wrote {results.run(name)}")
+        except RuntimeError as e:
+            raise UserError(str(e)) from None
+    print(f"wrote {results.write_page()}")
+    return 0
+
+
 def cmd_train(args) -> int:
     try:
         import torch  # noqa: F401
@@ -425,6 +437,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="report directory (default: build/synth/<preset>-<hash>; "
                    "with --board: build/synth/board)")
     p.set_defaults(func=cmd_synth)
+
+    p = sub.add_parser("results", help="render docs/results.md from the benchmark commands' "
+                       "stored JSON (docs/results/); --run NAME measures a section again")
+    from .results import RESULTS  # standard library only, like the other parse-time imports
+    p.add_argument("--run", action="append", choices=list(RESULTS), metavar="NAME",
+                   help=f"re-run this section's command first (repeatable: {', '.join(RESULTS)})")
+    p.set_defaults(func=cmd_results)
 
     p = sub.add_parser("train", help="train the workload DiT (needs the train extra)",
                        add_help=False)

@@ -29,7 +29,7 @@ __all__ = ["Config", "ConfigError", "Packing", "Datapath", "WeightStore", "PRESE
 class Packing(StrEnum):
     """How the precision dispatcher packs nibble operations onto the ``G`` PE lanes
     (``dstar.hw.dispatcher``). Each layer keeps one registry keyed by it (golden op streams,
-    dispatcher components, cycle models); ``tests/test_registries.py`` checks they agree."""
+    dispatcher components, cycle models); ``tests/cli/test_registries.py`` checks they agree."""
 
     #: The lanes run each group of a slice together, for as many passes as its most expensive
     #: element; lanes of cheaper elements idle.

@@ -8,14 +8,14 @@ so that no figure is typed by hand. An entry never run says so on the page, with
 """
 
 import json
-import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+
+from .outputs import write_atomic
 
 __all__ = ["Result", "RESULTS", "results_dir", "run", "render", "write_page"]
 
@@ -85,18 +85,6 @@ def _commit(cwd: Path) -> str:
     return head + ("-dirty" if dirty.strip() else "")
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def run(name: str, root: Path | None = None) -> Path:
     """Run entry ``name``'s command in ``root`` (default: the working directory) and store its
     stamped JSON; returns the file written."""
@@ -111,7 +99,8 @@ def run(name: str, root: Path | None = None) -> Path:
                "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
                "result": json.loads(res.stdout)}
     path = results_dir(root) / f"{name}.json"
-    _write_atomic(path, json.dumps(stamped, indent=1, sort_keys=True) + "\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(stamped, indent=1, sort_keys=True) + "\n")
     return path
 
 
@@ -140,5 +129,5 @@ def render(root: Path | None = None) -> str:
 
 def write_page(root: Path | None = None) -> Path:
     path = (Path(root) if root else Path.cwd()) / "docs" / "results.md"
-    _write_atomic(path, render(root))
+    write_atomic(path, render(root))
     return path

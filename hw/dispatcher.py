@@ -37,39 +37,7 @@ Strategies (``cfg.packing``, a ``dstar.config.Packing``; ``DISPATCHERS`` holds e
     excess registers with a minimum tree; the PE array's weight-row selection is the same as
     for any ``R`` rotations.
 
-    Why this design. Figures from ``dstar.sim.cycle_model`` (exact against the RTL) over the whole
-    50-step DDIM run of the bundled DiT, every step, all 24 linear layers (1200 layer-steps,
-    default preset, tau = 0, ``dstar bench cycles --lane-rotation 1 2 4 8 16``): ideal x4.43
-    over dense on the same lanes; "of ideal" = speedup over dense / ideal speedup;
-    utilization = useful lane cycles / all lane cycles. The front end's one slice per cycle
-    bounds utilization on this run at 0.964 (sparse steps 1-7, ideal up to x14, are capped at
-    ``2 * slice_groups`` = x8).
-
-    * Static split (lane ``l`` always gets element ``l``, R = 1): x3.09, 70% of ideal,
-      utilization 0.697 (idle: starved 0.254, credit 0.046). Busy channels always land on the
-      same lanes; a slice waits for room in the busiest lane's queue while the others starve.
-      Deeper queues hardly help (``lane_fifo_depth`` 8 -> 16: +0.6 points of utilization).
-    * Rotation by the token index, stride ``G/R`` (the previous design, ``r = t mod R``,
-      element ``(l - r G/R) mod G``): R = 4 x3.76, 85%, utilization 0.849. Its R lanes per
-      channel are one residue class mod ``G/R``, so load never moves between classes, and it
-      ignores the data.
-    * Balanced rotation (this design): R = 2 x3.42 (77%, utilization 0.771); R = 4 x4.09
-      (92%, 0.924; idle: starved 0.064, credit 0.009, load 0.003); R = 8 x4.25 (96%, 0.960,
-      at the front-end bound); R = 16 the same as R = 8. Utilization on every fifth step,
-      R = 4: token rule 0.874; the excess-weighted rule 0.885 with stride-G/R offsets, 0.946
-      with triangular offsets (0.948 with 0, 1, 5, 10; 0.910 with 0, 5, 10, 15); a
-      max-of-(excess + ops) rule 0.895; saturating the excess at 15 instead of 63: -1 point.
-    * Lockstep: x1.87, 42% of ideal, utilization 0.422 (idle lanes on ZERO elements 0.577).
-    * Area (``dstar bench cycles --area``: tiny preset, G = 16, S = 2, m_tile = 4, one block
-      alone; cmos transistors incl. flip-flops / iCE40 LUT4): dispatcher lockstep 19k / 778,
-      compact R = 1 82k / 2386, compact R = 4 (balanced) 153k / 6643; one PE array 1010k /
-      25.5k for R = 1 and lockstep, 1061k / 29.7k for R = 4. The balancer and the rotation
-      muxes add 71k transistors to the dispatcher (R = 4 vs R = 1), 3% of two PE arrays.
-      R = 4 is the default: it clears both targets (>= 80% of ideal, utilization >= 0.90)
-      at half the weight-row selection of R = 8 (whose dispatcher's cmos synthesis did not
-      finish in 12 minutes).
-    * What is left: the one-slice-per-cycle front end and reduction (x8 cap on very sparse
-      steps); lifting it needs two slices per cycle through the encoder and the reduction.
+    Why this design (the measurements against the alternatives): ``docs/design/dispatcher.md``.
 
 Arrays: every array holds a different block of ``m_tile`` output columns of the same weight
 rows, so all arrays receive the same operations (broadcast); their load is equal by
@@ -82,7 +50,7 @@ is full. ``i.ready`` depends combinationally on ``i.payload`` (which lanes the s
 no ``valid`` depends on a ``ready``. Lane ops have no back-pressure (the PE array takes one per
 lane per cycle); instead a lane starts a bundle only while it holds a partial-sum credit,
 returned on ``i_pop``. Ops are never dropped, duplicated or moved to another lane or slice
-(``tests/test_hw_dispatcher.py`` and ``tests/test_cocotb_dispatcher.py`` check every lane's op
+(``tests/hw/test_dispatcher.py`` and ``tests/hw/test_dispatcher_icarus.py`` check every lane's op
 sequence under random gaps, back-pressure and slow reduction). Reset empties the queues;
 ``clear`` zeroes the op counters.
 

@@ -41,8 +41,8 @@ The compacting dispatcher's rotation of each slice depends only on the slice seq
 (``slice_rotations``), so the lane costs are known before the recurrences run. The recurrences
 run over a batch of encodings of the same layer shape at once (NumPy over batch x lanes), then
 the idle lane cycles are classified gap by gap from those event times. ``predict_batch`` is
-what the benchmark uses; the RTL tests (``tests/test_hw_linear.py`` and the cocotb tests)
-assert ``predict`` equals the measured counters, and ``tests/test_cycle_model.py`` that it
+what the benchmark uses; the RTL tests (``tests/hw/test_linear.py`` and the cocotb tests)
+assert ``predict`` equals the measured counters, and ``tests/sim/test_cycle_model.py`` that it
 equals the reference model.
 """
 
@@ -101,7 +101,7 @@ def slice_costs(enc, geo, n_kt: int):
 def slice_rotations(geo, elem, n_mt):
     """Rotation the compacting dispatcher gives every slice, in issue order, ``(n_pass * N,
     B)`` (``elem[t, kt, b, e]``: ops of each element); the rule is
-    ``dstar.golden.dispatch.lane_rotations``'s, which ``tests/test_cycle_model.py`` checks this
+    ``dstar.golden.dispatch.lane_rotations``'s, which ``tests/sim/test_cycle_model.py`` checks this
     against."""
     n, n_kt, batch, g_n = elem.shape
     s_n = n_kt * n_mt * n

@@ -10,7 +10,7 @@ cycle that is not a useful nibble op, in the categories ``dstar.sim.cycle_model`
 ``fill``, ``drain``, ``credit``, ``starved``, ``zero``).
 
 ``lane_cycles = G * cycles = useful + sum(account)`` holds by construction. The model must agree
-with the RTL exactly; ``tests/test_cycle_model.py`` checks ``dstar.sim.cycle_model`` against it.
+with the RTL exactly; ``tests/sim/test_cycle_model.py`` checks ``dstar.sim.cycle_model`` against it.
 """
 
 from collections import deque

@@ -2,7 +2,7 @@
 slices with random valid gaps, random back-pressure on the reduction's slice stream and a
 randomly slow reduction returning partial-sum credits.
 
-Inputs (set by ``tests/test_cocotb_dispatcher.py``): ``DSTAR_PARAMS`` (the block's ``.json``:
+Inputs (set by ``tests/hw/test_dispatcher_icarus.py``): ``DSTAR_PARAMS`` (the block's ``.json``:
 ports and layouts) and ``DSTAR_CASES`` (``.npz``: the slices, the expected per-lane op lists
 from ``dstar.golden.dispatch``, the expected masks and op counts, and the probabilities). The test
 checks that every lane receives exactly its expected ops in order, every accepted slice comes

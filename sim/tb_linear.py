@@ -1,7 +1,7 @@
 """cocotb testbench of the generated ``dstar_linear`` Verilog.
 
 Everything it needs comes from files named by environment variables (set by
-``tests/test_cocotb_linear.py``): ``DSTAR_PARAMS`` (the generation's ``params.json``) and
+``tests/hw/test_linear_icarus.py``): ``DSTAR_PARAMS`` (the generation's ``params.json``) and
 ``DSTAR_CASES`` (an ``.npz`` of cases: per case the shape, weights, per-step targets and key
 flags, an optional initial state, and the expected per-step ``Y_int``, state and cycle-model
 counters, computed outside the simulator from ``golden`` and ``dstar.sim.cycle_model``). Each case

@@ -14,7 +14,8 @@ LFE5U-85F) is not synthesized for nextpnr at all, and the report gives that reas
 figure. The figures are for the configuration as given: with ``weight_store = "registers"``
 (the default, smallest on an ASIC) the lanes' weight-row multiplexers congest the routing of
 the ``default`` PE array and the ``tiny`` top; ``weight_store = "lane_ram"`` is the FPGA form
-that routes (figures in README.md), and the table says so next to an unrouted figure.
+that routes (figures in ``docs/design/hardware-figures.md``), and the table says so next to an
+unrouted figure.
 """
 
 from concurrent.futures import ThreadPoolExecutor

@@ -30,20 +30,9 @@ def board_config():
     """The configuration built for the board: the ``tiny`` preset with fixed dispatcher lanes
     (``lane_rotation=1``).
 
-    Why not ``tiny`` itself: its self-test top placed on the LFE5U-85F at 81 % of the LUTs
-    (estimate 13.45 MHz for 12.5 MHz), but nextpnr's router2 did not converge in 22 minutes
-    (overused wires 107k -> 23k, then rising again): routing congestion. ``lane_rotation=1``
-    drops the dispatcher's rotating lane crossbar (about 6.6k -> 2.4k LUT4 per array): 70.9 %
-    of the LUTs, routed in 4.4 minutes at 21.59 MHz. Each element may then land on one lane
-    only, so the dispatcher balances its lanes less freely (a cycle count, not a result,
-    difference); the datapath, the command stream and the golden model's integer contract are
-    the same, and the self-test checks this
-    configuration bit-exactly (``dstar.sim.selftest.simulate``). With one PE array as well
-    (``n_arrays=1``) the top takes 51.5 % and routes at 22.15 MHz. ``tiny`` with its full lane
-    rotation and ``weight_store = "lane_ram"`` routes out of context (70 % of the LUTs,
-    13.89 MHz, README), but in this board build router2 did not converge either (about 1k
-    overused wires after 27 iterations, rising to 2.5k by iteration 43, 30 minutes), and
-    13.89 MHz would leave little margin over 12.5 MHz."""
+    Why (it routes; ``tiny`` itself congests the router): ``docs/design/board.md``. The
+    datapath, the command stream and the integer contract are the same, and the self-test
+    checks this configuration bit-exactly (``dstar.sim.selftest.simulate``)."""
     return preset("tiny").replace(lane_rotation=1)
 
 

@@ -46,3 +46,4 @@ def test_a_failing_command_writes_nothing(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="failed"):
         results.run("bad", tmp_path)
     assert not (tmp_path / "docs" / "results" / "bad.json").exists()
+
