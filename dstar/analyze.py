@@ -321,8 +321,9 @@ def run_trace(cfg, trace, source: str = "trace") -> dict:
     }
 
 
-def export_trace(cfg, path, model: DiT | None = None, layers=None, attention=True) -> None:
-    """Record the bundled model's FP32 sampling run (``cfg.samples``, ``cfg.steps``) as a trace."""
+def export_trace(cfg, path, model: DiT | None = None, layers=None, attention=True):
+    """Record the bundled model's FP32 sampling run (``cfg.samples``, ``cfg.steps``) as a trace;
+    returns the file written (``dstar.golden.trace.save_trace``: ``.npz`` appended)."""
     from dstar.golden.dit import float_attention, float_linear
     from dstar.golden.trace import TraceRecorder, save_trace
     model = model or DiT.bundled()
@@ -331,4 +332,4 @@ def export_trace(cfg, path, model: DiT | None = None, layers=None, attention=Tru
                                                                  cfg.seed),
                 cfg.steps, cfg.cfg_scale, linear=rec.linear, attention=rec.attention,
                 on_step=rec.on_step)
-    save_trace(path, rec.trace())
+    return save_trace(path, rec.trace())

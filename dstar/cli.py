@@ -209,8 +209,9 @@ def cmd_trace(args) -> int:
     from . import analyze
     cfg = _config(args)
     layers = args.layers.split(",") if args.layers else None
-    analyze.export_trace(cfg, args.output, layers=layers, attention=not args.no_attention)
-    print(f"wrote {args.output}")
+    written = analyze.export_trace(cfg, args.output, layers=layers,
+                                   attention=not args.no_attention)
+    print(f"wrote {written}")
     return 0
 
 

@@ -62,7 +62,9 @@ def test_analysis_of_a_trace_is_the_golden_model(tmp_path):
 def test_export_from_the_numpy_model_round_trips(tmp_path, tiny_cfg):
     f = tmp_path / "bundled.npz"
     cfg = tiny_cfg.replace(steps=2, samples=1)
-    export_trace(cfg, f, layers=["blocks.0.mlp.fc1", "blocks.5.mlp.fc2"])
+    written = export_trace(cfg, tmp_path / "bundled", layers=["blocks.0.mlp.fc1",
+                                                              "blocks.5.mlp.fc2"])
+    assert written == f
     tr = load_trace(f)
     assert tr.steps == 2 and tr.timesteps.tolist() == [999, 0]
     assert tr.linear_x["blocks.0.mlp.fc1"].shape == (2, 2 * 256, 128)   # CFG doubles rows
