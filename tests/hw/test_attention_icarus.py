@@ -15,10 +15,9 @@ import pytest
 
 from dstar.config import preset
 from dstar.golden.attention import theta_fixed
-from dstar.hw.generate import ATTN_TOP_NAME, generate
+from dstar.hw.generate import ATTN_TOP_NAME
 from dstar.paths import build_dir
 from dstar.sim.bench_attention import attention_inputs
-from dstar.sim.case_files import save_cases
 from tests.hw.cases.attention import (
     edge_cases,
     group_shifts,
@@ -27,19 +26,14 @@ from tests.hw.cases.attention import (
     int_calls,
     random_step,
 )
-from tests.hw.fixtures import need_iverilog, run_icarus
+from tests.hw.fixtures import run_generated
 
 BUILD = build_dir("cocotb")
 
 
 def run_cocotb(cfg, name, cases):
-    need_iverilog()
-    out = BUILD / name
-    generate(cfg, out)
-    save_cases(out / "attn_cases.npz", cases)
-    run_icarus(out, ATTN_TOP_NAME, "dstar.sim.tb_attention",
-               {"DSTAR_ATTN_PARAMS": out / "params.json",
-                "DSTAR_ATTN_CASES": out / "attn_cases.npz"}, build="icarus_attn")
+    run_generated(cfg, BUILD / name, ATTN_TOP_NAME, "dstar.sim.tb_attention", cases, "DSTAR_ATTN",
+                  "attn_cases.npz", build="icarus_attn")
 
 
 def test_real_head_and_ragged_edge_case():

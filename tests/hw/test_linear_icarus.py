@@ -9,22 +9,16 @@ reads every width from ``params.json``.
 import pytest
 
 from dstar.config import preset
-from dstar.hw.generate import TOP_NAME, generate
+from dstar.hw.generate import TOP_NAME
 from dstar.paths import build_dir
-from dstar.sim.case_files import save_cases
 from tests.hw.cases.linear import real_case, synthetic_cases
-from tests.hw.fixtures import need_iverilog, run_icarus
+from tests.hw.fixtures import run_generated
 
 BUILD = build_dir("cocotb")
 
 
 def run_cocotb(cfg, name, cases):
-    need_iverilog()
-    out = BUILD / name
-    generate(cfg, out)
-    save_cases(out / "cases.npz", cases)
-    run_icarus(out, TOP_NAME, "dstar.sim.tb_linear", {"DSTAR_PARAMS": out / "params.json",
-                                                "DSTAR_CASES": out / "cases.npz"})
+    run_generated(cfg, BUILD / name, TOP_NAME, "dstar.sim.tb_linear", cases, "DSTAR")
 
 
 def test_compact_real_and_adversarial():
