@@ -1,6 +1,6 @@
 """Shared helpers of the hardware tests: the golden step, test data generators, the
 Amaranth-simulator step driver (re-exported from ``sim.pysim_driver``) and the cocotb-on-Icarus
-build-and-run step."""
+build-and-run steps."""
 
 import os
 import shutil
@@ -13,7 +13,7 @@ from dstar.golden.quant import exact_matmul
 from dstar.sim.pysim_driver import run_layer_pysim
 
 __all__ = ["golden_step", "run_layer_pysim", "random_weights", "drifting_targets",
-           "need_iverilog", "run_icarus"]
+           "need_iverilog", "run_icarus", "run_generated"]
 
 
 def golden_step(cfg, w_q, target, xs, y, key):
@@ -65,3 +65,19 @@ def run_icarus(out, top: str, test_module: str, env: dict, *, build: str = "icar
         assert var not in os.environ, f"{var} would override the testbench's setting"
     runner.test(hdl_toplevel=top, test_module=test_module, build_dir=out / build, test_dir=out,
                 testcase=testcase, extra_env={k: str(v) for k, v in env.items()})
+
+
+def run_generated(cfg, out, top: str, test_module: str, cases: dict, env_prefix: str,
+                  cases_file: str = "cases.npz", *, build: str = "icarus") -> None:
+    """Generate ``cfg``'s Verilog in ``out`` (``dstar.hw.generate.generate``), save ``cases`` to
+    ``out/cases_file`` and run the cocotb tests of ``test_module`` on ``top`` with
+    ``run_icarus``; the testbench finds ``params.json`` in ``{env_prefix}_PARAMS`` and the cases
+    in ``{env_prefix}_CASES``. Skips the calling test without Icarus."""
+    from dstar.hw.generate import generate
+    from dstar.sim.case_files import save_cases
+
+    need_iverilog()
+    generate(cfg, out)
+    save_cases(out / cases_file, cases)
+    run_icarus(out, top, test_module, {f"{env_prefix}_PARAMS": out / "params.json",
+                                       f"{env_prefix}_CASES": out / cases_file}, build=build)

@@ -6,20 +6,26 @@ different and clamped exponents, short last groups, ``e_max = 0`` and other grou
 outputs, residual cache and masks bit-exact, and every step's cycles and tile counts equal to
 ``dstar.sim.attention_cycles``."""
 
-import math
-
 import numpy as np
 import pytest
 
 from dstar.config import ConfigError, preset
-from dstar.golden.attention import AttentionReuse, theta_fixed
-from dstar.golden.softmax import logit_multiplier, softmax_groups
+from dstar.golden.attention import AttentionReuse
 from dstar.hw.attention import AttentionEngine, AttentionGeometry
 from dstar.hw.generate import attention_manifest
 from dstar.sim.attention_cycles import dense_cycles, predict
-from dstar.sim.bench_attention import HeadSteps, attention_inputs
+from dstar.sim.bench_attention import attention_inputs
 from dstar.sim.pysim_driver import simulate
 from dstar.sim.tb_attention import HeadImage, run_head
+from tests.hw.cases.attention import (
+    all_equal_step,
+    extreme_step,
+    group_shifts,
+    head_calls,
+    int_calls,
+    random_step,
+    theta1_step,
+)
 
 
 def run_calls(cfg, calls):
@@ -61,47 +67,6 @@ def check(cfg, calls, expected):
     return outs
 
 
-def head_calls(cfg, steps, theta, refresh, slot=0):
-    """Golden steps of one slot for float ``(q, k, v)`` per step, and the engine's calls."""
-    hs = HeadSteps(theta, refresh, block_q=cfg.block_q, block_k=cfg.block_k,
-                   frac_bits=cfg.attn_frac_bits, group=cfg.group, e_max=cfg.e_max)
-    exp = [hs.step(*s) for s in steps]
-    calls = [{**{k: e[k] for k in ("q", "k", "v", "m", "sh")}, "slot": slot,
-              "theta_q": theta_fixed(theta), "refresh": refresh} for e in exp]
-    return calls, exp
-
-
-def int_calls(cfg, steps, theta, refresh, slot=0):
-    """Like ``head_calls`` for integer steps ``(q, k, v, m, sh)`` (V given on its lattice)."""
-    from dstar.golden.attention import key_step_head, reuse_step_head
-
-    kw = dict(block_q=cfg.block_q, block_k=cfg.block_k, frac_bits=cfg.attn_frac_bits,
-              group=cfg.group, e_max=cfg.e_max)
-    exp, mask, r = [], None, None
-    for i, (q, k, v, m, sh) in enumerate(steps):
-        key = i == 0 or (refresh > 0 and i % refresh == 0)
-        if key:
-            res = key_step_head(q, k, v, m, sh, theta=theta, **kw)
-            mask, r, o = res["mask"], res["r"], res["o_full"]
-        else:
-            o = reuse_step_head(q, k, v, m, sh, mask, r, **kw)
-        exp.append({"key": key, "o": o, "r": r, "mask": mask})
-    calls = [{"q": q, "k": k, "v": v, "m": m, "sh": sh, "slot": slot,
-              "theta_q": theta_fixed(theta), "refresh": refresh}
-             for q, k, v, m, sh in steps]
-    return calls, exp
-
-
-def _random_step(rng, n, dh, logit_std=1.0):
-    q = rng.integers(-127, 128, size=(n, dh))
-    k = rng.integers(-127, 128, size=(n, dh))
-    v = rng.integers(-127, 128, size=(n, dh))
-    # A natural-log scale giving logits of about logit_std (INT8 dot products ~ 127**2 Dh / 3).
-    scale = np.full(n, logit_std / (127 ** 2 * math.sqrt(dh / 3)))
-    m, sh = logit_multiplier(scale * rng.uniform(0.5, 2.0, n))
-    return q, k, v, m, sh
-
-
 @pytest.fixture(scope="module")
 def small_cfg():
     """The tiny preset with Dh = 16: half the lane work per tile, for the synthetic cases."""
@@ -134,7 +99,7 @@ def test_real_head_key_and_two_reuse_steps(tiny_cfg, real_head):
 def test_random_ragged_key_and_reuse(small_cfg):
     """N = 27 (ragged query and key blocks), theta 0.5: key and reuse step."""
     rng = np.random.default_rng(5)
-    steps = [_random_step(rng, 27, small_cfg.head_dim, 2.0) for _ in range(2)]
+    steps = [random_step(rng, 27, small_cfg.head_dim, 2.0) for _ in range(2)]
     calls, exp = int_calls(small_cfg, steps, 0.5, 2)
     assert [e["key"] for e in exp] == [True, False] and not exp[0]["mask"].all()
     check(small_cfg, calls, exp)
@@ -154,28 +119,19 @@ def test_edge_cases(small_cfg):
         exp.extend(e)
 
     # theta = 1: key 0 dominates every row, the other block has zero mass, yet is computed.
-    q = np.full((20, dh), 127)
-    k = rng.integers(-3, 4, size=(20, dh))
-    k[0] = 127
-    v = rng.integers(-127, 128, size=(20, dh))
-    m, sh = logit_multiplier(np.full(20, 1e-3))
-    add([(q, k, v, m, sh)], 1.0, 0, 0)
+    dominant = theta1_step(rng, dh)
+    add([dominant], 1.0, 0, 0)
     # Single-block masks: the same head at theta 0.5 (block 0 holds all the mass).
-    add([(q, k, v, m, sh)], 0.5, 0, 1)
+    add([dominant], 0.5, 0, 1)
     # One-block sequence (N <= Bq, Bk), random.
-    add([_random_step(rng, 9, dh)] * 1 + [_random_step(rng, 9, dh)], 0.9, 0, 2)
+    add([random_step(rng, 9, dh)] * 1 + [random_step(rng, 9, dh)], 0.9, 0, 2)
     # All-equal logits: K = 0; two equal-mass blocks, theta 0.5 selects block 0 only.
-    z = np.zeros((32, dh), dtype=np.int64)
-    mz, shz = logit_multiplier(np.full(32, 0.01))
-    add([(rng.integers(-127, 128, size=(32, dh)), z, rng.integers(-127, 128, size=(32, dh)),
-          mz, shz)], 0.5, 0, 3)
+    add([all_equal_step(rng, dh)], 0.5, 0, 3)
     calls[-1]["clear"] = True
     # Extreme logits: +-127 everywhere (|S| = Dh * 127**2), V = -127 / 127.
-    sgn = rng.choice([-127, 127], size=(3, 20, dh))
-    me, she = logit_multiplier(np.full(20, 127.0 ** -2 / math.sqrt(dh) * 30))
-    add([(sgn[0], sgn[1], sgn[2], me, she)], 0.8, 0, 0)
+    add([extreme_step(rng, dh)], 0.8, 0, 0)
     # A single token.
-    add([_random_step(rng, 1, dh)], 0.9, 0, 1)
+    add([random_step(rng, 1, dh)], 0.9, 0, 1)
     assert exp[0]["mask"].all() and exp[1]["mask"].tolist() == [[True, False], [True, False]]
     assert exp[4]["mask"].tolist() == [[True, False], [True, False]]
     check(cfg, calls, exp)
@@ -186,8 +142,8 @@ def test_slot_refresh_policy(small_cfg):
     (only the first call is a key step); ``clear`` restarts every slot."""
     cfg, dh = small_cfg, small_cfg.head_dim
     rng = np.random.default_rng(3)
-    s0 = [_random_step(rng, 5, dh) for _ in range(3)]
-    s1 = [_random_step(rng, 5, dh) for _ in range(3)]
+    s0 = [random_step(rng, 5, dh) for _ in range(3)]
+    s1 = [random_step(rng, 5, dh) for _ in range(3)]
     c0, e0 = int_calls(cfg, s0, 0.9, 2, 0)
     c1, e1 = int_calls(cfg, s1, 0.9, 2, 1)
     calls = [c0[0], c1[0], c0[1], c1[1], c0[2], c1[2]]
@@ -246,19 +202,12 @@ def test_real_head_64_tokens(real_head):
     check(cfg, calls, exp)
 
 
-def group_shifts(cfg, q, k, m, sh):
-    """The golden group shifts of a dense softmax of ``q k^T`` (the format the P memory holds)."""
-    s_int = np.asarray(q, dtype=np.int64) @ np.asarray(k, dtype=np.int64).T
-    return softmax_groups(s_int, m, sh, frac_bits=cfg.attn_frac_bits, group=cfg.group,
-                          e_max=cfg.e_max)[1]
-
-
 def test_group_format_spread(small_cfg):
     """Logits scaled large (spread over many octaves): groups of different exponents, some
     clamped at ``e_max``; N = 17 (a last group of one key); key and reuse step."""
     cfg = small_cfg
     rng = np.random.default_rng(21)
-    steps = [_random_step(rng, 17, cfg.head_dim, 4.0) for _ in range(2)]
+    steps = [random_step(rng, 17, cfg.head_dim, 4.0) for _ in range(2)]
     shifts = group_shifts(cfg, *steps[0][:2], *steps[0][3:])
     assert {0, cfg.e_max} <= set(shifts.ravel().tolist()) and len(np.unique(shifts)) >= 5
     calls, exp = int_calls(cfg, steps, 0.9, 2)
@@ -271,7 +220,7 @@ def test_other_formats(small_cfg, group, e_max):
     key and reuse step."""
     cfg = small_cfg.replace(group=group, e_max=e_max)
     rng = np.random.default_rng(group + e_max)
-    steps = [_random_step(rng, 29, cfg.head_dim, 4.0) for _ in range(2)]
+    steps = [random_step(rng, 29, cfg.head_dim, 4.0) for _ in range(2)]
     kinds = len(np.unique(group_shifts(cfg, *steps[0][:2], *steps[0][3:])))
     assert kinds == 1 if e_max == 0 else kinds >= 3
     calls, exp = int_calls(cfg, steps, 0.7, 2)

@@ -5,11 +5,10 @@ import numpy as np
 import pytest
 
 from dstar.config import Packing, preset
-from dstar.golden.dispatch import STRATEGIES, lane_rotations
-from dstar.golden.encoder import encode
 from dstar.hw.dispatcher import make_dispatcher
 from dstar.hw.geometry import Geometry
 from dstar.sim.pysim_driver import simulate
+from tests.hw.cases.dispatcher import encoded, expected
 
 
 def run_dispatcher(geo, enc, rng, p_valid, p_tok_ready, p_reduce):
@@ -74,16 +73,6 @@ def run_dispatcher(geo, enc, rng, p_valid, p_tok_ready, p_reduce):
     return ops, tokens, result["counts"]
 
 
-def encoded(cfg, rng, n, k):
-    d = rng.integers(-40, 40, size=(n, k)) * (rng.random((n, k)) < 0.45)
-    d[0] = 0                                                    # all ZERO
-    d[1] = rng.choice([-128, 127, 100, -77], size=k)            # all HIGH
-    d[2, :cfg.group] = 3                                        # one busy group only
-    d[3] = rng.integers(-40000, 40000, size=k)                  # large shifts
-    d[4, ::cfg.group] = 200                                     # one element per group, lane 0
-    return encode(d, cfg.group, cfg.e_max, cfg.tau)
-
-
 @pytest.mark.parametrize("packing", list(Packing))
 @pytest.mark.parametrize("p_valid,p_tok_ready,p_reduce",
                          [(1.0, 1.0, 1.0), (0.7, 0.6, 0.3), (0.9, 0.9, 0.1)])
@@ -94,24 +83,15 @@ def test_dispatcher_ops(packing, p_valid, p_tok_ready, p_reduce):
     n, k = 12, 2 * cfg.k_tile
     enc = encoded(cfg, rng, n, k)
     ops, tokens, counts = run_dispatcher(geo, enc, rng, p_valid, p_tok_ready, p_reduce)
-    order = [(t, kt) for kt in range(k // cfg.k_tile) for t in range(n)]
-    rots = dict(zip(order, lane_rotations(enc, cfg.k_tile, geo.rotation, order), strict=True))
-    want = STRATEGIES[packing].streams(enc, cfg.k_tile, geo.rotation, rots)
+    want = expected(geo, enc, k)
+    order = want["order"]
     assert [(t, kt) for t, kt, _ in tokens] == order
     for lane in range(cfg.group):
-        exp = []
-        for t, kt in order:
-            lane_ops = want.get((t, kt), [[]] * cfg.group)[lane]
-            for idx, (nib, sh, row) in enumerate(lane_ops):
-                exp.append((nib, sh, row, rots[(t, kt)], kt & 1,
-                            int(idx == len(lane_ops) - 1)))
+        exp = [op[1:] for op in want["ops"] if op[0] == lane]
         assert ops[lane] == exp, f"lane {lane}"
-    for t, kt, mask in tokens:
-        lanes = want.get((t, kt), [[]] * cfg.group)
-        assert mask == sum(1 << lane for lane in range(cfg.group) if lanes[lane])
-    all_ops = [op for lanes in want.values() for lane in lanes for op in lane]
-    assert counts[0] + counts[1] + counts[2] == len(all_ops)
-    n_high = 2 * int((enc.cls == 2).sum())
-    n_low = int((enc.cls == 1).sum())
+    for (_, _, mask), want_mask in zip(tokens, want["masks"], strict=True):
+        assert mask == want_mask
+    n_low, n_high, n_idle = want["counts"]
+    assert counts[0] + counts[1] + counts[2] == len(want["ops"])
     assert (counts[0], counts[1]) == (n_low, n_high)
-    assert counts[2] == len(all_ops) - n_low - n_high           # idle ops (lockstep only)
+    assert counts[2] == n_idle                                  # idle ops (lockstep only)

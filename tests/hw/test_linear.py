@@ -6,26 +6,19 @@ import pytest
 
 from dstar.config import Packing, preset
 from dstar.golden.dispatch import STRATEGIES
-from dstar.sim.cycle_model import predict
-from tests.hw.fixtures import drifting_targets, golden_step, random_weights, run_layer_pysim
+from tests.hw.cases.linear import expected_steps, extreme_key, uneven_targets
+from tests.hw.fixtures import drifting_targets, random_weights, run_layer_pysim
 
 
 def check(cfg, w_q, steps, state=None):
     """Run ``steps`` = [(target, key)] and compare every step; returns the cycle reports."""
     outs = run_layer_pysim(cfg, w_q, steps, state=state)
-    k, m = w_q.shape
-    n = steps[0][0].shape[0]
-    xs = state if state is not None else np.zeros((n, k), dtype=np.int64)
-    y = np.zeros((n, m), dtype=np.int64)
-    reports = []
-    for i, ((target, key), out) in enumerate(zip(steps, outs, strict=True)):
-        enc, xs, y = golden_step(cfg, w_q, target, xs, y, key)
+    exp = expected_steps(cfg, w_q, steps, state)
+    for i, (out, (xs, y, rep)) in enumerate(zip(outs, exp, strict=True)):
         assert np.array_equal(out.state, xs), f"state differs at step {i}"
         assert np.array_equal(out.y, y), f"Y differs at step {i}"
-        rep = predict(cfg, enc, k, m)
         assert out.counters == rep.counters(), f"cycle model differs at step {i}"
-        reports.append(rep)
-    return reports
+    return [rep for _, _, rep in exp]
 
 
 @pytest.mark.parametrize("packing", list(Packing))
@@ -44,10 +37,7 @@ def test_adversarial_values(packing):
     cfg = preset("tiny").replace(packing=packing)
     rng = np.random.default_rng(12)
     n, k, m = 6, 64, 8
-    tmax = cfg.target_max
-    key = rng.choice([-tmax, tmax, 127, -128], size=(n, k))
-    key[1] = np.where(np.arange(k) % 2, 127, -128)            # all HIGH at shift 0
-    key[2] = 0                                                 # all ZERO even on a key step
+    key = extreme_key(rng, cfg, n, k)
     flip = -key                                                # D up to 2 * target_max
     w = random_weights(rng, k, m)
     w[:, 0] = 127
@@ -79,10 +69,7 @@ def test_uneven_load():
     cfg = preset("tiny")
     rng = np.random.default_rng(15)
     n, k, m = 16, 64, 8
-    base = rng.integers(-50, 50, size=(n, k))
-    nxt = base.copy()
-    nxt[: n // 2] += rng.choice([-120, 120], size=(n // 2, k))       # all HIGH
-    nxt[n // 2:, ::cfg.group] += 100                                 # one busy lane
+    base, nxt = uneven_targets(rng, cfg, n, k)
     reps = check(cfg, random_weights(rng, k, m), [(base, True), (nxt, False)])
     assert reps[1].account["starved"] + reps[1].account["credit"] > 0
 

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from dstar.config import preset
-from dstar.golden.softmax import logit_multiplier, normalize, reciprocal
+from dstar.golden.softmax import normalize, reciprocal
 from dstar.hw.softmax import Normalizer, SoftmaxUnit
 from dstar.sim.pysim_driver import simulate
 from dstar.sim.softmax_cycles import row_latency, row_period, schedule
 from dstar.sim.tb_softmax import check, octave_rows, real_rows, run_rows
+from tests.hw.cases.softmax import normalizer_inputs, random_rows
 
 
 class PysimIO:
@@ -76,20 +77,6 @@ def assert_unit(cfg, rows, m, sh, *, p_valid=1.0, p_ready=1.0, **kw):
     fails = check(res, rows, m, sh, *fmt(cfg), sched)
     assert not fails, "\n".join(fails[:8])
     return res
-
-
-def random_rows(rng, lengths, logit_std, cfg, dh=32):
-    """Logits of INT8 Q.K products (``dh`` terms) and the host's multiplier for a natural-log
-    logit std of about ``logit_std``."""
-    rows, scales = [], []
-    for n in lengths:
-        q = rng.integers(-127, 128, size=dh)
-        k = rng.integers(-127, 128, size=(n, dh))
-        s = k @ q
-        rows.append(s.tolist())
-        scales.append(logit_std / max(1.0, float(np.std(s)) if n > 1 else 3000.0))
-    m, sh = logit_multiplier(np.array(scales), cfg.attn_frac_bits)
-    return rows, m.tolist(), sh.tolist()
 
 
 @pytest.mark.parametrize("p_valid,p_ready", [(1.0, 1.0), (0.6, 0.5), (1.0, 0.25), (0.3, 1.0)])
@@ -241,10 +228,8 @@ def test_normalizer(p_valid, p_ready):
     rng = np.random.default_rng(17)
     n = 300
     lmax = (255 << cfg.e_max) * cfg.max_tokens
-    lsum = rng.integers(255, lmax + 1, size=n)
-    lsum[:6] = [255, 255 << cfg.e_max, lmax, lmax, 256, 511]
-    acc = rng.integers(-128 * lsum, 128 * lsum + 1)
-    acc[:6] = [128 * 255, -128 * (255 << cfg.e_max), 128 * lmax, -128 * lmax, 0, -1]
+    acc, lsum = normalizer_inputs(cfg, rng, n, [128 * 255, -128 * (255 << cfg.e_max),
+                                                128 * lmax, -128 * lmax, 0, -1])
     acc[6:20] = lsum[6:20] // 2 * rng.choice([-1, 1], size=14)      # |O| about 128
     got = run_normalizer(cfg, acc, lsum, p_valid, p_ready, seed=int(p_ready * 10))
     want = normalize(acc[:, None], lsum, cfg.attn_out_frac_bits)[:, 0]
