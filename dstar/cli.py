@@ -2,6 +2,7 @@
 
 import argparse
 import enum
+import functools
 import json
 import math
 import os
@@ -311,13 +312,21 @@ def cmd_bench_cycles(args) -> int:
     opts = {k: v for k, v in (("blocks", args.blocks), ("layers", args.layers),
                               ("packings", args.packings), ("rtl_layer", args.rtl_layer))
             if v is not None}
-    strategies = bench.run(cfg, every=args.every, lane_rotations=args.lane_rotation,
-                           per_step=args.per_step, rtl=args.rtl, **opts)
+    # With --json the text goes to stderr as progress and stdout holds the JSON alone.
+    say = functools.partial(print, file=sys.stderr) if args.json else print
+    strategies, rep = bench.run(cfg, every=args.every, lane_rotations=args.lane_rotation,
+                                per_step=args.per_step, rtl=args.rtl, say=say, **opts)
+    rep["preset"] = args.preset or (args.config.stem if args.config else "default")
     if args.area:
         from dstar.synth.strategy_area import print_area, strategy_area
         print(f"== area per strategy ({args.area} preset, one dispatcher, one PE array of "
               "lanes; Yosys per block) ==", flush=True)
-        print_area(strategy_area(load_config(None, args.area), strategies))
+        area = strategy_area(load_config(None, args.area), strategies)
+        if not args.json:
+            print_area(area)
+        rep["area"] = {"preset": args.area, **area}
+    if args.json:
+        print(_dump(rep))
     return 0
 
 
@@ -325,8 +334,9 @@ def cmd_bench_attention(args) -> int:
     from dstar.sim import bench_attention
     cfg = _config(args)
     name = args.preset or (args.config.stem if args.config else "default")
-    bench_attention.run(cfg, steps=args.run_steps, take=args.take, layers=args.layers,
-                        heads=args.heads, rtl=args.rtl, name=name)
+    rep = bench_attention.run(cfg, steps=args.run_steps, take=args.take, layers=args.layers,
+                              heads=args.heads, rtl=args.rtl, name=name)
+    print(_dump(rep) if args.json else bench_attention.format_report(rep))
     return 0
 
 
@@ -475,6 +485,8 @@ def _add_bench_cycles(bsub) -> None:
     b.add_argument("--area", nargs="?", const="tiny", choices=tuple(PRESETS), metavar="PRESET",
                    help="also synthesize each strategy's dispatcher and PE array (lanes) "
                         "with Yosys, cmos and iCE40 flows (default preset: tiny)")
+    b.add_argument("--json", action="store_true",
+                   help="print the report as one JSON object (the text goes to stderr)")
     b.set_defaults(func=cmd_bench_cycles)
 
 
@@ -482,9 +494,10 @@ def _add_bench_attention(bsub) -> None:
     b = bsub.add_parser("attention", help="attention-engine cycles of key and reuse steps vs "
                         "dense on the bundled DiT (dstar.sim.bench_attention)")
     _add_config_args(b)
-    b.add_argument("--steps", dest="run_steps", type=_pos_int, default=20,
-                   help="DDIM steps of the sampling run the heads come from (default: 20)")
-    b.add_argument("--take", type=_pos_int, default=6, help="steps measured (default: 6)")
+    b.add_argument("--steps", dest="run_steps", type=_pos_int,
+                   help="DDIM steps of the sampling run the heads come from (default: the "
+                   "config's)")
+    b.add_argument("--take", type=_pos_int, help="first N steps measured (default: all)")
     b.add_argument("--layers", type=_nonneg_int, nargs="+", default=[0, 3, 5],
                    help="DiT blocks (default: 0 3 5)")
     b.add_argument("--heads", type=_nonneg_int, nargs="+", default=[0, 1, 2, 3],
@@ -494,6 +507,7 @@ def _add_bench_attention(bsub) -> None:
                    help="key step every N steps (default: the config's)")
     b.add_argument("--rtl", type=_nonneg_int, default=0,
                    help="run the first N steps on the Amaranth simulator too (slow)")
+    b.add_argument("--json", action="store_true", help="print the report as one JSON object")
     b.set_defaults(func=cmd_bench_attention)
 
 

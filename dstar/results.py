@@ -30,6 +30,16 @@ def _synth_text(rep: dict) -> str:
     return format_table(rep)
 
 
+def _cycles_text(rep: dict) -> str:
+    from dstar.sim.bench import format_report
+    return format_report(rep)
+
+
+def _attention_text(rep: dict) -> str:
+    from dstar.sim.bench_attention import format_report
+    return format_report(rep)
+
+
 def _golden_text(rep: dict) -> str:
     return (f"golden model, {rep['samples']} samples x {rep['steps']} DDIM steps: FP32 "
             f"{rep['fp32_steps_per_second']:.2f} steps/s, DSTAR linears (invariant checked every "
@@ -61,6 +71,22 @@ RESULTS: dict[str, Result] = {
         _synth_text,
         "YoWASP Yosys per block and target; the CMOS figure is a transistor-count estimate at "
         "45 nm (`dstar.synth.flows`)."),
+    "bench_cycles": Result(
+        "Linear-datapath cycles on the bundled DiT",
+        ("bench", "cycles", "--json"),
+        _cycles_text,
+        "Every step of the default 50-step run, all 24 linears, default preset: element mix "
+        "(ZERO/LOW/HIGH), the element-level ideal over a dense pass on the same lanes, and per "
+        "packing strategy the speedup over that dense pass, the fraction of the ideal reached, "
+        "the PE-lane utilization and the idle lane cycles by cause (`dstar.sim.cycle_model`)."),
+    "bench_attention": Result(
+        "Attention-engine cycles on the bundled DiT",
+        ("bench", "attention", "--json"),
+        _attention_text,
+        "Every step of the default 50-step run, 4 heads of blocks 0, 3 and 5, default preset "
+        "(`theta`, `refresh_attn` of the config): mean cycles of key and reuse steps over dense "
+        "attention on the same engine (below 1: faster) and the PE lanes' utilization "
+        "(`dstar.sim.attention_cycles`)."),
     "bench_golden": Result(
         "Golden-model speed",
         ("bench", "golden", "--json", "--samples", "2"),

@@ -40,11 +40,17 @@ WAIT_CYCLES, NORM_DRAIN = AttentionGeometry.WAIT_CYCLES, AttentionGeometry.NORM_
 @dataclass
 class AttentionCycles:
     """Predicted counters of one step: ``cycles``, ``count_qk``, ``count_pv`` (the engine's
-    ports), and the cycles by phase (``phases``)."""
+    ports), the cycles by phase (``phases``) and ``busy``, the cycles in which the PE lanes run
+    QK^T or PV ops (``utilization`` = ``busy / cycles``)."""
     cycles: int
     count_qk: int
     count_pv: int
     phases: dict
+    busy: int = 0
+
+    @property
+    def utilization(self) -> float:
+        return self.busy / self.cycles if self.cycles else 0.0
 
     def counters(self) -> dict:
         return {"cycles": self.cycles, "count_qk": self.count_qk, "count_pv": self.count_pv}
@@ -84,14 +90,18 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int) -> AttentionCycles:
     if not mask.any(axis=1).all():
         raise ValueError("every query block needs at least one selected key block")
     ph = dict.fromkeys(("list", "qk", "smax", "sel", "pv", "norm"), 0)
-    count_qk = count_pv = 0
+    count_qk = count_pv = busy = 0
 
     def qk(rows, sel):
+        nonlocal busy
         n_chunks = sum(-(-k_lens[j] // bc) for j in sel)
+        busy += n_chunks * rows * 2 * rows_q
         return tile_phase([dh] * n_chunks, [rows * 2 * rows_q] * n_chunks)
 
     def pv(rows, sel):
+        nonlocal busy
         ngs = [-(-k_lens[j] // g) for j in sel] * n_cp
+        busy += sum(rows * 2 * ng for ng in ngs)
         return tile_phase([ng * g for ng in ngs], [rows * 2 * ng for ng in ngs])
 
     def smax(rows, sel):
@@ -118,7 +128,7 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int) -> AttentionCycles:
             ph["norm"] += norm
             count_qk += len(sel)
             count_pv += len(sel)
-    return AttentionCycles(sum(ph.values()), count_qk, count_pv, ph)
+    return AttentionCycles(sum(ph.values()), count_qk, count_pv, ph, busy)
 
 
 def dense_cycles(cfg, n: int) -> int:

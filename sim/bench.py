@@ -37,7 +37,8 @@ from dstar.golden.quant import exact_matmul
 from dstar.sim.cycle_model import ACCOUNTS, predict, predict_batch
 from dstar.sim.traces import linear_inputs
 
-__all__ = ["LAYERS", "DEFAULT_PACKINGS", "RTL_LAYER", "dense_encoding", "run"]
+__all__ = ["LAYERS", "DEFAULT_PACKINGS", "RTL_LAYER", "dense_encoding", "run",
+           "format_report"]
 
 #: The linear layers of a DiT block (``--layers``).
 LAYERS = ("mlp.fc1", "mlp.fc2", "attn.qkv", "attn.proj")
@@ -93,6 +94,20 @@ class Tally:
             out += f"  cycles {t['cycles']}  idle lane fractions: {idle}"
         return out
 
+    def to_dict(self) -> dict:
+        """The tally as JSON figures: element mix, ideal, dense cycles and per strategy cycles,
+        ``speedup_vs_dense``, ``fraction_of_ideal``, ``utilization`` and idle lane fractions."""
+        f = self.mix / max(1, self.mix.sum())
+        out = {"mix": {"zero": float(f[0]), "low": float(f[1]), "high": float(f[2])},
+               "ideal": self.ideal, "dense_cycles": self.dense, "strategies": {}}
+        for label, t in self.strat.items():
+            sp = self.dense / t["cycles"]
+            out["strategies"][label] = {
+                "cycles": t["cycles"], "speedup_vs_dense": sp,
+                "fraction_of_ideal": sp / self.ideal, "utilization": t["useful"] / t["lanes"],
+                "idle": {a: t[a] / t["lanes"] for a in ACCOUNTS}}
+        return out
+
     def head(self):
         f = self.mix / max(1, self.mix.sum())
         return f"mix {f[0]:.2f}/{f[1]:.2f}/{f[2]:.2f} ideal x{self.ideal:5.2f}"
@@ -113,8 +128,9 @@ def _strategy_config(base, packing, rotation):
     return base.replace(packing=packing, lane_rotation=rotation or base.lane_rotation)
 
 
-def run_model(base, strategies, layers, steps, every):
-    """Model every chosen step of every layer; returns (total, per layer, per step, speed)."""
+def run_model(base, strategies, layers, steps, every, say=print):
+    """Model every chosen step of every layer (a line per layer to ``say``); returns (total,
+    per layer, per step, speed, layer-steps)."""
     total, per_layer, per_step = Tally(), {}, {}
     secs = dict.fromkeys([s[0] for s in strategies], 0.0)
     n_ls = 0
@@ -139,12 +155,12 @@ def run_model(base, strategies, layers, steps, every):
             for s, rep in zip(chosen, reps, strict=True):
                 for t in (total, lt, per_step[s]):
                     t.add_rep(label, rep)
-        print(f"{layer:20s} K{k:4d} M{m:4d} {lt.head()} | "
-              + " | ".join(lt.line(lab) for lab, _, _ in strategies), flush=True)
+        say(f"{layer:20s} K{k:4d} M{m:4d} {lt.head()} | "
+            + " | ".join(lt.line(lab) for lab, _, _ in strategies), flush=True)
     return total, per_layer, per_step, {lab: n_ls / s for lab, s in secs.items()}, n_ls
 
 
-def run_rtl(base, strategies, layer, steps, n_rtl):
+def run_rtl(base, strategies, layer, steps, n_rtl, say=print):
     """``n_rtl`` layer-steps of ``layer`` (key step first, the rest spread over the run) on the
     Amaranth simulator, one column block: measured counters vs the model, Y and state vs
     golden. Returns the number of mismatches."""
@@ -175,43 +191,71 @@ def run_rtl(base, strategies, layer, steps, n_rtl):
             same = model.counters() == out.counters
             exact = np.array_equal(out.y, y_g) and np.array_equal(out.state, xs_g)
             bad += (not same) + (not exact)
-            print(f"RTL {layer}[:, :{cols}] {label:12s} step {s:2d}: measured "
+            say(f"RTL {layer}[:, :{cols}] {label:12s} step {s:2d}: measured "
                   f"{out.counters['cycles']:6d} cycles, model {model.cycles:6d} "
                   f"({'equal' if same else 'DIFFERENT'}), util {model.utilization:.3f}, "
                   f"Y and state {'bit-exact' if exact else 'DIFFERENT'}", flush=True)
-        print(f"  ({time.time() - t0:.0f}s of Amaranth simulation)")
+        say(f"  ({time.time() - t0:.0f}s of Amaranth simulation)")
     return bad
 
 
 def run(base, *, blocks=None, layers=LAYERS, packings=DEFAULT_PACKINGS, every: int = 1,
         lane_rotations=(0,), per_step: bool = False, rtl: int = 0,
-        rtl_layer: str = RTL_LAYER) -> list:
-    """Print the cycle figures of ``layers`` of DiT ``blocks`` (None: all) over every
-    ``every``-th step of a ``base.steps``-step run, per layer, per step (``per_step``) and over
-    the run, for each of ``packings`` (``compact`` once per lane rotation of
-    ``lane_rotations``); with ``rtl`` also that many layer-steps of ``rtl_layer`` on the Amaranth
-    simulator (a mismatch with the model or the golden model is printed). Returns the strategies
-    ``[(label, packing, lane_rotation)]``."""
+        rtl_layer: str = RTL_LAYER, say=print) -> tuple[list, dict]:
+    """The cycle figures of ``layers`` of DiT ``blocks`` (None: all) over every ``every``-th
+    step of a ``base.steps``-step run, for each of ``packings`` (``compact`` once per lane
+    rotation of ``lane_rotations``), printed (``say``) per layer, per step (``per_step``) and over
+    the run; with ``rtl`` also that many layer-steps of ``rtl_layer`` on the Amaranth
+    simulator (a mismatch with the model or the golden model is printed). Returns the
+    strategies ``[(label, packing, lane_rotation)]`` and the report: ``total`` and ``layers``
+    (``Tally.to_dict``), ``model_speed`` (layer-steps per second) and ``rtl_mismatches``."""
     steps = base.steps
     if blocks is None:
         from dstar.golden.dit import load_weights
         blocks = list(range(load_weights()[0].depth))
     strategies = _strategies(packings, lane_rotations)
     layers = [f"blocks.{blk}.{name}" for blk in blocks for name in layers]
-    total, _, per_steps, speed, n_ls = run_model(base, strategies, layers, steps, every)
+    total, per_layer, per_steps, speed, n_ls = run_model(base, strategies, layers, steps, every,
+                                                         say)
     if per_step:
-        print("== per step, over the layers ==")
+        say("== per step, over the layers ==")
         for s, t in sorted(per_steps.items()):
-            print(f"step {s:2d} {t.head()} | "
-                  + " | ".join(t.line(lab) for lab, _, _ in strategies))
-    print(f"== whole run: {n_ls} layer-steps ({len(layers)} layers x "
-          f"{n_ls // max(1, len(layers))} steps of {steps}), cycle model ==")
-    print(f"{total.head()}, dense {total.dense} cycles")
+            say(f"step {s:2d} {t.head()} | "
+                + " | ".join(t.line(lab) for lab, _, _ in strategies))
+    say(f"== whole run: {n_ls} layer-steps ({len(layers)} layers x "
+        f"{n_ls // max(1, len(layers))} steps of {steps}), cycle model ==")
+    say(f"{total.head()}, dense {total.dense} cycles")
     for label, _, _ in strategies:
-        print(total.line(label, breakdown=True))
-    print("model speed: " + ", ".join(f"{lab} {v:.1f} layer-steps/s" for lab, v in
-                                      speed.items()))
+        say(total.line(label, breakdown=True))
+    say("model speed: " + ", ".join(f"{lab} {v:.1f} layer-steps/s" for lab, v in speed.items()))
+    report = {"bench": "cycles", "steps": steps, "every": every, "layer_steps": n_ls,
+              "layers": {name: t.to_dict() for name, t in per_layer.items()},
+              "total": total.to_dict(), "model_speed": speed}
+    if per_step:
+        report["per_step"] = {s: t.to_dict() for s, t in sorted(per_steps.items())}
     if rtl:
-        bad = run_rtl(base, strategies, rtl_layer, steps, rtl)
-        print(f"RTL sample: {'model == RTL and bit-exact' if not bad else f'{bad} MISMATCHES'}")
-    return strategies
+        bad = run_rtl(base, strategies, rtl_layer, steps, rtl, say)
+        say(f"RTL sample: {'model == RTL and bit-exact' if not bad else f'{bad} MISMATCHES'}")
+        report["rtl_mismatches"] = bad
+    return strategies, report
+
+
+def format_report(rep: dict) -> str:
+    """``run``'s report as text: the whole run and each layer, one line per strategy."""
+    def lines(t, indent=""):
+        mix = t["mix"]
+        out = [f"{indent}mix {mix['zero']:.2f}/{mix['low']:.2f}/{mix['high']:.2f} ideal "
+               f"x{t['ideal']:.2f}, dense {t['dense_cycles']} cycles"]
+        for label, v in t["strategies"].items():
+            idle = " ".join(f"{a} {f:.3f}" for a, f in v["idle"].items())
+            out.append(f"{indent}  {label:12s} x{v['speedup_vs_dense']:5.2f} "
+                       f"({v['fraction_of_ideal']:4.0%} of ideal) util {v['utilization']:.3f}"
+                       f"  cycles {v['cycles']}  idle lane fractions: {idle}")
+        return out
+
+    out = [f"whole run: {rep['layer_steps']} layer-steps of {len(rep['layers'])} layers, every "
+           f"{rep['every']}. step of {rep['steps']} (cycle model, exact against the RTL)"]
+    out += lines(rep["total"])
+    for name, t in rep["layers"].items():
+        out += [name, *lines(t, "  ")]
+    return "\n".join(out)

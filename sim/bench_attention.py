@@ -1,8 +1,9 @@
 """Benchmark of the attention-reuse controller on the bundled DiT: cycles of key and reuse steps
 of real heads, and the ratio to dense attention on the same engine.
 
-``dstar bench attention [--preset default] [--steps 20] [--take 6] [--layers 0 3 5]
-[--heads 0 1 2 3] [--theta 0.9] [--refresh-attn 2] [--rtl N]`` runs ``run``.
+``dstar bench attention [--preset default] [--steps N] [--take N] [--layers 0 3 5]
+[--heads 0 1 2 3] [--theta 0.9] [--refresh-attn 2] [--rtl N] [--json]`` runs ``run`` and prints
+``format_report`` (or the report as JSON).
 
 For every chosen layer and head it quantizes the head's Q, K, V of each of the first ``take``
 steps of a ``steps``-step DDIM run (one sample, label 3, no guidance) as
@@ -11,7 +12,9 @@ residual carried over, ``refresh`` from the options), and predicts the engine's 
 exact model ``dstar.sim.attention_cycles``. ``--rtl N`` also runs the first ``N`` steps of the first
 layer/head on the Amaranth simulator and checks cycles and outputs against the model and the
 golden model (slow: about 1 k cycles per second). Figures per step kind: mean cycles, QK^T and
-PV tiles, and ``x dense`` = dense cycles / cycles (dense: one pass over every tile).
+PV tiles, and ``vs dense`` = cycles / dense cycles (dense: one pass over every tile); over all
+measured steps (by default every step of the config's run) the same ratio and the PE lanes'
+utilization.
 """
 
 import math
@@ -33,7 +36,7 @@ from dstar.golden.softmax import logit_multiplier
 from dstar.sim.attention_cycles import dense_cycles, predict
 from dstar.sim.traces import cache_path, sample_first_steps
 
-__all__ = ["attention_inputs", "HeadSteps", "run"]
+__all__ = ["attention_inputs", "HeadSteps", "run", "format_report"]
 
 
 def attention_inputs(layer: int = 0, steps: int = 20, take: int = 3, label: int = 3,
@@ -126,15 +129,20 @@ def _rtl_check(cfg, steps, theta, refresh):
     return [o.counters for o in outs]
 
 
-def run(cfg, *, steps: int = 20, take: int = 6, layers=(0, 3, 5), heads=(0, 1, 2, 3),
-        rtl: int = 0, name: str = "default") -> None:
-    """Print the engine's cycles of key and reuse steps (``cfg.theta``, ``cfg.refresh_attn``)
-    for ``heads`` of the attention of DiT blocks ``layers``, steps ``0 .. take - 1`` of a
-    ``steps``-step run, against dense attention; with ``rtl`` also the first ``rtl`` steps of the
-    first layer and head on the Amaranth simulator (an ``AssertionError`` on a mismatch).
-    ``name`` labels the configuration in the title. Raises ``ConfigError`` if the DiT's heads
-    do not fit ``cfg``."""
+def run(cfg, *, steps: int | None = None, take: int | None = None, layers=(0, 3, 5),
+        heads=(0, 1, 2, 3), rtl: int = 0, name: str = "default") -> dict:
+    """The engine's cycles of key and reuse steps (``cfg.theta``, ``cfg.refresh_attn``) for
+    ``heads`` of the attention of DiT blocks ``layers``, steps ``0 .. take - 1`` of a
+    ``steps``-step run (default: the config's ``steps``, all of them), against dense attention
+    on the same engine; with ``rtl`` also the first ``rtl`` steps of the first layer and head on
+    the Amaranth simulator (an ``AssertionError`` on a mismatch). Returns the report
+    (``format_report``): ratios are cycles over dense attention's (below 1: faster), per step
+    kind and over the measured steps (``run_ratio_vs_dense``), ``utilization`` = PE-lane busy
+    cycles / cycles over the measured steps. ``name`` labels the configuration. Raises
+    ``ConfigError`` if the DiT's heads do not fit ``cfg``."""
     theta, refresh = cfg.theta, cfg.refresh_attn
+    steps = steps or cfg.steps
+    take = min(take or steps, steps)
     tq = theta_fixed(theta)
     rows = {True: [], False: []}
     first = None
@@ -154,33 +162,64 @@ def run(cfg, *, steps: int = 20, take: int = 6, layers=(0, 3, 5), heads=(0, 1, 2
                 first = head_steps
             for s in head_steps:
                 c = predict(cfg, n, s["mask"], s["key"], tq)
-                rows[s["key"]].append((c.cycles, c.count_qk, c.count_pv, dense,
+                rows[s["key"]].append((c.cycles, c.count_qk, c.count_pv, c.busy,
                                        float(s["mask"].mean())))
     nqb = -(-n // cfg.block_q)
-    tiles = nqb * -(-n // cfg.block_k)
-    print(f"attention engine, preset {name}: N={n}, Dh={cfg.head_dim}, "
-          f"{cfg.block_q}x{cfg.block_k} blocks ({tiles} tiles), G={cfg.group} lanes x "
-          f"{cfg.m_tile} x {cfg.n_arrays} arrays; theta={theta}, refresh_attn={refresh}; "
-          f"layers {list(layers)}, heads {list(heads)}, steps 0..{take - 1} of {steps}")
-    print(f"dense attention (every tile once): {dense} cycles")
-    print(f"{'step':>6} {'count':>5} {'cycles':>9} {'QK tiles':>8} {'PV tiles':>8} "
-          f"{'mask':>6} {'x dense':>8}")
-    allc = []
+    kinds = {}
     for kind, label in ((True, "key"), (False, "reuse")):
-        r = np.array(rows[kind], dtype=np.float64)
-        if not len(r):
-            continue
-        allc.append(r[:, 0])
-        print(f"{label:>6} {len(r):>5} {r[:, 0].mean():>9.0f} {r[:, 1].mean():>8.1f} "
-              f"{r[:, 2].mean():>8.1f} {r[:, 4].mean():>6.3f} {dense / r[:, 0].mean():>8.3f}")
-    allc = np.concatenate(allc)
-    print(f"{'all':>6} {len(allc):>5} {allc.mean():>9.0f} {'':>8} {'':>8} {'':>6} "
-          f"{dense / allc.mean():>8.3f}")
-    print(f"(golden + cycle model: {time.time() - t0:.1f} s)")
+        r = np.array(rows[kind], dtype=np.float64).reshape(-1, 5)
+        kinds[label] = {"count": len(r),
+                        "mean_cycles": float(r[:, 0].mean()) if len(r) else None,
+                        "qk_tiles": float(r[:, 1].mean()) if len(r) else None,
+                        "pv_tiles": float(r[:, 2].mean()) if len(r) else None,
+                        "mask_fraction": float(r[:, 4].mean()) if len(r) else None,
+                        "ratio_vs_dense": float(r[:, 0].mean() / dense) if len(r) else None}
+    every = np.array(rows[True] + rows[False], dtype=np.float64)
+    rep = {"bench": "attention", "preset": name, "tokens": n, "head_dim": cfg.head_dim,
+           "block_q": cfg.block_q, "block_k": cfg.block_k,
+           "tiles": nqb * -(-n // cfg.block_k), "lanes": cfg.group, "m_tile": cfg.m_tile,
+           "n_arrays": cfg.n_arrays, "theta": theta, "refresh_attn": refresh,
+           "layers": list(layers), "heads": list(heads), "run_steps": steps,
+           "measured_steps": take, "dense_cycles": dense, "kinds": kinds,
+           "key_ratio_vs_dense": kinds["key"]["ratio_vs_dense"],
+           "reuse_ratio_vs_dense": kinds["reuse"]["ratio_vs_dense"],
+           "run_ratio_vs_dense": float(every[:, 0].mean() / dense),
+           "utilization": float(every[:, 3].sum() / every[:, 0].sum()),
+           "model_seconds": round(time.time() - t0, 1)}
     if rtl:
         t1 = time.time()
         got = _rtl_check(cfg, first[:rtl], theta, refresh)
-        print(f"RTL (Amaranth simulator), layer {layers[0]} head {heads[0]}, "
-              f"{len(got)} steps: cycles {[g['cycles'] for g in got]} == model, outputs "
-              f"bit-exact ({time.time() - t1:.0f} s)")
+        rep["rtl"] = {"steps": len(got), "cycles": [g["cycles"] for g in got],
+                      "model_equal": True, "bit_exact": True,
+                      "seconds": round(time.time() - t1, 1)}
+    return rep
 
+
+def format_report(rep: dict) -> str:
+    """``run``'s report as text."""
+    run_of = ("every step" if rep["measured_steps"] == rep["run_steps"]
+              else f"steps 0..{rep['measured_steps'] - 1}")
+    out = [f"attention engine, preset {rep['preset']}: N={rep['tokens']}, Dh={rep['head_dim']}, "
+           f"{rep['block_q']}x{rep['block_k']} blocks ({rep['tiles']} tiles), G={rep['lanes']} "
+           f"lanes x {rep['m_tile']} x {rep['n_arrays']} arrays; theta={rep['theta']}, "
+           f"refresh_attn={rep['refresh_attn']}; layers {rep['layers']}, heads {rep['heads']}, "
+           f"{run_of} of a {rep['run_steps']}-step run",
+           f"dense attention (every tile once): {rep['dense_cycles']} cycles",
+           f"{'step':>6} {'count':>5} {'cycles':>9} {'QK tiles':>8} {'PV tiles':>8} "
+           f"{'mask':>6} {'vs dense':>8}"]
+    for label, k in rep["kinds"].items():
+        if k["count"]:
+            out.append(f"{label:>6} {k['count']:>5} {k['mean_cycles']:>9.0f} "
+                       f"{k['qk_tiles']:>8.1f} {k['pv_tiles']:>8.1f} {k['mask_fraction']:>6.3f} "
+                       f"{k['ratio_vs_dense']:>7.3f}x")
+    count = sum(k["count"] for k in rep["kinds"].values())
+    out.append(f"{'all':>6} {count:>5} {rep['run_ratio_vs_dense'] * rep['dense_cycles']:>9.0f} "
+               f"{'':>8} {'':>8} {'':>6} {rep['run_ratio_vs_dense']:>7.3f}x")
+    out.append(f"PE-lane utilization {rep['utilization']:.3f} (golden + cycle model: "
+               f"{rep['model_seconds']:.1f} s)")
+    if "rtl" in rep:
+        r = rep["rtl"]
+        out.append(f"RTL (Amaranth simulator), layer {rep['layers'][0]} head {rep['heads'][0]}, "
+                   f"{r['steps']} steps: cycles {r['cycles']} == model, outputs bit-exact "
+                   f"({r['seconds']:.0f} s)")
+    return "\n".join(out)

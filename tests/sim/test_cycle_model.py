@@ -84,3 +84,36 @@ def test_layer_cycles_follow_the_datapath():
     assert layer_cycles.predict(cfg, enc, k, m) == predict(cfg, enc, k, m)
     dense = cfg.replace(datapath="dense")
     assert layer_cycles.predict(dense, enc, k, m) == dense_cycles.predict(dense, n, k, m)
+
+
+def test_bench_cycles_json_is_the_cycle_model(capsys):
+    """``dstar bench cycles --json``: stdout is one JSON object whose figures are the cycle
+    model's own (re-predicted here from the golden encoding), the text goes to stderr."""
+    import json
+
+    from dstar.cli import main
+    from dstar.config import load_config
+    from dstar.golden.difflinear import DiffLinear
+    from dstar.sim.bench import dense_encoding
+    from dstar.sim.cycle_model import predict
+    from dstar.sim.traces import linear_inputs
+
+    assert main(["bench", "cycles", "--steps", "2", "--blocks", "0", "--layers", "mlp.fc2",
+                 "--packing", "compact", "lockstep", "--json"]) == 0
+    cap = capsys.readouterr()
+    rep = json.loads(cap.out)
+    assert "== whole run: 2 layer-steps" in cap.err
+    cfg = load_config(None, "default").replace(steps=2)
+    xs, w, b = linear_inputs("blocks.0.mlp.fc2", steps=2)
+    dl = DiffLinear(w, b, cfg)
+    encs = [dl(x, s).enc for s, x in enumerate(xs)]
+    k, m = w.shape[1], w.shape[0]
+    dense = predict(cfg, dense_encoding(encs[0]), k, m).cycles
+    total = rep["total"]
+    assert rep["layer_steps"] == 2 and total["dense_cycles"] == 2 * dense
+    for p in ("compact", "lockstep"):
+        cycles = sum(predict(cfg.replace(packing=p), e, k, m).cycles for e in encs)
+        got = total["strategies"][p]
+        assert got["cycles"] == cycles
+        assert got["speedup_vs_dense"] == 2 * dense / cycles
+    assert rep["layers"]["blocks.0.mlp.fc2"] == total
