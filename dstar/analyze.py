@@ -1,5 +1,5 @@
-"""``dstar analyze``: one sampling run of the bundled DiT three ways (FP32, dense W8A8, DSTAR) on
-the same seeds, or the differential-linear analysis of a user trace.
+"""``dstar analyze``: one sampling run of a bundled DiT (``--workload``) three ways (FP32, dense
+W8A8, DSTAR) on the same seeds, or the differential-linear analysis of a user trace.
 
 The result is one JSON-able dict; ``format_table`` renders it for people. PSNR compares final
 samples with the FP32 samples (peak-to-peak 2, images in [-1, 1]); the ops ratios are W8A8 nibble
@@ -13,15 +13,12 @@ import numpy as np
 from dstar.golden.attention import AttentionReuse
 from dstar.golden.dit import LINEAR_TYPES, DiT
 from dstar.golden.hooks import DStarLinears, W8A8Linears, layer_type
+from dstar.golden.image_stats import psnr
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
 from dstar.golden.stats import OpStats
+from dstar.golden.workloads import WORKLOADS, denoising_psnr, sample_quality
 
 __all__ = ["psnr", "run_bundled", "format_table", "run_sweep", "format_sweep", "SWEEP_FIELDS"]
-
-
-def psnr(a, b, peak_to_peak: float = 2.0) -> float:
-    mse = float(np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10.0 * np.log10(peak_to_peak ** 2 / mse)
 
 
 def _dstar_block(stats: OpStats) -> dict:
@@ -42,12 +39,14 @@ def _dstar_block(stats: OpStats) -> dict:
 MEASURE_BATCH = 2
 
 
-def run_bundled(cfg, model: DiT | None = None, classifier=None, progress=None) -> tuple[dict,
-                                                                                      dict]:
-    """Run the analysis on the bundled DiT. Returns ``(report, samples)`` where ``samples`` maps
-    ``fp32``/``w8a8``/``dstar`` to final images ``(samples, 1, H, W)``."""
-    model = model or DiT.bundled()
-    labels = sample_labels(cfg.samples)
+def run_bundled(cfg, model: DiT | None = None, quality: bool = False, progress=None) -> tuple[
+        dict, dict]:
+    """Run the analysis on the bundled DiT of ``cfg.workload`` (or ``model``). Returns
+    ``(report, samples)`` where ``samples`` maps ``fp32``/``w8a8``/``dstar`` to final images
+    ``(samples, 1, H, W)``; with ``quality`` the report holds the workload's quality figures of
+    each (``dstar.golden.workloads``: class accuracy of digits, image statistics of photos)."""
+    model = model or DiT.bundled(cfg.workload)
+    labels = sample_labels(cfg.samples, model.shape.num_classes)
     noise = initial_noise(cfg.samples, model.shape, cfg.seed)
     timing = {}
 
@@ -70,7 +69,7 @@ def run_bundled(cfg, model: DiT | None = None, classifier=None, progress=None) -
     ast = attn_only.stats()
     samples = {"fp32": fp32, "w8a8": w8a8, "dstar": dstar}
     report = {
-        "workload": "bundled DiT (hidden 128, depth 6, 4 heads, patch 2) on MNIST-5k",
+        "workload": WORKLOADS[cfg.workload].title, "workload_name": str(cfg.workload),
         "steps": cfg.steps, "tokens": model.shape.tokens, "samples": cfg.samples,
         "rows_per_linear": cfg.samples * model.shape.tokens * (2 if cfg.cfg_scale > 1 else 1),
         "config": cfg.to_dict(),
@@ -98,8 +97,10 @@ def run_bundled(cfg, model: DiT | None = None, classifier=None, progress=None) -
         "per_layer_type": per_type,
         "per_step": per_step,
     }
-    if classifier is not None:
-        report["class_accuracy"] = {k: classifier.accuracy(v, labels) for k, v in samples.items()}
+    if quality:
+        report["quality"] = {k: sample_quality(cfg.workload, v, labels)
+                             for k, v in samples.items()}
+        report["denoising"] = denoising_psnr(model, cfg.workload)
     return report, samples
 
 
@@ -148,8 +149,8 @@ def run_sweep(cfg, grid: dict, model: DiT | None = None, progress=None) -> dict:
     reuse steps), the linear layers' element-level nibble-pass ratio vs W8A8, and whether the
     point meets the target (gap <= 1 dB with <= 50 % of the blocks on reuse steps)."""
     points = sweep_points(cfg, grid)
-    model = model or DiT.bundled()
-    labels = sample_labels(cfg.samples)
+    model = model or DiT.bundled(cfg.workload)
+    labels = sample_labels(cfg.samples, model.shape.num_classes)
     noise = initial_noise(cfg.samples, model.shape, cfg.seed)
 
     def run(tag, **hooks):
@@ -185,7 +186,8 @@ def run_sweep(cfg, grid: dict, model: DiT | None = None, progress=None) -> dict:
                                  and (reuse if reuse is not None else 1.0)
                                  <= TARGET_REUSE_BLOCKS),
             "seconds": round(time.perf_counter() - t0, 3)})
-    return {"workload": "bundled DiT sweep", "steps": cfg.steps, "samples": cfg.samples,
+    return {"workload": f"{WORKLOADS[cfg.workload].title} (sweep)", "steps": cfg.steps,
+            "samples": cfg.samples,
             "config": cfg.to_dict(), "grid": {k: list(v) for k, v in grid.items()},
             "w8a8": {"psnr_vs_fp32_db": w8a8_db},
             "target": {"psnr_gap_vs_w8a8_db": TARGET_PSNR_GAP_DB,
@@ -219,6 +221,25 @@ def _fmt(v, digits=3):
     if isinstance(v, float):
         return f"{v:.{digits}f}"
     return str(v)
+
+
+def _quality_lines(rep: dict) -> list[str]:
+    d = rep.get("denoising")
+    out = [] if d is None else [
+        f"FP32 model's one-step denoising of {d['images']} real images at t={d['t']}: PSNR "
+        f"{d['denoised_psnr_db']:.2f} dB (the noisy input: {d['noisy_psnr_db']:.2f} dB)"]
+    q = rep.get("quality")
+    if q is None and "class_accuracy" in rep:        # reports before the photos workload
+        q = {k: {"class_accuracy": v} for k, v in rep["class_accuracy"].items()}
+    if not q:
+        return out
+    if all("class_accuracy" in v for v in q.values()):
+        return out + ["class accuracy of samples (kNN on real digits): "
+                      + "  ".join(f"{k} {v['class_accuracy']:.2f}" for k, v in q.items())]
+    out.append("samples vs held-out crops (W1 of per-image mean / std, power spectrum RMS dB):")
+    out += [f"  {k:6s} {v['mean_w1']:.3f} / {v['std_w1']:.3f} / {v['spectrum_db']:.2f} dB"
+            for k, v in q.items()]
+    return out
 
 
 def format_table(rep: dict) -> str:
@@ -261,10 +282,7 @@ def format_table(rep: dict) -> str:
         lines.append("linear outputs vs float (SQNR, dB):  W8A8 "
                      f"{_fmt(rep['w8a8']['output_sqnr_db'], 2)}   DSTAR "
                      f"{_fmt(rep['dstar']['output_sqnr_db'], 2)}")
-    if "class_accuracy" in rep:
-        ca = rep["class_accuracy"]
-        lines.append("class accuracy of samples (kNN on real digits): "
-                     + "  ".join(f"{k} {v:.2f}" for k, v in ca.items()))
+    lines += _quality_lines(rep)
     lines.append(f"nibble passes vs dense W8A8: element-level {rep['ops_ratio_vs_w8a8']:.2f}x, "
                  f"lockstep {rep['lockstep_ops_ratio_vs_w8a8']:.2f}x")
     return "\n".join(lines)
@@ -322,14 +340,14 @@ def run_trace(cfg, trace, source: str = "trace") -> dict:
 
 
 def export_trace(cfg, path, model: DiT | None = None, layers=None, attention=True):
-    """Record the bundled model's FP32 sampling run (``cfg.samples``, ``cfg.steps``) as a trace;
-    returns the file written (``dstar.golden.trace.save_trace``: ``.npz`` appended)."""
+    """Record the bundled model's (``cfg.workload``) FP32 sampling run (``cfg.samples``,
+    ``cfg.steps``) as a trace; returns the file written (``dstar.golden.trace.save_trace``:
+    ``.npz`` appended)."""
     from dstar.golden.dit import float_attention, float_linear
     from dstar.golden.trace import TraceRecorder, save_trace
-    model = model or DiT.bundled()
+    model = model or DiT.bundled(cfg.workload)
     rec = TraceRecorder(float_linear, float_attention, layers, attention)
-    ddim_sample(model, sample_labels(cfg.samples), initial_noise(cfg.samples, model.shape,
-                                                                 cfg.seed),
-                cfg.steps, cfg.cfg_scale, linear=rec.linear, attention=rec.attention,
-                on_step=rec.on_step)
+    ddim_sample(model, sample_labels(cfg.samples, model.shape.num_classes),
+                initial_noise(cfg.samples, model.shape, cfg.seed), cfg.steps, cfg.cfg_scale,
+                linear=rec.linear, attention=rec.attention, on_step=rec.on_step)
     return save_trace(path, rec.trace())

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from .config import PRESETS, ConfigError, Datapath, Packing, load_config
+from .config import PRESETS, ConfigError, Datapath, Packing, Workload, load_config
 from .paths import BUILD_DIR_ENV
 
 __all__ = ["main"]
@@ -46,6 +46,7 @@ def _add_config_args(p: argparse.ArgumentParser, workload: bool = False) -> None
                    help="set any config field (repeatable; see `dstar config`), after the "
                         "preset and the TOML file")
     if workload:
+        _add_workload_arg(p)
         p.add_argument("--tau", type=_nonneg_int, help="encoder tolerance (lattice units)")
         p.add_argument("--refresh-linear", type=_nonneg_int,
                        help="key step every N steps (0: first step only)")
@@ -57,9 +58,15 @@ def _add_config_args(p: argparse.ArgumentParser, workload: bool = False) -> None
                        help="attention key step every N steps (0: first step only)")
 
 
+def _add_workload_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload", choices=[w.value for w in Workload],
+                   help="the bundled DiT that runs: digits (MNIST, the default) or photos "
+                        "(natural-image crops)")
+
+
 #: Config fields that have a flag of their own (``_add_config_args``, ``dstar generate``).
 _FIELD_FLAGS = ("tau", "refresh_linear", "steps", "samples", "seed", "theta", "refresh_attn",
-                "packing", "datapath")
+                "packing", "datapath", "workload")
 
 
 def _config(args):
@@ -187,11 +194,8 @@ def cmd_analyze(args) -> int:
         from dstar.golden.trace import load_trace
         rep = analyze.run_trace(cfg, load_trace(args.trace), source=str(args.trace))
     else:
-        from dstar.golden.classifier import DigitClassifier
-
         from .png import image_grid, write_png
-        rep, samples = analyze.run_bundled(cfg, classifier=DigitClassifier(),
-                                           progress=_progress(args.quiet))
+        rep, samples = analyze.run_bundled(cfg, quality=True, progress=_progress(args.quiet))
         if args.png:
             write_png(args.png, image_grid([samples["fp32"], samples["w8a8"], samples["dstar"]]))
             rep["png"] = str(args.png)
@@ -467,6 +471,7 @@ def _add_bench_cycles(bsub) -> None:
     b = bsub.add_parser("cycles", help="linear-datapath cycles, utilization and ratio vs dense "
                         "on the bundled DiT (dstar.sim.bench)")
     _add_config_args(b)
+    _add_workload_arg(b)
     b.add_argument("--steps", type=_pos_int, help="DDIM steps of the run (default: the config's)")
     b.add_argument("--blocks", type=_nonneg_int, nargs="+", help="DiT blocks (default: all)")
     b.add_argument("--layers", nargs="+",
@@ -494,6 +499,7 @@ def _add_bench_attention(bsub) -> None:
     b = bsub.add_parser("attention", help="attention-engine cycles of key and reuse steps vs "
                         "dense on the bundled DiT (dstar.sim.bench_attention)")
     _add_config_args(b)
+    _add_workload_arg(b)
     b.add_argument("--steps", dest="run_steps", type=_pos_int,
                    help="DDIM steps of the sampling run the heads come from (default: the "
                    "config's)")

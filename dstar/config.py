@@ -8,10 +8,11 @@ Derived quantities (accumulator width, target clip bound, ...) are properties, n
 they cannot disagree with the fields they derive from. Invalid values raise ``ConfigError`` with
 a message naming the field and the value.
 
-Closed choices are enums (``Datapath``, ``Packing``, ``WeightStore``); TOML files and keyword
-arguments give them as their string values, which ``Config`` converts. ``Config.hardware()`` is
-the part the hardware generator reads: the config hash, the manifest's ``config`` section and the
-synthesis baselines cover only it, so a change of a run field leaves them alone.
+Closed choices are enums (``Datapath``, ``Packing``, ``WeightStore``, ``Workload``); TOML files
+and keyword arguments give them as their string values, which ``Config`` converts.
+``Config.hardware()`` is the part the hardware generator reads: the config hash, the manifest's
+``config`` section and the synthesis baselines cover only it, so a change of a run field leaves
+them alone.
 """
 
 import dataclasses
@@ -22,8 +23,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum, StrEnum
 from pathlib import Path
 
-__all__ = ["Config", "ConfigError", "Packing", "Datapath", "WeightStore", "PRESETS", "preset",
-           "load_config", "bits_signed"]
+__all__ = ["Config", "ConfigError", "Packing", "Datapath", "WeightStore", "Workload", "PRESETS",
+           "preset", "load_config", "bits_signed"]
 
 
 class Packing(StrEnum):
@@ -59,6 +60,17 @@ class WeightStore(StrEnum):
     REGISTERS = "registers"
     #: Per lane, a memory of the rows it may read (LUT RAM on FPGAs): no wide multiplexers.
     LANE_RAM = "lane_ram"
+
+
+class Workload(StrEnum):
+    """Which bundled DiT the golden model runs (``dstar.golden.workloads``): same architecture
+    family, different training data."""
+
+    #: Class-conditional DiT on the MNIST-5k digits (10 classes).
+    DIGITS = "digits"
+    #: DiT on 32x32 grayscale crops of the photos in ``dstar.golden.photos``, conditioned on
+    #: the source photo (16 classes).
+    PHOTOS = "photos"
 
 
 def _hw(default):
@@ -97,6 +109,7 @@ class Config:
     head_dim: int = _hw(32)     # Dh of the attention engine (the bundled DiT: 128 hidden / 4 heads)
     attn_slots: int = _hw(4)    # layer/head slots of the attention engine (step counter, mask, R)
     # --- workload run (dstar analyze) ---
+    workload: Workload = Workload.DIGITS  # the bundled DiT that runs (Workload)
     steps: int = 50             # DDIM steps
     samples: int = 10           # class-conditional images (labels cycle 0..9)
     cfg_scale: float = 1.5      # classifier-free guidance (1.0: off, no doubled batch)

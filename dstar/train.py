@@ -24,10 +24,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dstar.config import Workload
 from dstar.golden.diffusion import alphas_cumprod
 from dstar.golden.dit import DiTShape
 from dstar.golden.mnist import load_mnist
 from dstar.golden.photos import PHOTOS, random_crops
+from dstar.golden.workloads import WORKLOADS
 
 from .torch_dit import DiT, from_numpy_weights, to_numpy_weights
 
@@ -73,16 +75,17 @@ def photo_quality(ema: DiT, samples: int = 200, steps: int = 50, cfg_scale: floa
     return image_distances(_samples(ema, samples, steps, cfg_scale, seed)[0], held_out_crops()[0])
 
 
-#: Per workload: (DiT shape, default weights file, batch sampler (np rng, n) -> (x, y), check).
 def _digits_batches():
     images, labels = load_mnist()
     return lambda rng, n: (lambda i: (images[i], labels[i]))(rng.integers(0, len(images), n))
 
 
-WORKLOADS = {
-    "digits": (DiTShape(), Path("golden/data/dit_mnist.npz"), _digits_batches, legibility),
-    "photos": (DiTShape(num_classes=len(PHOTOS)), Path("golden/data/dit_photos.npz"),
-               lambda: random_crops, photo_quality),
+#: Per workload: (DiT shape, batch sampler maker () -> ((np rng, n) -> (x, y)), quality check).
+#: The default output is the workload's bundled weights file in the checkout
+#: (``golden/data/``, ``dstar.golden.workloads``).
+TRAINING = {
+    Workload.DIGITS: (DiTShape(), _digits_batches, legibility),
+    Workload.PHOTOS: (DiTShape(num_classes=len(PHOTOS)), lambda: random_crops, photo_quality),
 }
 
 
@@ -114,7 +117,7 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", type=Path, default=Path(".train"))
-    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="digits")
+    ap.add_argument("--workload", choices=[w.value for w in Workload], default="digits")
     ap.add_argument("--out", type=Path, default=None, help="weights file (default: the bundled "
                     "one of the workload)")
     ap.add_argument("--ckpt-every", type=int, default=250)
@@ -126,8 +129,8 @@ def main(argv=None) -> None:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    shape, default_out, batches, check = WORKLOADS[args.workload]
-    args.out = args.out or default_out
+    shape, batches, check = TRAINING[Workload(args.workload)]
+    args.out = args.out or Path("golden/data") / WORKLOADS[Workload(args.workload)].weights
     draw = batches()
     ab = torch.from_numpy(alphas_cumprod()).float()
 

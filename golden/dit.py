@@ -54,15 +54,17 @@ _LAYER_PATHS = {"qkv": "attn.qkv", "proj": "attn.proj", "fc1": "mlp.fc1", "fc2":
 ATTN_SUFFIX = "attn"
 
 
-def bundled_weights_path():
-    from dstar.paths import package_data
-    return package_data("dstar.golden", "data", "dit_mnist.npz")
+def bundled_weights_path(workload="digits"):
+    """The installed weights file of a bundled workload (``dstar.golden.workloads``)."""
+    from .workloads import weights_path
+    return weights_path(workload)
 
 
-def load_weights(path=None) -> tuple[DiTShape, dict[str, np.ndarray]]:
-    """Load a DiT weight file (``state_dict`` keys, float32, plus ``meta.*`` shape entries)."""
+def load_weights(path=None, workload="digits") -> tuple[DiTShape, dict[str, np.ndarray]]:
+    """Load a DiT weight file (``state_dict`` keys, float32, plus ``meta.*`` shape entries);
+    without ``path``, the bundled weights of ``workload``."""
     from pathlib import Path
-    path = Path(path) if path is not None else bundled_weights_path()
+    path = Path(path) if path is not None else bundled_weights_path(workload)
     if not path.is_file():
         raise FileNotFoundError(f"DiT weight file {str(path)!r} does not exist")
     with np.load(path) as f:
@@ -126,8 +128,9 @@ class DiT:
         self.pos_embed = pos_embed_2d(shape.hidden, shape.image_size // shape.patch)
 
     @classmethod
-    def bundled(cls) -> "DiT":
-        return cls(*load_weights())
+    def bundled(cls, workload="digits") -> "DiT":
+        """The bundled DiT of ``workload`` (``dstar.config.Workload``)."""
+        return cls(*load_weights(workload=workload))
 
     def _required_keys(self):
         keys = ["x_embedder.proj.weight", "t_embedder.mlp.0.weight",

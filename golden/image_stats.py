@@ -1,5 +1,6 @@
 """Sample-quality statistics that need no pretrained network: how far a set of generated images
-is from a reference set (held-out crops) in per-image mean and contrast and in power spectrum.
+is from a reference set (held-out crops) in per-image mean and contrast and in power spectrum,
+and the PSNR of one image set against another.
 
 * ``mean_w1``, ``std_w1``: 1-D Wasserstein-1 distance between the two sets' distributions of the
   per-image mean and of the per-image standard deviation (images in [-1, 1]).
@@ -10,7 +11,13 @@ is from a reference set (held-out crops) in per-image mean and contrast and in p
 
 import numpy as np
 
-__all__ = ["radial_spectrum", "wasserstein1", "image_distances"]
+__all__ = ["psnr", "radial_spectrum", "wasserstein1", "image_distances"]
+
+
+def psnr(a, b, peak_to_peak: float = 2.0) -> float:
+    """PSNR of ``a`` against ``b`` in dB (images in [-1, 1]: peak-to-peak 2); inf if equal."""
+    mse = float(np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10.0 * np.log10(peak_to_peak ** 2 / mse)
 
 
 def radial_spectrum(images) -> np.ndarray:

@@ -13,8 +13,9 @@ from .dit import DiT, float_attention, float_linear
 __all__ = ["initial_noise", "sample_labels", "ddim_sample"]
 
 
-def sample_labels(samples: int) -> np.ndarray:
-    return np.arange(samples, dtype=np.int64) % 10
+def sample_labels(samples: int, num_classes: int = 10) -> np.ndarray:
+    """The class labels of ``samples`` images: ``0, 1, ...`` cycling over at most 10 classes."""
+    return np.arange(samples, dtype=np.int64) % min(10, num_classes)
 
 
 def initial_noise(samples: int, shape, seed: int) -> np.ndarray:

@@ -135,7 +135,7 @@ def run_model(base, strategies, layers, steps, every, say=print):
     secs = dict.fromkeys([s[0] for s in strategies], 0.0)
     n_ls = 0
     for layer in layers:
-        xs, w, b = linear_inputs(layer, steps=steps)
+        xs, w, b = linear_inputs(layer, steps=steps, workload=base.workload)
         dl = DiffLinear(w, b, base)
         k, m = w.shape[1], w.shape[0]
         encs = [dl(x, s).enc for s, x in enumerate(xs)]
@@ -166,7 +166,7 @@ def run_rtl(base, strategies, layer, steps, n_rtl, say=print):
     golden. Returns the number of mismatches."""
     from dstar.sim.pysim_driver import run_layer_pysim
 
-    xs, w, b = linear_inputs(layer, steps=steps)
+    xs, w, b = linear_inputs(layer, steps=steps, workload=base.workload)
     dl = DiffLinear(w, b, base)
     targets, states = [], []
     for s, x in enumerate(xs):
@@ -212,7 +212,7 @@ def run(base, *, blocks=None, layers=LAYERS, packings=DEFAULT_PACKINGS, every: i
     steps = base.steps
     if blocks is None:
         from dstar.golden.dit import load_weights
-        blocks = list(range(load_weights()[0].depth))
+        blocks = list(range(load_weights(workload=base.workload)[0].depth))
     strategies = _strategies(packings, lane_rotations)
     layers = [f"blocks.{blk}.{name}" for blk in blocks for name in layers]
     total, per_layer, per_steps, speed, n_ls = run_model(base, strategies, layers, steps, every,
@@ -228,7 +228,8 @@ def run(base, *, blocks=None, layers=LAYERS, packings=DEFAULT_PACKINGS, every: i
     for label, _, _ in strategies:
         say(total.line(label, breakdown=True))
     say("model speed: " + ", ".join(f"{lab} {v:.1f} layer-steps/s" for lab, v in speed.items()))
-    report = {"bench": "cycles", "steps": steps, "every": every, "layer_steps": n_ls,
+    report = {"bench": "cycles", "workload": str(base.workload), "steps": steps, "every": every,
+              "layer_steps": n_ls,
               "layers": {name: t.to_dict() for name, t in per_layer.items()},
               "total": total.to_dict(), "model_speed": speed}
     if per_step:

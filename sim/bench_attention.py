@@ -40,17 +40,18 @@ __all__ = ["attention_inputs", "HeadSteps", "run", "format_report"]
 
 
 def attention_inputs(layer: int = 0, steps: int = 20, take: int = 3, label: int = 3,
-                     seed: int = 0):
+                     seed: int = 0, workload: str = "digits"):
     """Float ``q, k, v`` of the attention of DiT block ``layer`` at the first ``take`` steps of a
     ``steps``-step DDIM run (one sample of ``label``, no guidance): three arrays
-    ``(take, H, N, Dh)`` (float32, before the 1/sqrt(Dh) scale). Cached under ``build/traces/``
+    ``(take, H, N, Dh)`` (float32, before the 1/sqrt(Dh) scale), of ``workload``'s bundled
+    DiT. Cached under ``build/traces/``
     keyed by the weights file's size and modification time."""
-    st = bundled_weights_path().stat()
-    cache = cache_path(f"attn{layer}", steps, take, label, seed, st)
+    st = bundled_weights_path(workload).stat()
+    cache = cache_path(f"attn{layer}", steps, take, label, seed, st, workload)
     if cache.exists():
         with np.load(cache) as z:
             return z["q"], z["k"], z["v"]
-    shape, weights = load_weights()
+    shape, weights = load_weights(workload=workload)
     name = f"blocks.{layer}.attn"
     rec = []
 
@@ -148,7 +149,7 @@ def run(cfg, *, steps: int | None = None, take: int | None = None, layers=(0, 3,
     first = None
     t0 = time.time()
     for layer in layers:
-        q, k, v = attention_inputs(layer, steps, take)
+        q, k, v = attention_inputs(layer, steps, take, workload=cfg.workload)
         n = q.shape[2]
         if n > cfg.max_tokens or q.shape[3] != cfg.head_dim:
             raise ConfigError(f"the DiT's heads (N={n}, Dh={q.shape[3]}) do not fit max_tokens="
@@ -175,7 +176,8 @@ def run(cfg, *, steps: int | None = None, take: int | None = None, layers=(0, 3,
                         "mask_fraction": float(r[:, 4].mean()) if len(r) else None,
                         "ratio_vs_dense": float(r[:, 0].mean() / dense) if len(r) else None}
     every = np.array(rows[True] + rows[False], dtype=np.float64)
-    rep = {"bench": "attention", "preset": name, "tokens": n, "head_dim": cfg.head_dim,
+    rep = {"bench": "attention", "preset": name, "workload": str(cfg.workload), "tokens": n,
+           "head_dim": cfg.head_dim,
            "block_q": cfg.block_q, "block_k": cfg.block_k,
            "tiles": nqb * -(-n // cfg.block_k), "lanes": cfg.group, "m_tile": cfg.m_tile,
            "n_arrays": cfg.n_arrays, "theta": theta, "refresh_attn": refresh,

@@ -1,7 +1,7 @@
-"""Inputs of the linear layers of the bundled DiT over a DDIM sampling run (real activations).
+"""Inputs of the linear layers of a bundled DiT over a DDIM sampling run (real activations).
 
-Runs the NumPy DiT (``dstar.golden.dit``, ``dstar.golden.sampler``) with the shipped weights
-(``golden/data/dit_mnist.npz``), DDIM eta = 0 without guidance, one sample of class ``label``,
+Runs the NumPy DiT (``dstar.golden.dit``, ``dstar.golden.sampler``) with a workload's shipped
+weights (``dstar.golden.workloads``), DDIM eta = 0 without guidance, one sample of class ``label``,
 and records the input rows (256 tokens) of every linear layer of the blocks at every step.
 Results are cached under ``build/traces/`` keyed by the weights file's size and modification
 time (the file may still be updated by a training run).
@@ -19,11 +19,13 @@ __all__ = ["linear_inputs", "cache_path", "sample_first_steps"]
 
 
 
-def cache_path(stem: str, steps: int, take: int, label: int, seed: int, st) -> Path:
+def cache_path(stem: str, steps: int, take: int, label: int, seed: int, st,
+               workload: str = "digits") -> Path:
     """The ``build/traces/`` file of a capture of the first ``take`` steps of a ``steps``-step
-    run, keyed by ``st`` (the weights file's ``os.stat``: its size and modification time)."""
+    run of ``workload``'s DiT, keyed by ``st`` (the weights file's ``os.stat``: its size and
+    modification time)."""
     return build_dir("traces") / (
-        f"{stem}_{steps}_{take}_{label}_{seed}_{st.st_size}_{int(st.st_mtime)}.npz")
+        f"{workload}_{stem}_{steps}_{take}_{label}_{seed}_{st.st_size}_{int(st.st_mtime)}.npz")
 
 
 class _Enough(Exception):
@@ -49,15 +51,15 @@ def sample_first_steps(shape, weights, steps: int, take: int, label: int, seed: 
 
 
 def linear_inputs(layer: str = "blocks.0.mlp.fc1", steps: int = 20, label: int = 3,
-                  seed: int = 0, take: int | None = None):
+                  seed: int = 0, take: int | None = None, workload: str = "digits"):
     """``(xs, w, b)``: ``xs`` float64 ``(take or steps, N, K)`` inputs of ``layer`` at the first
-    ``take`` steps (all by default) of a ``steps``-step run, ``w`` ``(M, K)`` and ``b`` ``(M,)``
-    its float weights."""
+    ``take`` steps (all by default) of a ``steps``-step run of ``workload``'s bundled DiT, ``w``
+    ``(M, K)`` and ``b`` ``(M,)`` its float weights."""
     take = steps if take is None else min(take, steps)
-    st = bundled_weights_path().stat()
-    shape, weights = load_weights()
+    st = bundled_weights_path(workload).stat()
+    shape, weights = load_weights(workload=workload)
     w, b = weights[f"{layer}.weight"], weights[f"{layer}.bias"]
-    cache = cache_path(layer, steps, take, label, seed, st)
+    cache = cache_path(layer, steps, take, label, seed, st, workload)
     if cache.exists():
         with np.load(cache) as z:
             return z["xs"], w, b
@@ -72,5 +74,5 @@ def linear_inputs(layer: str = "blocks.0.mlp.fc1", steps: int = 20, label: int =
     sample_first_steps(shape, weights, steps, take, label, seed, linear=recorder)
     cache.parent.mkdir(parents=True, exist_ok=True)
     for name, xs_l in rec.items():
-        np.savez(cache_path(name, steps, take, label, seed, st), xs=np.stack(xs_l))
+        np.savez(cache_path(name, steps, take, label, seed, st, workload), xs=np.stack(xs_l))
     return np.stack(rec[layer]), w, b

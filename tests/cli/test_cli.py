@@ -89,6 +89,34 @@ def test_analyze_bundled_json_keys(capsys, tmp_path):
     assert rep["steps"] == 3 and rep["tokens"] == 256
     assert rep["ops_ratio_vs_w8a8"] == pytest.approx(2.0 / rep["dstar"]["mean_passes"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert rep["workload_name"] == "digits" and set(rep["quality"]) == {"fp32", "w8a8", "dstar"}
+    assert 0 <= rep["quality"]["fp32"]["class_accuracy"] <= 1
+
+
+def test_workload_option_selects_the_bundled_dit(capsys, tmp_path):
+    """``--workload photos`` runs the natural-image DiT: its weights (16 source-photo classes),
+    its quality figures, in analyze, trace and the benches; a bad name is one line."""
+    from dstar.golden.dit import load_weights
+    code, out, _ = run(capsys, "analyze", "--workload", "photos", "--preset", "tiny", "--steps",
+                       "2", "--samples", "1", "--json", "--quiet", "--png", "")
+    assert code == 0
+    rep = json.loads(out)
+    assert rep["workload_name"] == "photos" and "photos" in rep["workload"]
+    assert set(rep["quality"]["fp32"]) == {"mean_w1", "std_w1", "spectrum_db"}
+    assert rep["config"]["workload"] == "photos"
+    code, out, _ = run(capsys, "trace", "--workload", "photos", "--steps", "1", "--samples", "1",
+                       "--layers", "blocks.0.mlp.fc1", "--no-attention", "-o", str(tmp_path / "t"))
+    assert code == 0
+    with np.load(tmp_path / "t.npz") as z:
+        w = z["linear/blocks.0.mlp.fc1/weight"]
+    assert np.array_equal(w, load_weights(workload="photos")[1]["blocks.0.mlp.fc1.weight"])
+    assert not np.array_equal(w, load_weights()[1]["blocks.0.mlp.fc1.weight"])
+    code, out, _ = run(capsys, "bench", "cycles", "--workload", "photos", "--steps", "2",
+                       "--blocks", "0", "--layers", "mlp.fc1", "--packing", "lockstep", "--json")
+    assert code == 0 and json.loads(out)["workload"] == "photos"
+    with pytest.raises(SystemExit) as e:
+        main(["analyze", "--workload", "cats"])
+    assert e.value.code == 2 and "invalid choice: 'cats'" in capsys.readouterr().err
 
 
 def test_analyze_sweep(capsys):

@@ -121,8 +121,8 @@ def test_hardware_fields_exclude_the_run():
     cfg = preset("default")
     hw, run = cfg.hardware(), cfg.run_params()
     assert set(run) == {"refresh_linear", "lattice_bits", "theta", "refresh_attn", "steps",
-                        "samples", "cfg_scale", "seed"}
+                        "samples", "cfg_scale", "seed", "workload"}
     assert {"group", "k_tile", "packing", "datapath", "weight_store", "head_dim"} <= set(hw)
     assert not set(hw) & set(run) and {**hw, **run} == cfg.to_dict()
-    assert cfg.replace(theta=0.9, steps=3, seed=5).hardware() == hw
+    assert cfg.replace(theta=0.9, steps=3, seed=5, workload="photos").hardware() == hw
     assert cfg.replace(packing="lockstep").hardware() != hw

@@ -1,11 +1,13 @@
 """Every per-layer registry of a closed choice covers each member of its enum, and nothing else:
-adding a packing strategy, a datapath, a weight store or a synthesis target means one enum member
-and one entry per registry, and this test names the registry that lacks it."""
+adding a packing strategy, a datapath, a weight store, a synthesis target or a workload means one
+enum member and one entry per registry, and this test names the registry that lacks it (the
+training registry, which needs PyTorch, is checked in ``tests/torch``)."""
 
 import pytest
 
-from dstar.config import Datapath, Packing, WeightStore
+from dstar.config import Datapath, Packing, WeightStore, Workload
 from dstar.golden.dispatch import STRATEGIES
+from dstar.golden.workloads import WORKLOADS
 from dstar.hw.dispatcher import DISPATCHERS
 from dstar.hw.generate import TOPS
 from dstar.hw.pe_array import WEIGHT_STORES
@@ -23,6 +25,7 @@ REGISTRIES = [
     ("dstar.sim.layer_cycles.LAYER_CYCLES", LAYER_CYCLES, Datapath),
     ("dstar.hw.pe_array.WEIGHT_STORES", WEIGHT_STORES, WeightStore),
     ("dstar.synth.flows.TARGETS", TARGETS, SynthTarget),
+    ("dstar.golden.workloads.WORKLOADS", WORKLOADS, Workload),
 ]
 
 

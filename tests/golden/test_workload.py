@@ -1,12 +1,17 @@
-"""The bundled trained DiT: NumPy model, sampler, legibility, and DSTAR over a whole run."""
+"""The bundled trained DiTs: NumPy model, sampler, legibility of the digits, statistics of the
+photo samples, a denoising sanity check of both, and DSTAR over a whole run."""
 
 import numpy as np
+import pytest
 
+from dstar.config import Workload
 from dstar.golden.classifier import DigitClassifier
 from dstar.golden.difflinear import DiffLinear
 from dstar.golden.dit import LINEAR_TYPES, load_weights
 from dstar.golden.hooks import DStarLinears
+from dstar.golden.photos import PHOTOS
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
+from dstar.golden.workloads import denoising_psnr
 
 
 def test_bundled_weights_load(bundled_model):
@@ -14,6 +19,28 @@ def test_bundled_weights_load(bundled_model):
     assert shape.hidden == 128 and shape.depth == 6 and shape.tokens == 256
     assert all(np.isfinite(v).all() for v in w.values())
     assert len(bundled_model.linear_names()) == 4 * shape.depth
+@pytest.fixture(scope="module")
+def photos_model():
+    from dstar.golden.dit import DiT
+    return DiT.bundled(Workload.PHOTOS)
+
+
+def test_photos_weights_load(photos_model):
+    shape, w = load_weights(workload="photos")
+    assert shape.num_classes == len(PHOTOS) and shape.tokens == 256 and shape.patch == 2
+    assert shape == load_weights()[0].__class__(**{**vars(load_weights()[0]),
+                                                   "num_classes": len(PHOTOS)})
+    assert all(np.isfinite(v).all() for v in w.values())
+
+
+@pytest.mark.parametrize("workload", list(Workload))
+def test_the_model_denoises_real_images(workload, bundled_model, photos_model):
+    """One-step denoising of real images (held-out crops for photos) beats the noisy input."""
+    model = bundled_model if workload == Workload.DIGITS else photos_model
+    r = denoising_psnr(model, workload, n=16)
+    assert r["denoised_psnr_db"] > r["noisy_psnr_db"], r
+
+
 def test_samples_are_legible(bundled_model):
     """Class-conditional FP32 samples are recognized by a kNN classifier of the real digits."""
     n = 40
