@@ -9,7 +9,8 @@ import zipfile
 
 import pytest
 
-DATA = ("dstar/golden/data/dit_mnist.npz", "dstar/synth/baselines/tiny.json")
+DATA = ("dstar/golden/data/dit_mnist.npz", "dstar/golden/data/dit_photos.npz",
+        "dstar/synth/baselines/tiny.json")
 
 
 @pytest.fixture(scope="module")
