@@ -278,10 +278,29 @@ def format_table(rep: dict) -> str:
                      f"output error vs float {a['output_rel_err_vs_float']:.4f} "
                      f"(dense integer attention {a['dense_int_rel_err_vs_float']:.4f}; on "
                      f"{a.get('errors_measured_on_batch_elements', 'all')} batch elements)")
-    if "output_sqnr_db" in rep.get("dstar", {}):
-        lines.append("linear outputs vs float (SQNR, dB):  W8A8 "
-                     f"{_fmt(rep['w8a8']['output_sqnr_db'], 2)}   DSTAR "
-                     f"{_fmt(rep['dstar']['output_sqnr_db'], 2)}")
+    if "linear_output_sqnr_db" in rep.get("dstar", {}):
+        w, d = rep["w8a8"], rep["dstar"]
+        lines.append("teacher-forced, each layer on the recorded float inputs (no drift), SQNR "
+                     f"dB: linear outputs without bias (weight quantization included) W8A8 "
+                     f"{_fmt(w['linear_output_sqnr_db'], 2)}  DSTAR "
+                     f"{_fmt(d['linear_output_sqnr_db'], 2)}; activations W8A8 "
+                     f"{_fmt(w['activation_sqnr_db'], 2)}  DSTAR "
+                     f"{_fmt(d['activation_sqnr_db'], 2)}")
+        if rep.get("batch"):
+            lines.append(f"rows per linear: {rep['rows_per_linear']} = batch {rep['batch']}"
+                         + (f" ({rep['batch'] // 2} conditional + {rep['batch'] // 2} "
+                            "unconditional)" if rep.get("cfg_halves") else "")
+                         + f" x {rep['tokens']} tokens")
+        if "attention" in rep:
+            a = rep["attention"]
+            lines.append(f"attention (teacher-forced, {a['layers']} layers, theta="
+                         f"{c.get('theta')}, refresh_attn={c.get('refresh_attn')}): blocks "
+                         f"computed {a['blocks_computed_fraction']:.3f} of all "
+                         f"({a['blocks_computed_fraction_reuse_steps'] or 0:.3f} on reuse "
+                         f"steps), output error vs float {a['output_rel_err_vs_float']:.4f} "
+                         f"(dense integer attention {a['dense_int_rel_err_vs_float']:.4f})")
+        for line in rep.get("hardware_fit", []):
+            lines.append(f"does not fit the configured hardware: {line}")
     lines += _quality_lines(rep)
     lines.append(f"nibble passes vs dense W8A8: element-level {rep['ops_ratio_vs_w8a8']:.2f}x, "
                  f"lockstep {rep['lockstep_ops_ratio_vs_w8a8']:.2f}x")
@@ -301,42 +320,108 @@ def _sqnr(signal_energy: float, noise_energy: float) -> float:
     return float("inf") if noise_energy == 0 else 10.0 * np.log10(signal_energy / noise_energy)
 
 
-def run_trace(cfg, trace, source: str = "trace") -> dict:
-    """Teacher-forced differential-linear analysis of a trace (``dstar.golden.trace.Trace``): every
-    layer runs DSTAR and W8A8 on the recorded inputs; outputs are compared with float."""
+def hardware_fit(cfg, trace) -> list[str]:
+    """What of ``trace`` the configured hardware could not run (``max_k``, ``max_m``,
+    ``max_tokens``, ``head_dim``), one line each; empty if everything fits."""
+    out = []
+    for name, x in trace.linear_x.items():
+        m, k = trace.linear_w[name].shape
+        tokens = trace.linear_tokens.get(name, x.shape[1])
+        for what, v, lim in (("K", k, cfg.max_k), ("M", m, cfg.max_m),
+                             ("tokens", tokens, cfg.max_tokens)):
+            if v > lim:
+                field = {"K": "max_k", "M": "max_m", "tokens": "max_tokens"}[what]
+                out.append(f"{name}: {what}={v} > {field}={lim}")
+    for name, (q, _, _) in trace.attn.items():
+        if q.shape[-1] != cfg.head_dim:
+            out.append(f"{name}: Dh={q.shape[-1]} != head_dim={cfg.head_dim}")
+        if q.shape[-2] > cfg.max_tokens:
+            out.append(f"{name}: N={q.shape[-2]} > max_tokens={cfg.max_tokens}")
+    return out
+
+
+def _trace_attention(cfg, trace, progress=None) -> dict | None:
+    """Teacher-forced attention reuse on the trace's recorded Q/K/V: every layer's steps in
+    order through ``AttentionReuse`` (``theta``, ``refresh_attn``, ``block_q/k`` of ``cfg``)."""
+    if not trace.attn:
+        return None
+    hook = AttentionReuse(cfg, measure=True)
+    for i, (name, (q, k, v)) in enumerate(trace.attn.items()):
+        if progress:
+            progress("attention", i, len(trace.attn))
+        for s in range(trace.steps):
+            hook(name, np.asarray(q[s], np.float64), np.asarray(k[s], np.float64),
+                 np.asarray(v[s], np.float64), s)
+    st = hook.stats()
+    return {"layers": len(trace.attn),
+            "blocks_computed_fraction": st["blocks_computed_fraction"],
+            "blocks_computed_fraction_reuse_steps": st["blocks_computed_fraction_reuse"],
+            "pv_blocks_fraction": st["pv_blocks_fraction"],
+            "output_rel_err_vs_float": st["err_vs_float"],
+            "output_rel_err_vs_float_reuse_steps": st["err_vs_float_reuse"],
+            "dense_int_rel_err_vs_float": st["err_dense_int"],
+            "per_step": [{"step": s, **v} for s, v in st["per_step"].items()]}
+
+
+def run_trace(cfg, trace, source: str = "trace", progress=None) -> dict:
+    """Teacher-forced analysis of a trace (``dstar.golden.trace.Trace``): every linear layer
+    runs DSTAR and W8A8 on the recorded inputs, compared with float (``linear_*_sqnr_db``: the
+    layer outputs without their bias, so weight quantization is part of the error; the
+    reconstructed activations alone: ``activation_sqnr_db``); recorded attention runs
+    DSTAR's reuse (``attention``). Drift is invisible here: every step starts from the
+    recorded float inputs. ``progress(phase, i, n)`` is called per layer."""
     from dstar.golden.difflinear import DiffLinear
-    from dstar.golden.quant import quantize_weights, w8a8_linear
+    from dstar.golden.quant import quantize_weights, to_lattice, token_lattice, w8a8_linear
     types = layer_types_of(trace.linear_x)
     stats = OpStats(types)
-    energy = {"signal": 0.0, "dstar": 0.0, "w8a8": 0.0}
-    for name, xs in trace.linear_x.items():
+    e = dict.fromkeys(("signal", "dstar", "w8a8", "act", "act_dstar", "act_w8a8"), 0.0)
+    for i, (name, xs) in enumerate(trace.linear_x.items()):
+        if progress:
+            progress("linears", i, len(trace.linear_x))
         w, b = trace.linear_w[name], trace.linear_b[name]
         k = w.shape[1]
         if k % cfg.group:
             raise ValueError(f"layer {name!r}: K={k} is not a multiple of group={cfg.group}")
         layer = DiffLinear(w, b, cfg, name)
         w_q, s_w = quantize_weights(w)
+        w64 = np.asarray(w, np.float64).T
         for s in range(trace.steps):
             x = np.asarray(xs[s], dtype=np.float64)
-            ref = x @ np.asarray(w, np.float64).T + (0.0 if b is None else b)
+            ref = x @ w64
             res = layer(x, s)
             stats.add(s, layer_type(name), res.enc)
-            energy["signal"] += float((ref ** 2).sum())
-            energy["dstar"] += float(((res.y - ref) ** 2).sum())
-            energy["w8a8"] += float(((w8a8_linear(x, w_q, s_w, b) - ref) ** 2).sum())
+            e["signal"] += float((ref ** 2).sum())
+            e["dstar"] += float(((res.y - ref - (0.0 if b is None else b)) ** 2).sum())
+            e["w8a8"] += float(((w8a8_linear(x, w_q, s_w) - ref) ** 2).sum())
+            e["act"] += float((x ** 2).sum())
+            e["act_dstar"] += float(((layer.xs * layer.d[:, None] - x) ** 2).sum())
+            d = token_lattice(x)
+            e["act_w8a8"] += float(((np.clip(to_lattice(x, d), -127, 127) * d[:, None] - x)
+                                    ** 2).sum())
     tot, per_type, per_step = _dstar_block(stats)
-    return {
-        "workload": source, "steps": trace.steps,
-        "tokens": int(next(iter(trace.linear_x.values())).shape[1]),
+    first = next(iter(trace.linear_x))
+    rows = int(trace.linear_x[first].shape[1])
+    tokens = trace.linear_tokens.get(first)
+    rep = {
+        "workload": source, "steps": trace.steps, "rows_per_linear": rows,
+        "tokens": tokens if tokens is not None else rows,
+        "batch": rows // tokens if tokens else None, "cfg_halves": trace.cfg_halves,
         "layers": len(trace.linear_x), "config": cfg.to_dict(),
-        "w8a8": {"output_sqnr_db": _sqnr(energy["signal"], energy["w8a8"]),
+        "hardware_fit": hardware_fit(cfg, trace),
+        "w8a8": {"linear_output_sqnr_db": _sqnr(e["signal"], e["w8a8"]),
+                 "activation_sqnr_db": _sqnr(e["act"], e["act_w8a8"]),
                  "psnr_vs_fp32_db": None, "mean_passes": 2.0},
-        "dstar": {"output_sqnr_db": _sqnr(energy["signal"], energy["dstar"]),
+        "dstar": {"linear_output_sqnr_db": _sqnr(e["signal"], e["dstar"]),
+                  "activation_sqnr_db": _sqnr(e["act"], e["act_dstar"]),
                   "psnr_vs_fp32_db": None, **tot},
         "ops_ratio_vs_w8a8": tot["ops_ratio_vs_w8a8"],
         "lockstep_ops_ratio_vs_w8a8": tot["lockstep_ops_ratio_vs_w8a8"],
         "per_layer_type": per_type, "per_step": per_step,
     }
+    attention = _trace_attention(cfg, trace, progress)
+    if attention is not None:
+        rep["attention"] = attention
+    return rep
 
 
 def export_trace(cfg, path, model: DiT | None = None, layers=None, attention=True):
@@ -350,4 +435,7 @@ def export_trace(cfg, path, model: DiT | None = None, layers=None, attention=Tru
     ddim_sample(model, sample_labels(cfg.samples, model.shape.num_classes),
                 initial_noise(cfg.samples, model.shape, cfg.seed), cfg.steps, cfg.cfg_scale,
                 linear=rec.linear, attention=rec.attention, on_step=rec.on_step)
-    return save_trace(path, rec.trace())
+    tr = rec.trace()
+    tr.linear_tokens = dict.fromkeys(tr.linear_x, model.shape.tokens)
+    tr.cfg_halves = cfg.cfg_scale > 1.0
+    return save_trace(path, tr)

@@ -50,6 +50,8 @@ def _add_config_args(p: argparse.ArgumentParser, workload: bool = False) -> None
         p.add_argument("--tau", type=_nonneg_int, help="encoder tolerance (lattice units)")
         p.add_argument("--refresh-linear", type=_nonneg_int,
                        help="key step every N steps (0: first step only)")
+        p.add_argument("--lattice-bits", type=_nonneg_int,
+                       help="extra fraction bits of the activation lattice (0: the spec's)")
         p.add_argument("--steps", type=_pos_int, help="DDIM steps")
         p.add_argument("--samples", type=_pos_int, help="number of images")
         p.add_argument("--seed", type=_nonneg_int, help="noise seed")
@@ -64,9 +66,12 @@ def _add_workload_arg(p: argparse.ArgumentParser) -> None:
                         "(natural-image crops)")
 
 
+#: Run fields of the bundled DiT's sampling run, which ``analyze --trace`` refuses.
+_BUNDLED_RUN_ONLY = ("steps", "samples", "seed", "workload", "cfg_scale")
+
 #: Config fields that have a flag of their own (``_add_config_args``, ``dstar generate``).
-_FIELD_FLAGS = ("tau", "refresh_linear", "steps", "samples", "seed", "theta", "refresh_attn",
-                "packing", "datapath", "workload")
+_FIELD_FLAGS = ("tau", "refresh_linear", "lattice_bits", "steps", "samples", "seed", "theta",
+                "refresh_attn", "packing", "datapath", "workload")
 
 
 def _config(args):
@@ -135,7 +140,7 @@ def cmd_config(args) -> int:
     return 0
 
 
-def _progress(quiet):
+def _progress(quiet, unit="steps"):
     last = {}
 
     def cb(tag, i, n):
@@ -143,7 +148,7 @@ def _progress(quiet):
             return
         if last.get(tag) is None:
             last[tag] = time.perf_counter()
-            print(f"[{tag}] {n} steps ", end="", file=sys.stderr, flush=True)
+            print(f"[{tag}] {n} {unit} ", end="", file=sys.stderr, flush=True)
         print(".", end="" if i + 1 < n else f" {time.perf_counter() - last[tag]:.1f} s\n",
               file=sys.stderr, flush=True)
     return cb
@@ -192,7 +197,15 @@ def cmd_analyze(args) -> int:
         return 0
     if args.trace is not None:
         from dstar.golden.trace import load_trace
-        rep = analyze.run_trace(cfg, load_trace(args.trace), source=str(args.trace))
+        # The trace fixes the run: options of the bundled run would be silently ignored.
+        ignored = [f"--{f.replace('_', '-')}" for f in _BUNDLED_RUN_ONLY
+                   if getattr(args, f, None) is not None]
+        ignored += [f"--set {f}" for f in _set_overrides(args.set) if f in _BUNDLED_RUN_ONLY]
+        if ignored:
+            raise UserError(f"{ignored[0]} does not apply to --trace (the trace fixes the run: "
+                            "its steps, batch and inputs)")
+        rep = analyze.run_trace(cfg, load_trace(args.trace), source=str(args.trace),
+                                progress=_progress(args.quiet, "layers"))
     else:
         from .png import image_grid, write_png
         rep, samples = analyze.run_bundled(cfg, quality=True, progress=_progress(args.quiet))

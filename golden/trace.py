@@ -11,11 +11,15 @@ key                            dtype, shape      meaning
 ``linear/<name>/x``            float, (S, N, K)  input rows of linear layer ``<name>`` per step
 ``linear/<name>/weight``       float, (M, K)     its weight (PyTorch layout)
 ``linear/<name>/bias``         float, (M,)       optional: its bias
+``linear/<name>/tokens``       int, ()           optional: tokens per sequence (N = batch x tokens)
+``cfg_halves``                 int, ()           optional: 1 if every step's batch is the doubled
+                                                 classifier-free-guidance batch [cond; uncond]
 ``attn/<name>/q``, ``k``, ``v``  float, (S, B, H, N, Dh)  optional: attention inputs per head,
                                                  before the 1/sqrt(Dh) scale
 =============================  ===============  ==============================================
 
 Rows ``N`` are all tokens of all sequences of the step (batch-major), fixed across steps.
+Inputs (``x``, ``q``, ``k``, ``v``) may be float16 to halve the file; weights are float32.
 Layer names are free-form (``blocks.3.mlp.fc1``); the analysis groups layers by the last
 dot-separated part of the name (``fc1``). ``load_trace`` validates everything and raises
 ``TraceError`` with a message naming the file, the key and what is wrong.
@@ -29,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["FORMAT", "TraceError", "Trace", "load_trace", "save_trace", "trace_path",
+__all__ = ["FORMAT", "TraceError", "Trace", "Stacked", "load_trace", "save_trace", "trace_path",
            "TraceRecorder"]
 
 FORMAT = "dstar-trace/1"
@@ -47,6 +51,42 @@ class Trace:
     linear_b: dict[str, np.ndarray | None] = field(default_factory=dict)
     attn: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
     timesteps: np.ndarray | None = None
+    linear_tokens: dict[str, int] = field(default_factory=dict)         # name -> tokens
+    cfg_halves: bool = False
+
+
+@dataclass(frozen=True)
+class Stacked:
+    """An array of ``shape`` and ``dtype`` that ``save_trace`` writes from ``chunks()`` (a new
+    iterable of arrays, on each call, that concatenate along axis 0 to it) without holding it
+    whole."""
+    shape: tuple
+    dtype: np.dtype
+    chunks: object
+
+    def __array__(self, dtype=None, copy=None):
+        return np.concatenate(list(self.chunks())).astype(dtype or self.dtype)
+
+
+def _write_npy(zf: zipfile.ZipFile, key: str, arr) -> None:
+    """One ``.npy`` member of an ``.npz``, streamed chunk by chunk for a ``Stacked`` array."""
+    if isinstance(arr, Stacked):
+        dtype, shape, chunks = np.dtype(arr.dtype), tuple(arr.shape), arr.chunks()
+    else:
+        arr = np.asarray(arr)
+        dtype, shape, chunks = arr.dtype, arr.shape, (arr,)
+    with zf.open(key + ".npy", "w", force_zip64=True) as fh:
+        np.lib.format.write_array_header_2_0(
+            fh, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                 "shape": shape})
+        written = 0
+        for c in chunks:
+            c = np.ascontiguousarray(c, dtype=dtype)
+            fh.write(c.tobytes())
+            written += c.size
+        if written != int(np.prod(shape)):
+            raise ValueError(f"{key}: chunks hold {written} values, the shape {shape} "
+                             f"{int(np.prod(shape))}")
 
 
 def trace_path(path) -> Path:
@@ -57,27 +97,41 @@ def trace_path(path) -> Path:
 
 def save_trace(path, trace: Trace, compress: bool = True) -> Path:
     """Write ``trace`` to ``trace_path(path)`` all-or-nothing (a temporary file beside it, then
-    a rename), and return that path."""
+    a rename), and return that path. Arrays may be ``Stacked`` (written chunk by chunk)."""
     path = trace_path(path)
     out = {"format": np.array(FORMAT), "steps": np.array(trace.steps)}
     if trace.timesteps is not None:
         out["timesteps"] = np.asarray(trace.timesteps, dtype=np.int64)
+    if trace.cfg_halves:
+        out["cfg_halves"] = np.array(1)
     for name, x in trace.linear_x.items():
         out[f"linear/{name}/x"] = x
         out[f"linear/{name}/weight"] = trace.linear_w[name]
         if trace.linear_b.get(name) is not None:
             out[f"linear/{name}/bias"] = trace.linear_b[name]
+        if name in trace.linear_tokens:
+            out[f"linear/{name}/tokens"] = np.array(int(trace.linear_tokens[name]))
     for name, (q, k, v) in trace.attn.items():
         out[f"attn/{name}/q"], out[f"attn/{name}/k"], out[f"attn/{name}/v"] = q, k, v
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            (np.savez_compressed if compress else np.savez)(fh, **out)
+        mode = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+        with zipfile.ZipFile(tmp, "w", compression=mode, allowZip64=True) as zf:
+            for key, arr in out.items():
+                _write_npy(zf, key, arr)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _fail(path, msg):
@@ -126,13 +180,25 @@ def load_trace(path) -> Trace:
             tr.timesteps = _entry(path, f, "timesteps")
             if tr.timesteps.shape != (steps,):
                 _fail(path, f"timesteps has shape {tr.timesteps.shape}, expected ({steps},)")
-        known = {"format", "steps", "timesteps"}
+        if "cfg_halves" in keys:
+            halves = _entry(path, f, "cfg_halves")
+            if halves.shape != () or not np.issubdtype(halves.dtype, np.integer) \
+                    or int(halves) not in (0, 1):
+                _fail(path, "cfg_halves must be one integer, 0 or 1")
+            tr.cfg_halves = bool(halves)
+        known = {"format", "steps", "timesteps", "cfg_halves"}
         for key in sorted(keys - known):
             parts = key.split("/")
             if len(parts) != 3 or parts[0] not in ("linear", "attn") or not parts[1]:
                 _fail(path, f"unknown entry {key!r}")
             kind, name, what = parts
             arr = _entry(path, f, key)
+            if kind == "linear" and what == "tokens":
+                if arr.shape != () or not np.issubdtype(arr.dtype, np.integer) or int(arr) < 1:
+                    _fail(path, f"{key} must be one integer >= 1, got {arr.dtype} of shape "
+                                f"{arr.shape}")
+                tr.linear_tokens[name] = int(arr)
+                continue
             if not np.issubdtype(arr.dtype, np.floating):
                 _fail(path, f"{key} must be floating point, got {arr.dtype}")
             if not np.isfinite(arr).all():
@@ -156,7 +222,8 @@ def load_trace(path) -> Trace:
                 if arr.ndim != 5 or arr.shape[0] != steps:
                     _fail(path, f"{key} must be (steps={steps}, B, H, N, Dh), got {arr.shape}")
                 tr.attn.setdefault(name, {})[what] = arr
-    for name in tr.linear_x.keys() | tr.linear_w.keys() | tr.linear_b.keys():
+    for name in tr.linear_x.keys() | tr.linear_w.keys() | tr.linear_b.keys() | \
+            tr.linear_tokens.keys():
         if name not in tr.linear_x:
             _fail(path, f"linear/{name}/x is missing")
         if name not in tr.linear_w:
@@ -169,6 +236,9 @@ def load_trace(path) -> Trace:
         if b is not None and b.shape != (m,):
             _fail(path, f"linear/{name}/bias has shape {b.shape}, expected ({m},)")
         tr.linear_b.setdefault(name, None)
+        tok, rows = tr.linear_tokens.get(name), tr.linear_x[name].shape[1]
+        if tok is not None and rows % tok:
+            _fail(path, f"linear/{name}/tokens={tok} does not divide its {rows} rows")
     for name, d in list(tr.attn.items()):
         missing = [w for w in "qkv" if w not in d]
         if missing:

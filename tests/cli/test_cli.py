@@ -74,6 +74,28 @@ def test_analyze_trace_json(capsys, tmp_path):
     assert code == 2 and "K=12 is not a multiple of group=16" in err
 
 
+def test_analyze_trace_refuses_the_bundled_runs_options_and_honours_the_rest(capsys, tmp_path):
+    rng = np.random.default_rng(0)
+    tr = Trace(steps=2)
+    x = rng.normal(size=(2, 4, 16)).astype(np.float32)
+    tr.linear_x["l.fc1"], tr.linear_w["l.fc1"], tr.linear_b["l.fc1"] = x, x[0, :3], None
+    q = rng.normal(size=(2, 1, 1, 4, 32)).astype(np.float32)
+    tr.attn["l.attn"] = (q, q, q)
+    f = save_trace(tmp_path / "t.npz", tr)
+    for argv in (["--steps", "3"], ["--samples", "2"], ["--set", "seed=4"],
+                 ["--workload", "photos"]):
+        code, _, err = run(capsys, "analyze", "--trace", str(f), "--quiet", *argv)
+        assert code == 2 and "does not apply to --trace" in err and err.count("\n") == 1, argv
+    code, out, _ = run(capsys, "analyze", "--trace", str(f), "--quiet", "--json", "--theta",
+                       "0.9", "--lattice-bits", "0", "--refresh-attn", "1")
+    rep = json.loads(out)
+    assert code == 0 and rep["config"]["theta"] == 0.9 and rep["config"]["lattice_bits"] == 0
+    assert [p["key"] for p in rep["attention"]["per_step"]] == [True, True]   # refresh 1
+    code, out, err = run(capsys, "analyze", "--trace", str(f))
+    assert code == 0 and "[linears] 1 layers" in err and "[attention] 1 layers" in err
+    assert "teacher-forced" in out and "attention (teacher-forced, 1 layers" in out
+
+
 def test_analyze_bundled_json_keys(capsys, tmp_path):
     png = tmp_path / "grid.png"
     code, out, _ = run(capsys, "analyze", "--preset", "tiny", "--steps", "3", "--samples", "1",

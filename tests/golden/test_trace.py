@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from dstar.analyze import export_trace, run_trace
-from dstar.golden.trace import FORMAT, Trace, TraceError, load_trace, save_trace
+from dstar.golden.trace import FORMAT, Stacked, Trace, TraceError, load_trace, save_trace
 
 
 def small_trace(rng, steps=3, n=8, k=32, m=16):
@@ -47,16 +47,40 @@ def test_analysis_of_a_trace_is_the_golden_model(tmp_path):
     cfg = preset("default")
     rep = run_trace(cfg, load_trace(f))
     want = np.zeros(len(FIELDS), np.int64)
+    sig = err = 0.0
     for name, xs in tr.linear_x.items():
         layer = DiffLinear(tr.linear_w[name], tr.linear_b[name], cfg)
         for s in range(tr.steps):
             want += count_encoded(layer(xs[s], s).enc)
+            x = xs[s].astype(np.float64)
+            sig += (x ** 2).sum()
+            err += ((layer.xs * layer.d[:, None] - x) ** 2).sum()
     want = dict(zip(FIELDS, want, strict=True))
     assert rep["dstar"]["mean_passes"] == pytest.approx((want["low"] + 2 * want["high"])
                                                         / want["elements"])
     assert rep["layers"] == 2 and rep["steps"] == 3
     assert set(rep["per_layer_type"]) == {"fc1", "proj"}
-    assert rep["dstar"]["output_sqnr_db"] > 25 and rep["w8a8"]["output_sqnr_db"] > 25
+    d, w = rep["dstar"], rep["w8a8"]
+    assert d["linear_output_sqnr_db"] > 25 and w["linear_output_sqnr_db"] > 25
+    # The activation SQNR is the reconstruction's (the dequantized state) against the input.
+    assert d["activation_sqnr_db"] == pytest.approx(10 * np.log10(sig / err), rel=1e-12)
+    assert d["activation_sqnr_db"] > w["activation_sqnr_db"]
+    # The recorded attention ran DSTAR's reuse, teacher-forced, as the hook does directly.
+    from dstar.golden.attention import AttentionReuse
+    hook = AttentionReuse(cfg, measure=True)
+    q, k, v = tr.attn["blocks.0.attn"]
+    for s in range(tr.steps):
+        hook("blocks.0.attn", q[s].astype(np.float64), k[s].astype(np.float64),
+             v[s].astype(np.float64), s)
+    a = rep["attention"]
+    assert a["layers"] == 1
+    assert a["blocks_computed_fraction"] == hook.stats()["blocks_computed_fraction"]
+    assert a["output_rel_err_vs_float"] == hook.stats()["err_vs_float"]
+    # What the configured hardware could not run is said, per layer.
+    assert rep["hardware_fit"] == ["blocks.0.attn: Dh=4 != head_dim=32"]
+    small = run_trace(cfg.replace(max_k=16, max_tokens=4), load_trace(f))["hardware_fit"]
+    assert "blocks.0.mlp.fc1: K=32 > max_k=16" in small
+    assert "blocks.0.mlp.fc1: tokens=8 > max_tokens=4" in small
 
 
 def test_export_from_the_numpy_model_round_trips(tmp_path, tiny_cfg):
@@ -71,6 +95,10 @@ def test_export_from_the_numpy_model_round_trips(tmp_path, tiny_cfg):
     assert tr.linear_x["blocks.5.mlp.fc2"].shape == (2, 2 * 256, 512)
     assert set(tr.attn) == {f"blocks.{i}.attn" for i in range(6)}
     assert tr.attn["blocks.0.attn"][0].shape == (2, 2, 4, 256, 32)
+    assert tr.linear_tokens == {"blocks.0.mlp.fc1": 256, "blocks.5.mlp.fc2": 256}
+    assert tr.cfg_halves
+    rep = run_trace(cfg, tr)
+    assert (rep["rows_per_linear"], rep["batch"], rep["tokens"]) == (512, 2, 256)
 
 
 def _write(path, **entries):
@@ -125,13 +153,33 @@ def test_an_interrupted_save_leaves_the_old_file(tmp_path, monkeypatch):
     f = save_trace(tmp_path / "t.npz", tr)
     before = f.read_bytes()
 
-    def boom(*a, **k):
-        raise KeyboardInterrupt
+    def chunks(x):
+        yield x[:1]
+        raise KeyboardInterrupt          # Ctrl-C in the middle of a member's data
 
-    monkeypatch.setattr(np, "savez_compressed", boom)
+    new = small_trace(np.random.default_rng(6))
+    name, x = next(iter(new.linear_x.items()))
+    new.linear_x[name] = Stacked(x.shape, x.dtype, lambda: chunks(x))
     with pytest.raises(KeyboardInterrupt):
-        save_trace(f, small_trace(np.random.default_rng(6)))
+        save_trace(f, new)
     assert f.read_bytes() == before and sorted(tmp_path.iterdir()) == [f]
+
+
+def test_stacked_arrays_stream_into_the_file_and_float16_inputs_load(tmp_path):
+    tr = small_trace(np.random.default_rng(7))
+    name, x = next(iter(tr.linear_x.items()))
+    tr.linear_x[name] = Stacked(x.shape, np.float16, lambda: (x[s][None] for s in range(len(x))))
+    tr.linear_tokens[name] = x.shape[1]
+    tr.cfg_halves = True
+    got = load_trace(save_trace(tmp_path / "s", tr))
+    assert got.linear_x[name].dtype == np.float16
+    assert np.array_equal(got.linear_x[name], x.astype(np.float16))
+    assert got.linear_tokens == {name: x.shape[1]} and got.cfg_halves
+    short = small_trace(np.random.default_rng(7))
+    short.linear_x[name] = Stacked(x.shape, x.dtype, lambda: [x[:1]])
+    with pytest.raises(ValueError, match="chunks hold"):
+        save_trace(tmp_path / "short", short)
+    assert not (tmp_path / "short.npz").exists()
 
 
 def _damage(path, how):

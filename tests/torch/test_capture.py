@@ -1,4 +1,5 @@
-"""Trace capture from a PyTorch model (forward pre-hooks on nn.Linear)."""
+"""Trace capture from a PyTorch model: forward pre-hooks on its nn.Linear modules (by default the
+blocks' per-token linears) and its scaled_dot_product_attention calls."""
 
 import numpy as np
 import pytest
@@ -51,6 +52,70 @@ def test_capture_errors():
         TraceCapture(torch.nn.Sequential(torch.nn.Linear(4, 4)), names=["nope"])
     with pytest.raises(ValueError, match="no nn.Linear modules"):
         TraceCapture(torch.nn.Sequential(torch.nn.ReLU()))
-    cap = TraceCapture(torch.nn.Linear(4, 4))
+    cap = TraceCapture(torch.nn.Linear(4, 4), names=[""])
     with pytest.raises(ValueError, match="nothing captured"):
         cap.trace()
+    with pytest.raises(ValueError, match="token_stride must be"):
+        TraceCapture(torch.nn.Linear(4, 4), names=[""], token_stride=0)
+
+
+def _torch_dit(bundled_model):
+    from dstar.torch_dit import DiT as TorchDiT
+    from dstar.torch_dit import from_numpy_weights
+    return from_numpy_weights(TorchDiT(bundled_model.shape), bundled_model.w).eval()
+
+
+def test_default_capture_is_the_accelerators_layers_and_attention(tmp_path, bundled_model):
+    """Without names: the 24 per-token linears of the blocks (no embedder, adaLN or final
+    layer), their token count, and every block's attention through SDPA, equal to the NumPy
+    model's own recording; the spill folder goes on close."""
+    from dstar.capture import TraceCapture
+    from dstar.golden.dit import float_attention, float_linear
+    from dstar.golden.trace import TraceRecorder
+    model = _torch_dit(bundled_model)
+    x = np.random.default_rng(1).standard_normal((2, 1, 32, 32)).astype(np.float32)
+    y, ts = np.array([3, 10]), [999, 400]
+    cap = TraceCapture(model, cfg=True)
+    with cap, torch.no_grad():
+        for t in ts:
+            cap.next_step(t)
+            model(torch.from_numpy(x), torch.full((2,), t), torch.from_numpy(y))
+    tr = load_trace(cap.save(tmp_path / "d"))
+    assert set(tr.linear_x) == set(bundled_model.linear_names())
+    assert set(tr.linear_tokens.values()) == {256} and tr.cfg_halves
+    assert set(tr.attn) == {f"blocks.{i}.attn" for i in range(6)}
+    assert "blocks.0.adaLN_modulation.1" in cap.per_sample and cap.skipped_attention == 0
+    rec = TraceRecorder(float_linear, float_attention)
+    for i, t in enumerate(ts):
+        rec.on_step(i, t)
+        bundled_model.forward(x, np.full(2, t), y, linear=rec.linear, attention=rec.attention,
+                              step=i)
+    ref = rec.trace()
+    for n in ("blocks.0.attn.qkv", "blocks.5.mlp.fc2"):
+        assert np.allclose(tr.linear_x[n], ref.linear_x[n], atol=1e-4, rtol=1e-4)
+    for got, want in zip(tr.attn["blocks.3.attn"], ref.attn["blocks.3.attn"], strict=True):
+        assert np.allclose(got, want, atol=1e-4, rtol=1e-4)
+    spill = cap._spill
+    assert spill is not None and spill.is_dir()
+    cap.close()
+    assert not spill.exists()
+
+
+def test_float16_and_token_stride_and_a_layer_missing_on_a_step(tmp_path, bundled_model):
+    from dstar.capture import TraceCapture
+    model = _torch_dit(bundled_model)
+    x = torch.from_numpy(np.random.default_rng(2).standard_normal((1, 1, 32, 32))
+                         .astype(np.float32))
+    name = "blocks.1.mlp.fc1"
+    cap = TraceCapture(model, names=[name], dtype="float16", token_stride=4)
+    with cap, torch.no_grad():
+        cap.next_step(999)
+        model(x, torch.full((1,), 999), torch.tensor([3]))
+    tr = load_trace(cap.save(tmp_path / "h"))
+    assert tr.linear_x[name].dtype == np.float16 and tr.linear_x[name].shape == (1, 64, 128)
+    assert tr.linear_tokens[name] == 64
+    with cap, torch.no_grad():
+        cap.next_step(500)                 # the model does not run on this step
+    with pytest.raises(ValueError, match="ran on 1 of 2 steps"):
+        cap.trace()
+    cap.close()
