@@ -254,8 +254,9 @@ def format_report(rep: dict) -> str:
                        f"  cycles {v['cycles']}  idle lane fractions: {idle}")
         return out
 
-    out = [f"whole run: {rep['layer_steps']} layer-steps of {len(rep['layers'])} layers, every "
-           f"{rep['every']}. step of {rep['steps']} (cycle model, exact against the RTL)"]
+    which = "every step" if rep["every"] == 1 else f"every {rep['every']}-th step"
+    out = [f"whole run: {rep['layer_steps']} layer-steps of {len(rep['layers'])} layers, "
+           f"{which} of {rep['steps']} (cycle model, exact against the RTL)"]
     out += lines(rep["total"])
     for name, t in rep["layers"].items():
         out += [name, *lines(t, "  ")]
