@@ -47,3 +47,17 @@ def test_a_failing_command_writes_nothing(tmp_path, monkeypatch):
         results.run("bad", tmp_path)
     assert not (tmp_path / "docs" / "results" / "bad.json").exists()
 
+
+
+def test_the_workloads_table_puts_each_reports_figures_in_its_column():
+    def rep(z, psnr):
+        return {"per_layer_type": {"fc1": {"zero_fraction": z, "low_fraction": 0.5,
+                                           "high_fraction": 0.5 - z}},
+                "ops_ratio_vs_w8a8": 3.0 + z, "w8a8": {"psnr_vs_fp32_db": psnr}}
+    table = results.workloads_table({"digits": rep(0.25, 47.5), "photos": rep(0.125, 40.0)})
+    lines = table.splitlines()
+    assert lines[0] == "| figure | digits | photos |"
+    assert "| fc1: ZERO / LOW / HIGH | 0.250 / 0.500 / 0.250 | 0.125 / 0.500 / 0.375 |" in lines
+    assert "| qkv: ZERO / LOW / HIGH | - / - / - | - / - / - |" in lines
+    assert "| nibble passes vs W8A8, element-level ideal | 3.25 | 3.12 |" in lines
+    assert "| PSNR vs FP32, W8A8 (dB) | 47.50 | 40.00 |" in lines
