@@ -6,6 +6,7 @@ samples with the FP32 samples (peak-to-peak 2, images in [-1, 1]); the ops ratio
 passes over DSTAR's on the linear layers (element-level ideal, and the ``lockstep`` packing).
 """
 
+import math
 import time
 
 import numpy as np
@@ -30,7 +31,7 @@ def _dstar_block(stats: OpStats) -> dict:
     per_step = []
     for s in sorted(stats.counts):
         sm = OpStats.summary(stats.total(step=s))
-        per_step.append({"step": s, **{k: round(sm[k], 6) for k in
+        per_step.append({"step": s, **{k: sm[k] if sm[k] is None else round(sm[k], 6) for k in
                                        ("zero_fraction", "low_fraction", "high_fraction",
                                         "mean_passes", "ops_ratio_vs_w8a8",
                                         "lockstep_ops_ratio_vs_w8a8")}})
@@ -215,9 +216,17 @@ def format_sweep(rep: dict) -> str:
     return "\n".join(lines)
 
 
-def _fmt(v, digits=3):
+def _fmt(v, digits=3, suffix=""):
+    """A figure for people: ``None`` (a ratio over no work) is "no work"; NaN (a ratio of
+    overflowed or zero energies) is "undefined"; infinity (no error at all) is "exact"."""
+    if v is None:
+        return "no work"
+    if isinstance(v, float) and math.isnan(v):
+        return "undefined"
+    if isinstance(v, float) and math.isinf(v):
+        return "exact"
     if isinstance(v, float):
-        return f"{v:.{digits}f}"
+        return f"{v:.{digits}f}{suffix}"
     return str(v)
 
 
@@ -240,8 +249,8 @@ def format_table(rep: dict) -> str:
     for name, s in rows.items():
         lines.append(f"{name:<8}{s['zero_fraction']:>8.3f}{s['low_fraction']:>8.3f}"
                      f"{s['high_fraction']:>8.3f}{s['low_bit_fraction']:>9.3f}"
-                     f"{s['mean_passes']:>8.3f}{s['ops_ratio_vs_w8a8']:>9.2f}"
-                     f"{s['lockstep_ops_ratio_vs_w8a8']:>11.2f}"
+                     f"{s['mean_passes']:>8.3f}{_fmt(s['ops_ratio_vs_w8a8'], 2):>9}"
+                     f"{_fmt(s['lockstep_ops_ratio_vs_w8a8'], 2):>11}"
                      f"{s['clipped_group_fraction']:>9.4f}")
     lines.append("")
     if "fp32" in rep:
@@ -265,8 +274,9 @@ def format_table(rep: dict) -> str:
         ca = rep["class_accuracy"]
         lines.append("class accuracy of samples (kNN on real digits): "
                      + "  ".join(f"{k} {v:.2f}" for k, v in ca.items()))
-    lines.append(f"nibble passes vs dense W8A8: element-level {rep['ops_ratio_vs_w8a8']:.2f}x, "
-                 f"lockstep {rep['lockstep_ops_ratio_vs_w8a8']:.2f}x")
+    lines.append("nibble passes vs dense W8A8: element-level "
+                 f"{_fmt(rep['ops_ratio_vs_w8a8'], 2, 'x')}, lockstep "
+                 f"{_fmt(rep['lockstep_ops_ratio_vs_w8a8'], 2, 'x')}")
     return "\n".join(lines)
 
 
@@ -280,7 +290,11 @@ def layer_types_of(names) -> list[str]:
 
 
 def _sqnr(signal_energy: float, noise_energy: float) -> float:
-    return float("inf") if noise_energy == 0 else 10.0 * np.log10(signal_energy / noise_energy)
+    """NaN (undefined) when an energy overflowed or there is no signal; infinity when there
+    is no error."""
+    if not (math.isfinite(signal_energy) and math.isfinite(noise_energy)) or signal_energy == 0:
+        return float("nan")
+    return float("inf") if noise_energy == 0 else 10.0 * math.log10(signal_energy / noise_energy)
 
 
 def run_trace(cfg, trace, source: str = "trace") -> dict:
@@ -288,6 +302,7 @@ def run_trace(cfg, trace, source: str = "trace") -> dict:
     layer runs DSTAR and W8A8 on the recorded inputs; outputs are compared with float."""
     from dstar.golden.difflinear import DiffLinear
     from dstar.golden.quant import quantize_weights, w8a8_linear
+    from dstar.golden.trace import TraceError
     types = layer_types_of(trace.linear_x)
     stats = OpStats(types)
     energy = {"signal": 0.0, "dstar": 0.0, "w8a8": 0.0}
@@ -295,7 +310,8 @@ def run_trace(cfg, trace, source: str = "trace") -> dict:
         w, b = trace.linear_w[name], trace.linear_b[name]
         k = w.shape[1]
         if k % cfg.group:
-            raise ValueError(f"layer {name!r}: K={k} is not a multiple of group={cfg.group}")
+            raise TraceError(f"{source}: layer {name!r}: K={k} is not a multiple of "
+                             f"group={cfg.group}")
         layer = DiffLinear(w, b, cfg, name)
         w_q, s_w = quantize_weights(w)
         for s in range(trace.steps):

@@ -122,8 +122,10 @@ def _dump(obj) -> str:
 
 
 def cmd_config(args) -> int:
+    from dstar.hw.generate import check_buildable  # what `dstar generate` refuses, refused
     cfg = _config(args)
-    print(_dump({"config": cfg.to_dict(), "derived": cfg.derived()}))
+    size = check_buildable(cfg)
+    print(_dump({"config": cfg.to_dict(), "derived": cfg.derived(), "generate": size}))
     return 0
 
 
@@ -167,8 +169,17 @@ def _sweep_grid(specs) -> dict:
 
 
 def cmd_analyze(args) -> int:
+    """Output paths are checked before the run; the report is printed before the files are
+    written (each whole, ``write_atomic``), so a failed write loses no result."""
     from . import analyze
+    from .outputs import check_output_file, write_atomic
     cfg = _config(args)
+    bundled = args.trace is None and not args.sweep
+    png = args.png if bundled else None
+    if args.output:
+        check_output_file(args.output, "--output")
+    if png:
+        check_output_file(png, "--png")
     if args.sweep:
         if args.trace is not None:
             raise UserError("--sweep runs the bundled DiT; it cannot be combined with --trace")
@@ -178,38 +189,48 @@ def cmd_analyze(args) -> int:
         except (ValueError, ConfigError) as e:
             raise UserError(f"--sweep: {e}") from None
         rep = analyze.run_sweep(cfg, grid, progress=_progress(args.quiet))
-        if args.output:
-            Path(args.output).write_text(_dump(rep) + "\n")
-        print(_dump(rep) if args.json else analyze.format_sweep(rep))
-        return 0
-    if args.trace is not None:
+        print(_dump(rep) if args.json else analyze.format_sweep(rep), flush=True)
+    elif args.trace is not None:
         from dstar.golden.trace import load_trace
         rep = analyze.run_trace(cfg, load_trace(args.trace), source=str(args.trace))
+        print(_dump(rep) if args.json else analyze.format_table(rep), flush=True)
     else:
         from dstar.golden.classifier import DigitClassifier
 
-        from .png import image_grid, write_png
+        from .png import image_grid, png_bytes
         rep, samples = analyze.run_bundled(cfg, classifier=DigitClassifier(),
                                            progress=_progress(args.quiet))
-        if args.png:
-            write_png(args.png, image_grid([samples["fp32"], samples["w8a8"], samples["dstar"]]))
-            rep["png"] = str(args.png)
+        if png:
+            rep["png"] = str(png)
+        print(_dump(rep) if args.json else analyze.format_table(rep), flush=True)
+        if png:
+            write_atomic(png, png_bytes(image_grid([samples[k] for k in
+                                                    ("fp32", "w8a8", "dstar")])))
+            if not args.json:
+                print(f"sample grid (rows: FP32, W8A8, DSTAR): {png}")
     if args.output:
-        Path(args.output).write_text(_dump(rep) + "\n")
-    if args.json:
-        print(_dump(rep))
-    else:
-        print(analyze.format_table(rep))
-        if rep.get("png"):
-            print(f"sample grid (rows: FP32, W8A8, DSTAR): {rep['png']}")
+        write_atomic(args.output, _dump(rep) + "\n")
     return 0
 
 
 def cmd_trace(args) -> int:
+    from dstar.golden.dit import DiT
+    from dstar.golden.trace import trace_path
+
     from . import analyze
+    from .outputs import check_output_file
     cfg = _config(args)
-    layers = args.layers.split(",") if args.layers else None
-    written = analyze.export_trace(cfg, args.output, layers=layers,
+    check_output_file(trace_path(args.output), "trace file")
+    model = DiT.bundled()
+    layers = None
+    if args.layers is not None:
+        layers = [name.strip() for name in args.layers.split(",")]
+        known = model.linear_names()
+        for name in layers:
+            if name not in known:
+                raise UserError(f"--layers: the bundled DiT has no linear layer {name!r} "
+                                f"(layers: {known[0]}, {known[1]}, ...)")
+    written = analyze.export_trace(cfg, args.output, model=model, layers=layers,
                                    attention=not args.no_attention)
     print(f"wrote {written}")
     return 0
@@ -223,12 +244,22 @@ def cmd_bench_golden(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from dstar.hw.generate import generate
+    """Everything is built and checked before anything is written; the folder is then replaced
+    whole (``atomic_dir``), so it never mixes two runs or keeps a top this run does not make.
+    A folder holding files dstar did not write is refused, not wiped: replacing it whole would
+    delete them, and replacing only dstar's own files would not be all-or-nothing."""
+    from dstar.hw.generate import OUTPUTS, build, check_buildable
+
+    from .outputs import atomic_dir, check_output_dir
     cfg = _config(args)
-    out = Path(args.output)
-    man = generate(cfg, out)
-    files = [man["verilog"]] + ([man["attention"]["verilog"]] if "attention" in man else [])
-    print(f"wrote {', '.join(str(out / f) for f in files)} and {out / 'params.json'}")
+    out = check_output_dir(args.output)
+    check_buildable(cfg)
+    with atomic_dir(out, owned=OUTPUTS) as tmp:
+        files, _ = build(cfg)
+        for name, text in files.items():
+            (tmp / name).write_text(text)
+    *tops, params = (str(out / f) for f in files)
+    print(f"wrote {', '.join(tops)} and {params}")
     return 0
 
 
@@ -512,21 +543,39 @@ def main(argv=None) -> int:
     if args.build_dir is not None:
         os.environ[BUILD_DIR_ENV] = str(args.build_dir.absolute())
     try:
-        return args.func(args)
-    except (ConfigError, UserError) as e:
+        code = args.func(args)
+        sys.stdout.flush()          # a closed pipe shows here, not at interpreter exit
+        return code
+    except _user_errors() as e:
         print(f"dstar: error: {e}", file=sys.stderr)
         return 2
-    except (ValueError, FileNotFoundError) as e:
-        from dstar.golden.trace import TraceError
-        if isinstance(e, TraceError | FileNotFoundError) or args.cmd in ("analyze", "trace"):
-            print(f"dstar: error: {e}", file=sys.stderr)
-            return 2
-        raise
+    except KeyboardInterrupt:
+        print("dstar: interrupted", file=sys.stderr)
+        return 128 + 2
+    except BrokenPipeError:
+        # The reader (``| head``) has what it wanted: end quietly, as a command killed by
+        # SIGPIPE would (status 141), and keep Python's exit flush from failing again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
     finally:
         if saved is None:
             os.environ.pop(BUILD_DIR_ENV, None)
         else:
             os.environ[BUILD_DIR_ENV] = saved
+
+
+def _user_errors() -> tuple:
+    """The project's own error types, reported as one line (status 2); anything else is a bug
+    and keeps its traceback. ``FileNotFoundError`` is raised with a message for missing data
+    files and builds. Error types of modules that were never imported cannot have been raised:
+    looking them up in ``sys.modules`` keeps NumPy out of argument parsing."""
+    from .outputs import OutputError
+    types = [ConfigError, UserError, OutputError, FileNotFoundError]
+    for module, name in (("dstar.golden.trace", "TraceError"), ("dstar.synth.flows",
+                                                                 "SynthError")):
+        if module in sys.modules:
+            types.append(getattr(sys.modules[module], name))
+    return tuple(types)
 
 
 if __name__ == "__main__":

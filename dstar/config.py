@@ -16,6 +16,7 @@ synthesis baselines cover only it, so a change of a run field leaves them alone.
 
 import dataclasses
 import functools
+import math
 import tomllib
 import typing
 from dataclasses import dataclass, field, fields
@@ -136,6 +137,9 @@ class Config:
             raise ConfigError(f"{name} must be {span}, got {v!r}")
 
     def _check(self):
+        for name, want in _field_types().items():
+            if want is float and not math.isfinite(getattr(self, name)):
+                raise ConfigError(f"{name} must be a finite number, got {getattr(self, name)!r}")
         self._range("group", 2, 64)
         self._range("e_max", 0, 15)
         self._range("tau", 0, 1 << 14)
@@ -283,10 +287,27 @@ PRESETS: dict[str, Config] = {
 
 
 def preset(name: str) -> Config:
+    if not isinstance(name, str) or name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def _read_toml(path: Path) -> dict:
+    """The table of a TOML config file, or a ``ConfigError`` naming the file and the reason."""
+    where = f"config file {str(path)!r}"
     try:
-        return PRESETS[name]
-    except KeyError:
-        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{where} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{where} is a folder, not a file") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{where} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
+                          f"{e.start})") from None
+    except OSError as e:
+        raise ConfigError(f"{where} cannot be read: {e.strerror or e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{where} is not valid TOML: {e}") from None
 
 
 def load_config(path: str | Path | None = None, preset_name: str | None = None,
@@ -297,14 +318,12 @@ def load_config(path: str | Path | None = None, preset_name: str | None = None,
     table: dict = {}
     if path is not None:
         path = Path(path)
-        try:
-            table = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"config file {str(path)!r} does not exist") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+        table = _read_toml(path)
         base = table.pop("preset", None)
         if base is not None:
+            if not isinstance(base, str):
+                raise ConfigError(f"preset in {str(path)!r} must be a string naming one of "
+                                  f"{', '.join(PRESETS)}, got {base!r}")
             if preset_name is not None and preset_name != base:
                 raise ConfigError(f"--preset {preset_name!r} conflicts with preset = {base!r} "
                                   f"in {str(path)!r}")

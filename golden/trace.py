@@ -21,13 +21,13 @@ dot-separated part of the name (``fc1``). ``load_trace`` validates everything an
 ``TraceError`` with a message naming the file, the key and what is wrong.
 """
 
-import os
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from dstar.outputs import atomic_file
 
 __all__ = ["FORMAT", "TraceError", "Trace", "load_trace", "save_trace", "trace_path",
            "TraceRecorder"]
@@ -69,14 +69,8 @@ def save_trace(path, trace: Trace, compress: bool = True) -> Path:
             out[f"linear/{name}/bias"] = trace.linear_b[name]
     for name, (q, k, v) in trace.attn.items():
         out[f"attn/{name}/q"], out[f"attn/{name}/k"], out[f"attn/{name}/v"] = q, k, v
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            (np.savez_compressed if compress else np.savez)(fh, **out)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic_file(path) as fh:
+        (np.savez_compressed if compress else np.savez)(fh, **out)
     return path
 
 
@@ -95,6 +89,8 @@ def _entry(path, f, key) -> np.ndarray:
 
 def load_trace(path) -> Trace:
     path = Path(path)
+    if path.is_dir():
+        _fail(path, "is a folder, not a file")
     if not path.is_file():
         _fail(path, "file does not exist")
     if not zipfile.is_zipfile(path):
@@ -139,12 +135,13 @@ def load_trace(path) -> Trace:
                 _fail(path, f"{key} holds non-finite values")
             if kind == "linear":
                 if what == "x":
-                    if arr.ndim != 3 or arr.shape[0] != steps:
-                        _fail(path, f"{key} must be (steps={steps}, N, K), got {arr.shape}")
+                    if arr.ndim != 3 or arr.shape[0] != steps or 0 in arr.shape:
+                        _fail(path, f"{key} must be (steps={steps}, N, K) with N, K >= 1, got "
+                                    f"{arr.shape}")
                     tr.linear_x[name] = arr
                 elif what == "weight":
-                    if arr.ndim != 2:
-                        _fail(path, f"{key} must be (M, K), got {arr.shape}")
+                    if arr.ndim != 2 or 0 in arr.shape:
+                        _fail(path, f"{key} must be (M, K) with M, K >= 1, got {arr.shape}")
                     tr.linear_w[name] = arr
                 elif what == "bias":
                     tr.linear_b[name] = arr

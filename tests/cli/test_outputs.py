@@ -1,5 +1,7 @@
 """Output paths are checked before the work and written all-or-nothing."""
 
+import os
+
 import pytest
 
 from dstar.outputs import OutputError, atomic_dir, check_output_dir, check_output_file, write_atomic
@@ -55,3 +57,51 @@ def test_a_second_writer_of_the_same_folder_is_refused(tmp_path):
     with atomic_dir(out) as d:          # released: a later run goes through
         (d / "x").write_text("1")
     assert (out / "x").exists()
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_written_files_and_folders_get_the_umask_modes_or_keep_theirs(tmp_path):
+    f = write_atomic(tmp_path / "a.txt", "one")
+    assert f.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    f.chmod(0o640)
+    write_atomic(f, "two")
+    assert f.stat().st_mode & 0o777 == 0o640
+    with atomic_dir(tmp_path / "out"):
+        pass
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o777 & ~_umask()
+
+
+def test_atomic_dir_refuses_to_replace_files_it_does_not_own(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.v").write_text("old")
+    with atomic_dir(out, owned=("a.v", "b.v")) as d:     # only owned files: replaced
+        (d / "b.v").write_text("new")
+    assert sorted(p.name for p in out.iterdir()) == ["b.v"]
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(OutputError, match=r"holds files dstar did not write \('notes.txt'\)"):
+        with atomic_dir(out, owned=("a.v", "b.v")):
+            raise AssertionError("not reached")
+    assert sorted(p.name for p in out.iterdir()) == ["b.v", "notes.txt"]
+
+
+def test_output_folders_may_have_missing_parents(tmp_path):
+    assert check_output_dir(tmp_path / "a" / "b") == tmp_path / "a" / "b"
+    with atomic_dir(tmp_path / "a" / "b") as d:
+        (d / "x").write_text("1")
+    assert (tmp_path / "a" / "b" / "x").exists()
+
+
+def test_an_os_error_while_writing_is_one_output_error(tmp_path, monkeypatch):
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OutputError, match=r"cannot write '.*a.txt': No space left on device"):
+        write_atomic(tmp_path / "a.txt", "x")
+    assert list(tmp_path.iterdir()) == []
