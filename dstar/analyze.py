@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from dstar.config import ConfigError
 from dstar.golden.attention import AttentionReuse
 from dstar.golden.dit import LINEAR_TYPES, DiT
 from dstar.golden.hooks import DStarLinears, W8A8Linears, layer_type
@@ -123,13 +124,13 @@ def sweep_points(cfg, grid: dict) -> list[dict]:
 
     for f, vals in grid.items():
         if f not in SWEEP_FIELDS and f not in SWEEP_MODES:
-            raise ValueError(f"cannot sweep {f!r}; sweepable: "
+            raise ConfigError(f"cannot sweep {f!r}; sweepable: "
                              f"{', '.join(SWEEP_FIELDS + tuple(SWEEP_MODES))}")
         if not vals:
-            raise ValueError(f"sweep of {f!r} has no values")
+            raise ConfigError(f"sweep of {f!r} has no values")
         for v in vals if f in SWEEP_MODES else ():
             if v not in SWEEP_MODES[f]:
-                raise ValueError(f"{f} must be one of {', '.join(SWEEP_MODES[f])}, got {v!r}")
+                raise ConfigError(f"{f} must be one of {', '.join(SWEEP_MODES[f])}, got {v!r}")
     points = [dict(zip(grid, vals, strict=True)) for vals in itertools.product(*grid.values())]
     for pt in points:
         cfg.replace(**_cfg_part(pt))

@@ -186,7 +186,7 @@ def cmd_analyze(args) -> int:
         grid = _sweep_grid(args.sweep)
         try:
             analyze.sweep_points(cfg, grid)
-        except (ValueError, ConfigError) as e:
+        except ConfigError as e:
             raise UserError(f"--sweep: {e}") from None
         rep = analyze.run_sweep(cfg, grid, progress=_progress(args.quiet))
         print(_dump(rep) if args.json else analyze.format_sweep(rep), flush=True)

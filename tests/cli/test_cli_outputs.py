@@ -38,12 +38,11 @@ def test_generate_refuses_bad_output_folders_in_one_line(capsys, tmp_path):
         assert code == 2 and out == "" and one_line(err, why), err
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into any folder")
-def test_generate_refuses_an_unwritable_parent(capsys, tmp_path):
-    ro = tmp_path / "ro"
-    ro.mkdir(mode=0o555)
-    code, _, err = run(capsys, "generate", "--preset", "tiny", "-o", str(ro / "out"))
-    assert code == 2 and one_line(err, "is not writable")
+def test_generate_refuses_an_unwritable_parent(capsys, tmp_path, monkeypatch):
+    # os.access stands in for a read-only folder: the tests may run as root, who writes anywhere.
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    code, _, err = run(capsys, "generate", "--preset", "tiny", "-o", str(tmp_path / "out"))
+    assert code == 2 and one_line(err, f"folder {str(tmp_path)!r} is not writable")
 
 
 @pytest.mark.parametrize("bad,msg", [
