@@ -231,6 +231,10 @@ def _fmt(v, digits=3, suffix=""):
     return str(v)
 
 
+def _reuse(fraction) -> str:
+    return "no reuse steps" if fraction is None else f"{fraction:.3f} on reuse steps"
+
+
 def format_table(rep: dict) -> str:
     """A human-readable rendering of an analysis report."""
     lines = [f"workload: {rep['workload']}",
@@ -263,7 +267,7 @@ def format_table(rep: dict) -> str:
         a = rep["attention"]
         lines.append(f"attention (theta={c['theta']}, refresh_attn={c['refresh_attn']}): "
                      f"blocks computed {a['blocks_computed_fraction']:.3f} of all "
-                     f"({a['blocks_computed_fraction_reuse_steps'] or 0:.3f} on reuse steps), "
+                     f"({_reuse(a['blocks_computed_fraction_reuse_steps'])}), "
                      f"output error vs float {a['output_rel_err_vs_float']:.4f} "
                      f"(dense integer attention {a['dense_int_rel_err_vs_float']:.4f}; on "
                      f"{a.get('errors_measured_on_batch_elements', 'all')} batch elements)")

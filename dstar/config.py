@@ -328,7 +328,7 @@ def load_config(path: str | Path | None = None, preset_name: str | None = None,
                 raise ConfigError(f"--preset {preset_name!r} conflicts with preset = {base!r} "
                                   f"in {str(path)!r}")
             preset_name = base
-    cfg = preset(preset_name or "default")
+    cfg = preset("default" if preset_name is None else preset_name)   # "" is no preset name
     known = {f.name for f in fields(Config)}
     unknown = sorted(set(table) - known)
     if unknown:

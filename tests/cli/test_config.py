@@ -161,3 +161,8 @@ def test_unreadable_config_files_are_named(tmp_path, content, words):
 def test_a_folder_as_config_file_is_named(tmp_path):
     with pytest.raises(ConfigError, match=f"config file '{tmp_path}' is a folder, not a file"):
         load_config(tmp_path)
+
+
+def test_an_empty_preset_name_is_refused():
+    with pytest.raises(ConfigError, match="unknown preset ''; choose one of default, tiny"):
+        load_config(None, "")
