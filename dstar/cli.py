@@ -2,6 +2,7 @@
 
 import argparse
 import enum
+import errno
 import json
 import math
 import os
@@ -544,7 +545,7 @@ def main(argv=None) -> int:
         os.environ[BUILD_DIR_ENV] = str(args.build_dir.absolute())
     try:
         code = args.func(args)
-        sys.stdout.flush()          # a closed pipe shows here, not at interpreter exit
+        sys.stdout.flush()          # a closed pipe or a full disk shows here, not at exit
         return code
     except _user_errors() as e:
         print(f"dstar: error: {e}", file=sys.stderr)
@@ -554,14 +555,26 @@ def main(argv=None) -> int:
         return 128 + 2
     except BrokenPipeError:
         # The reader (``| head``) has what it wanted: end quietly, as a command killed by
-        # SIGPIPE would (status 141), and keep Python's exit flush from failing again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # SIGPIPE would (status 141).
+        _drop_stdout()
         return 128 + 13
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # A full disk under stdout (output files report it as OutputError, naming the file).
+        _drop_stdout()
+        print(f"dstar: error: cannot write the standard output: {e.strerror}", file=sys.stderr)
+        return 2
     finally:
         if saved is None:
             os.environ.pop(BUILD_DIR_ENV, None)
         else:
             os.environ[BUILD_DIR_ENV] = saved
+
+
+def _drop_stdout() -> None:
+    """Point stdout at the null device, so that Python's flush at exit does not fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _user_errors() -> tuple:

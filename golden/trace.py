@@ -120,6 +120,8 @@ def load_trace(path) -> Trace:
         tr = Trace(steps=steps)
         if "timesteps" in keys:
             tr.timesteps = _entry(path, f, "timesteps")
+            if not np.issubdtype(tr.timesteps.dtype, np.integer):
+                _fail(path, f"timesteps must be integers, got {tr.timesteps.dtype}")
             if tr.timesteps.shape != (steps,):
                 _fail(path, f"timesteps has shape {tr.timesteps.shape}, expected ({steps},)")
         known = {"format", "steps", "timesteps"}

@@ -205,6 +205,15 @@ def test_a_closed_pipe_ends_quietly(trace_file):
     assert p.returncode in (0, 141) and p.stderr == ""
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_full_disk_under_stdout_is_one_line():
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-m", "dstar.cli", "config", "--preset", "tiny"],
+                           stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert p.returncode == 2
+    assert p.stderr == "dstar: error: cannot write the standard output: No space left on device\n"
+
+
 def test_only_the_projects_errors_are_one_line(capsys, monkeypatch, trace_file):
     """A ``ValueError`` from inside a command is a bug: it keeps its traceback."""
     def bug(*a, **k):

@@ -185,3 +185,14 @@ def test_empty_layers_are_refused(tmp_path, n, k, m):
 def test_a_folder_is_not_a_trace(tmp_path):
     with pytest.raises(TraceError, match="is a folder, not a file"):
         load_trace(tmp_path)
+
+
+def test_timesteps_must_be_integers(tmp_path):
+    tr = small_trace(np.random.default_rng(10))
+    f = save_trace(tmp_path / "t.npz", tr)
+    with np.load(f) as z:
+        entries = {k: z[k] for k in z.files}
+    entries["timesteps"] = entries["timesteps"].astype(np.float64)
+    np.savez(f, **entries)
+    with pytest.raises(TraceError, match="timesteps must be integers, got float64"):
+        load_trace(f)
