@@ -408,8 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--sweep", action="append", metavar="FIELD=V1,V2",
                    help="trade-off sweep of DSTAR (both mechanisms) over config values; repeat "
-                        "for a grid (fields: theta, refresh_attn, refresh_linear, tau, block_q, "
-                        "block_k; linears=dstar,w8a8,float and attention=dstar,float run one "
+                        "for a grid (fields: theta, refresh_attn, refresh_linear, tau, "
+                        "lattice_bits, block_q, block_k; linears=dstar,w8a8,float and "
+                        "attention=dstar,float run one "
                         "mechanism alone)")
     p.set_defaults(func=cmd_analyze)
 

@@ -41,6 +41,19 @@ def _check_parent(path: Path, what: str, *, create: bool = False) -> None:
         raise OutputError(f"{what} {str(path)!r}: folder {str(parent)!r} does not exist")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise OutputError(f"{what} {str(path)!r}: folder {str(probe)!r} is not writable")
+    try:        # what os.access cannot tell: root on a read-only or special file system
+        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".dstar-probe.")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise OutputError(f"{what} {str(path)!r}: cannot create files in folder "
+                          f"{str(probe)!r} ({e.strerror or e})") from None
+
+
+def _in_place(path: Path) -> bool:
+    """Whether ``path`` is written in place rather than replaced by a rename: a device, a pipe
+    or a link (``/dev/stdout``, a FIFO; a rename would replace the node or the link itself)."""
+    return path.is_symlink() or (path.exists() and not path.is_file() and not path.is_dir())
 
 
 def check_output_file(path, what: str = "output file") -> Path:
@@ -51,6 +64,10 @@ def check_output_file(path, what: str = "output file") -> Path:
         raise OutputError(f"{what}: empty path")
     if path.is_dir():
         raise OutputError(f"{what} {str(path)!r} is a folder")
+    if _in_place(path):
+        if not os.access(path, os.W_OK):
+            raise OutputError(f"{what} {str(path)!r} is not writable")
+        return path
     _check_parent(path, what)
     return path
 
@@ -90,8 +107,17 @@ def _os_error(path: Path, e: OSError) -> OutputError:
 def atomic_file(path):
     """A binary file object (yielded) whose content appears at ``path`` whole when the block
     ends without error (a temporary file beside it, then a rename); on an error nothing
-    changes at ``path``. An operating-system error becomes an ``OutputError`` naming it."""
+    changes at ``path``. A device, pipe or symbolic link is written in place instead (it is
+    not a file that a rename could replace). An operating-system error becomes an
+    ``OutputError`` naming the path."""
     path = Path(path)
+    if _in_place(path):
+        try:
+            with open(path, "wb") as f:
+                yield f
+        except OSError as e:
+            raise _os_error(path, e) from None
+        return
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
@@ -128,8 +154,10 @@ def atomic_dir(path, owned: Collection[str] | None = None):
     ``owned`` (the names the command writes), an old folder holding anything else is refused
     (``OutputError``) rather than deleted. A second ``atomic_dir`` of the same path while one
     is open is refused (``OutputError``): a lock file beside the folder is held for the block.
-    Missing parent folders are created."""
+    Missing parent folders are created; a symbolic link is followed (the link stays)."""
     path = Path(path).absolute()
+    if path.is_symlink():       # replace the folder it points to, not the link
+        path = path.resolve()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = open(path.parent / f".{path.name}.lock", "w")  # noqa: SIM115 (held for the block)

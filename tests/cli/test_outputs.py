@@ -105,3 +105,43 @@ def test_an_os_error_while_writing_is_one_output_error(tmp_path, monkeypatch):
     with pytest.raises(OutputError, match=r"cannot write '.*a.txt': No space left on device"):
         write_atomic(tmp_path / "a.txt", "x")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_links_and_pipes_are_written_in_place_not_replaced(tmp_path):
+    """A rename would replace the link (``/dev/stdout``) or the device node itself."""
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert check_output_file(link) == link
+    write_atomic(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        write_atomic(check_output_file(fifo), b"through the pipe")
+        assert os.read(r, 100) == b"through the pipe"
+    finally:
+        os.close(r)
+    assert not fifo.is_file() and sorted(p.name for p in tmp_path.iterdir()) == \
+        ["fifo", "link.json", "real.json"]
+
+
+def test_a_folder_where_no_file_can_be_created_is_refused(tmp_path, monkeypatch):
+    import tempfile
+
+    def refuse(*a, **k):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    with pytest.raises(OutputError, match=r"cannot create files in folder .*Read-only file system"):
+        check_output_file(tmp_path / "r.json")
+
+
+def test_atomic_dir_follows_a_link_to_a_folder(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "out").symlink_to(tmp_path / "real")
+    with atomic_dir(tmp_path / "out") as d:
+        (d / "x").write_text("1")
+    assert (tmp_path / "out").is_symlink() and (tmp_path / "real" / "x").read_text() == "1"
