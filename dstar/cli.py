@@ -215,23 +215,15 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_trace(args) -> int:
-    from dstar.golden.dit import DiT
     from dstar.golden.trace import trace_path
 
     from . import analyze
     from .outputs import check_output_file
     cfg = _config(args)
     check_output_file(trace_path(args.output), "trace file")
-    model = DiT.bundled()
-    layers = None
-    if args.layers is not None:
-        layers = [name.strip() for name in args.layers.split(",")]
-        known = model.linear_names()
-        for name in layers:
-            if name not in known:
-                raise UserError(f"--layers: the bundled DiT has no linear layer {name!r} "
-                                f"(layers: {known[0]}, {known[1]}, ...)")
-    written = analyze.export_trace(cfg, args.output, model=model, layers=layers,
+    layers = None if args.layers is None else [n.strip() for n in args.layers.split(",")]
+    _check_dit_choices(names=layers or ())
+    written = analyze.export_trace(cfg, args.output, layers=layers,
                                    attention=not args.no_attention)
     print(f"wrote {written}")
     return 0
@@ -337,9 +329,35 @@ def _synth_board(args) -> int:
     return 0
 
 
+def _check_dit_choices(blocks=(), layers=(), names=(), heads=()) -> None:
+    """Refuse, before a benchmark runs, blocks, per-block layers, layer names or heads that the
+    bundled DiT does not have."""
+    from dstar.golden.dit import DiT
+    model = DiT.bundled()
+    depth, n_heads = model.shape.depth, model.shape.heads
+    known = model.linear_names()
+    kinds = sorted({n.split(".", 2)[2] for n in known})
+    for b in blocks:
+        if b >= depth:
+            raise UserError(f"the bundled DiT has blocks 0 .. {depth - 1}, got block {b}")
+    for kind in layers:
+        if kind not in kinds:
+            raise UserError(f"the bundled DiT's blocks have layers {', '.join(kinds)}, got "
+                            f"{kind!r}")
+    for name in names:
+        if name not in known:
+            raise UserError(f"the bundled DiT has no linear layer {name!r} (layers: "
+                            f"{known[0]}, {known[1]}, ...)")
+    for h in heads:
+        if h >= n_heads:
+            raise UserError(f"the bundled DiT has heads 0 .. {n_heads - 1}, got head {h}")
+
+
 def cmd_bench_cycles(args) -> int:
     from dstar.sim import bench
     cfg = _config(args)
+    _check_dit_choices(blocks=args.blocks or (), layers=args.layers or (),
+                       names=[args.rtl_layer] if args.rtl_layer else ())
     opts = {k: v for k, v in (("blocks", args.blocks), ("layers", args.layers),
                               ("packings", args.packings), ("rtl_layer", args.rtl_layer))
             if v is not None}
@@ -356,6 +374,7 @@ def cmd_bench_cycles(args) -> int:
 def cmd_bench_attention(args) -> int:
     from dstar.sim import bench_attention
     cfg = _config(args)
+    _check_dit_choices(blocks=args.layers, heads=args.heads)
     name = args.preset or (args.config.stem if args.config else "default")
     bench_attention.run(cfg, steps=args.run_steps, take=args.take, layers=args.layers,
                         heads=args.heads, rtl=args.rtl, name=name)

@@ -244,3 +244,16 @@ def test_meaningless_figures_are_not_printed_as_results(capsys, tmp_path):
     code, text, _ = run(capsys, "analyze", "--trace", str(f), "--json")
     rep = json.loads(text)
     assert rep["ops_ratio_vs_w8a8"] is None and rep["dstar"]["output_sqnr_db"] is None
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["bench", "cycles", "--blocks", "99"], "the bundled DiT has blocks 0 .. 5, got block 99"),
+    (["bench", "cycles", "--layers", "mlp.fc9"], "have layers attn.proj, attn.qkv, mlp.fc1, "
+                                                 "mlp.fc2, got 'mlp.fc9'"),
+    (["bench", "cycles", "--rtl-layer", "fc1"], "no linear layer 'fc1'"),
+    (["bench", "attention", "--layers", "6"], "got block 6"),
+    (["bench", "attention", "--heads", "4"], "the bundled DiT has heads 0 .. 3, got head 4"),
+])
+def test_benchmarks_refuse_what_the_dit_does_not_have(capsys, argv, msg):
+    code, out, err = run(capsys, *argv, "--preset", "tiny")
+    assert code == 2 and out == "" and one_line(err, msg), err
