@@ -568,9 +568,11 @@ def main(argv=None) -> int:
         sys.stdout.flush()          # a closed pipe or a full disk shows here, not at exit
         return code
     except _user_errors() as e:
+        _quiet_amaranth()
         print(f"dstar: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        _quiet_amaranth()
         print("dstar: interrupted", file=sys.stderr)
         return 128 + 2
     except BrokenPipeError:
@@ -590,6 +592,14 @@ def main(argv=None) -> int:
             os.environ.pop(BUILD_DIR_ENV, None)
         else:
             os.environ[BUILD_DIR_ENV] = saved
+
+
+def _quiet_amaranth() -> None:
+    """A command that stopped early leaves components it built unelaborated: no "created but
+    never used" warnings under its one line (what Amaranth's own excepthook does on a crash)."""
+    unused = sys.modules.get("amaranth._unused")
+    if unused is not None:
+        unused.MustUse._MustUse__silence = True
 
 
 def _drop_stdout() -> None:

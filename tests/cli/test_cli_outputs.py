@@ -101,6 +101,23 @@ def test_generate_replaces_the_folder_whole(capsys, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [".rtl.lock", "rtl"]
 
 
+def test_an_interrupted_generate_leaves_the_earlier_run(capsys, tmp_path, monkeypatch):
+    from dstar.hw import generate
+
+    out_dir = tmp_path / "rtl"
+    out_dir.mkdir()
+    (out_dir / "params.json").write_text("earlier run")
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(generate, "build", interrupted)
+    code, out, err = run(capsys, "generate", "--preset", "tiny", "-o", str(out_dir))
+    assert code == 130 and out == "" and err == "dstar: interrupted\n"
+    assert listing(out_dir) == {"params.json": b"earlier run"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".rtl.lock", "rtl"]
+
+
 def test_generate_does_not_wipe_files_it_did_not_write(capsys, tmp_path):
     out_dir = tmp_path / "rtl"
     out_dir.mkdir()
