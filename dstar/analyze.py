@@ -6,10 +6,12 @@ samples with the FP32 samples (peak-to-peak 2, images in [-1, 1]); the ops ratio
 passes over DSTAR's on the linear layers (element-level ideal, and the ``lockstep`` packing).
 """
 
+import math
 import time
 
 import numpy as np
 
+from dstar.config import ConfigError
 from dstar.golden.attention import AttentionReuse
 from dstar.golden.dit import LINEAR_TYPES, DiT
 from dstar.golden.hooks import DStarLinears, W8A8Linears, layer_type
@@ -27,7 +29,7 @@ def _dstar_block(stats: OpStats) -> dict:
     per_step = []
     for s in sorted(stats.counts):
         sm = OpStats.summary(stats.total(step=s))
-        per_step.append({"step": s, **{k: round(sm[k], 6) for k in
+        per_step.append({"step": s, **{k: sm[k] if sm[k] is None else round(sm[k], 6) for k in
                                        ("zero_fraction", "low_fraction", "high_fraction",
                                         "mean_passes", "ops_ratio_vs_w8a8",
                                         "lockstep_ops_ratio_vs_w8a8")}})
@@ -123,13 +125,13 @@ def sweep_points(cfg, grid: dict) -> list[dict]:
 
     for f, vals in grid.items():
         if f not in SWEEP_FIELDS and f not in SWEEP_MODES:
-            raise ValueError(f"cannot sweep {f!r}; sweepable: "
+            raise ConfigError(f"cannot sweep {f!r}; sweepable: "
                              f"{', '.join(SWEEP_FIELDS + tuple(SWEEP_MODES))}")
         if not vals:
-            raise ValueError(f"sweep of {f!r} has no values")
+            raise ConfigError(f"sweep of {f!r} has no values")
         for v in vals if f in SWEEP_MODES else ():
             if v not in SWEEP_MODES[f]:
-                raise ValueError(f"{f} must be one of {', '.join(SWEEP_MODES[f])}, got {v!r}")
+                raise ConfigError(f"{f} must be one of {', '.join(SWEEP_MODES[f])}, got {v!r}")
     points = [dict(zip(grid, vals, strict=True)) for vals in itertools.product(*grid.values())]
     for pt in points:
         cfg.replace(**_cfg_part(pt))
@@ -217,9 +219,17 @@ def format_sweep(rep: dict) -> str:
     return "\n".join(lines)
 
 
-def _fmt(v, digits=3):
+def _fmt(v, digits=3, suffix=""):
+    """A figure for people: ``None`` (a ratio over no work) is "no work"; NaN (a ratio of
+    overflowed or zero energies) is "undefined"; infinity (no error at all) is "exact"."""
+    if v is None:
+        return "no work"
+    if isinstance(v, float) and math.isnan(v):
+        return "undefined"
+    if isinstance(v, float) and math.isinf(v):
+        return "exact"
     if isinstance(v, float):
-        return f"{v:.{digits}f}"
+        return f"{v:.{digits}f}{suffix}"
     return str(v)
 
 
@@ -242,6 +252,10 @@ def _quality_lines(rep: dict) -> list[str]:
     return out
 
 
+def _reuse(fraction) -> str:
+    return "no reuse steps" if fraction is None else f"{fraction:.3f} on reuse steps"
+
+
 def format_table(rep: dict) -> str:
     """A human-readable rendering of an analysis report."""
     lines = [f"workload: {rep['workload']}",
@@ -261,8 +275,8 @@ def format_table(rep: dict) -> str:
     for name, s in rows.items():
         lines.append(f"{name:<8}{s['zero_fraction']:>8.3f}{s['low_fraction']:>8.3f}"
                      f"{s['high_fraction']:>8.3f}{s['low_bit_fraction']:>9.3f}"
-                     f"{s['mean_passes']:>8.3f}{s['ops_ratio_vs_w8a8']:>9.2f}"
-                     f"{s['lockstep_ops_ratio_vs_w8a8']:>11.2f}"
+                     f"{s['mean_passes']:>8.3f}{_fmt(s['ops_ratio_vs_w8a8'], 2):>9}"
+                     f"{_fmt(s['lockstep_ops_ratio_vs_w8a8'], 2):>11}"
                      f"{s['clipped_group_fraction']:>9.4f}")
     lines.append("")
     if "fp32" in rep:
@@ -274,7 +288,7 @@ def format_table(rep: dict) -> str:
         a = rep["attention"]
         lines.append(f"attention (theta={c['theta']}, refresh_attn={c['refresh_attn']}): "
                      f"blocks computed {a['blocks_computed_fraction']:.3f} of all "
-                     f"({a['blocks_computed_fraction_reuse_steps'] or 0:.3f} on reuse steps), "
+                     f"({_reuse(a['blocks_computed_fraction_reuse_steps'])}), "
                      f"output error vs float {a['output_rel_err_vs_float']:.4f} "
                      f"(dense integer attention {a['dense_int_rel_err_vs_float']:.4f}; on "
                      f"{a.get('errors_measured_on_batch_elements', 'all')} batch elements)")
@@ -295,15 +309,16 @@ def format_table(rep: dict) -> str:
             a = rep["attention"]
             lines.append(f"attention (teacher-forced, {a['layers']} layers, theta="
                          f"{c.get('theta')}, refresh_attn={c.get('refresh_attn')}): blocks "
-                         f"computed {a['blocks_computed_fraction']:.3f} of all "
-                         f"({a['blocks_computed_fraction_reuse_steps'] or 0:.3f} on reuse "
-                         f"steps), output error vs float {a['output_rel_err_vs_float']:.4f} "
-                         f"(dense integer attention {a['dense_int_rel_err_vs_float']:.4f})")
+                         f"computed {_fmt(a['blocks_computed_fraction'])} of all "
+                         f"({_reuse(a['blocks_computed_fraction_reuse_steps'])}), output "
+                         f"error vs float {_fmt(a['output_rel_err_vs_float'], 4)} (dense "
+                         f"integer attention {_fmt(a['dense_int_rel_err_vs_float'], 4)})")
         for line in rep.get("hardware_fit", []):
             lines.append(f"does not fit the configured hardware: {line}")
     lines += _quality_lines(rep)
-    lines.append(f"nibble passes vs dense W8A8: element-level {rep['ops_ratio_vs_w8a8']:.2f}x, "
-                 f"lockstep {rep['lockstep_ops_ratio_vs_w8a8']:.2f}x")
+    lines.append("nibble passes vs dense W8A8: element-level "
+                 f"{_fmt(rep['ops_ratio_vs_w8a8'], 2, 'x')}, lockstep "
+                 f"{_fmt(rep['lockstep_ops_ratio_vs_w8a8'], 2, 'x')}")
     return "\n".join(lines)
 
 
@@ -317,7 +332,11 @@ def layer_types_of(names) -> list[str]:
 
 
 def _sqnr(signal_energy: float, noise_energy: float) -> float:
-    return float("inf") if noise_energy == 0 else 10.0 * np.log10(signal_energy / noise_energy)
+    """NaN (undefined) when an energy overflowed or there is no signal; infinity when there
+    is no error."""
+    if not (math.isfinite(signal_energy) and math.isfinite(noise_energy)) or signal_energy == 0:
+        return float("nan")
+    return float("inf") if noise_energy == 0 else 10.0 * math.log10(signal_energy / noise_energy)
 
 
 def hardware_fit(cfg, trace) -> list[str]:
@@ -372,16 +391,18 @@ def run_trace(cfg, trace, source: str = "trace", progress=None) -> dict:
     recorded float inputs. ``progress(phase, i, n)`` is called per layer."""
     from dstar.golden.difflinear import DiffLinear
     from dstar.golden.quant import quantize_weights, to_lattice, token_lattice, w8a8_linear
+    from dstar.golden.trace import TraceError
     types = layer_types_of(trace.linear_x)
     stats = OpStats(types)
     e = dict.fromkeys(("signal", "dstar", "w8a8", "act", "act_dstar", "act_w8a8"), 0.0)
+    for name, w in trace.linear_w.items():        # refused before any work
+        if w.shape[1] % cfg.group:
+            raise TraceError(f"{source}: layer {name!r}: K={w.shape[1]} is not a multiple of "
+                             f"group={cfg.group}")
     for i, (name, xs) in enumerate(trace.linear_x.items()):
         if progress:
             progress("linears", i, len(trace.linear_x))
         w, b = trace.linear_w[name], trace.linear_b[name]
-        k = w.shape[1]
-        if k % cfg.group:
-            raise ValueError(f"layer {name!r}: K={k} is not a multiple of group={cfg.group}")
         layer = DiffLinear(w, b, cfg, name)
         w_q, s_w = quantize_weights(w)
         w64 = np.asarray(w, np.float64).T

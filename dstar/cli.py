@@ -2,6 +2,7 @@
 
 import argparse
 import enum
+import errno
 import functools
 import json
 import math
@@ -135,8 +136,10 @@ def _dump(obj) -> str:
 
 
 def cmd_config(args) -> int:
+    from dstar.hw.generate import check_buildable  # what `dstar generate` refuses, refused
     cfg = _config(args)
-    print(_dump({"config": cfg.to_dict(), "derived": cfg.derived()}))
+    size = check_buildable(cfg)
+    print(_dump({"config": cfg.to_dict(), "derived": cfg.derived(), "generate": size}))
     return 0
 
 
@@ -180,22 +183,28 @@ def _sweep_grid(specs) -> dict:
 
 
 def cmd_analyze(args) -> int:
+    """Output paths are checked before the run; the report is printed before the files are
+    written (each whole, ``write_atomic``), so a failed write loses no result."""
     from . import analyze
+    from .outputs import check_output_file, write_atomic
     cfg = _config(args)
+    bundled = args.trace is None and not args.sweep
+    png = args.png if bundled else None
+    if args.output:
+        check_output_file(args.output, "--output")
+    if png:
+        check_output_file(png, "--png")
     if args.sweep:
         if args.trace is not None:
             raise UserError("--sweep runs the bundled DiT; it cannot be combined with --trace")
         grid = _sweep_grid(args.sweep)
         try:
             analyze.sweep_points(cfg, grid)
-        except (ValueError, ConfigError) as e:
+        except ConfigError as e:
             raise UserError(f"--sweep: {e}") from None
         rep = analyze.run_sweep(cfg, grid, progress=_progress(args.quiet))
-        if args.output:
-            Path(args.output).write_text(_dump(rep) + "\n")
-        print(_dump(rep) if args.json else analyze.format_sweep(rep))
-        return 0
-    if args.trace is not None:
+        print(_dump(rep) if args.json else analyze.format_sweep(rep), flush=True)
+    elif args.trace is not None:
         from dstar.golden.trace import load_trace
         # The trace fixes the run: options of the bundled run would be silently ignored.
         ignored = [f"--{f.replace('_', '-')}" for f in _BUNDLED_RUN_ONLY
@@ -206,27 +215,32 @@ def cmd_analyze(args) -> int:
                             "its steps, batch and inputs)")
         rep = analyze.run_trace(cfg, load_trace(args.trace), source=str(args.trace),
                                 progress=_progress(args.quiet, "layers"))
+        print(_dump(rep) if args.json else analyze.format_table(rep), flush=True)
     else:
-        from .png import image_grid, write_png
+        from .png import image_grid, png_bytes
         rep, samples = analyze.run_bundled(cfg, quality=True, progress=_progress(args.quiet))
-        if args.png:
-            write_png(args.png, image_grid([samples["fp32"], samples["w8a8"], samples["dstar"]]))
-            rep["png"] = str(args.png)
+        if png:
+            rep["png"] = str(png)
+        print(_dump(rep) if args.json else analyze.format_table(rep), flush=True)
+        if png:
+            write_atomic(png, png_bytes(image_grid([samples[k] for k in
+                                                    ("fp32", "w8a8", "dstar")])))
+            if not args.json:
+                print(f"sample grid (rows: FP32, W8A8, DSTAR): {png}")
     if args.output:
-        Path(args.output).write_text(_dump(rep) + "\n")
-    if args.json:
-        print(_dump(rep))
-    else:
-        print(analyze.format_table(rep))
-        if rep.get("png"):
-            print(f"sample grid (rows: FP32, W8A8, DSTAR): {rep['png']}")
+        write_atomic(args.output, _dump(rep) + "\n")
     return 0
 
 
 def cmd_trace(args) -> int:
+    from dstar.golden.trace import trace_path
+
     from . import analyze
+    from .outputs import check_output_file
     cfg = _config(args)
-    layers = args.layers.split(",") if args.layers else None
+    check_output_file(trace_path(args.output), "trace file")
+    layers = None if args.layers is None else [n.strip() for n in args.layers.split(",")]
+    _check_dit_choices(names=layers or ())
     written = analyze.export_trace(cfg, args.output, layers=layers,
                                    attention=not args.no_attention)
     print(f"wrote {written}")
@@ -241,12 +255,22 @@ def cmd_bench_golden(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from dstar.hw.generate import generate
+    """Everything is built and checked before anything is written; the folder is then replaced
+    whole (``atomic_dir``), so it never mixes two runs or keeps a top this run does not make.
+    A folder holding files dstar did not write is refused, not wiped: replacing it whole would
+    delete them, and replacing only dstar's own files would not be all-or-nothing."""
+    from dstar.hw.generate import OUTPUTS, build, check_buildable
+
+    from .outputs import atomic_dir, check_output_dir
     cfg = _config(args)
-    out = Path(args.output)
-    man = generate(cfg, out)
-    files = [man["verilog"]] + ([man["attention"]["verilog"]] if "attention" in man else [])
-    print(f"wrote {', '.join(str(out / f) for f in files)} and {out / 'params.json'}")
+    out = check_output_dir(args.output)
+    check_buildable(cfg)
+    with atomic_dir(out, owned=OUTPUTS) as tmp:
+        files, _ = build(cfg)
+        for name, text in files.items():
+            (tmp / name).write_text(text)
+    *tops, params = (str(out / f) for f in files)
+    print(f"wrote {', '.join(tops)} and {params}")
     return 0
 
 
@@ -323,9 +347,35 @@ def _synth_board(args) -> int:
     return 0
 
 
+def _check_dit_choices(blocks=(), layers=(), names=(), heads=()) -> None:
+    """Refuse, before a benchmark runs, blocks, per-block layers, layer names or heads that the
+    bundled DiT does not have."""
+    from dstar.golden.dit import DiT
+    model = DiT.bundled()
+    depth, n_heads = model.shape.depth, model.shape.heads
+    known = model.linear_names()
+    kinds = sorted({n.split(".", 2)[2] for n in known})
+    for b in blocks:
+        if b >= depth:
+            raise UserError(f"the bundled DiT has blocks 0 .. {depth - 1}, got block {b}")
+    for kind in layers:
+        if kind not in kinds:
+            raise UserError(f"the bundled DiT's blocks have layers {', '.join(kinds)}, got "
+                            f"{kind!r}")
+    for name in names:
+        if name not in known:
+            raise UserError(f"the bundled DiT has no linear layer {name!r} (layers: "
+                            f"{known[0]}, {known[1]}, ...)")
+    for h in heads:
+        if h >= n_heads:
+            raise UserError(f"the bundled DiT has heads 0 .. {n_heads - 1}, got head {h}")
+
+
 def cmd_bench_cycles(args) -> int:
     from dstar.sim import bench
     cfg = _config(args)
+    _check_dit_choices(blocks=args.blocks or (), layers=args.layers or (),
+                       names=[args.rtl_layer] if args.rtl_layer else ())
     opts = {k: v for k, v in (("blocks", args.blocks), ("layers", args.layers),
                               ("packings", args.packings), ("rtl_layer", args.rtl_layer))
             if v is not None}
@@ -350,6 +400,7 @@ def cmd_bench_cycles(args) -> int:
 def cmd_bench_attention(args) -> int:
     from dstar.sim import bench_attention
     cfg = _config(args)
+    _check_dit_choices(blocks=args.layers, heads=args.heads)
     name = args.preset or (args.config.stem if args.config else "default")
     rep = bench_attention.run(cfg, steps=args.run_steps, take=args.take, layers=args.layers,
                               heads=args.heads, rtl=args.rtl, name=name)
@@ -403,8 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--sweep", action="append", metavar="FIELD=V1,V2",
                    help="trade-off sweep of DSTAR (both mechanisms) over config values; repeat "
-                        "for a grid (fields: theta, refresh_attn, refresh_linear, tau, block_q, "
-                        "block_k; linears=dstar,w8a8,float and attention=dstar,float run one "
+                        "for a grid (fields: theta, refresh_attn, refresh_linear, tau, "
+                        "lattice_bits, block_q, block_k; linears=dstar,w8a8,float and "
+                        "attention=dstar,float run one "
                         "mechanism alone)")
     p.set_defaults(func=cmd_analyze)
 
@@ -545,21 +597,61 @@ def main(argv=None) -> int:
     if args.build_dir is not None:
         os.environ[BUILD_DIR_ENV] = str(args.build_dir.absolute())
     try:
-        return args.func(args)
-    except (ConfigError, UserError) as e:
+        code = args.func(args)
+        sys.stdout.flush()          # a closed pipe or a full disk shows here, not at exit
+        return code
+    except _user_errors() as e:
+        _quiet_amaranth()
         print(f"dstar: error: {e}", file=sys.stderr)
         return 2
-    except (ValueError, FileNotFoundError) as e:
-        from dstar.golden.trace import TraceError
-        if isinstance(e, TraceError | FileNotFoundError) or args.cmd in ("analyze", "trace"):
-            print(f"dstar: error: {e}", file=sys.stderr)
-            return 2
-        raise
+    except KeyboardInterrupt:
+        _quiet_amaranth()
+        print("dstar: interrupted", file=sys.stderr)
+        return 128 + 2
+    except BrokenPipeError:
+        # The reader (``| head``) has what it wanted: end quietly, as a command killed by
+        # SIGPIPE would (status 141).
+        _drop_stdout()
+        return 128 + 13
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # A full disk under stdout (output files report it as OutputError, naming the file).
+        _drop_stdout()
+        print(f"dstar: error: cannot write the standard output: {e.strerror}", file=sys.stderr)
+        return 2
     finally:
         if saved is None:
             os.environ.pop(BUILD_DIR_ENV, None)
         else:
             os.environ[BUILD_DIR_ENV] = saved
+
+
+def _quiet_amaranth() -> None:
+    """A command that stopped early leaves components it built unelaborated: no "created but
+    never used" warnings under its one line (what Amaranth's own excepthook does on a crash)."""
+    unused = sys.modules.get("amaranth._unused")
+    if unused is not None:
+        unused.MustUse._MustUse__silence = True
+
+
+def _drop_stdout() -> None:
+    """Point stdout at the null device, so that Python's flush at exit does not fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _user_errors() -> tuple:
+    """The project's own error types, reported as one line (status 2); anything else is a bug
+    and keeps its traceback. ``FileNotFoundError`` is raised with a message for missing data
+    files and builds. Error types of modules that were never imported cannot have been raised:
+    looking them up in ``sys.modules`` keeps NumPy out of argument parsing."""
+    from .outputs import OutputError
+    types = [ConfigError, UserError, OutputError, FileNotFoundError]
+    for module, name in (("dstar.golden.trace", "TraceError"), ("dstar.synth.flows",
+                                                                 "SynthError")):
+        if module in sys.modules:
+            types.append(getattr(sys.modules[module], name))
+    return tuple(types)
 
 
 if __name__ == "__main__":

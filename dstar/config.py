@@ -17,6 +17,7 @@ them alone.
 
 import dataclasses
 import functools
+import math
 import tomllib
 import typing
 from dataclasses import dataclass, field, fields
@@ -149,6 +150,9 @@ class Config:
             raise ConfigError(f"{name} must be {span}, got {v!r}")
 
     def _check(self):
+        for name, want in _field_types().items():
+            if want is float and not math.isfinite(getattr(self, name)):
+                raise ConfigError(f"{name} must be a finite number, got {getattr(self, name)!r}")
         self._range("group", 2, 64)
         self._range("e_max", 0, 15)
         self._range("tau", 0, 1 << 14)
@@ -296,10 +300,27 @@ PRESETS: dict[str, Config] = {
 
 
 def preset(name: str) -> Config:
+    if not isinstance(name, str) or name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def _read_toml(path: Path) -> dict:
+    """The table of a TOML config file, or a ``ConfigError`` naming the file and the reason."""
+    where = f"config file {str(path)!r}"
     try:
-        return PRESETS[name]
-    except KeyError:
-        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{where} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{where} is a folder, not a file") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{where} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
+                          f"{e.start})") from None
+    except OSError as e:
+        raise ConfigError(f"{where} cannot be read: {e.strerror or e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{where} is not valid TOML: {e}") from None
 
 
 def load_config(path: str | Path | None = None, preset_name: str | None = None,
@@ -310,19 +331,17 @@ def load_config(path: str | Path | None = None, preset_name: str | None = None,
     table: dict = {}
     if path is not None:
         path = Path(path)
-        try:
-            table = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"config file {str(path)!r} does not exist") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+        table = _read_toml(path)
         base = table.pop("preset", None)
         if base is not None:
+            if not isinstance(base, str):
+                raise ConfigError(f"preset in {str(path)!r} must be a string naming one of "
+                                  f"{', '.join(PRESETS)}, got {base!r}")
             if preset_name is not None and preset_name != base:
                 raise ConfigError(f"--preset {preset_name!r} conflicts with preset = {base!r} "
                                   f"in {str(path)!r}")
             preset_name = base
-    cfg = preset(preset_name or "default")
+    cfg = preset("default" if preset_name is None else preset_name)   # "" is no preset name
     known = {f.name for f in fields(Config)}
     unknown = sorted(set(table) - known)
     if unknown:

@@ -1,33 +1,59 @@
 """Output files and folders of the ``dstar`` commands: checked before the work that fills them,
 written all-or-nothing (a temporary sibling, then a rename), so that an interrupted or failed
-command never leaves a half-written result under the final name."""
+command never leaves a half-written result under the final name.
+
+Files and folders get the modes a plain ``open``/``mkdir`` would give them (the umask's), or
+keep those of the file or folder they replace."""
 
 import fcntl
 import os
 import shutil
 import tempfile
+from collections.abc import Collection
 from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["OutputError", "check_output_file", "check_output_dir", "write_atomic",
-           "atomic_dir"]
+           "atomic_file", "atomic_dir"]
 
 
 class OutputError(Exception):
     """An output path cannot be written (the message names it and says why)."""
 
 
-def _check_parent(path: Path, what: str) -> None:
-    parent = path.parent
-    probe = parent
-    while not probe.exists():
+def _nearest_existing(path: Path) -> Path:
+    probe = path
+    while not probe.exists() and probe != probe.parent:
         probe = probe.parent
+    return probe
+
+
+def _check_parent(path: Path, what: str, *, create: bool = False) -> None:
+    """The folder ``path`` goes into must exist (or, with ``create``, be creatable: its nearest
+    existing ancestor a writable folder) and be writable."""
+    parent = path.parent
+    probe = _nearest_existing(parent.absolute())
+    if not path.is_absolute():      # name the folders as the user gave them
+        probe = Path(os.path.relpath(probe))
     if not probe.is_dir():
         raise OutputError(f"{what} {str(path)!r}: {str(probe)!r} is a file, not a folder")
-    if probe != parent:
+    if probe != parent and not create:
         raise OutputError(f"{what} {str(path)!r}: folder {str(parent)!r} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"{what} {str(path)!r}: folder {str(parent)!r} is not writable")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputError(f"{what} {str(path)!r}: folder {str(probe)!r} is not writable")
+    try:        # what os.access cannot tell: root on a read-only or special file system
+        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".dstar-probe.")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise OutputError(f"{what} {str(path)!r}: cannot create files in folder "
+                          f"{str(probe)!r} ({e.strerror or e})") from None
+
+
+def _in_place(path: Path) -> bool:
+    """Whether ``path`` is written in place rather than replaced by a rename: a device, a pipe
+    or a link (``/dev/stdout``, a FIFO; a rename would replace the node or the link itself)."""
+    return path.is_symlink() or (path.exists() and not path.is_file() and not path.is_dir())
 
 
 def check_output_file(path, what: str = "output file") -> Path:
@@ -38,62 +64,137 @@ def check_output_file(path, what: str = "output file") -> Path:
         raise OutputError(f"{what}: empty path")
     if path.is_dir():
         raise OutputError(f"{what} {str(path)!r} is a folder")
+    if _in_place(path):
+        if not os.access(path, os.W_OK):
+            raise OutputError(f"{what} {str(path)!r} is not writable")
+        return path
     _check_parent(path, what)
     return path
 
 
 def check_output_dir(path, what: str = "output folder") -> Path:
     """Refuse, before any work, a folder path that cannot be created or replaced: a file, a path
-    under a file, an unwritable parent. Returns the path."""
+    under a file, an unwritable parent (missing parents are fine: ``atomic_dir`` creates
+    them). Returns the path."""
     path = Path(path)
     if str(path) == "":
         raise OutputError(f"{what}: empty path")
     if path.exists() and not path.is_dir():
         raise OutputError(f"{what} {str(path)!r} is a file")
-    _check_parent(path.absolute(), what)
+    _check_parent(path, what, create=True)
     return path
 
 
-def write_atomic(path, data: bytes | str) -> Path:
-    """Write ``data`` to ``path`` through a temporary file beside it and a rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _mode_for(path: Path, default: int) -> int:
+    """The mode of the file or folder ``path`` replaces, else ``default`` under the umask."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        return default & ~_umask()
+
+
+def _os_error(path: Path, e: OSError) -> OutputError:
+    return OutputError(f"cannot write {str(path)!r}: {e.strerror or e}")
 
 
 @contextmanager
-def atomic_dir(path):
+def atomic_file(path):
+    """A binary file object (yielded) whose content appears at ``path`` whole when the block
+    ends without error (a temporary file beside it, then a rename); on an error nothing
+    changes at ``path``. A device, pipe or symbolic link is written in place instead (it is
+    not a file that a rename could replace). An operating-system error becomes an
+    ``OutputError`` naming the path."""
+    path = Path(path)
+    if _in_place(path):
+        try:
+            with open(path, "wb") as f:
+                yield f
+        except OSError as e:
+            raise _os_error(path, e) from None
+        return
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise _os_error(path, e) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+        os.chmod(tmp, _mode_for(path, 0o666))
+        os.replace(tmp, path)
+    except BaseException as e:
+        os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise _os_error(path, e) from None
+        raise
+
+
+def write_atomic(path, data: bytes | str) -> Path:
+    """Write ``data`` to ``path`` all-or-nothing (``atomic_file``)."""
+    path = Path(path)
+    with atomic_file(path) as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+    return path
+
+
+def _foreign(path: Path, owned: Collection[str]) -> list[str]:
+    return sorted(p.name for p in path.iterdir() if p.name not in owned) if path.is_dir() else []
+
+
+@contextmanager
+def atomic_dir(path, owned: Collection[str] | None = None):
     """Build a folder's contents in a temporary sibling (yielded) and put it in place of
     ``path`` when the block ends without error; on an error the old folder stays as it was.
-    The old folder, if any, is replaced whole: nothing of a previous run survives. A second
-    ``atomic_dir`` of the same path while one is open is refused (``OutputError``): a lock file
-    beside the folder is held for the block."""
+    The old folder, if any, is replaced whole: nothing of a previous run survives. With
+    ``owned`` (the names the command writes), an old folder holding anything else is refused
+    (``OutputError``) rather than deleted. A second ``atomic_dir`` of the same path while one
+    is open is refused (``OutputError``): a lock file beside the folder is held for the block.
+    Missing parent folders are created; a symbolic link is followed (the link stays)."""
     path = Path(path).absolute()
-    lock = open(path.parent / f".{path.name}.lock", "w")     # noqa: SIM115 (held for the block)
+    if path.is_symlink():       # replace the folder it points to, not the link
+        path = path.resolve()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.parent / f".{path.name}.lock", "w")  # noqa: SIM115 (held for the block)
+    except OSError as e:
+        raise _os_error(path, e) from None
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         lock.close()
         raise OutputError(f"another dstar command is writing {str(path)!r}") from None
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
-        yield tmp
-        if path.exists():
-            old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old"))
-            os.replace(path, old / "x")
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        foreign = _foreign(path, owned) if owned is not None else []
+        if foreign:
+            raise OutputError(f"output folder {str(path)!r} holds files dstar did not write "
+                              f"({', '.join(map(repr, foreign[:3]))}"
+                              f"{', ...' if len(foreign) > 3 else ''}); give a new or empty "
+                              "folder, or remove them")
+        try:
+            tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.",
+                                        suffix=".tmp"))
+        except OSError as e:
+            raise _os_error(path, e) from None
+        try:
+            yield tmp
+            os.chmod(tmp, _mode_for(path, 0o777))
+            if path.exists():
+                old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.",
+                                            suffix=".old"))
+                os.replace(path, old / "x")
+                os.replace(tmp, path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, path)
+        except BaseException as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(e, OSError):
+                raise _os_error(path, e) from None
+            raise
     finally:
         lock.close()

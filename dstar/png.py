@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["write_png", "image_grid"]
+__all__ = ["write_png", "png_bytes", "image_grid"]
 
 
 def _chunk(tag: bytes, data: bytes) -> bytes:
@@ -15,6 +15,11 @@ def _chunk(tag: bytes, data: bytes) -> bytes:
 
 def write_png(path, img) -> None:
     """Write a 2-D uint8 array as a grayscale PNG."""
+    Path(path).write_bytes(png_bytes(img))
+
+
+def png_bytes(img) -> bytes:
+    """A 2-D uint8 array as the bytes of a grayscale PNG file."""
     img = np.asarray(img)
     if img.ndim != 2 or img.dtype != np.uint8:
         raise ValueError(f"write_png needs a 2-D uint8 array, got {img.dtype} {img.shape}")
@@ -22,7 +27,7 @@ def write_png(path, img) -> None:
     raw = b"".join(b"\x00" + img[r].tobytes() for r in range(h))
     data = (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
             + _chunk(b"IDAT", zlib.compress(raw, 9)) + _chunk(b"IEND", b""))
-    Path(path).write_bytes(data)
+    return data
 
 
 def image_grid(rows, scale: int = 3, pad: int = 2) -> np.ndarray:

@@ -61,7 +61,8 @@ class OpStats:
 
     @staticmethod
     def summary(c: dict[str, int]) -> dict[str, float]:
-        """Fractions and ratios derived from a ``total()`` dict."""
+        """Fractions and ratios derived from a ``total()`` dict. A pass ratio is ``None`` when
+        DSTAR issued no pass at all (every element ZERO): there is no work to compare with."""
         n = max(c["elements"], 1)
         nonzero = c["low"] + c["high"]
         return {
@@ -71,10 +72,14 @@ class OpStats:
             "low_bit_fraction": c["low"] / nonzero if nonzero else 1.0,
             "mean_passes": c["passes"] / n,
             **{f"{p.value}_mean_passes": c[f"{p.value}_passes"] / n for p in STRATEGIES},
-            "ops_ratio_vs_w8a8": c["dense_passes"] / max(c["passes"], 1),
-            **{f"{p.value}_ops_ratio_vs_w8a8": c["dense_passes"] / max(c[f"{p.value}_passes"], 1)
+            "ops_ratio_vs_w8a8": _ratio(c["dense_passes"], c["passes"]),
+            **{f"{p.value}_ops_ratio_vs_w8a8": _ratio(c["dense_passes"], c[f"{p.value}_passes"])
                for p in STRATEGIES},
             "clipped_group_fraction": c["clipped_groups"] / max(c["groups"], 1),
             "saturated_group_fraction": c["saturated_groups"] / max(c["groups"], 1),
             "zero_group_fraction": c["zero_groups"] / max(c["groups"], 1),
         }
+
+
+def _ratio(dense: int, passes: int) -> float | None:
+    return dense / passes if passes else None

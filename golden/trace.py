@@ -25,13 +25,13 @@ dot-separated part of the name (``fc1``). ``load_trace`` validates everything an
 ``TraceError`` with a message naming the file, the key and what is wrong.
 """
 
-import os
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from dstar.outputs import atomic_file
 
 __all__ = ["FORMAT", "TraceError", "Trace", "Stacked", "load_trace", "save_trace", "trace_path",
            "TraceRecorder"]
@@ -113,25 +113,12 @@ def save_trace(path, trace: Trace, compress: bool = True) -> Path:
             out[f"linear/{name}/tokens"] = np.array(int(trace.linear_tokens[name]))
     for name, (q, k, v) in trace.attn.items():
         out[f"attn/{name}/q"], out[f"attn/{name}/k"], out[f"attn/{name}/v"] = q, k, v
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        mode = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
-        with zipfile.ZipFile(tmp, "w", compression=mode, allowZip64=True) as zf:
-            for key, arr in out.items():
-                _write_npy(zf, key, arr)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    mode = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    with atomic_file(path) as fh, zipfile.ZipFile(fh, "w", compression=mode,
+                                                  allowZip64=True) as zf:
+        for key, arr in out.items():
+            _write_npy(zf, key, arr)
     return path
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _fail(path, msg):
@@ -149,6 +136,8 @@ def _entry(path, f, key) -> np.ndarray:
 
 def load_trace(path) -> Trace:
     path = Path(path)
+    if path.is_dir():
+        _fail(path, "is a folder, not a file")
     if not path.is_file():
         _fail(path, "file does not exist")
     if not zipfile.is_zipfile(path):
@@ -178,6 +167,8 @@ def load_trace(path) -> Trace:
         tr = Trace(steps=steps)
         if "timesteps" in keys:
             tr.timesteps = _entry(path, f, "timesteps")
+            if not np.issubdtype(tr.timesteps.dtype, np.integer):
+                _fail(path, f"timesteps must be integers, got {tr.timesteps.dtype}")
             if tr.timesteps.shape != (steps,):
                 _fail(path, f"timesteps has shape {tr.timesteps.shape}, expected ({steps},)")
         if "cfg_halves" in keys:
@@ -205,12 +196,13 @@ def load_trace(path) -> Trace:
                 _fail(path, f"{key} holds non-finite values")
             if kind == "linear":
                 if what == "x":
-                    if arr.ndim != 3 or arr.shape[0] != steps:
-                        _fail(path, f"{key} must be (steps={steps}, N, K), got {arr.shape}")
+                    if arr.ndim != 3 or arr.shape[0] != steps or 0 in arr.shape:
+                        _fail(path, f"{key} must be (steps={steps}, N, K) with N, K >= 1, got "
+                                    f"{arr.shape}")
                     tr.linear_x[name] = arr
                 elif what == "weight":
-                    if arr.ndim != 2:
-                        _fail(path, f"{key} must be (M, K), got {arr.shape}")
+                    if arr.ndim != 2 or 0 in arr.shape:
+                        _fail(path, f"{key} must be (M, K) with M, K >= 1, got {arr.shape}")
                     tr.linear_w[name] = arr
                 elif what == "bias":
                     tr.linear_b[name] = arr

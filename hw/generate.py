@@ -20,17 +20,26 @@ from amaranth import Shape, Signal
 from amaranth.back import verilog
 from amaranth.lib import data, wiring
 
-from dstar.config import Config, Datapath
+from dstar.config import Config, ConfigError, Datapath
+from dstar.outputs import write_atomic
 
 from .dense import DenseLinearLayer
+from .geometry import AttentionGeometry, Geometry
 from .linear import LinearLayer
 
-__all__ = ["generate", "generate_block", "manifest", "attention_manifest", "top_of", "TOP_NAME",
-           "ATTN_TOP_NAME", "Tops", "TOPS"]
+__all__ = ["generate", "build", "check_buildable", "generate_block", "manifest",
+           "attention_manifest", "top_of", "TOP_NAME", "ATTN_TOP_NAME", "OUTPUTS", "Tops", "TOPS",
+           "MAX_MEMORY_WORDS"]
 
 TOP_NAME = "dstar_linear"
 ATTN_TOP_NAME = "dstar_attention"
 SCHEMA_VERSION = 1
+#: Every file ``generate`` may write into its folder (a run removes those it no longer makes).
+OUTPUTS = (f"{TOP_NAME}.v", f"{ATTN_TOP_NAME}.v", "params.json")
+#: Memory words of all tops beyond which ``check_buildable`` refuses a configuration: the
+#: Verilog spells out every word's initial value, so its size, the generation time and the
+#: generator's memory grow with it (the default preset has about 115 000).
+MAX_MEMORY_WORDS = 1 << 20
 
 
 def _fields(layout, prefix="", base=0):
@@ -160,25 +169,57 @@ def generate_block(component: wiring.Component, name: str, cfg, layouts_: dict,
     return man
 
 
+def check_buildable(cfg, *, attention: bool = True) -> dict:
+    """Raise ``ConfigError`` (naming the field, the value or the limit) unless ``generate`` can
+    build every top of ``cfg`` (``TOPS[cfg.datapath]``; the attention engine only with
+    ``attention``), without elaborating anything: the geometries' checks and the size bound
+    ``MAX_MEMORY_WORDS``. The one buildability check of dstar (``dstar config`` runs it too).
+    Returns the size estimate: ``{"memory_words": n, "memory_words_limit": MAX_MEMORY_WORDS}``."""
+    mems = Geometry(cfg).memories()
+    if attention and TOPS[cfg.datapath].attention:
+        for name, words in AttentionGeometry(cfg).memories().items():
+            mems[f"attention {name}"] = words
+    total = sum(mems.values())
+    if total > MAX_MEMORY_WORDS:
+        big = max(mems, key=mems.get)
+        raise ConfigError(f"the tops' memories would hold {total} words (limit "
+                          f"{MAX_MEMORY_WORDS}; the largest: {big}, {mems[big]} words): the "
+                          "Verilog spells out every word, so its size and the generation time "
+                          "grow with them")
+    return {"memory_words": total, "memory_words_limit": MAX_MEMORY_WORDS}
+
+
+def build(cfg, *, attention: bool = True) -> tuple[dict[str, str], dict]:
+    """Elaborate and convert every top of ``cfg`` (after ``check_buildable``) without writing
+    anything: ``({file name: text}, manifest)``, the files ``generate`` writes."""
+    from .attention import AttentionEngine
+
+    check_buildable(cfg, attention=attention)
+    top = top_of(cfg)
+    att = AttentionEngine(cfg) if attention and TOPS[cfg.datapath].attention else None
+    man = manifest(cfg, top)
+    files = {f"{TOP_NAME}.v": verilog.convert(top, name=TOP_NAME, emit_src=False)}
+    man["verilog"] = f"{TOP_NAME}.v"
+    if att is not None:
+        man["attention"] = attention_manifest(cfg, att)
+        files[f"{ATTN_TOP_NAME}.v"] = verilog.convert(att, name=ATTN_TOP_NAME, emit_src=False)
+    files["params.json"] = json.dumps(man, indent=1, sort_keys=True) + "\n"
+    return files, man
+
+
 def generate(cfg, outdir, *, attention: bool = True) -> dict:
     """Write ``<outdir>/dstar_linear.v`` and (with ``attention``) ``<outdir>/dstar_attention.v``
     (no source paths: byte-identical across runs and checkouts) and ``<outdir>/params.json``
     (the attention engine's part under ``attention``); return the manifest. Which tops:
-    ``TOPS[cfg.datapath]`` (the dense baseline has no attention engine)."""
-    from .attention import AttentionEngine
-
+    ``TOPS[cfg.datapath]`` (the dense baseline has no attention engine). Everything is built
+    and checked before the first file is written; each file is written whole (``write_atomic``),
+    and files of ``OUTPUTS`` this run does not make are removed. Other files in ``outdir`` are
+    left alone (``dstar generate`` replaces the folder whole instead)."""
+    files, man = build(cfg, attention=attention)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    top = top_of(cfg)
-    man = manifest(cfg, top)
-    text = verilog.convert(top, name=TOP_NAME, emit_src=False)
-    (outdir / f"{TOP_NAME}.v").write_text(text)
-    man["verilog"] = f"{TOP_NAME}.v"
-    if attention and TOPS[cfg.datapath].attention:
-        att = AttentionEngine(cfg)
-        man["attention"] = attention_manifest(cfg, att)
-        text = verilog.convert(att, name=ATTN_TOP_NAME, emit_src=False)
-        (outdir / f"{ATTN_TOP_NAME}.v").write_text(text)
-    (outdir / "params.json").write_text(json.dumps(man, indent=1, sort_keys=True) + "\n")
+    for name, text in files.items():
+        write_atomic(outdir / name, text)
+    for name in set(OUTPUTS) - set(files):
+        (outdir / name).unlink(missing_ok=True)
     return man
-

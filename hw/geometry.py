@@ -203,6 +203,14 @@ class Geometry:
     def counter_bits(self) -> int:
         return COUNTER_BITS
 
+    def memories(self) -> dict[str, int]:
+        """Words of the linear top's large memories, by what they hold and the fields that size
+        them (an upper bound of every datapath's: the dense top has no state memory)."""
+        n = self.cfg.n_arrays
+        return {"target and state rows (max_tokens x max_k / k_tile)": 2 * self.row_depth,
+                "weights (max_k x max_m / block_cols, per array)": n * self.weight_depth,
+                "accumulators (max_tokens x max_m / block_cols, per array)": n * self.y_depth}
+
     def to_dict(self) -> dict:
         names = ["lanes", "rotation", "excess_max", "slice_groups", "block_cols",
                  "n_kt_max", "n_mt_max", "target_bits", "delta_bits", "op_shift_bits",
@@ -518,6 +526,18 @@ class AttentionGeometry:
     @property
     def mask_depth(self) -> int:
         return self.cfg.attn_slots * self.nqb
+
+    def memories(self) -> dict[str, int]:
+        """Words of the engine's memories, by what they hold and the fields that size them."""
+        n = self.cfg.n_arrays
+        return {"Q, (m, sh), P and outputs (max_tokens x head_dim)":
+                self.q_depth + self.n_max + self.p_depth + self.o_depth,
+                "K^T and V (max_tokens x head_dim, per array)": n * (self.kt_depth + self.v_depth),
+                "residual cache (attn_slots x max_tokens x head_dim)": self.res_depth,
+                "masks (attn_slots x max_tokens / block_q)": self.mask_depth,
+                "logits (2 x max_tokens)": 2 * self.n_max,
+                "accumulators (max_tokens x max_m / block_cols, per array)":
+                n * self.lin.y_depth}
 
     @property
     def host_addr_bits(self) -> int:

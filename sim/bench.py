@@ -82,12 +82,14 @@ class Tally:
 
     @property
     def ideal(self):
-        return 2 * self.elems / self.passes if self.passes else float("inf")
+        """Dense over element passes; ``None`` when no element needs a pass (no work)."""
+        return 2 * self.elems / self.passes if self.passes else None
 
     def line(self, label, breakdown=False):
         t = self.strat[label]
         sp = self.dense / t["cycles"]
-        out = (f"{label:12s} x{sp:5.2f} ({sp / self.ideal:4.0%} of ideal) "
+        of_ideal = f"{sp / self.ideal:4.0%} of ideal" if self.ideal else "no work"
+        out = (f"{label:12s} x{sp:5.2f} ({of_ideal}) "
                f"util {t['useful'] / t['lanes']:.3f}")
         if breakdown:
             idle = " ".join(f"{a} {t[a] / t['lanes']:.3f}" for a in ACCOUNTS)
@@ -110,7 +112,8 @@ class Tally:
 
     def head(self):
         f = self.mix / max(1, self.mix.sum())
-        return f"mix {f[0]:.2f}/{f[1]:.2f}/{f[2]:.2f} ideal x{self.ideal:5.2f}"
+        ideal = f"x{self.ideal:5.2f}" if self.ideal else "no work"
+        return f"mix {f[0]:.2f}/{f[1]:.2f}/{f[2]:.2f} ideal {ideal}"
 
 
 def _strategies(packings, rotations):

@@ -126,3 +126,43 @@ def test_hardware_fields_exclude_the_run():
     assert not set(hw) & set(run) and {**hw, **run} == cfg.to_dict()
     assert cfg.replace(theta=0.9, steps=3, seed=5, workload="photos").hardware() == hw
     assert cfg.replace(packing="lockstep").hardware() != hw
+
+
+@pytest.mark.parametrize("field", ["cfg_scale", "theta"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_float_fields_must_be_finite(field, value):
+    with pytest.raises(ConfigError, match=f"^{field} must be a finite number, got "):
+        preset("tiny").replace(**{field: value})
+
+
+def test_cfg_scale_nan_in_toml_is_refused(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("cfg_scale = nan\n")
+    with pytest.raises(ConfigError, match="cfg_scale must be a finite number, got nan"):
+        load_config(f)
+
+
+@pytest.mark.parametrize("content,words", [
+    (b"\xfb\x00\xff binary", "is not UTF-8 text (byte 0xfb at offset 0)"),
+    ("group = 16".encode("utf-16"), "is not UTF-8 text (byte 0xff at offset 0)"),
+    (b'preset = ["tiny"]\n', "preset in '{f}' must be a string naming one of default, tiny, "
+                             "got ['tiny']"),
+    (b"[preset]\na = 1\n", "preset in '{f}' must be a string naming one of default, tiny, "
+                           "got {{'a': 1}}"),
+])
+def test_unreadable_config_files_are_named(tmp_path, content, words):
+    f = tmp_path / "c.toml"
+    f.write_bytes(content)
+    with pytest.raises(ConfigError) as e:
+        load_config(f)
+    assert words.format(f=f) in str(e.value)
+
+
+def test_a_folder_as_config_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match=f"config file '{tmp_path}' is a folder, not a file"):
+        load_config(tmp_path)
+
+
+def test_an_empty_preset_name_is_refused():
+    with pytest.raises(ConfigError, match="unknown preset ''; choose one of default, tiny"):
+        load_config(None, "")

@@ -1,5 +1,7 @@
 """Output paths are checked before the work and written all-or-nothing."""
 
+import os
+
 import pytest
 
 from dstar.outputs import OutputError, atomic_dir, check_output_dir, check_output_file, write_atomic
@@ -55,3 +57,91 @@ def test_a_second_writer_of_the_same_folder_is_refused(tmp_path):
     with atomic_dir(out) as d:          # released: a later run goes through
         (d / "x").write_text("1")
     assert (out / "x").exists()
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_written_files_and_folders_get_the_umask_modes_or_keep_theirs(tmp_path):
+    f = write_atomic(tmp_path / "a.txt", "one")
+    assert f.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    f.chmod(0o640)
+    write_atomic(f, "two")
+    assert f.stat().st_mode & 0o777 == 0o640
+    with atomic_dir(tmp_path / "out"):
+        pass
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o777 & ~_umask()
+
+
+def test_atomic_dir_refuses_to_replace_files_it_does_not_own(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.v").write_text("old")
+    with atomic_dir(out, owned=("a.v", "b.v")) as d:     # only owned files: replaced
+        (d / "b.v").write_text("new")
+    assert sorted(p.name for p in out.iterdir()) == ["b.v"]
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(OutputError, match=r"holds files dstar did not write \('notes.txt'\)"):
+        with atomic_dir(out, owned=("a.v", "b.v")):
+            raise AssertionError("not reached")
+    assert sorted(p.name for p in out.iterdir()) == ["b.v", "notes.txt"]
+
+
+def test_output_folders_may_have_missing_parents(tmp_path):
+    assert check_output_dir(tmp_path / "a" / "b") == tmp_path / "a" / "b"
+    with atomic_dir(tmp_path / "a" / "b") as d:
+        (d / "x").write_text("1")
+    assert (tmp_path / "a" / "b" / "x").exists()
+
+
+def test_an_os_error_while_writing_is_one_output_error(tmp_path, monkeypatch):
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OutputError, match=r"cannot write '.*a.txt': No space left on device"):
+        write_atomic(tmp_path / "a.txt", "x")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_links_and_pipes_are_written_in_place_not_replaced(tmp_path):
+    """A rename would replace the link (``/dev/stdout``) or the device node itself."""
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert check_output_file(link) == link
+    write_atomic(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        write_atomic(check_output_file(fifo), b"through the pipe")
+        assert os.read(r, 100) == b"through the pipe"
+    finally:
+        os.close(r)
+    assert not fifo.is_file() and sorted(p.name for p in tmp_path.iterdir()) == \
+        ["fifo", "link.json", "real.json"]
+
+
+def test_a_folder_where_no_file_can_be_created_is_refused(tmp_path, monkeypatch):
+    import tempfile
+
+    def refuse(*a, **k):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    with pytest.raises(OutputError, match=r"cannot create files in folder .*Read-only file system"):
+        check_output_file(tmp_path / "r.json")
+
+
+def test_atomic_dir_follows_a_link_to_a_folder(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "out").symlink_to(tmp_path / "real")
+    with atomic_dir(tmp_path / "out") as d:
+        (d / "x").write_text("1")
+    assert (tmp_path / "out").is_symlink() and (tmp_path / "real" / "x").read_text() == "1"

@@ -221,3 +221,26 @@ def test_steps_must_be_one_integer(tmp_path, steps):
     np.savez(f, **entries)
     with pytest.raises(TraceError, match="steps must be one integer"):
         load_trace(f)
+
+
+@pytest.mark.parametrize("n,k,m", [(0, 32, 16), (8, 0, 16), (8, 32, 0)])
+def test_empty_layers_are_refused(tmp_path, n, k, m):
+    f = save_trace(tmp_path / "t.npz", small_trace(np.random.default_rng(9), n=n, k=k, m=m))
+    with pytest.raises(TraceError, match=r"must be \((steps=3, N, K|M, K)\) with .* >= 1, got"):
+        load_trace(f)
+
+
+def test_a_folder_is_not_a_trace(tmp_path):
+    with pytest.raises(TraceError, match="is a folder, not a file"):
+        load_trace(tmp_path)
+
+
+def test_timesteps_must_be_integers(tmp_path):
+    tr = small_trace(np.random.default_rng(10))
+    f = save_trace(tmp_path / "t.npz", tr)
+    with np.load(f) as z:
+        entries = {k: z[k] for k in z.files}
+    entries["timesteps"] = entries["timesteps"].astype(np.float64)
+    np.savez(f, **entries)
+    with pytest.raises(TraceError, match="timesteps must be integers, got float64"):
+        load_trace(f)

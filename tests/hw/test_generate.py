@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 
 from dstar.config import preset
 from dstar.hw.generate import ATTN_TOP_NAME, TOP_NAME, generate
@@ -33,8 +34,13 @@ def test_generate_is_deterministic_and_manifest_matches(tmp_path):
         assert covered[0][0] == 0 and covered[-1][1] == lay["width"], name
         assert all(x[1] == y[0] for x, y in zip(covered, covered[1:], strict=False)), name
     # The linear wrapper's Verilog does not depend on the attention engine being generated.
+    # Into a folder of an earlier run: the engine it no longer makes is removed, files that are
+    # not generate's stay.
     c = tmp_path / "c"
+    shutil.copytree(a, c)
+    (c / "cases.npz").write_text("a testbench's")
     man_c = generate(cfg, c, attention=False)
+    assert sorted(p.name for p in c.iterdir()) == ["cases.npz", f"{TOP_NAME}.v", "params.json"]
     assert (c / f"{TOP_NAME}.v").read_bytes() == va.read_bytes()
     assert "attention" not in man_c and {**man_c, "attention": att} == man
 
