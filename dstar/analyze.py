@@ -382,23 +382,11 @@ def _trace_attention(cfg, trace, progress=None) -> dict | None:
             "per_step": [{"step": s, **v} for s, v in st["per_step"].items()]}
 
 
-def run_trace(cfg, trace, source: str = "trace", progress=None) -> dict:
-    """Teacher-forced analysis of a trace (``dstar.golden.trace.Trace``): every linear layer
-    runs DSTAR and W8A8 on the recorded inputs, compared with float (``linear_*_sqnr_db``: the
-    layer outputs without their bias, so weight quantization is part of the error; the
-    reconstructed activations alone: ``activation_sqnr_db``); recorded attention runs
-    DSTAR's reuse (``attention``). Drift is invisible here: every step starts from the
-    recorded float inputs. ``progress(phase, i, n)`` is called per layer."""
+def _trace_linears(cfg, trace, stats, e, progress):
+    """Every linear layer of ``trace`` through DSTAR and W8A8: op counts into ``stats``, error
+    energies into ``e``."""
     from dstar.golden.difflinear import DiffLinear
     from dstar.golden.quant import quantize_weights, to_lattice, token_lattice, w8a8_linear
-    from dstar.golden.trace import TraceError
-    types = layer_types_of(trace.linear_x)
-    stats = OpStats(types)
-    e = dict.fromkeys(("signal", "dstar", "w8a8", "act", "act_dstar", "act_w8a8"), 0.0)
-    for name, w in trace.linear_w.items():        # refused before any work
-        if w.shape[1] % cfg.group:
-            raise TraceError(f"{source}: layer {name!r}: K={w.shape[1]} is not a multiple of "
-                             f"group={cfg.group}")
     for i, (name, xs) in enumerate(trace.linear_x.items()):
         if progress:
             progress("linears", i, len(trace.linear_x))
@@ -419,6 +407,25 @@ def run_trace(cfg, trace, source: str = "trace", progress=None) -> dict:
             d = token_lattice(x)
             e["act_w8a8"] += float(((np.clip(to_lattice(x, d), -127, 127) * d[:, None] - x)
                                     ** 2).sum())
+
+
+def run_trace(cfg, trace, source: str = "trace", progress=None) -> dict:
+    """Teacher-forced analysis of a trace (``dstar.golden.trace.Trace``): every linear layer
+    runs DSTAR and W8A8 on the recorded inputs, compared with float (``linear_*_sqnr_db``: the
+    layer outputs without their bias, so weight quantization is part of the error; the
+    reconstructed activations alone: ``activation_sqnr_db``); recorded attention runs
+    DSTAR's reuse (``attention``). Drift is invisible here: every step starts from the
+    recorded float inputs. ``progress(phase, i, n)`` is called per layer."""
+    from dstar.golden.trace import TraceError
+    types = layer_types_of(trace.linear_x)
+    stats = OpStats(types)
+    e = dict.fromkeys(("signal", "dstar", "w8a8", "act", "act_dstar", "act_w8a8"), 0.0)
+    for name, w in trace.linear_w.items():        # refused before any work
+        if w.shape[1] % cfg.group:
+            raise TraceError(f"{source}: layer {name!r}: K={w.shape[1]} is not a multiple of "
+                             f"group={cfg.group}")
+    with np.errstate(over="ignore", invalid="ignore"):   # overflowed energies: "undefined"
+        _trace_linears(cfg, trace, stats, e, progress)
     tot, per_type, per_step = _dstar_block(stats)
     first = next(iter(trace.linear_x))
     rows = int(trace.linear_x[first].shape[1])

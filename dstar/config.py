@@ -18,6 +18,7 @@ them alone.
 import dataclasses
 import functools
 import math
+import numbers
 import tomllib
 import typing
 from dataclasses import dataclass, field, fields
@@ -131,9 +132,14 @@ class Config:
     def __post_init__(self):
         for name, want in _field_types().items():
             v = getattr(self, name)
-            if want is float and isinstance(v, int) and not isinstance(v, bool):
-                object.__setattr__(self, name, float(v))
+            # NumPy scalars (a value read from an array) count as the Python numbers they are.
+            if want in (int, float) and isinstance(v, numbers.Integral) \
+                    and not isinstance(v, bool):
+                object.__setattr__(self, name, want(v))
                 continue
+            if want is float and isinstance(v, numbers.Real) and not isinstance(v, bool):
+                object.__setattr__(self, name, float(v))
+                v = float(v)
             if issubclass(want, Enum) and isinstance(v, str):
                 object.__setattr__(self, name, _member(want, name, v))
                 continue

@@ -166,3 +166,13 @@ def test_a_folder_as_config_file_is_named(tmp_path):
 def test_an_empty_preset_name_is_refused():
     with pytest.raises(ConfigError, match="unknown preset ''; choose one of default, tiny"):
         load_config(None, "")
+
+
+def test_numpy_scalars_count_as_the_numbers_they_are():
+    import numpy as np
+    c = Config(k_tile=np.int64(32), theta=np.float32(0.5), cfg_scale=np.int32(2))
+    assert (c.k_tile, c.theta, c.cfg_scale) == (32, 0.5, 2.0)
+    assert type(c.k_tile) is int and type(c.theta) is float and type(c.cfg_scale) is float
+    for bad in (np.bool_(True), np.float64(32.0)):
+        with pytest.raises(ConfigError, match="k_tile must be int"):
+            Config(k_tile=bad)

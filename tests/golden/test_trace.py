@@ -244,3 +244,15 @@ def test_timesteps_must_be_integers(tmp_path):
     np.savez(f, **entries)
     with pytest.raises(TraceError, match="timesteps must be integers, got float64"):
         load_trace(f)
+
+
+def test_a_trace_of_huge_values_is_undefined_without_warnings(recwarn):
+    """Energies that overflow float64 make the SQNRs undefined (NaN), quietly."""
+    from dstar.config import preset
+    tr = Trace(steps=2)
+    rng = np.random.default_rng(0)
+    tr.linear_x["l.fc1"] = rng.normal(size=(2, 4, 16)) * 1e200
+    tr.linear_w["l.fc1"], tr.linear_b["l.fc1"] = np.ones((3, 16), np.float32), None
+    rep = run_trace(preset("default"), tr)
+    assert np.isnan(rep["dstar"]["linear_output_sqnr_db"])
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
