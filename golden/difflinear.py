@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .encoder import Encoded, encode
-from .quant import exact_matmul, quantize_weights, to_lattice, token_lattice
+from .quant import exact_matmul_float, quantize_weights, to_lattice, token_lattice
 
 __all__ = ["DiffLinear", "InvariantError", "StepResult", "encode_step", "CHECK_VECTORS"]
 
@@ -80,23 +80,41 @@ class DiffLinear:
             self.d = token_lattice(x, cfg.lattice_bits)
             self.xs = np.zeros(x.shape, dtype=np.int64)
             self.y_int = np.zeros((x.shape[0], self.w_q.shape[1]), dtype=np.int64)
-        target = np.clip(to_lattice(x, self.d), -cfg.target_max, cfg.target_max)
-        enc = encode(target - self.xs, cfg.group, cfg.e_max, cfg.tau)
+        target = to_lattice(x, self.d, cfg.target_max)
+        diff = target - self.xs
+        enc = encode(diff, cfg.group, cfg.e_max, tau=cfg.tau)
         dec = enc.decode()
-        self.y_int += exact_matmul(dec, self._w_f64, b_bound=127)
+        prod = exact_matmul_float(dec, self._w_f64, _amax(dec), 127)
+        np.add(self.y_int, prod, out=self.y_int, casting="unsafe")     # exact integers
         self.xs = self.xs + dec
-        self._check(target, enc)
+        self._check(diff - dec, enc)
         self.steps_done += 1
-        y = self.y_int * self.d[:, None] * self.s_w[None, :]
+        y = np.multiply(self.y_int, self.d[:, None], dtype=np.float64)
+        y *= self.s_w[None, :]
         if self.bias is not None:
-            y = y + self.bias
+            y += self.bias
         return StepResult(y=y, enc=enc, target=target, key=key)
 
-    def _check(self, target, enc):
-        if np.abs(self.xs).max(initial=0) > self.cfg.state_max:
-            raise InvariantError(f"{self.name}: state exceeds state_max={self.cfg.state_max}")
-        if not np.array_equal(self.y_int @ self._r, self.xs @ self._wr):
+    def _check(self, err, enc):
+        """The invariants after a step; ``err = target - Xs_int`` (the step's difference minus
+        its decoded code)."""
+        cfg = self.cfg
+        if _amax(self.xs) > cfg.state_max:
+            raise InvariantError(f"{self.name}: state exceeds state_max={cfg.state_max}")
+        try:                                  # Freivalds' products, exact in float BLAS
+            lhs = exact_matmul_float(self.y_int, self._r, cfg.acc_bound, 1)
+            rhs = exact_matmul_float(self.xs, self._wr, cfg.state_max, 127 * self._r.shape[0])
+        except OverflowError:                 # bounds beyond float64: integer products
+            lhs, rhs = self.y_int @ self._r, self.xs @ self._wr
+        if not np.array_equal(lhs, rhs):
             raise InvariantError(f"{self.name}: Y_int != W_q^T . Xs_int")
-        err = np.abs(target - self.xs).reshape(enc.clipped.shape + (self.cfg.group,))
-        if np.where(enc.clipped[..., None], 0, err).max(initial=0) > self.cfg.tau:
-            raise InvariantError(f"{self.name}: closed-loop error exceeds tau={self.cfg.tau}")
+        if enc.clipped.any():                 # clipped groups may miss the target by more
+            err = err.copy()
+            err.reshape(enc.clipped.shape + (cfg.group,))[enc.clipped] = 0
+        if _amax(err) > cfg.tau:
+            raise InvariantError(f"{self.name}: closed-loop error exceeds tau={cfg.tau}")
+
+
+def _amax(a) -> int:
+    """``max|a|`` of an integer array (0 if empty), without a temporary."""
+    return max(int(a.max(initial=0)), -int(a.min(initial=0)))

@@ -71,13 +71,30 @@ class Encoded:
 
     def decode(self) -> np.ndarray:
         """``q << e`` per element (int64, shape ``(..., K)``)."""
-        e = np.repeat(self.shift, self.group, axis=-1)
-        return np.left_shift(self.q, e)
+        q = self.q
+        return np.left_shift(q.reshape(q.shape[:-1] + (-1, self.group)),
+                             self.shift[..., None]).reshape(q.shape)
 
     @property
     def group_cost(self) -> np.ndarray:
         """Nibble passes of the most expensive element of each group (``(..., n_groups)``)."""
-        return PASSES[self.cls.reshape(*self.cls.shape[:-1], -1, self.group).max(axis=-1)]
+        # The maximum over a group as one strided pass per lane: long inner loops.
+        top = self.cls[..., ::self.group].copy()
+        for j in range(1, self.group):
+            np.maximum(top, self.cls[..., j::self.group], out=top)
+        return PASSES[top]
+
+    def class_counts(self) -> tuple[int, int, int]:
+        """Elements coded ZERO, LOW and HIGH."""
+        # ZERO, LOW, HIGH are 0, 1, 2: the sum of the classes is n_low + 2 * n_high.
+        nonzero = int(np.count_nonzero(self.cls))
+        n_high = int(self.cls.sum(dtype=np.int64)) - nonzero
+        return self.cls.size - nonzero, nonzero - n_high, n_high
+
+    def passes(self) -> int:
+        """Element-level nibble passes, ``sum PASSES[cls]``."""
+        _, n_low, n_high = self.class_counts()
+        return int(PASSES[LOW]) * n_low + int(PASSES[HIGH]) * n_high
 
 
 def encode(d, group: int, e_max: int, tau: int) -> Encoded:
@@ -101,7 +118,7 @@ def encode(d, group: int, e_max: int, tau: int) -> Encoded:
     dt = np.int32 if -(1 << 30) < lo and hi < (1 << 30) else np.int64
     dg = d.astype(dt, copy=False).reshape(*d.shape[:-1], k // group, group)
     # round_shift is monotone in d, so a group fits iff its extreme elements do.
-    dmax, dmin = dg.max(axis=-1).astype(np.int64), dg.min(axis=-1).astype(np.int64)
+    dmax, dmin = _group_extremes(dg)
     e_tol = 0
     while e_tol < e_max and (1 << e_tol) <= tau:
         e_tol += 1
@@ -124,10 +141,22 @@ def encode(d, group: int, e_max: int, tau: int) -> Encoded:
         np.clip(q, -128, 127, out=q)
     if tau > 0:
         q[np.abs(dg) <= tau] = 0
-    q = q.reshape(d.shape).astype(np.int64)
-    cls = (q != 0).astype(np.int8)
-    cls += (q < -8) | (q > 7)
+    q = q.reshape(d.shape)
+    # LOW holds [-8, 7]: q + 8 read unsigned is above 15 exactly for HIGH codes.
+    high = np.add(q, 8, dtype=q.dtype).view(np.uint32 if dt == np.int32 else np.uint64) > 15
+    cls = (q != 0).view(np.int8) + high.view(np.int8)
+    q = q.astype(np.int64)
     return Encoded(q=q, cls=cls, shift=shift, clipped=clipped, saturated=saturated, group=group)
+
+
+def _group_extremes(dg):
+    """Maxima and minima (int64) over the last axis of ``dg``, one strided pass per position
+    in the group (long inner loops, unlike a reduction over a short axis)."""
+    hi, lo = dg[..., 0].copy(), dg[..., 0].copy()
+    for j in range(1, dg.shape[-1]):
+        np.maximum(hi, dg[..., j], out=hi)
+        np.minimum(lo, dg[..., j], out=lo)
+    return hi.astype(np.int64), lo.astype(np.int64)
 
 
 def split_nibbles(q):
