@@ -10,30 +10,39 @@ test: ``Y_int . r == Xs_int . (W_q . r)`` for ``CHECK_VECTORS`` fixed random sig
 escapes), which costs ``O(N (K + M))`` a step instead of a second ``O(N K M)`` product.
 """
 
+import functools
 import zlib
-from dataclasses import dataclass
 
 import numpy as np
 
 from .encoder import Encoded, encode
-from .quant import exact_matmul_float, quantize_weights, to_lattice, token_lattice
+from .quant import _exact_dtype, quantize_weights, to_lattice, token_lattice
+from .stats import count_encoded
 
 __all__ = ["DiffLinear", "InvariantError", "StepResult", "encode_step", "CHECK_VECTORS"]
 
 #: Random sign vectors of the invariant check.
 CHECK_VECTORS = 4
+#: Elements of the widest row block of a step (the rows run in chunks that stay in cache).
+CHUNK_ELEMENTS = 1 << 16
 
 
 class InvariantError(AssertionError):
     """The golden model broke one of its own invariants (a bug, never a user error)."""
 
 
-@dataclass
 class StepResult:
-    y: np.ndarray          # float output, (N, M)
-    enc: Encoded           # the encoded difference of this step
-    target: np.ndarray     # clipped X_int, (N, K)
-    key: bool
+    """One step's output ``y`` (float64 ``(N, M)``), clipped target ``X_int`` ``(N, K)``, whether
+    it was a key step, the ``stats.count_encoded`` counts of its encoded difference and that
+    difference ``enc`` (an ``Encoded``, joined from the layer's row chunks when first read)."""
+
+    def __init__(self, y, parts: list[Encoded], target, key: bool, counts):
+        self.y, self.target, self.key, self.counts = y, target, key, counts
+        self._parts = parts
+
+    @functools.cached_property
+    def enc(self) -> Encoded:
+        return Encoded.concat(self._parts)
 
 
 def encode_step(target, xs, cfg):
@@ -50,7 +59,8 @@ class DiffLinear:
     def __init__(self, w, b, cfg, name: str = "linear"):
         self.name, self.cfg = name, cfg
         self.w_q, self.s_w = quantize_weights(w)
-        self._w_f64 = self.w_q.astype(np.float64)       # exact: |w_q| <= 127
+        # Every operand of the float BLAS products in both float types (exact integers).
+        self._w = {dt: self.w_q.astype(dt) for dt in (np.float32, np.float64)}
         self.bias = None if b is None else np.asarray(b, dtype=np.float64)
         k = self.w_q.shape[0]
         if k % cfg.group:
@@ -61,6 +71,8 @@ class DiffLinear:
         rng = np.random.default_rng(zlib.crc32(name.encode()))
         self._r = rng.choice(np.array([-1, 1], np.int64), size=(self.w_q.shape[1], CHECK_VECTORS))
         self._wr = self.w_q @ self._r
+        self._rf = {dt: self._r.astype(dt) for dt in (np.float32, np.float64)}
+        self._wrf = {dt: self._wr.astype(dt) for dt in (np.float32, np.float64)}
 
     def is_key(self, step: int) -> bool:
         r = self.cfg.refresh_linear
@@ -80,32 +92,52 @@ class DiffLinear:
             self.d = token_lattice(x, cfg.lattice_bits)
             self.xs = np.zeros(x.shape, dtype=np.int64)
             self.y_int = np.zeros((x.shape[0], self.w_q.shape[1]), dtype=np.int64)
-        target = to_lattice(x, self.d, cfg.target_max)
-        diff = target - self.xs
+        n, m = x.shape[0], self.w_q.shape[1]
+        target = np.empty(x.shape, np.int64)
+        xs = np.empty(x.shape, np.int64)       # a new state array: callers may keep the old
+        y = np.empty((n, m), np.float64)
+        parts, counts = [], 0
+        rows = max(1, CHUNK_ELEMENTS // max(x.shape[1], m))
+        for i in range(0, n, rows):
+            c = slice(i, min(i + rows, n))
+            enc = self._rows(x[c], c, target[c], xs[c], y[c])
+            parts.append(enc)
+            counts = counts + count_encoded(enc)
+        self.xs = xs
+        self.steps_done += 1
+        return StepResult(y=y, parts=parts, target=target, key=key, counts=counts)
+
+    def _rows(self, x, c, target, xs, y):
+        """One step on the rows ``c``: fills ``target``, the new state ``xs`` and ``y`` (views
+        of the step's arrays), updates ``y_int[c]``, checks the invariants; returns the code."""
+        cfg = self.cfg
+        target[...] = to_lattice(x, self.d[c], cfg.target_max)
+        diff = target - self.xs[c]
         enc = encode(diff, cfg.group, cfg.e_max, tau=cfg.tau)
         dec = enc.decode()
-        prod = exact_matmul_float(dec, self._w_f64, _amax(dec), 127)
-        np.add(self.y_int, prod, out=self.y_int, casting="unsafe")     # exact integers
-        self.xs = self.xs + dec
-        self._check(diff - dec, enc)
-        self.steps_done += 1
-        y = np.multiply(self.y_int, self.d[:, None], dtype=np.float64)
+        y_int = self.y_int[c]
+        dt = _exact_dtype(dec, self.w_q, _amax(dec), 127)
+        np.add(y_int, dec.astype(dt) @ self._w[dt], out=y_int, casting="unsafe")   # exact
+        np.add(self.xs[c], dec, out=xs)
+        self._check(y_int, xs, diff - dec, enc)
+        np.multiply(y_int, self.d[c, None], out=y)
         y *= self.s_w[None, :]
         if self.bias is not None:
             y += self.bias
-        return StepResult(y=y, enc=enc, target=target, key=key)
+        return enc
 
-    def _check(self, err, enc):
-        """The invariants after a step; ``err = target - Xs_int`` (the step's difference minus
-        its decoded code)."""
+    def _check(self, y_int, xs, err, enc):
+        """The invariants on a block of rows; ``err = target - Xs_int`` (the step's difference
+        minus its decoded code)."""
         cfg = self.cfg
-        if _amax(self.xs) > cfg.state_max:
+        if _amax(xs) > cfg.state_max:
             raise InvariantError(f"{self.name}: state exceeds state_max={cfg.state_max}")
         try:                                  # Freivalds' products, exact in float BLAS
-            lhs = exact_matmul_float(self.y_int, self._r, cfg.acc_bound, 1)
-            rhs = exact_matmul_float(self.xs, self._wr, cfg.state_max, 127 * self._r.shape[0])
+            dl = _exact_dtype(y_int, self._r, cfg.acc_bound, 1)
+            dr = _exact_dtype(xs, self._wr, cfg.state_max, 127 * self._r.shape[0])
+            lhs, rhs = y_int.astype(dl) @ self._rf[dl], xs.astype(dr) @ self._wrf[dr]
         except OverflowError:                 # bounds beyond float64: integer products
-            lhs, rhs = self.y_int @ self._r, self.xs @ self._wr
+            lhs, rhs = y_int @ self._r, xs @ self._wr
         if not np.array_equal(lhs, rhs):
             raise InvariantError(f"{self.name}: Y_int != W_q^T . Xs_int")
         if enc.clipped.any():                 # clipped groups may miss the target by more

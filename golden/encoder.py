@@ -69,6 +69,15 @@ class Encoded:
     saturated: np.ndarray
     group: int
 
+    @classmethod
+    def concat(cls, parts: list["Encoded"]) -> "Encoded":
+        """Encoded blocks of rows joined along the first axis."""
+        if len(parts) == 1:
+            return parts[0]
+        return cls(*(np.concatenate([getattr(p, f) for p in parts])
+                     for f in ("q", "cls", "shift", "clipped", "saturated")),
+                   group=parts[0].group)
+
     def decode(self) -> np.ndarray:
         """``q << e`` per element (int64, shape ``(..., K)``)."""
         q = self.q

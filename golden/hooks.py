@@ -42,7 +42,7 @@ class DStarLinears:
         if layer is None:
             layer = self.layers[name] = DiffLinear(w, b, self.cfg, name)
         res = layer(x, step)
-        self.stats.add(step, layer_type(name), res.enc)
+        self.stats.add_counts(step, layer_type(name), res.counts)
         if self.on_result is not None:
             self.on_result(name, step, res)
         return res.y.astype(np.float32)

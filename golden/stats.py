@@ -46,8 +46,12 @@ class OpStats:
         self.counts: dict[int, np.ndarray] = {}
 
     def add(self, step: int, layer_type: str, enc: Encoded) -> None:
+        self.add_counts(step, layer_type, count_encoded(enc))
+
+    def add_counts(self, step: int, layer_type: str, counts) -> None:
+        """Add ``count_encoded`` counts already taken."""
         row = self.counts.setdefault(step, np.zeros((len(self.types), len(FIELDS)), np.int64))
-        row[self.types.index(layer_type)] += count_encoded(enc)
+        row[self.types.index(layer_type)] += counts
 
     def total(self, step=None, layer_type=None) -> dict[str, int]:
         steps = sorted(self.counts) if step is None else [step]
