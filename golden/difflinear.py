@@ -16,7 +16,7 @@ import zlib
 import numpy as np
 
 from .encoder import Encoded, encode
-from .quant import _exact_dtype, quantize_weights, to_lattice, token_lattice
+from .quant import _exact_dtype, _lattice_float, quantize_weights, token_lattice
 from .stats import count_encoded
 
 __all__ = ["DiffLinear", "InvariantError", "StepResult", "encode_step", "CHECK_VECTORS"]
@@ -72,6 +72,8 @@ class DiffLinear:
         self._r = rng.choice(np.array([-1, 1], np.int64), size=(self.w_q.shape[1], CHECK_VECTORS))
         self._wr = self.w_q @ self._r
         self._rf = {dt: self._r.astype(dt) for dt in (np.float32, np.float64)}
+        # |target - Xs_int| <= target_max + state_max: int32 where that fits (half the traffic).
+        self._diff_dtype = np.int32 if cfg.target_max + cfg.state_max < 2 ** 31 else np.int64
         self._wrf = {dt: self._wr.astype(dt) for dt in (np.float32, np.float64)}
 
     def is_key(self, step: int) -> bool:
@@ -111,8 +113,8 @@ class DiffLinear:
         """One step on the rows ``c``: fills ``target``, the new state ``xs`` and ``y`` (views
         of the step's arrays), updates ``y_int[c]``, checks the invariants; returns the code."""
         cfg = self.cfg
-        target[...] = to_lattice(x, self.d[c], cfg.target_max)
-        diff = target - self.xs[c]
+        np.copyto(target, _lattice_float(x, self.d[c], cfg.target_max), casting="unsafe")
+        diff = np.subtract(target, self.xs[c], dtype=self._diff_dtype, casting="unsafe")
         enc = encode(diff, cfg.group, cfg.e_max, tau=cfg.tau)
         dec = enc.decode()
         y_int = self.y_int[c]

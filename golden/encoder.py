@@ -15,6 +15,7 @@ bit. For a difference ``D`` (integer lattice units) cut into groups of ``G`` con
 * ``decode = q << e``.
 """
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,7 +85,7 @@ class Encoded:
         return np.left_shift(q.reshape(q.shape[:-1] + (-1, self.group)),
                              self.shift[..., None]).reshape(q.shape)
 
-    @property
+    @functools.cached_property
     def group_cost(self) -> np.ndarray:
         """Nibble passes of the most expensive element of each group (``(..., n_groups)``)."""
         # The maximum over a group as one strided pass per lane: long inner loops.
@@ -93,12 +94,16 @@ class Encoded:
             np.maximum(top, self.cls[..., j::self.group], out=top)
         return PASSES[top]
 
-    def class_counts(self) -> tuple[int, int, int]:
-        """Elements coded ZERO, LOW and HIGH."""
+    @functools.cached_property
+    def _class_counts(self) -> tuple[int, int, int]:
         # ZERO, LOW, HIGH are 0, 1, 2: the sum of the classes is n_low + 2 * n_high.
         nonzero = int(np.count_nonzero(self.cls))
         n_high = int(self.cls.sum(dtype=np.int64)) - nonzero
         return self.cls.size - nonzero, nonzero - n_high, n_high
+
+    def class_counts(self) -> tuple[int, int, int]:
+        """Elements coded ZERO, LOW and HIGH."""
+        return self._class_counts
 
     def passes(self) -> int:
         """Element-level nibble passes, ``sum PASSES[cls]``."""
@@ -119,15 +124,22 @@ def encode(d, group: int, e_max: int, tau: int) -> Encoded:
     k = d.shape[-1]
     if k % group:
         raise ValueError(f"K={k} is not a multiple of the group size {group}")
-    lo, hi = int(d.min(initial=0)), int(d.max(initial=0))
-    if lo < -D_LIMIT or hi > D_LIMIT:
-        _check_range(d)
+    dg = d.reshape(*d.shape[:-1], k // group, group)
+    narrow = d.dtype.kind == "i" and d.dtype.itemsize <= 4      # within +-D_LIMIT already
+    if narrow:
+        # round_shift is monotone in d, so a group fits iff its extreme elements do.
+        dmax, dmin = _group_extremes(dg)
+        lo, hi = int(dmin.min(initial=0)), int(dmax.max(initial=0))
+    else:
+        lo, hi = int(d.min(initial=0)), int(d.max(initial=0))
+        if lo < -D_LIMIT or hi > D_LIMIT:
+            _check_range(d)
     # int32 halves the memory traffic of this hot path; it holds any difference the config
     # allows (|D| <= 2**32 - 2 * 2**(e_max-1)) plus the rounding half.
     dt = np.int32 if -(1 << 30) < lo and hi < (1 << 30) else np.int64
-    dg = d.astype(dt, copy=False).reshape(*d.shape[:-1], k // group, group)
-    # round_shift is monotone in d, so a group fits iff its extreme elements do.
-    dmax, dmin = _group_extremes(dg)
+    dg = dg.astype(dt, copy=False)
+    if not narrow:
+        dmax, dmin = _group_extremes(dg)
     e_tol = 0
     while e_tol < e_max and (1 << e_tol) <= tau:
         e_tol += 1
