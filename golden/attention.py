@@ -144,7 +144,7 @@ def _check_int(name, x, lo=-128, hi=127):
 
 
 #: Logits of the heads one chunk of ``_attend`` holds: a chunk's working set stays in cache.
-CHUNK_ELEMENTS = 1 << 18
+CHUNK_ELEMENTS = 1 << 17
 
 
 def _lead(*shapes_tails):

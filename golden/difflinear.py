@@ -16,7 +16,7 @@ import zlib
 import numpy as np
 
 from .encoder import Encoded, encode
-from .quant import _exact_dtype, _lattice_float, quantize_weights, token_lattice
+from .quant import exact_dtype, quantize_weights, to_lattice_float, token_lattice
 from .stats import count_encoded
 
 __all__ = ["DiffLinear", "InvariantError", "StepResult", "encode_step", "CHECK_VECTORS"]
@@ -80,7 +80,9 @@ class DiffLinear:
         r = self.cfg.refresh_linear
         return self.xs is None or step == 0 or (r > 0 and step % r == 0)
 
-    def __call__(self, x, step: int) -> StepResult:
+    def __call__(self, x, step: int, dtype=np.float64) -> StepResult:
+        """One step on the rows ``x`` ``(N, K)``; the result's ``y`` is ``dtype`` (computed in
+        float64)."""
         x = np.asarray(x)
         if x.ndim != 2 or x.shape[1] != self.w_q.shape[0]:
             raise ValueError(f"{self.name}: input must be (N, {self.w_q.shape[0]}), "
@@ -97,7 +99,7 @@ class DiffLinear:
         n, m = x.shape[0], self.w_q.shape[1]
         target = np.empty(x.shape, np.int64)
         xs = np.empty(x.shape, np.int64)       # a new state array: callers may keep the old
-        y = np.empty((n, m), np.float64)
+        y = np.empty((n, m), dtype)
         parts, counts = [], 0
         rows = max(1, CHUNK_ELEMENTS // max(x.shape[1], m))
         for i in range(0, n, rows):
@@ -113,19 +115,22 @@ class DiffLinear:
         """One step on the rows ``c``: fills ``target``, the new state ``xs`` and ``y`` (views
         of the step's arrays), updates ``y_int[c]``, checks the invariants; returns the code."""
         cfg = self.cfg
-        np.copyto(target, _lattice_float(x, self.d[c], cfg.target_max), casting="unsafe")
+        np.copyto(target, to_lattice_float(x, self.d[c], cfg.target_max), casting="unsafe")
         diff = np.subtract(target, self.xs[c], dtype=self._diff_dtype, casting="unsafe")
         enc = encode(diff, cfg.group, cfg.e_max, tau=cfg.tau)
         dec = enc.decode()
         y_int = self.y_int[c]
-        dt = _exact_dtype(dec, self.w_q, _amax(dec), 127)
+        dt = exact_dtype(dec, self.w_q, _amax(dec), 127)
         np.add(y_int, dec.astype(dt) @ self._w[dt], out=y_int, casting="unsafe")   # exact
         np.add(self.xs[c], dec, out=xs)
         self._check(y_int, xs, diff - dec, enc)
-        np.multiply(y_int, self.d[c, None], out=y)
-        y *= self.s_w[None, :]
+        y64 = y if y.dtype == np.float64 else np.empty(y.shape, np.float64)
+        np.multiply(y_int, self.d[c, None], out=y64)
+        y64 *= self.s_w[None, :]
         if self.bias is not None:
-            y += self.bias
+            np.add(y64, self.bias, out=y)             # to y's type as the last step
+        elif y64 is not y:
+            y[...] = y64
         return enc
 
     def _check(self, y_int, xs, err, enc):
@@ -135,8 +140,8 @@ class DiffLinear:
         if _amax(xs) > cfg.state_max:
             raise InvariantError(f"{self.name}: state exceeds state_max={cfg.state_max}")
         try:                                  # Freivalds' products, exact in float BLAS
-            dl = _exact_dtype(y_int, self._r, cfg.acc_bound, 1)
-            dr = _exact_dtype(xs, self._wr, cfg.state_max, 127 * self._r.shape[0])
+            dl = exact_dtype(y_int, self._r, cfg.acc_bound, 1)
+            dr = exact_dtype(xs, self._wr, cfg.state_max, 127 * self._r.shape[0])
             lhs, rhs = y_int.astype(dl) @ self._rf[dl], xs.astype(dr) @ self._wrf[dr]
         except OverflowError:                 # bounds beyond float64: integer products
             lhs, rhs = y_int @ self._r, xs @ self._wr

@@ -143,19 +143,13 @@ def encode(d, group: int, e_max: int, tau: int) -> Encoded:
     e_tol = 0
     while e_tol < e_max and (1 << e_tol) <= tau:
         e_tol += 1
-    shift = np.full(dmax.shape, -1, dtype=np.int64)
-    first_fit = np.full(dmax.shape, -1, dtype=np.int64)
-    for e in range(e_max + 1):
-        half = (1 << (e - 1)) if e else 0
-        fits = ((dmax + half) >> e <= 127) & ((dmin + half) >> e >= -128)
-        if e <= e_tol:
-            shift[(shift < 0) & fits] = e
-        first_fit[(first_fit < 0) & fits] = e
-        if (first_fit >= 0).all() and (e >= e_tol or (shift >= 0).all()):
-            break
-    saturated = first_fit < 0
-    clipped = shift < 0
-    shift = np.where(clipped, np.where(saturated, e_max, first_fit), shift)
+    # A group fits at shift e iff dmax <= hi[e] and -dmin <= lo[e] (round_shift's bounds in
+    # closed form), both monotone in e: its first fit is a sorted search.
+    hi_e, lo_e = _fit_bounds(e_max)
+    first_fit = np.maximum(np.searchsorted(hi_e, dmax), np.searchsorted(lo_e, -dmin))
+    saturated = first_fit > e_max
+    clipped = first_fit > e_tol
+    shift = np.minimum(first_fit, e_max).astype(np.int64)
     half = np.where(shift > 0, np.left_shift(1, np.maximum(shift - 1, 0)), 0).astype(dt)
     q = np.right_shift(dg + half[..., None], shift.astype(dt)[..., None])
     if saturated.any():
@@ -168,6 +162,17 @@ def encode(d, group: int, e_max: int, tau: int) -> Encoded:
     cls = (q != 0).view(np.int8) + high.view(np.int8)
     q = q.astype(np.int64)
     return Encoded(q=q, cls=cls, shift=shift, clipped=clipped, saturated=saturated, group=group)
+
+
+@functools.cache
+def _fit_bounds(e_max: int):
+    """Per shift ``e <= e_max``, the largest ``dmax`` and ``-dmin`` with ``round_shift`` in INT8:
+    ``(d + 2**(e-1)) >> e <= 127`` iff ``d <= 255 * 2**(e-1) - 1`` (``127`` at e = 0) and
+    ``>= -128`` iff ``-d <= 257 * 2**(e-1)`` (``128``); capped at int64's range."""
+    cap = np.iinfo(np.int64).max
+    hi = [127] + [min(255 * (1 << (e - 1)) - 1, cap) for e in range(1, e_max + 1)]
+    lo = [128] + [min(257 * (1 << (e - 1)), cap) for e in range(1, e_max + 1)]
+    return np.array(hi, np.int64), np.array(lo, np.int64)
 
 
 def _group_extremes(dg):

@@ -3,8 +3,8 @@ and the dense W8A8 reference every speedup and accuracy figure is measured again
 
 import numpy as np
 
-__all__ = ["quantize_weights", "token_lattice", "to_lattice", "exact_matmul",
-           "exact_matmul_float", "w8a8_linear", "LATTICE_LIMIT"]
+__all__ = ["quantize_weights", "token_lattice", "to_lattice", "to_lattice_float", "exact_dtype",
+           "exact_matmul", "exact_matmul_float", "w8a8_linear", "LATTICE_LIMIT"]
 
 #: Largest magnitude ``to_lattice`` returns: beyond it values are clipped (in float, before the
 #: cast, so that no value wraps). Every consumer clips far tighter (INT8, ``Config.target_max``).
@@ -55,9 +55,9 @@ def token_lattice(x, extra_bits: int = 0):
     return np.where(amax > 0, amax / (127.0 * (1 << extra_bits)), 1.0)
 
 
-def _lattice_float(x, d, limit):
-    """``clip(rint(x / d[n]), -limit, limit)`` as float64 (exact integers), the division in
-    float64; non-finite ``x`` or steps that are not finite and positive are refused."""
+def to_lattice_float(x, d, limit):
+    """``to_lattice`` as float64 (exact integers, ``|limit| < 2**53``), the division in float64:
+    ``clip(rint(x / d[n]), -limit, limit)``, for callers that cast or multiply next."""
     d = np.asarray(d, dtype=np.float64)
     if not (np.isfinite(d).all() and (d > 0).all()):
         raise ValueError("lattice steps must be finite and > 0")
@@ -77,10 +77,10 @@ def to_lattice(x, d, limit: int = LATTICE_LIMIT):
     """``round(x / d[n])`` (round half to even) as int64, clipped to ``+-limit`` (at most
     ``LATTICE_LIMIT``, the default); may exceed INT8 between key steps. Non-finite ``x`` or steps
     that are not finite and positive are refused (``ValueError``)."""
-    return _lattice_float(x, d, min(int(limit), LATTICE_LIMIT)).astype(np.int64)
+    return to_lattice_float(x, d, min(int(limit), LATTICE_LIMIT)).astype(np.int64)
 
 
-def _exact_dtype(a, b, a_bound, b_bound):
+def exact_dtype(a, b, a_bound, b_bound):
     """The float type whose BLAS computes ``a @ b`` exactly: float32 while every partial sum
     stays below 2**24, float64 below 2**53 (the config guarantees it: ``Config.acc_bits <= 48``);
     beyond, ``OverflowError``. ``a_bound`` / ``b_bound``: known bounds on ``|a|`` / ``|b|``
@@ -97,8 +97,8 @@ def _exact_dtype(a, b, a_bound, b_bound):
 
 def exact_matmul_float(a, b, a_bound=None, b_bound=None):
     """Integer ``a @ b`` as a float array of exact integers (float32 or float64, see
-    ``_exact_dtype``), for callers that scale the result next."""
-    dt = _exact_dtype(a, b, a_bound, b_bound)
+    ``exact_dtype``), for callers that scale the result next."""
+    dt = exact_dtype(a, b, a_bound, b_bound)
     return np.asarray(a, dt) @ np.asarray(b, dt)
 
 
@@ -107,13 +107,25 @@ def exact_matmul(a, b, a_bound=None, b_bound=None):
     return exact_matmul_float(a, b, a_bound, b_bound).astype(np.int64)
 
 
-def w8a8_linear(x, w_q, s_w, bias=None):
+#: Elements of the widest row block of ``w8a8_linear`` (its rows run in chunks that stay in
+#: cache).
+CHUNK_ELEMENTS = 1 << 16
+
+
+def w8a8_linear(x, w_q, s_w, bias=None, dtype=np.float64):
     """Dense W8A8: per-token INT8 activations re-quantized every step, per-channel INT8 weights.
-    ``(x_q @ w_q) * d[:, None] * s_w[None, :] (+ bias)`` in float64."""
-    d = token_lattice(x)
-    y = np.multiply(exact_matmul_float(_lattice_float(x, d, 127), w_q, 127, 127), d[:, None],
-                    dtype=np.float64)
-    y *= s_w[None, :]
-    if bias is not None:
-        y += bias
+    ``(x_q @ w_q) * d[:, None] * s_w[None, :] (+ bias)`` in float64, returned as ``dtype``."""
+    x = np.asarray(x)
+    n, m = x.shape[0], w_q.shape[1]
+    y = np.empty((n, m), dtype)
+    rows = max(1, CHUNK_ELEMENTS // max(x.shape[1], m))
+    for i in range(0, n, rows):
+        c = slice(i, min(i + rows, n))
+        d = token_lattice(x[c])
+        yc = np.multiply(exact_matmul_float(to_lattice_float(x[c], d, 127), w_q, 127, 127),
+                         d[:, None], dtype=np.float64)
+        yc *= s_w[None, :]
+        if bias is not None:
+            yc += bias
+        y[c] = yc
     return y
