@@ -121,7 +121,7 @@ class DiffLinear:
         dec = enc.decode()
         y_int = self.y_int[c]
         dt = exact_dtype(dec, self.w_q, _amax(dec), 127)
-        np.add(y_int, dec.astype(dt) @ self._w[dt], out=y_int, casting="unsafe")   # exact
+        y_int += (dec.astype(dt) @ self._w[dt]).astype(np.int64)        # exact integers
         np.add(self.xs[c], dec, out=xs)
         self._check(y_int, xs, diff - dec, enc)
         y64 = y if y.dtype == np.float64 else np.empty(y.shape, np.float64)

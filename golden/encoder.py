@@ -146,7 +146,10 @@ def encode(d, group: int, e_max: int, tau: int) -> Encoded:
     # A group fits at shift e iff dmax <= hi[e] and -dmin <= lo[e] (round_shift's bounds in
     # closed form), both monotone in e: its first fit is a sorted search.
     hi_e, lo_e = _fit_bounds(e_max)
-    first_fit = np.maximum(np.searchsorted(hi_e, dmax), np.searchsorted(lo_e, -dmin))
+    neg_min = -dmin
+    first_fit = np.zeros(dmax.shape, np.int64)
+    for e in range(e_max + 1):                # counts the shifts that do not fit
+        first_fit += (dmax > hi_e[e]) | (neg_min > lo_e[e])
     saturated = first_fit > e_max
     clipped = first_fit > e_tol
     shift = np.minimum(first_fit, e_max).astype(np.int64)
@@ -161,7 +164,18 @@ def encode(d, group: int, e_max: int, tau: int) -> Encoded:
     high = np.add(q, 8, dtype=q.dtype).view(np.uint32 if dt == np.int32 else np.uint64) > 15
     cls = (q != 0).view(np.int8) + high.view(np.int8)
     q = q.astype(np.int64)
-    return Encoded(q=q, cls=cls, shift=shift, clipped=clipped, saturated=saturated, group=group)
+    enc = Encoded(q=q, cls=cls, shift=shift, clipped=clipped, saturated=saturated, group=group)
+    if tau == 0:
+        # Without a dead zone a group's codes span round_shift of its extremes (monotone), so
+        # its cost follows from two codes per group (stored as the cached property's value).
+        half = half.astype(np.int64)
+        qmax, qmin = (dmax + half) >> shift, (dmin + half) >> shift
+        if saturated.any():
+            qmax, qmin = np.clip(qmax, -128, 127), np.clip(qmin, -128, 127)
+        top = np.where((qmax > 7) | (qmin < -8), HIGH, np.where((qmax != 0) | (qmin != 0), LOW,
+                                                                 ZERO))
+        enc.__dict__["group_cost"] = PASSES[top]
+    return enc
 
 
 @functools.cache
