@@ -65,7 +65,7 @@ class DiffLinear:
         k = self.w_q.shape[0]
         if k % cfg.group:
             raise ValueError(f"{name}: K={k} is not a multiple of group={cfg.group}")
-        self.d = self.xs = self.y_int = None
+        self.d = self.xs = self._y = None
         self.steps_done = 0
         # The check's vectors are fixed per layer name, so a run is reproducible.
         rng = np.random.default_rng(zlib.crc32(name.encode()))
@@ -75,6 +75,17 @@ class DiffLinear:
         # |target - Xs_int| <= target_max + state_max: int32 where that fits (half the traffic).
         self._diff_dtype = np.int32 if cfg.target_max + cfg.state_max < 2 ** 31 else np.int64
         self._wrf = {dt: self._wr.astype(dt) for dt in (np.float32, np.float64)}
+
+    @property
+    def y_int(self):
+        """The accumulator ``Y_int`` ``(N, M)`` as int64 (a copy: the layer holds it as float64
+        of exact integers, ``|Y_int| < 2**53`` as ``Config.acc_bits <= 48``); assign to replace
+        it."""
+        return None if self._y is None else self._y.astype(np.int64)
+
+    @y_int.setter
+    def y_int(self, value):
+        self._y = np.asarray(value, dtype=np.int64).astype(np.float64)
 
     def is_key(self, step: int) -> bool:
         r = self.cfg.refresh_linear
@@ -95,7 +106,7 @@ class DiffLinear:
         if key:
             self.d = token_lattice(x, cfg.lattice_bits)
             self.xs = np.zeros(x.shape, dtype=np.int64)
-            self.y_int = np.zeros((x.shape[0], self.w_q.shape[1]), dtype=np.int64)
+            self._y = np.zeros((x.shape[0], self.w_q.shape[1]), dtype=np.float64)
         n, m = x.shape[0], self.w_q.shape[1]
         target = np.empty(x.shape, np.int64)
         xs = np.empty(x.shape, np.int64)       # a new state array: callers may keep the old
@@ -113,15 +124,15 @@ class DiffLinear:
 
     def _rows(self, x, c, target, xs, y):
         """One step on the rows ``c``: fills ``target``, the new state ``xs`` and ``y`` (views
-        of the step's arrays), updates ``y_int[c]``, checks the invariants; returns the code."""
+        of the step's arrays), updates ``Y_int[c]``, checks the invariants; returns the code."""
         cfg = self.cfg
         np.copyto(target, to_lattice_float(x, self.d[c], cfg.target_max), casting="unsafe")
         diff = np.subtract(target, self.xs[c], dtype=self._diff_dtype, casting="unsafe")
         enc = encode(diff, cfg.group, cfg.e_max, tau=cfg.tau)
         dec = enc.decode()
-        y_int = self.y_int[c]
+        y_int = self._y[c]
         dt = exact_dtype(dec, self.w_q, _amax(dec), 127)
-        y_int += (dec.astype(dt) @ self._w[dt]).astype(np.int64)        # exact integers
+        y_int += dec.astype(dt) @ self._w[dt]                          # exact integers
         np.add(self.xs[c], dec, out=xs)
         self._check(y_int, xs, diff - dec, enc)
         y64 = y if y.dtype == np.float64 else np.empty(y.shape, np.float64)
@@ -142,9 +153,10 @@ class DiffLinear:
         try:                                  # Freivalds' products, exact in float BLAS
             dl = exact_dtype(y_int, self._r, cfg.acc_bound, 1)
             dr = exact_dtype(xs, self._wr, cfg.state_max, 127 * self._r.shape[0])
-            lhs, rhs = y_int.astype(dl) @ self._rf[dl], xs.astype(dr) @ self._wrf[dr]
+            lhs = np.asarray(y_int, dl) @ self._rf[dl]
+            rhs = xs.astype(dr) @ self._wrf[dr]
         except OverflowError:                 # bounds beyond float64: integer products
-            lhs, rhs = y_int @ self._r, xs @ self._wr
+            lhs, rhs = y_int.astype(np.int64) @ self._r, xs @ self._wr
         if not np.array_equal(lhs, rhs):
             raise InvariantError(f"{self.name}: Y_int != W_q^T . Xs_int")
         if enc.clipped.any():                 # clipped groups may miss the target by more
