@@ -65,25 +65,42 @@ def _amax_scale(amax):
     return np.where(amax > 0, amax / 127.0, 1.0)
 
 
+def _float(x):
+    x = np.asarray(x)
+    return x if np.issubdtype(x.dtype, np.floating) else x.astype(np.float64)
+
+
+def _absmax(x, axis):
+    """``max|x|`` over ``axis`` in ``x``'s own float type (exact), as float64."""
+    return np.maximum(x.max(axis=axis), -x.min(axis=axis)).astype(np.float64)
+
+
+def _on_lattice(x, s):
+    """``rint(x / s)`` in float64 (``s`` broadcast), ``x`` in its own float type."""
+    u = np.divide(x, s, dtype=np.float64)
+    return np.rint(u, out=u)
+
+
 def quantize_per_token(x):
     """``(..., N, D)`` float -> ``(x_int, s)``: INT8 per row, ``s`` ``(..., N)`` float64."""
-    x = np.asarray(x, dtype=np.float64)
-    s = _amax_scale(np.abs(x).max(axis=-1))
-    return np.clip(np.rint(x / s[..., None]), -127, 127).astype(np.int64), s
+    x = _float(x)
+    s = _amax_scale(_absmax(x, -1))
+    return np.clip(_on_lattice(x, s[..., None]), -127, 127).astype(np.int64), s
 
 
 def quantize_per_head(x):
     """``(..., N, D)`` float -> ``(x_int, s)``: INT8 with one scale per head, ``s`` ``(...)``."""
-    x = np.asarray(x, dtype=np.float64)
-    s = _amax_scale(np.abs(x).max(axis=(-2, -1)))
-    return np.clip(np.rint(x / s[..., None, None]), -127, 127).astype(np.int64), s
+    x = _float(x)
+    s = _amax_scale(_absmax(x, (-2, -1)))
+    return np.clip(_on_lattice(x, s[..., None, None]), -127, 127).astype(np.int64), s
 
 
 def quantize_on(x, s):
     """``clip(rint(x / s), -127, 127)`` on a given per-head lattice ``s`` ``(...)``; returns
     ``(x_int, n_clipped)``."""
-    u = np.rint(np.asarray(x, dtype=np.float64) / s[..., None, None])
-    return np.clip(u, -127, 127).astype(np.int64), int(np.count_nonzero(np.abs(u) > 127))
+    u = _on_lattice(_float(x), s[..., None, None])
+    n_clipped = int(np.count_nonzero(u > 127) + np.count_nonzero(u < -127))
+    return np.clip(u, -127, 127).astype(np.int64), n_clipped
 
 
 def theta_fixed(theta: float) -> int:
@@ -328,14 +345,14 @@ class AttentionReuse:
         n_clip = 0
         if key:
             v_int, s_v = quantize_per_head(v)
-            res = key_step_head(q_int, k_int, v_int, m, sh, theta=self.theta, **self._kw())
+            res = _attend(q_int, k_int, v_int, m, sh, None, self.theta, **self._kw())
             st = self.state[name] = {"shape": q.shape, "s_v": s_v, "mask": res["mask"],
-                                     "r": res["r"], "key_step": step}
+                                     "r": res["o_full"] - res["o_sel"], "key_step": step}
             o_int = res["o_full"]
         else:
             v_int, n_clip = quantize_on(v, st["s_v"])
-            o_int = reuse_step_head(q_int, k_int, v_int, m, sh, st["mask"], st["r"],
-                                    **self._kw())
+            o_int = _attend(q_int, k_int, v_int, m, sh, st["mask"], **self._kw())["o"]
+            o_int += st["r"]
         scale = st["s_v"][..., None, None] / float(1 << self.out_frac_bits)
         out = o_int * scale
         sel = float(st["mask"].mean())
