@@ -15,7 +15,7 @@ import zlib
 
 import numpy as np
 
-from .encoder import Encoded, encode
+from .encoder import Encoded, encode, encode_narrow
 from .quant import exact_dtype, quantize_weights, to_lattice_float, token_lattice
 from .stats import count_encoded
 
@@ -42,7 +42,9 @@ class StepResult:
 
     @functools.cached_property
     def enc(self) -> Encoded:
-        return Encoded.concat(self._parts)
+        enc = Encoded.concat(self._parts)
+        enc.q = enc.q.astype(np.int64, copy=False)
+        return enc
 
 
 def encode_step(target, xs, cfg):
@@ -128,8 +130,10 @@ class DiffLinear:
         cfg = self.cfg
         np.copyto(target, to_lattice_float(x, self.d[c], cfg.target_max), casting="unsafe")
         diff = np.subtract(target, self.xs[c], dtype=self._diff_dtype, casting="unsafe")
-        enc = encode(diff, cfg.group, cfg.e_max, tau=cfg.tau)
-        dec = enc.decode()
+        enc = encode_narrow(diff, cfg.group, cfg.e_max, tau=cfg.tau)
+        q = enc.q                             # int32 here (|diff| < 2**30, e_max <= 15)
+        dec = np.left_shift(q.reshape(q.shape[:-1] + (-1, cfg.group)),
+                            enc.shift.astype(q.dtype)[..., None]).reshape(q.shape)
         y_int = self._y[c]
         dt = exact_dtype(dec, self.w_q, _amax(dec), 127)
         y_int += dec.astype(dt) @ self._w[dt]                          # exact integers

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["ZERO", "LOW", "HIGH", "PASSES", "D_LIMIT", "E_LIMIT", "round_shift", "Encoded",
-           "encode", "split_nibbles"]
+           "encode", "encode_narrow", "split_nibbles"]
 
 ZERO, LOW, HIGH = 0, 1, 2
 PASSES = np.array([0, 1, 2], dtype=np.int64)      # nibble passes per class
@@ -113,6 +113,14 @@ class Encoded:
 
 def encode(d, group: int, e_max: int, tau: int) -> Encoded:
     """Encode a difference ``d`` (integers, shape ``(..., K)``, ``K`` a multiple of ``group``)."""
+    enc = encode_narrow(d, group, e_max, tau)
+    enc.q = enc.q.astype(np.int64)
+    return enc
+
+
+def encode_narrow(d, group: int, e_max: int, tau: int) -> Encoded:
+    """``encode`` with the codes ``q`` left int32 where the differences fit (|d| < 2**30), for
+    callers that decode them next (``q << e`` fits int32 for ``e_max <= 23``)."""
     d = np.asarray(d)
     if not np.issubdtype(d.dtype, np.integer) or d.dtype == np.bool_:
         raise TypeError(f"encode needs an integer difference, got dtype {d.dtype}")
@@ -163,7 +171,6 @@ def encode(d, group: int, e_max: int, tau: int) -> Encoded:
     # LOW holds [-8, 7]: q + 8 read unsigned is above 15 exactly for HIGH codes.
     high = np.add(q, 8, dtype=q.dtype).view(np.uint32 if dt == np.int32 else np.uint64) > 15
     cls = (q != 0).view(np.int8) + high.view(np.int8)
-    q = q.astype(np.int64)
     enc = Encoded(q=q, cls=cls, shift=shift, clipped=clipped, saturated=saturated, group=group)
     if tau == 0:
         # Without a dead zone a group's codes span round_shift of its extremes (monotone), so
