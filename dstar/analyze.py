@@ -16,6 +16,7 @@ from dstar.golden.attention import AttentionReuse
 from dstar.golden.dit import LINEAR_TYPES, DiT
 from dstar.golden.hooks import DStarLinears, W8A8Linears, layer_type
 from dstar.golden.image_stats import psnr
+from dstar.golden.runs import MEASURE_BATCH, PATHS, run_paths, workers_for
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
 from dstar.golden.stats import OpStats
 from dstar.golden.workloads import WORKLOADS, denoising_psnr, sample_quality
@@ -36,39 +37,27 @@ def _dstar_block(stats: OpStats) -> dict:
     return tot, per_type, per_step
 
 
-#: Batch elements (the first conditional samples) on which the attention-only run measures its
-#: error against float attention and dense integer attention: each needs an extra attention.
-MEASURE_BATCH = 2
-
-
-def run_bundled(cfg, model: DiT | None = None, quality: bool = False, progress=None) -> tuple[
-        dict, dict]:
+def run_bundled(cfg, model: DiT | None = None, quality: bool = False, progress=None,
+                workers: int | None = None) -> tuple[dict, dict]:
     """Run the analysis on the bundled DiT of ``cfg.workload`` (or ``model``). Returns
     ``(report, samples)`` where ``samples`` maps ``fp32``/``w8a8``/``dstar`` to final images
     ``(samples, 1, H, W)``; with ``quality`` the report holds the workload's quality figures of
-    each (``dstar.golden.workloads``: class accuracy of digits, image statistics of photos)."""
+    each (``dstar.golden.workloads``: class accuracy of digits, image statistics of photos).
+
+    The five runs (``PATHS``) are independent: with ``workers`` > 1 (default: 2 where the machine
+    has 2 cores or more) they run in that many worker processes of one BLAS thread each, the
+    figures bit for bit those of one process; ``timing`` in the report gives each run's wall
+    time, the whole job's and its ratio to the FP32 run's."""
     model = model or DiT.bundled(cfg.workload)
     labels = sample_labels(cfg.samples, model.shape.num_classes)
-    noise = initial_noise(cfg.samples, model.shape, cfg.seed)
-    timing = {}
-
-    def run(tag, **hooks):
-        t0 = time.perf_counter()
-        out = ddim_sample(model, labels, noise, cfg.steps, cfg.cfg_scale, **hooks,
-                          on_step=(lambda i, t: progress(tag, i, cfg.steps)) if progress else None)
-        timing[tag] = time.perf_counter() - t0
-        return out
-
-    fp32 = run("fp32")
-    w8a8 = run("w8a8", linear=W8A8Linears())
-    dstar_lin = run("dstar-linear", linear=DStarLinears(cfg, LINEAR_TYPES))
-    attn_only = AttentionReuse(cfg, measure=True, measure_batch=MEASURE_BATCH)
-    attn = run("attention", attention=attn_only)
-    dl = DStarLinears(cfg, LINEAR_TYPES)
-    both = AttentionReuse(cfg, measure=False)
-    dstar = run("dstar", linear=dl, attention=both)
-    tot, per_type, per_step = _dstar_block(dl.stats)
-    ast = attn_only.stats()
+    t0 = time.perf_counter()
+    runs = run_paths(cfg, model, progress, workers)
+    total = time.perf_counter() - t0
+    timing = {tag: runs[tag][1] for tag in PATHS}
+    fp32, w8a8, dstar_lin, attn, dstar = (runs[t][0] for t in ("fp32", "w8a8", "dstar-linear",
+                                                                "attention", "dstar"))
+    tot, per_type, per_step = _dstar_block(runs["dstar"][2])
+    ast = runs["attention"][2]
     samples = {"fp32": fp32, "w8a8": w8a8, "dstar": dstar}
     report = {
         "workload": WORKLOADS[cfg.workload].title, "workload_name": str(cfg.workload),
@@ -85,6 +74,7 @@ def run_bundled(cfg, model: DiT | None = None, quality: bool = False, progress=N
                               "seconds": round(timing["dstar-linear"], 3)},
         "attention": {
             "psnr_vs_fp32_db": psnr(attn, fp32),
+            "seconds": round(timing["attention"], 3),
             "blocks_computed_fraction": ast["blocks_computed_fraction"],
             "blocks_computed_fraction_reuse_steps": ast["blocks_computed_fraction_reuse"],
             "pv_blocks_fraction": ast["pv_blocks_fraction"],
@@ -94,6 +84,8 @@ def run_bundled(cfg, model: DiT | None = None, quality: bool = False, progress=N
             "errors_measured_on_batch_elements": min(MEASURE_BATCH, 2 * cfg.samples),
             "per_step": [{"step": s, **v} for s, v in ast["per_step"].items()],
         },
+        "timing": {"workers": workers_for(workers), "seconds": round(total, 3),
+                   "ratio_to_fp32": round(total / timing["fp32"], 3)},
         "ops_ratio_vs_w8a8": tot["ops_ratio_vs_w8a8"],
         "lockstep_ops_ratio_vs_w8a8": tot["lockstep_ops_ratio_vs_w8a8"],
         "per_layer_type": per_type,

@@ -144,16 +144,29 @@ def cmd_config(args) -> int:
 
 
 def _progress(quiet, unit="steps"):
-    last = {}
+    """A dot per ``unit`` of one run at a time; a run that ends while another one's dots are
+    showing (the main job's runs go two at a time) gets a line of its own."""
+    start, line = {}, [None]            # line: the run whose dots are showing
 
     def cb(tag, i, n):
         if quiet:
             return
-        if last.get(tag) is None:
-            last[tag] = time.perf_counter()
-            print(f"[{tag}] {n} {unit} ", end="", file=sys.stderr, flush=True)
-        print(".", end="" if i + 1 < n else f" {time.perf_counter() - last[tag]:.1f} s\n",
-              file=sys.stderr, flush=True)
+        out = []
+        if tag not in start:
+            start[tag] = time.perf_counter()
+        if line[0] is None:
+            line[0] = tag
+            out.append(f"[{tag}] {n} {unit} " + "." * i)
+        if line[0] == tag:
+            out.append(".")
+        if i + 1 == n:
+            took = f"{time.perf_counter() - start[tag]:.1f} s"
+            if line[0] == tag:
+                out.append(f" {took}\n")
+                line[0] = None
+            else:
+                out.append(f"\n[{tag}] {n} {unit} {took}\n[{line[0]}] ")
+        print("".join(out), end="", file=sys.stderr, flush=True)
     return cb
 
 

@@ -40,7 +40,7 @@ import math
 
 import numpy as np
 
-from .quant import exact_matmul
+from .quant import exact_matmul, exact_matmul_float
 from .softmax import (
     DEFAULT_E_MAX,
     DEFAULT_FRAC_BITS,
@@ -50,7 +50,7 @@ from .softmax import (
     block_fraction,
     logit_multiplier,
     normalize,
-    softmax_exp,
+    softmax_exp_float,
 )
 
 __all__ = ["THETA_BITS", "quantize_per_token", "quantize_per_head", "quantize_on", "theta_fixed",
@@ -65,25 +65,42 @@ def _amax_scale(amax):
     return np.where(amax > 0, amax / 127.0, 1.0)
 
 
+def _float(x):
+    x = np.asarray(x)
+    return x if np.issubdtype(x.dtype, np.floating) else x.astype(np.float64)
+
+
+def _absmax(x, axis):
+    """``max|x|`` over ``axis`` in ``x``'s own float type (exact), as float64."""
+    return np.maximum(x.max(axis=axis), -x.min(axis=axis)).astype(np.float64)
+
+
+def _on_lattice(x, s):
+    """``rint(x / s)`` in float64 (``s`` broadcast), ``x`` in its own float type."""
+    u = np.divide(x, s, dtype=np.float64)
+    return np.rint(u, out=u)
+
+
 def quantize_per_token(x):
     """``(..., N, D)`` float -> ``(x_int, s)``: INT8 per row, ``s`` ``(..., N)`` float64."""
-    x = np.asarray(x, dtype=np.float64)
-    s = _amax_scale(np.abs(x).max(axis=-1))
-    return np.clip(np.rint(x / s[..., None]), -127, 127).astype(np.int64), s
+    x = _float(x)
+    s = _amax_scale(_absmax(x, -1))
+    return np.clip(_on_lattice(x, s[..., None]), -127, 127).astype(np.int64), s
 
 
 def quantize_per_head(x):
     """``(..., N, D)`` float -> ``(x_int, s)``: INT8 with one scale per head, ``s`` ``(...)``."""
-    x = np.asarray(x, dtype=np.float64)
-    s = _amax_scale(np.abs(x).max(axis=(-2, -1)))
-    return np.clip(np.rint(x / s[..., None, None]), -127, 127).astype(np.int64), s
+    x = _float(x)
+    s = _amax_scale(_absmax(x, (-2, -1)))
+    return np.clip(_on_lattice(x, s[..., None, None]), -127, 127).astype(np.int64), s
 
 
 def quantize_on(x, s):
     """``clip(rint(x / s), -127, 127)`` on a given per-head lattice ``s`` ``(...)``; returns
     ``(x_int, n_clipped)``."""
-    u = np.rint(np.asarray(x, dtype=np.float64) / s[..., None, None])
-    return np.clip(u, -127, 127).astype(np.int64), int(np.count_nonzero(np.abs(u) > 127))
+    u = _on_lattice(_float(x), s[..., None, None])
+    n_clipped = int(np.count_nonzero(u > 127) + np.count_nonzero(u < -127))
+    return np.clip(u, -127, 127).astype(np.int64), n_clipped
 
 
 def theta_fixed(theta: float) -> int:
@@ -103,9 +120,8 @@ def n_blocks(n: int, block: int) -> int:
 
 def expand_mask(mask, n_q: int, n_k: int, block_q: int, block_k: int):
     """Block mask ``(..., nqb, nkb)`` -> element mask ``(..., n_q, n_k)``."""
-    bi = np.arange(n_q) // block_q
-    bj = np.arange(n_k) // block_k
-    return np.asarray(mask, dtype=bool)[..., bi[:, None], bj[None, :]]
+    rows = np.repeat(np.asarray(mask, dtype=bool), block_q, axis=-2)[..., :n_q, :]
+    return np.repeat(rows, block_k, axis=-1)[..., :n_k]
 
 
 def block_mass(p, lsum, block_q: int, block_k: int):
@@ -144,6 +160,76 @@ def _check_int(name, x, lo=-128, hi=127):
     return x.astype(np.int64)
 
 
+#: Logits of the heads one chunk of ``_attend`` holds: a chunk's working set stays in cache.
+CHUNK_ELEMENTS = 1 << 17
+
+
+def _lead(*shapes_tails):
+    """The broadcast leading shape of ``(array, tail rank)`` pairs."""
+    return np.broadcast_shapes(*(np.shape(a)[:np.ndim(a) - t] for a, t in shapes_tails))
+
+
+def _flat(a, lead, tail, dtype=None):
+    """``a`` broadcast to ``lead + tail`` with the leading dims flattened into one."""
+    a = np.broadcast_to(np.asarray(a), lead + tail)
+    return np.asarray(a.reshape((-1,) + tail), dtype=dtype)
+
+
+def _attend(q, k, v, m, sh, mask=None, theta=None, *, block_q, block_k, frac_bits,
+            out_frac_bits, group, e_max, want_w=False) -> dict:
+    """Integer attention over every head (leading dims broadcast), in chunks of heads.
+
+    Dense (``mask`` and ``theta`` None), on the blocks of ``mask``, or a key step (``theta``
+    given: the full softmax, its block masses and mask, then the softmax on the selected blocks,
+    from the same logits). Logits stay a float array of exact integers (float32 BLAS,
+    ``quant.exact_matmul_float``), probabilities float64 (``softmax.softmax_exp_float``).
+    Returns ``o`` (dense / masked) or ``o_full``, ``o_sel``, ``mask``, ``mass`` (key step), int64
+    and bool arrays of the broadcast shape; with ``want_w`` also ``w`` and ``l`` (int64)."""
+    n, dh, nk = q.shape[-2], q.shape[-1], k.shape[-2]
+    nqb, nkb = n_blocks(n, block_q), n_blocks(nk, block_k)
+    parts = [(q, 2), (k, 2), (v, 2), (m, 1), (sh, 1)] + ([(mask, 2)] if mask is not None else [])
+    lead = _lead(*parts)
+    qf = _flat(q, lead, (n, dh), np.float32)
+    kt = np.ascontiguousarray(np.swapaxes(_flat(k, lead, (nk, dh)), -1, -2), dtype=np.float32)
+    vf = _flat(v, lead, (nk, dh), np.float64)
+    mf, shf = _flat(m, lead, (n,)), _flat(sh, lead, (n,))
+    if mask is not None:
+        mask = _flat(mask, lead, (nqb, nkb), bool)
+        if not mask.any(axis=-1).all():
+            raise ValueError("every row needs at least one valid key")
+    sm = dict(frac_bits=frac_bits, group=group, e_max=e_max)
+    nh = qf.shape[0]
+    key = theta is not None
+    out = {"o_full": np.empty((nh, n, dh), np.int64), "o_sel": np.empty((nh, n, dh), np.int64),
+           "mask": np.empty((nh, nqb, nkb), bool), "mass": np.empty((nh, nqb, nkb), np.int64)
+           } if key else {"o": np.empty((nh, n, dh), np.int64)}
+    if want_w:
+        out["w"], out["l"] = np.empty((nh, n, nk), np.int64), np.empty((nh, n), np.int64)
+
+    def pv(w, lsum, c):
+        return normalize(exact_matmul(w, vf[c], P_MAX << e_max, 128), lsum, out_frac_bits)
+
+    step = max(1, CHUNK_ELEMENTS // (n * nk))
+    for i in range(0, nh, step):
+        c = slice(i, min(i + step, nh))
+        s = exact_matmul_float(qf[c], kt[c], 128, 128)
+        inv = None if mask is None else expand_mask(~mask[c], n, nk, block_q, block_k)
+        w, lsum = softmax_exp_float(s, mf[c], shf[c], inv, **sm)
+        lsum = lsum.astype(np.int64)
+        if want_w:
+            out["w"][c], out["l"][c] = w, lsum
+        if not key:
+            out["o"][c] = pv(w, lsum, c)
+            continue
+        out["o_full"][c] = pv(w, lsum, c)
+        mass = out["mass"][c] = block_mass(w, lsum, block_q, block_k)
+        sel = out["mask"][c] = select_blocks(mass, theta)
+        w, lsum = softmax_exp_float(s, mf[c], shf[c], expand_mask(~sel, n, nk, block_q, block_k),
+                                    **sm)
+        out["o_sel"][c] = pv(w, lsum.astype(np.int64), c)
+    return {name: a.reshape(lead + a.shape[1:]) for name, a in out.items()}
+
+
 def attention_head(q_int, k_int, v_int, m, sh, mask=None, *, block_q: int = 16,
                    block_k: int = 16, frac_bits: int = DEFAULT_FRAC_BITS,
                    out_frac_bits: int = DEFAULT_OUT_FRAC_BITS, group: int = DEFAULT_GROUP,
@@ -154,12 +240,9 @@ def attention_head(q_int, k_int, v_int, m, sh, mask=None, *, block_q: int = 16,
     probabilities' exponent groups (``golden.softmax``). Returns ``(o, w, l)``: the output ``O``
     int64 ``(..., N, Dh)``, the applied integer weights ``w = p << shift`` and their row sums."""
     q, k, v = _check_int("q_int", q_int), _check_int("k_int", k_int), _check_int("v_int", v_int)
-    s = exact_matmul(q, np.swapaxes(k, -1, -2), 128, 128)
-    valid = None
-    if mask is not None:
-        valid = expand_mask(mask, q.shape[-2], k.shape[-2], block_q, block_k)
-    w, lsum = softmax_exp(s, m, sh, valid, frac_bits, group, e_max)
-    return normalize(exact_matmul(w, v, P_MAX << e_max, 128), lsum, out_frac_bits), w, lsum
+    res = _attend(q, k, v, m, sh, mask, block_q=block_q, block_k=block_k, frac_bits=frac_bits,
+                  out_frac_bits=out_frac_bits, group=group, e_max=e_max, want_w=True)
+    return res["o"], res["w"], res["l"]
 
 
 def key_step_head(q_int, k_int, v_int, m, sh, *, block_q: int = 16, block_k: int = 16,
@@ -169,13 +252,12 @@ def key_step_head(q_int, k_int, v_int, m, sh, *, block_q: int = 16, block_k: int
     """Attention key step of one head (or batch of heads), integers in and out. Returns a dict of
     int64 arrays ``o_full``, ``o_sel``, ``r`` (``o_full - o_sel``), bool ``mask`` ``(..., nqb,
     nkb)`` and the block masses ``mass``; the step's output is ``o_full``."""
-    kw = dict(block_q=block_q, block_k=block_k, frac_bits=frac_bits, out_frac_bits=out_frac_bits,
-              group=group, e_max=e_max)
-    o_full, w, lsum = attention_head(q_int, k_int, v_int, m, sh, None, **kw)
-    mass = block_mass(w, lsum, block_q, block_k)
-    mask = select_blocks(mass, theta)
-    o_sel, _, _ = attention_head(q_int, k_int, v_int, m, sh, mask, **kw)
-    return {"o_full": o_full, "o_sel": o_sel, "r": o_full - o_sel, "mask": mask, "mass": mass}
+    theta_fixed(theta)
+    q, k, v = _check_int("q_int", q_int), _check_int("k_int", k_int), _check_int("v_int", v_int)
+    res = _attend(q, k, v, m, sh, None, theta, block_q=block_q, block_k=block_k,
+                  frac_bits=frac_bits, out_frac_bits=out_frac_bits, group=group, e_max=e_max)
+    res["r"] = res["o_full"] - res["o_sel"]
+    return res
 
 
 def reuse_step_head(q_int, k_int, v_int, m, sh, mask, r, *, block_q: int = 16,
@@ -183,10 +265,11 @@ def reuse_step_head(q_int, k_int, v_int, m, sh, mask, r, *, block_q: int = 16,
                     out_frac_bits: int = DEFAULT_OUT_FRAC_BITS, group: int = DEFAULT_GROUP,
                     e_max: int = DEFAULT_E_MAX):
     """Reuse step: ``O_sel + R`` (int64 ``(..., N, Dh)``), ``O_sel`` on the masked blocks only."""
-    o_sel, _, _ = attention_head(q_int, k_int, v_int, m, sh, mask, block_q=block_q,
-                                 block_k=block_k, frac_bits=frac_bits,
-                                 out_frac_bits=out_frac_bits, group=group, e_max=e_max)
-    return o_sel + np.asarray(r, dtype=np.int64)
+    q, k, v = _check_int("q_int", q_int), _check_int("k_int", k_int), _check_int("v_int", v_int)
+    res = _attend(q, k, v, m, sh, mask, block_q=block_q, block_k=block_k, frac_bits=frac_bits,
+                  out_frac_bits=out_frac_bits, group=group, e_max=e_max)
+    res["o"] += np.asarray(r, dtype=np.int64)
+    return res["o"]
 
 
 def float_attention(q, k, v):
@@ -262,14 +345,14 @@ class AttentionReuse:
         n_clip = 0
         if key:
             v_int, s_v = quantize_per_head(v)
-            res = key_step_head(q_int, k_int, v_int, m, sh, theta=self.theta, **self._kw())
+            res = _attend(q_int, k_int, v_int, m, sh, None, self.theta, **self._kw())
             st = self.state[name] = {"shape": q.shape, "s_v": s_v, "mask": res["mask"],
-                                     "r": res["r"], "key_step": step}
+                                     "r": res["o_full"] - res["o_sel"], "key_step": step}
             o_int = res["o_full"]
         else:
             v_int, n_clip = quantize_on(v, st["s_v"])
-            o_int = reuse_step_head(q_int, k_int, v_int, m, sh, st["mask"], st["r"],
-                                    **self._kw())
+            o_int = _attend(q_int, k_int, v_int, m, sh, st["mask"], **self._kw())["o"]
+            o_int += st["r"]
         scale = st["s_v"][..., None, None] / float(1 << self.out_frac_bits)
         out = o_int * scale
         sel = float(st["mask"].mean())
@@ -284,8 +367,7 @@ class AttentionReuse:
                 rec["err_dense_int"] = rec["err_vs_float"]
             else:
                 v_fresh, s_fresh = quantize_per_head(v[b])
-                dense, _, _ = attention_head(q_int[b], k_int[b], v_fresh, m[b], sh[b], None,
-                                             **self._kw())
+                dense = _attend(q_int[b], k_int[b], v_fresh, m[b], sh[b], **self._kw())["o"]
                 rec["err_dense_int"] = _rel_err(
                     dense * s_fresh[..., None, None] / float(1 << self.out_frac_bits), ref)
         self.records.append(rec)

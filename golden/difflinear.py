@@ -10,30 +10,41 @@ test: ``Y_int . r == Xs_int . (W_q . r)`` for ``CHECK_VECTORS`` fixed random sig
 escapes), which costs ``O(N (K + M))`` a step instead of a second ``O(N K M)`` product.
 """
 
+import functools
 import zlib
-from dataclasses import dataclass
 
 import numpy as np
 
-from .encoder import Encoded, encode
-from .quant import exact_matmul, quantize_weights, to_lattice, token_lattice
+from .encoder import Encoded, encode, encode_narrow
+from .quant import exact_dtype, quantize_weights, to_lattice_float, token_lattice
+from .stats import count_encoded
 
 __all__ = ["DiffLinear", "InvariantError", "StepResult", "encode_step", "CHECK_VECTORS"]
 
 #: Random sign vectors of the invariant check.
 CHECK_VECTORS = 4
+#: Elements of the widest row block of a step (the rows run in chunks that stay in cache).
+CHUNK_ELEMENTS = 1 << 16
 
 
 class InvariantError(AssertionError):
     """The golden model broke one of its own invariants (a bug, never a user error)."""
 
 
-@dataclass
 class StepResult:
-    y: np.ndarray          # float output, (N, M)
-    enc: Encoded           # the encoded difference of this step
-    target: np.ndarray     # clipped X_int, (N, K)
-    key: bool
+    """One step's output ``y`` (float64 ``(N, M)``), clipped target ``X_int`` ``(N, K)``, whether
+    it was a key step, the ``stats.count_encoded`` counts of its encoded difference and that
+    difference ``enc`` (an ``Encoded``, joined from the layer's row chunks when first read)."""
+
+    def __init__(self, y, parts: list[Encoded], target, key: bool, counts):
+        self.y, self.target, self.key, self.counts = y, target, key, counts
+        self._parts = parts
+
+    @functools.cached_property
+    def enc(self) -> Encoded:
+        enc = Encoded.concat(self._parts)
+        enc.q = enc.q.astype(np.int64, copy=False)
+        return enc
 
 
 def encode_step(target, xs, cfg):
@@ -50,23 +61,41 @@ class DiffLinear:
     def __init__(self, w, b, cfg, name: str = "linear"):
         self.name, self.cfg = name, cfg
         self.w_q, self.s_w = quantize_weights(w)
-        self._w_f64 = self.w_q.astype(np.float64)       # exact: |w_q| <= 127
+        # Every operand of the float BLAS products in both float types (exact integers).
+        self._w = {dt: self.w_q.astype(dt) for dt in (np.float32, np.float64)}
         self.bias = None if b is None else np.asarray(b, dtype=np.float64)
         k = self.w_q.shape[0]
         if k % cfg.group:
             raise ValueError(f"{name}: K={k} is not a multiple of group={cfg.group}")
-        self.d = self.xs = self.y_int = None
+        self.d = self.xs = self._y = None
         self.steps_done = 0
         # The check's vectors are fixed per layer name, so a run is reproducible.
         rng = np.random.default_rng(zlib.crc32(name.encode()))
         self._r = rng.choice(np.array([-1, 1], np.int64), size=(self.w_q.shape[1], CHECK_VECTORS))
         self._wr = self.w_q @ self._r
+        self._rf = {dt: self._r.astype(dt) for dt in (np.float32, np.float64)}
+        # |target - Xs_int| <= target_max + state_max: int32 where that fits (half the traffic).
+        self._diff_dtype = np.int32 if cfg.target_max + cfg.state_max < 2 ** 31 else np.int64
+        self._wrf = {dt: self._wr.astype(dt) for dt in (np.float32, np.float64)}
+
+    @property
+    def y_int(self):
+        """The accumulator ``Y_int`` ``(N, M)`` as int64 (a copy: the layer holds it as float64
+        of exact integers, ``|Y_int| < 2**53`` as ``Config.acc_bits <= 48``); assign to replace
+        it."""
+        return None if self._y is None else self._y.astype(np.int64)
+
+    @y_int.setter
+    def y_int(self, value):
+        self._y = np.asarray(value, dtype=np.int64).astype(np.float64)
 
     def is_key(self, step: int) -> bool:
         r = self.cfg.refresh_linear
         return self.xs is None or step == 0 or (r > 0 and step % r == 0)
 
-    def __call__(self, x, step: int) -> StepResult:
+    def __call__(self, x, step: int, dtype=np.float64) -> StepResult:
+        """One step on the rows ``x`` ``(N, K)``; the result's ``y`` is ``dtype`` (computed in
+        float64)."""
         x = np.asarray(x)
         if x.ndim != 2 or x.shape[1] != self.w_q.shape[0]:
             raise ValueError(f"{self.name}: input must be (N, {self.w_q.shape[0]}), "
@@ -79,24 +108,68 @@ class DiffLinear:
         if key:
             self.d = token_lattice(x, cfg.lattice_bits)
             self.xs = np.zeros(x.shape, dtype=np.int64)
-            self.y_int = np.zeros((x.shape[0], self.w_q.shape[1]), dtype=np.int64)
-        target = np.clip(to_lattice(x, self.d), -cfg.target_max, cfg.target_max)
-        enc = encode(target - self.xs, cfg.group, cfg.e_max, cfg.tau)
-        dec = enc.decode()
-        self.y_int += exact_matmul(dec, self._w_f64, b_bound=127)
-        self.xs = self.xs + dec
-        self._check(target, enc)
+            self._y = np.zeros((x.shape[0], self.w_q.shape[1]), dtype=np.float64)
+        n, m = x.shape[0], self.w_q.shape[1]
+        target = np.empty(x.shape, np.int64)
+        xs = np.empty(x.shape, np.int64)       # a new state array: callers may keep the old
+        y = np.empty((n, m), dtype)
+        parts, counts = [], 0
+        rows = max(1, CHUNK_ELEMENTS // max(x.shape[1], m))
+        for i in range(0, n, rows):
+            c = slice(i, min(i + rows, n))
+            enc = self._rows(x[c], c, target[c], xs[c], y[c])
+            parts.append(enc)
+            counts = counts + count_encoded(enc)
+        self.xs = xs
         self.steps_done += 1
-        y = self.y_int * self.d[:, None] * self.s_w[None, :]
-        if self.bias is not None:
-            y = y + self.bias
-        return StepResult(y=y, enc=enc, target=target, key=key)
+        return StepResult(y=y, parts=parts, target=target, key=key, counts=counts)
 
-    def _check(self, target, enc):
-        if np.abs(self.xs).max(initial=0) > self.cfg.state_max:
-            raise InvariantError(f"{self.name}: state exceeds state_max={self.cfg.state_max}")
-        if not np.array_equal(self.y_int @ self._r, self.xs @ self._wr):
+    def _rows(self, x, c, target, xs, y):
+        """One step on the rows ``c``: fills ``target``, the new state ``xs`` and ``y`` (views
+        of the step's arrays), updates ``Y_int[c]``, checks the invariants; returns the code."""
+        cfg = self.cfg
+        np.copyto(target, to_lattice_float(x, self.d[c], cfg.target_max), casting="unsafe")
+        diff = np.subtract(target, self.xs[c], dtype=self._diff_dtype, casting="unsafe")
+        enc = encode_narrow(diff, cfg.group, cfg.e_max, tau=cfg.tau)
+        q = enc.q                             # int32 here (|diff| < 2**30, e_max <= 15)
+        dec = np.left_shift(q.reshape(q.shape[:-1] + (-1, cfg.group)),
+                            enc.shift.astype(q.dtype)[..., None]).reshape(q.shape)
+        y_int = self._y[c]
+        dt = exact_dtype(dec, self.w_q, _amax(dec), 127)
+        y_int += dec.astype(dt) @ self._w[dt]                          # exact integers
+        np.add(self.xs[c], dec, out=xs)
+        self._check(y_int, xs, diff - dec, enc)
+        y64 = y if y.dtype == np.float64 else np.empty(y.shape, np.float64)
+        np.multiply(y_int, self.d[c, None], out=y64)
+        y64 *= self.s_w[None, :]
+        if self.bias is not None:
+            np.add(y64, self.bias, out=y)             # to y's type as the last step
+        elif y64 is not y:
+            y[...] = y64
+        return enc
+
+    def _check(self, y_int, xs, err, enc):
+        """The invariants on a block of rows; ``err = target - Xs_int`` (the step's difference
+        minus its decoded code)."""
+        cfg = self.cfg
+        if _amax(xs) > cfg.state_max:
+            raise InvariantError(f"{self.name}: state exceeds state_max={cfg.state_max}")
+        try:                                  # Freivalds' products, exact in float BLAS
+            dl = exact_dtype(y_int, self._r, cfg.acc_bound, 1)
+            dr = exact_dtype(xs, self._wr, cfg.state_max, 127 * self._r.shape[0])
+            lhs = np.asarray(y_int, dl) @ self._rf[dl]
+            rhs = xs.astype(dr) @ self._wrf[dr]
+        except OverflowError:                 # bounds beyond float64: integer products
+            lhs, rhs = y_int.astype(np.int64) @ self._r, xs @ self._wr
+        if not np.array_equal(lhs, rhs):
             raise InvariantError(f"{self.name}: Y_int != W_q^T . Xs_int")
-        err = np.abs(target - self.xs).reshape(enc.clipped.shape + (self.cfg.group,))
-        if np.where(enc.clipped[..., None], 0, err).max(initial=0) > self.cfg.tau:
-            raise InvariantError(f"{self.name}: closed-loop error exceeds tau={self.cfg.tau}")
+        if enc.clipped.any():                 # clipped groups may miss the target by more
+            err = err.copy()
+            err.reshape(enc.clipped.shape + (cfg.group,))[enc.clipped] = 0
+        if _amax(err) > cfg.tau:
+            raise InvariantError(f"{self.name}: closed-loop error exceeds tau={cfg.tau}")
+
+
+def _amax(a) -> int:
+    """``max|a|`` of an integer array (0 if empty), without a temporary."""
+    return max(int(a.max(initial=0)), -int(a.min(initial=0)))

@@ -181,5 +181,5 @@ class Strategy:
 STRATEGIES: dict[Packing, Strategy] = {
     Packing.LOCKSTEP: Strategy(lockstep_streams,
                                lambda enc: int(enc.group_cost.sum()) * enc.group, rotates=False),
-    Packing.COMPACT: Strategy(lane_streams, lambda enc: int(PASSES[enc.cls].sum()), rotates=True),
+    Packing.COMPACT: Strategy(lane_streams, lambda enc: enc.passes(), rotates=True),
 }

@@ -81,8 +81,18 @@ def _silu(x):
 
 
 def _gelu_tanh(x):
+    """``0.5 x (1 + tanh(c (x + a x^3)))`` in float32, evaluated in that order in place."""
     c, a = np.float32(0.7978845608028654), np.float32(0.044715)
-    return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * (x + a * (x * x * x))))
+    t = x * x
+    t *= x
+    t *= a
+    t += x
+    t *= c
+    np.tanh(t, out=t)
+    t += np.float32(1.0)
+    y = np.float32(0.5) * x
+    y *= t
+    return y
 
 
 def _layernorm(x, eps=1e-6):
@@ -102,12 +112,21 @@ def float_linear(name, x, w, b, step):
 
 
 def float_attention(name, q, k, v, step):
-    """Default attention hook: ``softmax(q k^T / sqrt(Dh)) v`` in float32."""
-    # Contiguous operands let NumPy's stacked matmul use BLAS per head.
-    q, k, v = (np.ascontiguousarray(a) for a in (q, k, v))
-    s = (q @ np.swapaxes(k, -1, -2)) * np.float32(1.0 / np.sqrt(q.shape[-1]))
-    s = np.exp(s - s.max(axis=-1, keepdims=True))
-    return (s / s.sum(axis=-1, keepdims=True)) @ v
+    """Default attention hook: ``softmax(q k^T / sqrt(Dh)) v`` in float32 (``(B, H, N, Dh)``)."""
+    # Contiguous operands let NumPy's stacked matmul use BLAS per head; one batch element at a
+    # time, in place, keeps the scores in cache (the same operations on every row).
+    q, v = np.ascontiguousarray(q), np.ascontiguousarray(v)
+    kt = np.ascontiguousarray(np.swapaxes(k, -1, -2))
+    scale = np.float32(1.0 / np.sqrt(q.shape[-1]))
+    out = np.empty(q.shape[:-1] + v.shape[-1:], np.result_type(q, k, v))
+    for b in range(q.shape[0]):
+        s = q[b] @ kt[b]
+        s *= scale
+        s -= s.max(axis=-1, keepdims=True)
+        np.exp(s, out=s)
+        s /= s.sum(axis=-1, keepdims=True)
+        np.matmul(s, v[b], out=out[b])
+    return out
 
 
 class DiT:

@@ -25,7 +25,7 @@ class W8A8Linears:
             w_q, s_w = quantize_weights(w)
             self._wq[name] = (w_q.astype(np.float32), s_w)      # exact: |w_q| <= 127
         w_q, s_w = self._wq[name]
-        return w8a8_linear(x, w_q, s_w, b).astype(np.float32)
+        return w8a8_linear(x, w_q, s_w, b, dtype=np.float32)
 
 
 class DStarLinears:
@@ -41,8 +41,8 @@ class DStarLinears:
         layer = self.layers.get(name)
         if layer is None:
             layer = self.layers[name] = DiffLinear(w, b, self.cfg, name)
-        res = layer(x, step)
-        self.stats.add(step, layer_type(name), res.enc)
+        res = layer(x, step, dtype=np.float32)
+        self.stats.add_counts(step, layer_type(name), res.counts)
         if self.on_result is not None:
             self.on_result(name, step, res)
-        return res.y.astype(np.float32)
+        return res.y

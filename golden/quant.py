@@ -3,8 +3,8 @@ and the dense W8A8 reference every speedup and accuracy figure is measured again
 
 import numpy as np
 
-__all__ = ["quantize_weights", "token_lattice", "to_lattice", "exact_matmul",
-           "exact_matmul_float", "w8a8_linear", "LATTICE_LIMIT"]
+__all__ = ["quantize_weights", "token_lattice", "to_lattice", "to_lattice_float", "exact_dtype",
+           "exact_matmul", "exact_matmul_float", "w8a8_linear", "LATTICE_LIMIT"]
 
 #: Largest magnitude ``to_lattice`` returns: beyond it values are clipped (in float, before the
 #: cast, so that no value wraps). Every consumer clips far tighter (INT8, ``Config.target_max``).
@@ -35,28 +35,52 @@ def quantize_weights(w):
     return np.ascontiguousarray(w_q.T), s_w
 
 
+def _amax_rows(x):
+    """``max|x[n, :]|`` per row as float64 (exact: computed in ``x``'s own float type); a
+    non-finite value anywhere is refused (``ValueError``, naming it)."""
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating):
+        x = x.astype(np.float64)
+    amax = np.maximum(x.max(axis=-1, initial=-np.inf), -x.min(axis=-1, initial=np.inf))
+    if not np.isfinite(amax).all():          # max and min propagate NaN and +-inf
+        _finite("activations", x)
+    return amax.astype(np.float64)
+
+
 def token_lattice(x, extra_bits: int = 0):
     """Per-token step ``d[n] = max|x[n, :]| / (127 * 2**extra_bits)`` (1 for an all-zero row),
     float64 ``(N,)``. ``extra_bits = 0`` is spec section 2's INT8 lattice; DSTAR's differential
     layers may use a finer one (``Config.lattice_bits``), as their state is wider than INT8."""
-    amax = np.abs(_finite("activations", np.asarray(x, dtype=np.float64))).max(axis=-1)
+    amax = _amax_rows(x)
     return np.where(amax > 0, amax / (127.0 * (1 << extra_bits)), 1.0)
 
 
-def to_lattice(x, d):
-    """``round(x / d[n])`` (round half to even) as int64, clipped to ``+-LATTICE_LIMIT``; may
-    exceed INT8 between key steps. Non-finite ``x`` or steps that are not finite and positive are
-    refused (``ValueError``)."""
-    x = _finite("activations", np.asarray(x, dtype=np.float64))
+def to_lattice_float(x, d, limit):
+    """``to_lattice`` as float64 (exact integers, ``|limit| < 2**53``), the division in float64:
+    ``clip(rint(x / d[n]), -limit, limit)``, for callers that cast or multiply next."""
     d = np.asarray(d, dtype=np.float64)
     if not (np.isfinite(d).all() and (d > 0).all()):
         raise ValueError("lattice steps must be finite and > 0")
-    with np.errstate(over="ignore"):      # an overflow to +-inf is clipped like any large value
-        q = np.rint(x / d[:, None])
-    return np.clip(q, -LATTICE_LIMIT, LATTICE_LIMIT).astype(np.int64)
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating):
+        x = x.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow to +-inf is clipped
+        q = np.divide(x, d[:, None], dtype=np.float64)
+        finite = np.isfinite(q.sum())
+    if not finite:                        # non-finite x, or finite values that overflowed
+        _finite("activations", x)
+    np.rint(q, out=q)
+    return np.clip(q, -limit, limit, out=q)
 
 
-def _exact_dtype(a, b, a_bound, b_bound):
+def to_lattice(x, d, limit: int = LATTICE_LIMIT):
+    """``round(x / d[n])`` (round half to even) as int64, clipped to ``+-limit`` (at most
+    ``LATTICE_LIMIT``, the default); may exceed INT8 between key steps. Non-finite ``x`` or steps
+    that are not finite and positive are refused (``ValueError``)."""
+    return to_lattice_float(x, d, min(int(limit), LATTICE_LIMIT)).astype(np.int64)
+
+
+def exact_dtype(a, b, a_bound, b_bound):
     """The float type whose BLAS computes ``a @ b`` exactly: float32 while every partial sum
     stays below 2**24, float64 below 2**53 (the config guarantees it: ``Config.acc_bits <= 48``);
     beyond, ``OverflowError``. ``a_bound`` / ``b_bound``: known bounds on ``|a|`` / ``|b|``
@@ -73,8 +97,8 @@ def _exact_dtype(a, b, a_bound, b_bound):
 
 def exact_matmul_float(a, b, a_bound=None, b_bound=None):
     """Integer ``a @ b`` as a float array of exact integers (float32 or float64, see
-    ``_exact_dtype``), for callers that scale the result next."""
-    dt = _exact_dtype(a, b, a_bound, b_bound)
+    ``exact_dtype``), for callers that scale the result next."""
+    dt = exact_dtype(a, b, a_bound, b_bound)
     return np.asarray(a, dt) @ np.asarray(b, dt)
 
 
@@ -83,10 +107,25 @@ def exact_matmul(a, b, a_bound=None, b_bound=None):
     return exact_matmul_float(a, b, a_bound, b_bound).astype(np.int64)
 
 
-def w8a8_linear(x, w_q, s_w, bias=None):
-    """Dense W8A8: per-token INT8 activations re-quantized every step, per-channel INT8 weights."""
-    x = np.asarray(x, dtype=np.float64)
-    d = token_lattice(x)
-    x_q = np.clip(to_lattice(x, d), -127, 127)
-    y = exact_matmul_float(x_q, w_q, 127, 127).astype(np.float64) * d[:, None] * s_w[None, :]
-    return y if bias is None else y + bias
+#: Elements of the widest row block of ``w8a8_linear`` (its rows run in chunks that stay in
+#: cache).
+CHUNK_ELEMENTS = 1 << 16
+
+
+def w8a8_linear(x, w_q, s_w, bias=None, dtype=np.float64):
+    """Dense W8A8: per-token INT8 activations re-quantized every step, per-channel INT8 weights.
+    ``(x_q @ w_q) * d[:, None] * s_w[None, :] (+ bias)`` in float64, returned as ``dtype``."""
+    x = np.asarray(x)
+    n, m = x.shape[0], w_q.shape[1]
+    y = np.empty((n, m), dtype)
+    rows = max(1, CHUNK_ELEMENTS // max(x.shape[1], m))
+    for i in range(0, n, rows):
+        c = slice(i, min(i + rows, n))
+        d = token_lattice(x[c])
+        yc = np.multiply(exact_matmul_float(to_lattice_float(x[c], d, 127), w_q, 127, 127),
+                         d[:, None], dtype=np.float64)
+        yc *= s_w[None, :]
+        if bias is not None:
+            yc += bias
+        y[c] = yc
+    return y

@@ -48,8 +48,8 @@ import numpy as np
 __all__ = ["LOG2E", "MANT_BITS", "SHIFT_MAX", "EXP_EXTRA_BITS", "RECIP_BITS", "DEFAULT_FRAC_BITS",
            "DEFAULT_OUT_FRAC_BITS", "DEFAULT_GROUP", "DEFAULT_E_MAX", "exp_lut",
            "logit_multiplier", "round_shift", "bit_length", "softmax_groups", "softmax_exp",
-           "exp2_fixed", "reciprocal", "normalize", "block_fraction", "softmax_probs",
-           "softmax_error", "sum_bits"]
+           "softmax_exp_float", "exp2_fixed", "reciprocal", "normalize", "block_fraction",
+           "softmax_probs", "softmax_error", "sum_bits"]
 
 LOG2E = 1.4426950408889634
 MANT_BITS = 16          # m: unsigned 16 bits, in [2**15, 2**16) unless clamped
@@ -220,6 +220,73 @@ def softmax_exp(s_int, m, sh, valid=None, frac_bits: int = DEFAULT_FRAC_BITS,
     ``softmax_groups``."""
     p, shift, lsum = softmax_groups(s_int, m, sh, valid, frac_bits, group, e_max)
     return _per_key_op(np.left_shift, p, shift, group), lsum
+
+
+#: Largest logit magnitude ``softmax_exp_float`` accepts: ``|s| * m`` then stays below 2**52.
+FLOAT_LOGIT_LIMIT = 1 << 35
+
+
+def softmax_exp_float(s, m, sh, invalid=None, frac_bits: int = DEFAULT_FRAC_BITS,
+                      group: int = DEFAULT_GROUP, e_max: int = DEFAULT_E_MAX):
+    """``softmax_exp`` on logits held as a float array of exact integers (float32 or float64,
+    ``|s| < 2**35``, e.g. ``quant.exact_matmul_float``'s), returning ``(w, l)`` as float64 arrays
+    of exact integers; ``invalid``: optional bool broadcastable to ``s``, the keys left out (the
+    complement of ``softmax_exp``'s ``valid``; every row needs one valid key, not checked here).
+
+    Bit for bit ``softmax_exp``, every step exact in float64: with ``c = m / 2**sh``,
+    ``x = round_shift((smax - s) * m, sh) = floor(smax * c + 1/2 - s * c)``. ``x`` falls as ``s``
+    rises, so a group's smallest ``x`` is that of its largest logit, which gives the group
+    exponent ``e_g`` from the group maxima alone, and the table index is
+    ``x - e_g * 2**F = floor(smax * c + 1/2 - e_g * 2**F - s * c)`` (clamped to ``9 * 2**F``,
+    where ``p`` is 0, which also stands for left-out keys)."""
+    _check_frac_bits(frac_bits)
+    _check_group(group, e_max)
+    s = np.asarray(s)
+    if not np.issubdtype(s.dtype, np.floating):
+        raise TypeError(f"softmax_exp_float needs float logits, got dtype {s.dtype}")
+    m = np.asarray(m, dtype=np.int64)
+    sh = np.asarray(sh, dtype=np.int64)
+    if np.any(m < 0) or np.any(m >= (1 << MANT_BITS)) or np.any(sh < 0) or np.any(sh > SHIFT_MAX):
+        raise ValueError(f"m must be in [0, 2**{MANT_BITS}) and sh in [0, {SHIFT_MAX}]")
+    c = np.ldexp(m.astype(np.float64), -sh)[..., None]
+    nk = s.shape[-1]
+    ng = -(-nk // group)
+    gmax = _group_max(s if invalid is None else np.where(invalid, -np.inf, s), group)
+    smax = gmax.max(axis=-1, keepdims=True).astype(np.float64)
+    a = smax * c + 0.5
+    if invalid is not None:             # a group without valid keys: any exponent will do
+        gmax = np.where(gmax == -np.inf, smax, gmax)
+    e = np.minimum(np.floor((a - gmax * c) * (1.0 / (1 << frac_bits))), float(e_max))
+    top = float(9 << frac_bits)
+    buf = np.empty(s.shape[:-1] + (ng * group,), np.float64)
+    np.multiply(s, -c, out=buf[..., :nk])
+    g = buf.reshape(buf.shape[:-1] + (ng, group))
+    g += (a - e * float(1 << frac_bits))[..., None]
+    buf[..., nk:] = top
+    np.minimum(buf, top, out=buf)
+    if invalid is not None:
+        np.copyto(buf[..., :nk], top, where=invalid)
+    w = _exp2_table_float(frac_bits).take(buf.astype(np.intp))   # >= 0: truncation is floor
+    w.reshape(g.shape)[...] *= np.exp2(e_max - e)[..., None]
+    return w[..., :nk], w.sum(axis=-1)
+
+
+def _group_max(s, group: int):
+    """Maxima over groups of ``group`` consecutive keys (the last may be short), one strided
+    pass per position in the group (long inner loops, unlike a reduction over a short axis)."""
+    out = s[..., ::group].copy()
+    for j in range(1, group):
+        col = s[..., j::group]
+        part = out[..., :col.shape[-1]]
+        np.maximum(part, col, out=part)
+    return out
+
+
+@functools.cache
+def _exp2_table_float(frac_bits: int) -> np.ndarray:
+    t = _exp2_table(frac_bits).astype(np.float64)
+    t.setflags(write=False)
+    return t
 
 
 def exp2_fixed(x, frac_bits: int = DEFAULT_FRAC_BITS) -> np.ndarray:

@@ -15,7 +15,7 @@ Every pass feeds all M output columns of the layer, so ratios of passes are rati
 import numpy as np
 
 from .dispatch import STRATEGIES
-from .encoder import HIGH, LOW, ZERO, Encoded
+from .encoder import Encoded
 
 __all__ = ["FIELDS", "count_encoded", "OpStats"]
 
@@ -26,12 +26,10 @@ FIELDS = ("elements", "zero", "low", "high", "passes",
 
 def count_encoded(enc: Encoded) -> np.ndarray:
     """The ``FIELDS`` counts of one encoded tensor, int64 ``(len(FIELDS),)``."""
-    cls = enc.cls
-    n = cls.size
-    nl = np.count_nonzero(cls == LOW)
-    nh = np.count_nonzero(cls == HIGH)
+    n = enc.cls.size
+    nz, nl, nh = enc.class_counts()
     cost = enc.group_cost
-    c = {"elements": n, "zero": np.count_nonzero(cls == ZERO), "low": nl, "high": nh,
+    c = {"elements": n, "zero": nz, "low": nl, "high": nh,
          "passes": nl + 2 * nh, "dense_passes": 2 * n,
          **{f"{p.value}_passes": s.lane_ops(enc) for p, s in STRATEGIES.items()},
          "groups": cost.size, "zero_groups": np.count_nonzero(cost == 0),
@@ -48,8 +46,12 @@ class OpStats:
         self.counts: dict[int, np.ndarray] = {}
 
     def add(self, step: int, layer_type: str, enc: Encoded) -> None:
+        self.add_counts(step, layer_type, count_encoded(enc))
+
+    def add_counts(self, step: int, layer_type: str, counts) -> None:
+        """Add ``count_encoded`` counts already taken."""
         row = self.counts.setdefault(step, np.zeros((len(self.types), len(FIELDS)), np.int64))
-        row[self.types.index(layer_type)] += count_encoded(enc)
+        row[self.types.index(layer_type)] += counts
 
     def total(self, step=None, layer_type=None) -> dict[str, int]:
         steps = sorted(self.counts) if step is None else [step]

@@ -76,7 +76,9 @@ def test_invariant_violation_is_detected():
     cfg = preset("default")
     layer = DiffLinear(np.ones((4, 16)), None, cfg)
     layer(np.ones((2, 16)), 0)
-    layer.y_int[0, 0] += 1                  # corrupt the accumulator
+    y = layer.y_int
+    y[0, 0] += 1
+    layer.y_int = y                         # corrupt the accumulator
     with pytest.raises(InvariantError, match="Y_int"):
         layer(np.ones((2, 16)), 1)
 

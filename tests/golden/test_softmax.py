@@ -16,6 +16,7 @@ from dstar.golden.softmax import (
     reciprocal,
     softmax_error,
     softmax_exp,
+    softmax_exp_float,
     softmax_groups,
 )
 
@@ -143,6 +144,34 @@ def test_softmax_exp_matches_reference(frac_bits, group, e_max):
             sl = slice(g * group, (g + 1) * group)
             if valid[idx][sl].any() and shift[idx][g] > 0:
                 assert p[idx][sl].max() >= 128
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_exp_float_is_softmax_exp_bit_for_bit(dtype):
+    """The float-domain pipeline of the attention hot path against the integer one, on ragged
+    groups, masks with empty groups, every exponent range and logit scales that clamp."""
+    rng = np.random.default_rng(5)
+    for _ in range(150):
+        n, nk = int(rng.integers(1, 40)), int(rng.integers(1, 70))
+        group, e_max = int(rng.choice([1, 3, 16, 40])), int(rng.integers(0, 16))
+        frac_bits = int(rng.integers(1, 11))
+        s, scale = int_logits(rng, (2, n, nk), int(rng.choice([1, 8, 32])),
+                              std=float(rng.choice([0.1, 1.0, 5.0, 30.0])))
+        m, sh = logit_multiplier(scale * float(rng.choice([1e-3, 1.0, 1e3])), frac_bits)
+        valid = None
+        if rng.integers(0, 2):
+            valid = rng.random(s.shape) < 0.3
+            valid[..., int(rng.integers(0, nk))] = True
+        w, lsum = softmax_exp(s, m, sh, valid, frac_bits, group, e_max)
+        wf, lf = softmax_exp_float(s.astype(dtype), m, sh, None if valid is None else ~valid,
+                                   frac_bits, group, e_max)
+        assert wf.dtype == np.float64 and lf.dtype == np.float64
+        assert np.array_equal(wf, w) and np.array_equal(lf, lsum)
+
+
+def test_softmax_exp_float_needs_float_logits():
+    with pytest.raises(TypeError, match="float logits"):
+        softmax_exp_float(np.zeros((1, 3), np.int64), [40000], [20])
 
 
 def test_e_max_zero_is_one_exponent_per_row():

@@ -1,0 +1,112 @@
+"""The five sampling runs of the main job (``dstar analyze``) on the bundled DiT's default seeds:
+FP32, dense W8A8, DSTAR's differential linears, attention reuse alone, and both (``PATHS``).
+
+``run_path`` runs one; ``run_paths`` runs several, in this process or in forked worker
+processes of one BLAS thread each (the runs are independent; their results are bit for bit
+those of one process).
+"""
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import time
+
+from .attention import AttentionReuse
+from .dit import LINEAR_TYPES, DiT
+from .hooks import DStarLinears, W8A8Linears
+from .sampler import ddim_sample, initial_noise, sample_labels
+
+__all__ = ["PATHS", "MEASURE_BATCH", "path_hooks", "run_path", "run_paths", "workers_for"]
+
+#: Batch elements (the first conditional samples) on which the attention-only run measures its
+#: error against float attention and dense integer attention: each needs an extra attention.
+MEASURE_BATCH = 2
+
+#: The runs, in the order two workers take them: the longest first, FP32 beside it.
+PATHS = ("dstar", "fp32", "dstar-linear", "attention", "w8a8")
+
+
+def path_hooks(tag: str, cfg) -> dict:
+    """The model hooks of one of ``PATHS``."""
+    if tag == "w8a8":
+        return {"linear": W8A8Linears()}
+    if tag == "dstar-linear":
+        return {"linear": DStarLinears(cfg, LINEAR_TYPES)}
+    if tag == "attention":
+        return {"attention": AttentionReuse(cfg, measure=True, measure_batch=MEASURE_BATCH)}
+    if tag == "dstar":
+        return {"linear": DStarLinears(cfg, LINEAR_TYPES),
+                "attention": AttentionReuse(cfg, measure=False)}
+    return {}
+
+
+def run_path(tag: str, cfg, model: DiT, progress=None) -> tuple:
+    """One sampling run (``tag`` in ``PATHS``) of ``cfg.samples`` images on ``cfg.seed``. Returns
+    ``(samples, seconds, stats)``: ``stats`` is the DSTAR linears' ``OpStats`` (``dstar``), the
+    attention hook's ``stats()`` (``attention``) or ``None``."""
+    hooks = path_hooks(tag, cfg)
+    labels = sample_labels(cfg.samples, model.shape.num_classes)
+    noise = initial_noise(cfg.samples, model.shape, cfg.seed)
+    t0 = time.perf_counter()
+    out = ddim_sample(model, labels, noise, cfg.steps, cfg.cfg_scale, **hooks,
+                      on_step=(lambda i, t: progress(tag, i, cfg.steps)) if progress else None)
+    seconds = time.perf_counter() - t0
+    stats = (hooks["linear"].stats if tag == "dstar" else
+             hooks["attention"].stats() if tag == "attention" else None)
+    return out, seconds, stats
+
+
+def workers_for(workers: int | None) -> int:
+    """The worker processes ``run_paths`` uses for ``workers`` (``None``: one per core, at most
+    2: the main job's two longest runs take about as long as the other three)."""
+    if workers is None:
+        workers = min(2, os.cpu_count() or 1)
+    return max(1, min(int(workers), len(PATHS)))
+
+
+def run_paths(cfg, model: DiT, progress=None, workers: int | None = None,
+              tags=PATHS) -> dict:
+    """``run_path`` for each of ``tags``: ``{tag: (samples, seconds, stats)}``, in this process
+    (``workers`` 1, or where processes cannot fork) or in forked worker processes of one BLAS
+    thread each, their progress forwarded."""
+    n = min(workers_for(workers), len(tags))
+    if n == 1 or "fork" not in mp.get_all_start_methods():
+        return {tag: run_path(tag, cfg, model, progress) for tag in tags}
+    # fork: the workers inherit the model and need no importable main module.
+    ctx = mp.get_context("fork")
+    events = ctx.Queue() if progress else None
+    with cf.ProcessPoolExecutor(n, mp_context=ctx, initializer=_worker_init,
+                                initargs=(cfg, model, events)) as pool:
+        futures = {tag: pool.submit(_worker_run, tag) for tag in tags}
+        pending, left = set(futures.values()), len(tags) * cfg.steps
+        while pending or (events is not None and left):
+            _, pending = cf.wait(pending, timeout=0.2)
+            while events is not None and left:
+                try:
+                    tag, i = events.get(timeout=0.05 if pending else 1.0)
+                except queue_mod.Empty:
+                    left = left if pending else 0     # every worker is done: stop waiting
+                    break
+                left -= 1
+                progress(tag, i, cfg.steps)
+        return {tag: f.result() for tag, f in futures.items()}
+
+
+_WORKER: dict = {}
+
+
+def _worker_init(cfg, model, events):
+    try:                     # one BLAS thread per worker: the workers share the cores
+        from threadpoolctl import threadpool_limits
+        _WORKER["blas"] = threadpool_limits(1)
+    except ImportError:
+        pass
+    _WORKER.update(cfg=cfg, model=model, events=events)
+
+
+def _worker_run(tag):
+    w = _WORKER
+    events = w["events"]
+    progress = (lambda t, i, n: events.put((t, i))) if events is not None else None
+    return run_path(tag, w["cfg"], w["model"], progress)
