@@ -171,12 +171,13 @@ def run(name: str, root: Path | None = None) -> Path:
     stamped JSON; returns the file written."""
     entry = RESULTS[name]
     root = Path(root) if root else Path.cwd()
+    commit = _commit(root)           # the code that runs is the code of this moment
     res = subprocess.run([sys.executable, "-m", "dstar.cli", *entry.argv], cwd=root,
                          capture_output=True, text=True)
     if res.returncode:
         raise RuntimeError(f"`dstar {' '.join(entry.argv)}` failed (exit {res.returncode}): "
                            f"{res.stderr.strip().splitlines()[-1] if res.stderr.strip() else ''}")
-    stamped = {"command": "dstar " + " ".join(entry.argv), "commit": _commit(root),
+    stamped = {"command": "dstar " + " ".join(entry.argv), "commit": commit,
                "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
                "result": json.loads(res.stdout)}
     path = results_dir(root) / f"{name}.json"
