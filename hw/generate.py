@@ -23,6 +23,7 @@ from amaranth.lib import data, wiring
 from dstar.config import Config, Datapath
 
 from .dense import DenseLinearLayer
+from .int8 import Int8LinearLayer
 from .linear import LinearLayer
 
 __all__ = ["generate", "generate_block", "manifest", "attention_manifest", "top_of", "TOP_NAME",
@@ -82,11 +83,12 @@ class Tops:
     attention: bool
 
 
-#: The tops of each ``Datapath``. The dense INT8 baseline has no attention engine: its lanes are
-#: 8 x 8, not the nibble lanes the engine schedules.
+#: The tops of each ``Datapath``. The dense INT8 datapaths have no attention engine: their lanes
+#: are 8 x 8, not the nibble lanes the engine schedules.
 TOPS: dict[Datapath, Tops] = {
     Datapath.DSTAR: Tops(LinearLayer, attention=True),
     Datapath.DENSE: Tops(DenseLinearLayer, attention=False),
+    Datapath.INT8: Tops(Int8LinearLayer, attention=False),
 }
 
 
@@ -164,7 +166,7 @@ def generate(cfg, outdir, *, attention: bool = True) -> dict:
     """Write ``<outdir>/dstar_linear.v`` and (with ``attention``) ``<outdir>/dstar_attention.v``
     (no source paths: byte-identical across runs and checkouts) and ``<outdir>/params.json``
     (the attention engine's part under ``attention``); return the manifest. Which tops:
-    ``TOPS[cfg.datapath]`` (the dense baseline has no attention engine)."""
+    ``TOPS[cfg.datapath]`` (the dense INT8 datapaths have no attention engine)."""
     from .attention import AttentionEngine
 
     outdir = Path(outdir)
