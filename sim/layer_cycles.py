@@ -13,13 +13,23 @@ from dstar.config import Datapath
 
 from . import cycle_model, dense_cycles, int8_cycles
 
-__all__ = ["LAYER_CYCLES", "predict"]
+__all__ = ["LAYER_CYCLES", "SHAPE_MODELS", "predict"]
+
+#: The datapaths whose cycles depend only on the shape: ``model(cfg, n_tokens, k, m)``.
+SHAPE_MODELS: dict[Datapath, Callable] = {
+    Datapath.DENSE: dense_cycles.predict,
+    Datapath.INT8: int8_cycles.predict,
+}
+
+
+def _shape_only(model):
+    return lambda cfg, enc, k, m: model(cfg, enc.q.shape[0], k, m)
+
 
 #: Per ``Datapath``: ``model(cfg, enc, k, m)`` -> the cycle report of one layer run.
 LAYER_CYCLES: dict[Datapath, Callable] = {
     Datapath.DSTAR: cycle_model.predict,
-    Datapath.DENSE: lambda cfg, enc, k, m: dense_cycles.predict(cfg, enc.q.shape[0], k, m),
-    Datapath.INT8: lambda cfg, enc, k, m: int8_cycles.predict(cfg, enc.q.shape[0], k, m),
+    **{d: _shape_only(model) for d, model in SHAPE_MODELS.items()},
 }
 
 

@@ -8,7 +8,7 @@ models (``dstar.sim.dense_cycles``, ``dstar.sim.int8_cycles``)."""
 import numpy as np
 import pytest
 
-from dstar.config import ConfigError, Datapath, preset
+from dstar.config import ConfigError, preset
 from dstar.golden.quant import (
     exact_matmul,
     quantize_weights,
@@ -19,13 +19,12 @@ from dstar.golden.quant import (
 from dstar.hw.generate import generate, manifest
 from dstar.hw.geometry import DenseGeometry
 from dstar.hw.linear import LinearLayer
-from dstar.sim import dense_cycles, int8_cycles
+from dstar.sim import int8_cycles
 from dstar.sim.dense_cycles import predict
+from dstar.sim.layer_cycles import SHAPE_MODELS
 from dstar.sim.pysim_driver import run_layer_pysim
 
-#: The shape-only cycle model of each dense INT8 datapath.
-MODELS = {Datapath.DENSE: dense_cycles.predict, Datapath.INT8: int8_cycles.predict}
-DATAPATHS = pytest.mark.parametrize("datapath", list(MODELS), ids=str)
+DATAPATHS = pytest.mark.parametrize("datapath", list(SHAPE_MODELS), ids=str)
 
 
 def check(cfg, w_q, runs):
@@ -35,7 +34,7 @@ def check(cfg, w_q, runs):
     k, m = w_q.shape
     for i, (x, out) in enumerate(zip(runs, outs, strict=True)):
         assert np.array_equal(out.y, exact_matmul(x, w_q)), f"Y differs at run {i}"
-        want = MODELS[cfg.datapath](cfg, x.shape[0], k, m).counters()
+        want = SHAPE_MODELS[cfg.datapath](cfg, x.shape[0], k, m).counters()
         assert out.counters == want, f"cycles at run {i}"
     return [(out.y, out.counters) for out in outs]
 
