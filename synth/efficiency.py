@@ -121,6 +121,7 @@ def strategy_area(cfg: Config, fmax: bool, jobs: int = 1) -> dict:
                        outdir / "fmax", outdir / FMAX_FLOW, jobs, True)
         out["fmax_mhz"] = {k: r.get("fmax_mhz") for k, r in res.items()}
     out["seconds"] = round(time.monotonic() - t0, 1)
+    outdir.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     return out
 
