@@ -36,6 +36,11 @@ def _golden_text(rep: dict) -> str:
             f"step) {rep['dstar_steps_per_second']:.2f} steps/s")
 
 
+def _efficiency_text(rep: dict) -> str:
+    from dstar.synth.efficiency import format_text
+    return format_text(rep)
+
+
 @dataclass(frozen=True)
 class Result:
     """One section of the results page: the command that measures it and its text formatter."""
@@ -61,6 +66,14 @@ RESULTS: dict[str, Result] = {
         _synth_text,
         "YoWASP Yosys per block and target; the CMOS figure is a transistor-count estimate at "
         "45 nm (`dstar.synth.flows`)."),
+    "efficiency_tiny": Result(
+        "Throughput per area vs the lean dense INT8 datapath (`tiny` preset)",
+        ("bench", "efficiency", "--preset", "tiny", "--json"),
+        _efficiency_text,
+        "Cycles of the bundled DiT's whole 50-step run (all 24 linears, the cycle model) and "
+        "CMOS areas at 45 nm (Yosys estimate) of the PE arrays and of the whole linear "
+        "datapath, per strategy; TPA = throughput per area relative to the lean `int8` "
+        "datapath (`dstar.synth.efficiency`)."),
     "bench_golden": Result(
         "Golden-model speed",
         ("bench", "golden", "--json", "--samples", "2"),
