@@ -21,9 +21,12 @@ The baseline's area per INT8 MAC (``int8_mac``) is reported next to Bit Fusion's
 (``BIT_FUSION_PE_UM2``), together with this flow's area of a lone 8x8 multiplier.
 
 Areas are cached per configuration hash in ``build/efficiency/<preset>-<hash>/area.json``, so a
-second call does not synthesize again (delete the directory after a change of the RTL).
+second call does not synthesize again, and cycles per configuration, steps and layers in
+``build/efficiency/cycles/`` (delete ``build/efficiency`` after a change of the RTL or of a
+cycle model).
 """
 
+import hashlib
 import json
 import time
 
@@ -67,8 +70,16 @@ def _quiet(*args, **kwargs):
 
 def whole_run_cycles(base: Config, steps: int, layers=None) -> tuple[dict, dict]:
     """Cycles of every strategy over ``steps`` steps of ``layers`` (None: every linear of
-    every block) and the workload's description."""
+    every block) and the workload's description; cached per configuration (every field: the
+    run fields decide the encoding), steps and layers."""
     layers = all_layers() if layers is None else layers
+    key = json.dumps({"config": base.to_dict(), "steps": steps, "layers": layers,
+                      "strategies": list(STRATEGIES)}, sort_keys=True)
+    cache = build_dir("efficiency", "cycles",
+                      hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
+    if cache.is_file():
+        got = json.loads(cache.read_text())
+        return got["cycles"], got["workload"]
     dstar = [(n, f["packing"], 0) for n, f in STRATEGIES.items()
              if f["datapath"] == Datapath.DSTAR]
     total, _, _, _, n_ls = run_model(base.replace(datapath=Datapath.DSTAR), dstar, layers,
@@ -84,6 +95,9 @@ def whole_run_cycles(base: Config, steps: int, layers=None) -> tuple[dict, dict]
     assert out[BASELINE] == total.dense, "the bench's baseline is this one"
     workload = {"model": "bundled DiT", "steps": steps, "layers": len(layers),
                 "layer_steps": n_ls}
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({"key": json.loads(key), "cycles": out, "workload": workload},
+                                indent=1, sort_keys=True) + "\n")
     return out, workload
 
 
