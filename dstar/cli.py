@@ -323,7 +323,7 @@ def cmd_bench_cycles(args) -> int:
 
 def cmd_bench_efficiency(args) -> int:
     from dstar.synth import efficiency
-    rep = efficiency.run(_config(args), steps=args.steps, fmax=args.fmax, jobs=args.jobs)
+    rep = efficiency.run(_config(args), steps=args.run_steps, fmax=args.fmax, jobs=args.jobs)
     print(_dump(rep) if args.json else efficiency.format_text(rep))
     return 0
 
@@ -510,7 +510,7 @@ def _add_bench_efficiency(bsub) -> None:
     b = bsub.add_parser("efficiency", help="throughput per area of each linear strategy vs the "
                         "lean dense INT8 datapath on the bundled DiT (dstar.synth.efficiency)")
     _add_config_args(b)
-    b.add_argument("--steps", type=_pos_int, default=50,
+    b.add_argument("--steps", dest="run_steps", type=_pos_int, default=50,
                    help="DDIM steps of the sampling run (default: 50)")
     b.add_argument("--fmax", action="store_true",
                    help="also place and route each block alone for its ECP5 Fmax (slow)")

@@ -91,4 +91,4 @@ def test_command_prints_the_json(fake_synth, monkeypatch, capsys):
     assert main(["bench", "efficiency", "--preset", "tiny", "--steps", "2", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert {"preset", "workload", "baseline", "strategies"} <= set(rep)
-    assert rep["workload"]["steps"] == 2
+    assert rep["workload"]["steps"] == 2 and rep["preset"] == "tiny"
