@@ -65,25 +65,37 @@ def test_throughput_per_area_against_the_int8_baseline(fake_synth):
 
 
 def test_areas_are_cached_per_config_hash(monkeypatch, tmp_path):
-    """A second call with the same configuration does not synthesize; another one does."""
-    calls = []
+    """A second call with the same configuration does not synthesize; another one does, and
+    one asking for Fmax when the cache has none; ``fmax`` places the blocks of
+    ``FMAX_KINDS`` the top has."""
+    calls, placed = [], []
 
     def synth_blocks(cfg, targets, fmax, outdir, jobs, reuse, attention):
         calls.append(cfg)
+        assert targets == ("cmos",) and not attention
         area = {"area_um2_45nm": 10.0, "area_um2_45nm_logic": 4.0}
-        return "top", None, {"pe_array": {"part": "linear", "instances": 2,
-                                          "targets": {"cmos": area}},
-                             "sequencer": {"part": "linear", "instances": 1,
+        return "top", None, {"pe_array": {"module": "top.array_0", "part": "linear",
+                                          "instances": 2, "targets": {"cmos": area}},
+                             "sequencer": {"module": "top", "part": "linear", "instances": 1,
                                            "targets": {"cmos": area}}}
 
+    def run_fmax(which, top, kinds, *args):
+        placed.append((which, sorted(kinds)))
+        return {k: {"fmax_mhz": 50.0} for k in which if k in kinds}
+
     monkeypatch.setattr(efficiency, "synth_blocks", synth_blocks)
+    monkeypatch.setattr(efficiency, "run_fmax", run_fmax)
     monkeypatch.setattr(efficiency, "build_dir", lambda *p: tmp_path.joinpath(*p))
     cfg = preset("tiny").replace(datapath=Datapath.INT8)
     first = efficiency.strategy_area(cfg, False)
     assert first["pe_area_um2"] == 20.0 and first["datapath_area_um2"] == 30.0
     assert efficiency.strategy_area(cfg, False) == first and len(calls) == 1
     efficiency.strategy_area(cfg.replace(m_tile=2), False)
-    assert len(calls) == 2
+    assert len(calls) == 2 and not placed
+    timed = efficiency.strategy_area(cfg, True)
+    assert len(calls) == 3 and timed["fmax_mhz"] == {"pe_array": 50.0}
+    assert placed == [(efficiency.FMAX_KINDS, ["pe_array", "sequencer"])]
+    assert efficiency.strategy_area(cfg, False) == timed and len(calls) == 3
 
 
 def test_command_prints_the_json(fake_synth, monkeypatch, capsys):
