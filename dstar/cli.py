@@ -410,6 +410,13 @@ def cmd_bench_cycles(args) -> int:
     return 0
 
 
+def cmd_bench_efficiency(args) -> int:
+    from dstar.synth import efficiency
+    rep = efficiency.run(_config(args), steps=args.run_steps, fmax=args.fmax, jobs=args.jobs)
+    print(_dump(rep) if args.json else efficiency.format_text(rep))
+    return 0
+
+
 def cmd_bench_attention(args) -> int:
     from dstar.sim import bench_attention
     cfg = _config(args)
@@ -488,13 +495,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench_golden)
     _add_bench_cycles(bsub)
     _add_bench_attention(bsub)
+    _add_bench_efficiency(bsub)
 
     p = sub.add_parser("generate", help="write the accelerator's Verilog and params.json")
     _add_config_args(p)
     p.add_argument("--packing", choices=[v.value for v in Packing],
                    help="the precision dispatcher's packing strategy")
     p.add_argument("--datapath", choices=[v.value for v in Datapath],
-                   help="dstar, or dense for the dense INT8 (W8A8) baseline top")
+                   help="dstar, int8 for the lean dense INT8 (W8A8) baseline top, or dense for "
+                   "the heavier dense INT8 top")
     p.add_argument("-o", "--output", type=Path, required=True, help="output directory")
     p.set_defaults(func=cmd_generate)
 
@@ -518,7 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reuse the statistics of an earlier run of the same Verilog and script; "
                    "with --board: report the last build instead of building again")
     p.add_argument("--no-dense", action="store_true",
-                   help="skip the dense INT8 baseline (and the DSTAR / dense area ratio)")
+                   help="skip the lean dense INT8 baseline (and the DSTAR / dense area ratio)")
     p.add_argument("--flat-total", action="store_true",
                    help="also synthesize the whole top flat, for comparison with the per-block "
                    "totals")
@@ -593,6 +602,19 @@ def _add_bench_attention(bsub) -> None:
                    help="run the first N steps on the Amaranth simulator too (slow)")
     b.add_argument("--json", action="store_true", help="print the report as one JSON object")
     b.set_defaults(func=cmd_bench_attention)
+
+
+def _add_bench_efficiency(bsub) -> None:
+    b = bsub.add_parser("efficiency", help="throughput per area of each linear strategy vs the "
+                        "lean dense INT8 datapath on the bundled DiT (dstar.synth.efficiency)")
+    _add_config_args(b)
+    b.add_argument("--steps", dest="run_steps", type=_pos_int, default=50,
+                   help="DDIM steps of the sampling run (default: 50)")
+    b.add_argument("--fmax", action="store_true",
+                   help="also place and route each block alone for its ECP5 Fmax (slow)")
+    b.add_argument("--jobs", type=_pos_int, default=1, help="Yosys runs at once (default: 1)")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_bench_efficiency)
 
 
 def main(argv=None) -> int:

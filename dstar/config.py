@@ -50,8 +50,14 @@ class Datapath(StrEnum):
     DSTAR = "dstar"
     #: The dense INT8 (W8A8) baseline of the same tiles, arrays and peak 8-bit throughput
     #: (``dstar.hw.dense``): 8-bit x 8-bit lanes, no encoder or dispatcher, no attention
-    #: engine; ``packing`` does not apply.
+    #: engine; ``packing`` does not apply. Its lanes read a register tile through a per-lane
+    #: row multiplexer (like DSTAR's lanes): kept as a comparison point.
     DENSE = "dense"
+    #: The lean dense INT8 (W8A8) datapath, the baseline every DSTAR ratio is measured against
+    #: (``dstar.hw.int8``): the same peak 8-bit throughput, memories and host ports as
+    #: ``DENSE``, with weight-stationary 8x8 MACs holding one weight each (double-buffered, no
+    #: row multiplexer) and the tokens streamed past them.
+    INT8 = "int8"
 
 
 class WeightStore(StrEnum):
@@ -191,10 +197,10 @@ class Config:
             raise ConfigError(f"k_tile={self.k_tile} must be a multiple of group={self.group}")
         self._range("m_tile", 1, 256)
         self._range("n_arrays", 1, 64)
-        if self.datapath == Datapath.DENSE and self.group % 2:
+        if self.datapath in (Datapath.DENSE, Datapath.INT8) and self.group % 2:
             # The baseline's 8x8 lanes are half the nibble lanes (equal peak 8-bit throughput).
-            raise ConfigError(f"datapath 'dense' needs an even group (8-bit lanes = group / 2), "
-                              f"got group={self.group}")
+            raise ConfigError(f"datapath {self.datapath.value!r} needs an even group (8-bit "
+                              f"lanes = group / 2), got group={self.group}")
         self._range("lane_fifo_depth", 2, 1024)
         r = self.lane_rotation
         if r and (r > self.group or self.group % r or r & (r - 1)):
@@ -302,6 +308,9 @@ PRESETS: dict[str, Config] = {
     # Fast simulation: small tiles and memories, a short sampling run.
     "tiny": Config(k_tile=32, m_tile=4, n_arrays=2, lane_fifo_depth=4, max_k=128, max_m=64,
                    max_tokens=32, steps=20, samples=4),
+    # A slice of a real accelerator: 64 output columns (8 arrays of 8) served by one encoder
+    # and dispatcher; for area and the cycle model (too big to simulate in the test tiers).
+    "large": Config(n_arrays=8),
 }
 
 

@@ -45,6 +45,11 @@ def _golden_text(rep: dict) -> str:
     return format_report(rep)
 
 
+def _efficiency_text(rep: dict) -> str:
+    from dstar.synth.efficiency import format_text
+    return format_text(rep)
+
+
 @dataclass(frozen=True)
 class Result:
     """One section of the results page: the command that measures it and its text formatter."""
@@ -83,9 +88,10 @@ RESULTS: dict[str, Result] = {
         ("bench", "cycles", "--json"),
         _cycles_text,
         "Every step of the default 50-step run, all 24 linears, default preset: element mix "
-        "(ZERO/LOW/HIGH), the element-level ideal over a dense pass on the same lanes, and per "
-        "packing strategy the speedup over that dense pass, the fraction of the ideal reached, "
-        "the PE-lane utilization and the idle lane cycles by cause (`dstar.sim.cycle_model`)."),
+        "(ZERO/LOW/HIGH), the element-level ideal (dense nibble passes over DSTAR's), and per "
+        "packing strategy the speedup over the lean dense INT8 datapath of the same peak 8-bit "
+        "rate, the fraction of the ideal reached, the PE-lane utilization and the idle lane "
+        "cycles by cause (`dstar.sim.cycle_model`)."),
     "bench_attention": Result(
         "Attention-engine cycles on the bundled DiT",
         ("bench", "attention", "--json"),
@@ -94,6 +100,14 @@ RESULTS: dict[str, Result] = {
         "(`theta`, `refresh_attn` of the config): mean cycles of key and reuse steps over dense "
         "attention on the same engine (below 1: faster) and the PE lanes' utilization "
         "(`dstar.sim.attention_cycles`)."),
+    "efficiency_tiny": Result(
+        "Throughput per area vs the lean dense INT8 datapath (`tiny` preset)",
+        ("bench", "efficiency", "--preset", "tiny", "--json"),
+        _efficiency_text,
+        "Cycles of the bundled DiT's whole 50-step run (all 24 linears, the cycle model) and "
+        "CMOS areas at 45 nm (Yosys estimate) of the PE arrays and of the whole linear "
+        "datapath, per strategy; TPA = throughput per area relative to the lean `int8` "
+        "datapath (`dstar.synth.efficiency`)."),
     "bench_golden": Result(
         "Golden-model speed",
         ("bench", "golden", "--json", "--samples", "2"),

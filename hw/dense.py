@@ -1,6 +1,8 @@
-"""Dense INT8 baseline: the same layer top as ``dstar.hw.linear`` with 8-bit x 8-bit lanes, no delta
-encoder and no precision dispatcher (``datapath = "dense"``), so that the area DSTAR's extra
-logic costs is a measured ratio (``dstar.synth.report``).
+"""Heavier dense INT8 datapath: the same layer top as ``dstar.hw.linear`` with 8-bit x 8-bit lanes,
+no delta encoder and no precision dispatcher (``datapath = "dense"``). Its lanes read a register
+tile through a per-lane row multiplexer, like DSTAR's; it stays as a comparison point, and the
+lean ``dstar.hw.int8`` is the baseline the ratios are measured against (``dstar.synth.report``,
+``dstar.synth.efficiency``).
 
 Ref: dstar-spec.md sections 2 and 6; golden counterpart: the dense W8A8 reference
 ``dstar.golden.quant.w8a8_linear`` (its integer part ``exact_matmul(x_q, w_q)``).

@@ -25,6 +25,7 @@ from dstar.outputs import write_atomic
 
 from .dense import DenseLinearLayer
 from .geometry import AttentionGeometry, Geometry
+from .int8 import Int8LinearLayer
 from .linear import LinearLayer
 
 __all__ = ["generate", "build", "check_buildable", "generate_block", "manifest",
@@ -91,11 +92,12 @@ class Tops:
     attention: bool
 
 
-#: The tops of each ``Datapath``. The dense INT8 baseline has no attention engine: its lanes are
-#: 8 x 8, not the nibble lanes the engine schedules.
+#: The tops of each ``Datapath``. The dense INT8 datapaths have no attention engine: their lanes
+#: are 8 x 8, not the nibble lanes the engine schedules.
 TOPS: dict[Datapath, Tops] = {
     Datapath.DSTAR: Tops(LinearLayer, attention=True),
     Datapath.DENSE: Tops(DenseLinearLayer, attention=False),
+    Datapath.INT8: Tops(Int8LinearLayer, attention=False),
 }
 
 
@@ -211,10 +213,10 @@ def generate(cfg, outdir, *, attention: bool = True) -> dict:
     """Write ``<outdir>/dstar_linear.v`` and (with ``attention``) ``<outdir>/dstar_attention.v``
     (no source paths: byte-identical across runs and checkouts) and ``<outdir>/params.json``
     (the attention engine's part under ``attention``); return the manifest. Which tops:
-    ``TOPS[cfg.datapath]`` (the dense baseline has no attention engine). Everything is built
-    and checked before the first file is written; each file is written whole (``write_atomic``),
-    and files of ``OUTPUTS`` this run does not make are removed. Other files in ``outdir`` are
-    left alone (``dstar generate`` replaces the folder whole instead)."""
+    ``TOPS[cfg.datapath]`` (the dense INT8 datapaths have no attention engine). Everything is
+    built and checked before the first file is written; each file is written whole
+    (``write_atomic``), and files of ``OUTPUTS`` this run does not make are removed. Other files
+    in ``outdir`` are left alone (``dstar generate`` replaces the folder whole instead)."""
     files, man = build(cfg, attention=attention)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,8 @@ sizes a caller chooses), validated in ``__post_init__`` (``ConfigError`` names t
 the value), every derived width, depth and latency a property, ``to_dict()`` for the manifest:
 
 * ``Geometry``: the linear datapath (``dstar.hw.linear.LinearLayer``);
-* ``DenseGeometry``: the dense INT8 baseline (``dstar.hw.dense.DenseLinearLayer``);
+* ``DenseGeometry``: the dense INT8 datapaths (``dstar.hw.dense.DenseLinearLayer``,
+  ``dstar.hw.int8.Int8LinearLayer``);
 * ``SoftmaxGeometry``: the softmax unit and normalizer (``dstar.hw.softmax``);
 * ``AttentionGeometry``: the attention engine (``dstar.hw.attention.AttentionEngine``).
 
@@ -222,13 +223,14 @@ class Geometry:
 
 @dataclass(frozen=True)
 class DenseGeometry:
-    """Sizes of the dense INT8 baseline: those of ``Geometry`` that it shares (tiles, column
-    blocks, memory depths and addresses, as ``base``) plus its own lanes and widths."""
+    """Sizes of the dense INT8 datapaths (``dense`` and ``int8``): those of ``Geometry`` that
+    they share (tiles, column blocks, memory depths and addresses, as ``base``) plus their own
+    lanes and widths."""
     cfg: Config
 
     def __post_init__(self):
-        if self.cfg.datapath != Datapath.DENSE:
-            raise ConfigError(f"DenseLinearLayer needs datapath 'dense', got "
+        if self.cfg.datapath not in (Datapath.DENSE, Datapath.INT8):
+            raise ConfigError(f"a dense INT8 top needs datapath 'dense' or 'int8', got "
                               f"{self.cfg.datapath.value!r}")
 
     @property
@@ -249,6 +251,11 @@ class DenseGeometry:
     def slice_bits(self) -> int:
         """One token's contribution of one pass to one output column."""
         return bits_signed(self.cfg.k_tile * _INT8_MAG * _INT8_MAG)
+
+    @property
+    def chunk_bits(self) -> int:
+        """One token's contribution of one chunk (``lanes`` products) to one output column."""
+        return bits_signed(self.lanes * _INT8_MAG * _INT8_MAG)
 
     @property
     def acc_bits(self) -> int:

@@ -207,7 +207,7 @@ def run_control(m, top, arrays, run, restart, n_pass, waiting, d_p, cleared):
 
 
 def layer_ports(geo: Geometry, target_bits: int, y_bits: int) -> tuple[dict, dict, dict, dict]:
-    """The ports both layer tops (``LinearLayer``, ``hw.dense.DenseLinearLayer``) share, as four
+    """The ports the layer tops (``LinearLayer``, ``hw.dense``, ``hw.int8``) share, as four
     dicts in port order: run inputs, status outputs, host target-row ports and host weight /
     accumulator ports (``target_bits`` / ``y_bits``: the target and accumulator word widths)."""
     cfg = geo.cfg
@@ -222,16 +222,20 @@ def layer_ports(geo: Geometry, target_bits: int, y_bits: int) -> tuple[dict, dic
     return run, status, host_rows, host_wy
 
 
-def load_tiles(m, geo, top, arrays, run, n_pass, l_p, d_p, restart):
-    """The weight loader of both layer tops (``LinearLayer``, ``dstar.hw.dense.DenseLinearLayer``).
+def load_tiles(m, geo, top, arrays, run, n_pass, l_p, d_p, restart, unit_rows=None):
+    """The weight loader of the layer tops (``LinearLayer``, ``dstar.hw.dense.DenseLinearLayer``,
+    ``dstar.hw.int8.Int8LinearLayer``).
 
     Owns one weight memory per array (``weights_<a>``, ``weight_depth`` words of ``m_tile``
-    INT8, written through ``top.host_w_*``) and, while ``run``, loads tile ``l_p`` (K tiles
-    outer, ``top.n_mt`` column blocks inner) into bank ``l_p % 2`` of every array's ``i_wrow``,
-    one row per cycle (the row reaches the array one cycle after its address), as soon as pass
-    ``l_p - 2`` is done (``d_p`` passes done) and ``l_p < n_pass``; ``l_p`` counts the tiles
-    completely addressed. ``restart`` rewinds the loader to tile 0."""
+    INT8, written through ``top.host_w_*``) and, while ``run``, loads unit ``l_p`` into bank
+    ``l_p % 2`` of every array's ``i_wrow``, one row per cycle (the row reaches the array one
+    cycle after its address, numbered within its unit), as soon as ``l_p < d_p + 2`` (unit
+    ``l_p - 2`` is done with its bank: ``d_p`` units done) and ``l_p < n_pass``; ``l_p``
+    counts the units completely addressed. A unit is a whole tile (K tiles outer, ``top.n_mt``
+    column blocks inner) unless ``unit_rows`` is given: then the tile's consecutive runs of
+    ``unit_rows`` rows, tile by tile. ``restart`` rewinds the loader to unit 0."""
     cfg = geo.cfg
+    rows = cfg.k_tile if unit_rows is None else unit_rows
     wmems = []
     for a in range(cfg.n_arrays):
         wm = Memory(shape=weight_row_layout(geo).members["w"], depth=geo.weight_depth,
@@ -240,10 +244,15 @@ def load_tiles(m, geo, top, arrays, run, n_pass, l_p, d_p, restart):
         wmems.append(wm)
     l_active = Signal()
     l_kt, l_mt = Signal(range(geo.n_kt_max + 1)), Signal(range(geo.n_mt_max + 1))
-    l_row = Signal(range(cfg.k_tile))
+    l_row = Signal(range(rows))
     w_valid, w_row, w_bank = Signal(), Signal.like(l_row), Signal()
     w_addr = Signal(range(geo.weight_depth))
-    m.d.comb += w_addr.eq((l_kt * cfg.k_tile + l_row) * geo.n_mt_max + l_mt)
+    if unit_rows is None:
+        m.d.comb += w_addr.eq((l_kt * cfg.k_tile + l_row) * geo.n_mt_max + l_mt)
+    else:
+        l_unit = Signal(range(cfg.k_tile // rows))
+        m.d.comb += w_addr.eq((l_kt * cfg.k_tile + l_unit * rows + l_row) * geo.n_mt_max
+                              + l_mt)
     for a, wm in enumerate(wmems):
         wr, rd = wm.write_port(), wm.read_port()
         m.d.comb += [wr.en.eq(top.host_w_we[a]), wr.addr.eq(top.host_w_addr),
@@ -252,15 +261,30 @@ def load_tiles(m, geo, top, arrays, run, n_pass, l_p, d_p, restart):
         m.d.comb += [arr.i_wrow.valid.eq(w_valid), arr.i_wrow.payload.bank.eq(w_bank),
                      arr.i_wrow.payload.row.eq(w_row), arr.i_wrow.payload.w.eq(rd.data)]
     m.d.sync += [w_valid.eq(l_active), w_row.eq(l_row), w_bank.eq(l_p[0])]
+
     with m.If(l_active):
         m.d.sync += l_row.eq(l_row + 1)
-        with m.If(l_row == cfg.k_tile - 1):
+        with m.If(l_row == rows - 1):
             m.d.sync += [l_active.eq(0), l_p.eq(l_p + 1), l_row.eq(0)]
-            with m.If(l_mt == top.n_mt - 1):
-                m.d.sync += [l_mt.eq(0), l_kt.eq(l_kt + 1)]
-            with m.Else():
-                m.d.sync += l_mt.eq(l_mt + 1)
+            if unit_rows is None:
+                _next_tile(m, top, l_kt, l_mt)
+            else:
+                with m.If(l_unit == cfg.k_tile // rows - 1):
+                    m.d.sync += l_unit.eq(0)
+                    _next_tile(m, top, l_kt, l_mt)
+                with m.Else():
+                    m.d.sync += l_unit.eq(l_unit + 1)
     with m.Elif(run & (l_p < n_pass) & (l_p < d_p + 2)):
         m.d.sync += l_active.eq(1)
     with m.If(restart):
         m.d.sync += [l_p.eq(0), l_kt.eq(0), l_mt.eq(0), l_row.eq(0)]
+        if unit_rows is not None:
+            m.d.sync += l_unit.eq(0)
+
+
+def _next_tile(m, top, l_kt, l_mt):
+    """The loader's step to the next weight tile (column blocks inner)."""
+    with m.If(l_mt == top.n_mt - 1):
+        m.d.sync += [l_mt.eq(0), l_kt.eq(l_kt + 1)]
+    with m.Else():
+        m.d.sync += l_mt.eq(l_mt + 1)

@@ -1,5 +1,6 @@
 """Benchmark of the linear datapath on the bundled DiT: cycles, PE-lane utilization and the cycle
-ratio versus the same layer run densely (every element HIGH, no skipping) on the same hardware.
+ratio versus the same layer on the lean dense INT8 datapath (``datapath = "int8"``,
+``dstar.sim.int8_cycles``) of the same tiles, arrays and peak 8-bit throughput.
 
 ``dstar bench cycles [--preset default] [--steps 50] [--blocks 0 1 ...] [--layers mlp.fc1 ...]
 [--packing compact lockstep] [--every N] [--lane-rotation R ...] [--rtl N] [--per-step]
@@ -17,7 +18,7 @@ Figures:
 
 * element mix (ZERO / LOW / HIGH) and ``ideal`` = dense nibble passes / element passes (every
   lane busy with useful ops);
-* per strategy: cycles, ``x dense`` (dense cycles / cycles on the same lanes), the fraction of
+* per strategy: cycles, ``x dense`` (the lean INT8 datapath's cycles / cycles), the fraction of
   ``ideal`` reached, lane utilization (useful lane cycles / all lane cycles) and the idle lane
   cycles by cause (``dstar.sim.cycle_model``: load, fill, drain, credit, starved, zero);
 * per layer, per step (``--per-step``; aggregated over the layers) and over the whole run;
@@ -29,16 +30,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dstar.config import Packing
+from dstar.config import Datapath, Packing
 from dstar.golden.difflinear import DiffLinear, encode_step
 from dstar.golden.dispatch import STRATEGIES
-from dstar.golden.encoder import HIGH, Encoded
 from dstar.golden.quant import exact_matmul
 from dstar.sim.cycle_model import ACCOUNTS, predict, predict_batch
+from dstar.sim.layer_cycles import SHAPE_MODELS
 from dstar.sim.traces import linear_inputs
 
-__all__ = ["LAYERS", "DEFAULT_PACKINGS", "RTL_LAYER", "dense_encoding", "run",
-           "format_report"]
+__all__ = ["LAYERS", "DEFAULT_PACKINGS", "RTL_LAYER", "BASELINE", "dense_cycles",
+           "all_layers", "run_model", "run", "format_report"]
 
 #: The linear layers of a DiT block (``--layers``).
 LAYERS = ("mlp.fc1", "mlp.fc2", "attn.qkv", "attn.proj")
@@ -46,17 +47,29 @@ LAYERS = ("mlp.fc1", "mlp.fc2", "attn.qkv", "attn.proj")
 DEFAULT_PACKINGS = (Packing.COMPACT, Packing.LOCKSTEP)
 #: The layer of the RTL sample (``--rtl-layer``).
 RTL_LAYER = "blocks.3.mlp.fc1"
+#: The datapath every ratio is measured against: the lean dense INT8 one.
+BASELINE = Datapath.INT8
 
 
-def dense_encoding(enc: Encoded) -> Encoded:
-    """The same step with every element HIGH (what a dense INT8 pass costs on these lanes)."""
-    return Encoded(q=enc.q, cls=np.full_like(enc.cls, HIGH), shift=enc.shift,
-                   clipped=enc.clipped, saturated=enc.saturated, group=enc.group)
+def dense_cycles(base, datapath: Datapath, n_tokens: int, k: int, m: int) -> int:
+    """Cycles of one ``n_tokens`` x ``K`` x ``M`` layer run on ``base``'s tiles and arrays with a
+    dense INT8 ``datapath`` (``dstar.sim.layer_cycles.SHAPE_MODELS``)."""
+    return SHAPE_MODELS[datapath](base.replace(datapath=datapath), n_tokens, k, m).cycles
+
+
+def all_layers(blocks=None, layers=LAYERS, workload="digits") -> list[str]:
+    """Names of the ``layers`` of DiT ``blocks`` (None: every block of ``workload``'s bundled
+    DiT)."""
+    if blocks is None:
+        from dstar.golden.dit import load_weights
+        blocks = list(range(load_weights(workload=workload)[0].depth))
+    return [f"blocks.{blk}.{name}" for blk in blocks for name in layers]
 
 
 @dataclass
 class Tally:
-    """Sums over layer-steps: ideal passes, dense cycles and each strategy's cycles."""
+    """Sums over layer-steps: ideal passes, the baseline's (lean INT8) cycles and each
+    strategy's cycles."""
     elems: int = 0
     passes: int = 0
     dense: int = 0
@@ -143,7 +156,7 @@ def run_model(base, strategies, layers, steps, every, say=print):
         k, m = w.shape[1], w.shape[0]
         encs = [dl(x, s).enc for s, x in enumerate(xs)]
         chosen = [s for s in range(len(encs)) if s % every == 0]
-        dense = predict(base, dense_encoding(encs[0]), k, m).cycles
+        dense = dense_cycles(base, BASELINE, xs.shape[1], k, m)
         n_mt = -(-m // (base.m_tile * base.n_arrays))
         lt = per_layer[layer] = Tally()
         for s in chosen:
@@ -213,11 +226,8 @@ def run(base, *, blocks=None, layers=LAYERS, packings=DEFAULT_PACKINGS, every: i
     strategies ``[(label, packing, lane_rotation)]`` and the report: ``total`` and ``layers``
     (``Tally.to_dict``), ``model_speed`` (layer-steps per second) and ``rtl_mismatches``."""
     steps = base.steps
-    if blocks is None:
-        from dstar.golden.dit import load_weights
-        blocks = list(range(load_weights(workload=base.workload)[0].depth))
     strategies = _strategies(packings, lane_rotations)
-    layers = [f"blocks.{blk}.{name}" for blk in blocks for name in layers]
+    layers = all_layers(blocks, layers, base.workload)
     total, per_layer, per_steps, speed, n_ls = run_model(base, strategies, layers, steps, every,
                                                          say)
     if per_step:
@@ -227,7 +237,7 @@ def run(base, *, blocks=None, layers=LAYERS, packings=DEFAULT_PACKINGS, every: i
                 + " | ".join(t.line(lab) for lab, _, _ in strategies))
     say(f"== whole run: {n_ls} layer-steps ({len(layers)} layers x "
         f"{n_ls // max(1, len(layers))} steps of {steps}), cycle model ==")
-    say(f"{total.head()}, dense {total.dense} cycles")
+    say(f"{total.head()}, lean dense INT8 {total.dense} cycles")
     for label, _, _ in strategies:
         say(total.line(label, breakdown=True))
     say("model speed: " + ", ".join(f"{lab} {v:.1f} layer-steps/s" for lab, v in speed.items()))
@@ -249,7 +259,7 @@ def format_report(rep: dict) -> str:
     def lines(t, indent=""):
         mix = t["mix"]
         out = [f"{indent}mix {mix['zero']:.2f}/{mix['low']:.2f}/{mix['high']:.2f} ideal "
-               f"x{t['ideal']:.2f}, dense {t['dense_cycles']} cycles"]
+               f"x{t['ideal']:.2f}, lean dense INT8 {t['dense_cycles']} cycles"]
         for label, v in t["strategies"].items():
             idle = " ".join(f"{a} {f:.3f}" for a, f in v["idle"].items())
             out.append(f"{indent}  {label:12s} x{v['speedup_vs_dense']:5.2f} "

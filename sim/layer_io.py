@@ -9,7 +9,7 @@ to the design through a three-call adapter (``set(name, int)``, ``get(name) -> i
 import numpy as np
 
 __all__ = ["pack", "unpack", "pack_named", "unpack_named", "LayerImage", "run_step",
-           "StepOutcome", "write_words", "start_and_wait"]
+           "StepOutcome", "write_words", "start_and_wait", "COUNTERS"]
 
 
 def pack(values, layout) -> int:
@@ -125,20 +125,31 @@ class StepOutcome:
         self.y, self.state, self.counters = y, state, counters
 
 
+#: The counter ports a layer top may have, in report order (``counters()`` of the cycle models).
+COUNTERS = ("cycles", "stall_load", "count_low", "count_high", "count_zero")
+
+
 async def run_step(io, img: LayerImage, target, *, key: bool, w_q=None, state=None,
                    max_cycles: int = 1_000_000, read_back: bool = True) -> StepOutcome:
     """Load (weights if given, targets, state if given), run one step, read Y and the state.
 
     ``target``/``state`` are (N, K) integers; ``w_q`` (K, M). Returns the outcome with the
-    design's counters (``cycles`` etc.)."""
+    design's counters (those of ``COUNTERS`` it has). A dense INT8 top (no state memory, no
+    ``key``) takes its INT8 activations as ``target``; ``key`` is ignored and the outcome's
+    ``state`` is ``None``."""
     set_, get, tick = io
+    ports = img.man["ports"]
+    has_state = "host_state_wdata" in ports
+    if state is not None and not has_state:
+        raise ValueError("this top has no state memory to preload")
     if w_q is not None:
         for a, words in enumerate(img.weight_words(w_q)):
             await write_words(io, "host_w_we", "host_w_addr", "host_w_wdata", words, 1 << a)
     t_words = img.row_words(target, "target")
     s_words = img.row_words(state, "state") if state is not None else None
     set_("host_target_we", 1)
-    set_("host_state_we", int(s_words is not None))
+    if has_state:
+        set_("host_state_we", int(s_words is not None))
     for addr, word in t_words.items():
         set_("host_row_addr", addr)
         set_("host_target_wdata", word)
@@ -146,27 +157,30 @@ async def run_step(io, img: LayerImage, target, *, key: bool, w_q=None, state=No
             set_("host_state_wdata", s_words[addr])
         await tick()
     set_("host_target_we", 0)
-    set_("host_state_we", 0)
+    if has_state:
+        set_("host_state_we", 0)
     set_("n_tokens", img.n)
     set_("n_kt", img.n_kt)
     set_("n_mt", img.n_mt)
-    set_("key", int(key))
+    if "key" in ports:
+        set_("key", int(key))
     await start_and_wait(io, max_cycles, "layer step")
-    counters = {n: get(n) for n in ("cycles", "stall_load", "count_low", "count_high",
-                                    "count_zero")}
+    counters = {n: get(n) for n in COUNTERS if n in ports}
     if not read_back:
         return StepOutcome(None, None, counters)
     s_read, y_read = {}, [{} for _ in range(img.n_arrays)]
-    for addr in t_words:
-        set_("host_row_addr", addr)
-        await tick()
-        s_read[addr] = get("host_state_rdata")
+    if has_state:
+        for addr in t_words:
+            set_("host_row_addr", addr)
+            await tick()
+            s_read[addr] = get("host_state_rdata")
     for addr in img.y_addrs():
         set_("host_y_addr", addr)
         await tick()
         for a in range(img.n_arrays):
             y_read[a][addr] = get(f"host_y_rdata__{a}")
-    return StepOutcome(img.y_from(y_read), img.rows_from(s_read, "state"), counters)
+    state_out = img.rows_from(s_read, "state") if has_state else None
+    return StepOutcome(img.y_from(y_read), state_out, counters)
 
 
 def pack_named(values: dict, layout) -> int:

@@ -3,8 +3,7 @@ benchmark's RTL sample."""
 
 from amaranth.sim import Simulator
 
-from dstar.hw.generate import manifest
-from dstar.hw.linear import LinearLayer
+from dstar.hw.generate import manifest, top_of
 
 from .layer_io import LayerImage, run_step
 
@@ -40,8 +39,9 @@ def _io(ctx, dut):
 def run_layer_pysim(cfg, w_q, steps, state=None):
     """Run steps on the Amaranth simulator: ``steps`` is a list of ``(target, key)``; the weights
     are loaded once (``state`` preloads the state memory before the first step). Returns a list
-    of ``StepOutcome``."""
-    dut = LinearLayer(cfg)
+    of ``StepOutcome``. Any datapath's top (``top_of(cfg)``); a dense INT8 top takes its INT8
+    activations as the targets (``run_step``)."""
+    dut = top_of(cfg)
     man = manifest(cfg, dut)
     n, k = steps[0][0].shape
     img = LayerImage(man, k, w_q.shape[1], n)

@@ -47,13 +47,14 @@ SEQUENCER = "sequencer"
 ATTN_CONTROLLER = "attention_controller"
 
 
-def generate_verilog(cfg: Config, outdir: Path) -> tuple[Path, dict]:
-    """Write the configuration's Verilog and ``params.json`` into ``outdir``; files whose
-    content is unchanged are left alone (their age lets ``reuse`` trust earlier results)."""
+def generate_verilog(cfg: Config, outdir: Path, attention: bool = True) -> tuple[Path, dict]:
+    """Write the configuration's Verilog and ``params.json`` into ``outdir`` (the attention
+    engine's too, with ``attention``, if the datapath has one); files whose content is
+    unchanged are left alone (their age lets ``reuse`` trust earlier results)."""
     from dstar.hw.generate import generate
     outdir = Path(outdir)
     fresh = outdir.with_name(outdir.name + ".new")
-    man = generate(cfg, fresh)
+    man = generate(cfg, fresh, attention=attention)
     outdir.mkdir(parents=True, exist_ok=True)
     for f in sorted(fresh.iterdir()):
         old = outdir / f.name
@@ -101,13 +102,14 @@ def _natural(name: str):
 
 
 def synth_blocks(cfg: Config, targets: tuple, fmax: tuple, outdir: Path, jobs: int,
-                 reuse: bool, skipped: dict | None = None):
-    """Generate ``cfg`` into ``<outdir>/rtl`` and synthesize its blocks for ``targets`` (and
+                 reuse: bool, skipped: dict | None = None, attention: bool = True):
+    """Generate ``cfg`` into ``<outdir>/rtl`` (without the attention engine unless
+    ``attention``) and synthesize its blocks for ``targets`` (and
     the netlists ``fmax`` needs, ``dstar.synth.fmax_runs``); returns ``(top, verilog,
     modules)``, ``modules[kind]`` holding ``module``, ``instances``, ``part`` and per-target
     counts per instance. The whole top is synthesized for nextpnr only if its PE arrays fit the
     device's MULT18X18D; otherwise ``skipped["top"]`` says why."""
-    verilog, man = generate_verilog(cfg, outdir / "rtl")
+    verilog, man = generate_verilog(cfg, outdir / "rtl", attention)
     top = man["top"]
     att = man.get("attention")
     blks = blocks(verilog, top, verilog.parent / att["verilog"] if att else None)

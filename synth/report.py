@@ -18,9 +18,9 @@ datapath (what ``area_ratio`` compares with the dense baseline), ``attention.tar
 engine's modules and ``accelerator.targets`` is the sum of both.
 
 Dense baseline (``dense``): the same per-block synthesis of the configuration with
-``datapath = "dense"`` (``hw.dense``: 8-bit x 8-bit lanes at the same peak 8-bit throughput, the
-same tiles, weight memories and host ports, no encoder, no dispatcher); ``area_ratio`` divides
-DSTAR's totals by the baseline's.
+``datapath = "int8"`` (``hw.int8``, the lean dense INT8 datapath: weight-stationary 8x8 MACs at
+the same peak 8-bit throughput, the same tiles, weight memories and host ports, no encoder, no
+dispatcher); ``area_ratio`` divides DSTAR's totals by the baseline's.
 """
 
 import hashlib
@@ -80,9 +80,9 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
     target. ``fmax`` (``True`` for both, or a tuple naming ``"pe_array"``
     and/or ``"top"``): nextpnr results of the PE array block and of the flat top, each nextpnr
     run stopped after ``fmax_timeout_min`` minutes if given.
-    ``dense`` (default: unless ``cfg`` is itself the dense baseline): also synthesize, the same
-    way, the dense INT8 baseline of the same tiles, arrays and peak 8-bit throughput
-    (``cfg`` with ``datapath = "dense"``, ``hw.dense``) into ``dense_baseline`` (``config_hash``,
+    ``dense`` (default: unless ``cfg`` is itself a dense INT8 datapath): also synthesize, the
+    same way, the lean dense INT8 baseline of the same tiles, arrays and peak 8-bit throughput
+    (``cfg`` with ``datapath = "int8"``, ``hw.int8``) into ``dense_baseline`` (``config_hash``,
     ``targets``, ``modules``, ``memories``), and ``area_ratio[t][metric]`` = DSTAR / dense
     of the totals (``RATIO_KEYS``), ``area_ratio[t]["modules"][kind]`` per block kind both
     have (per instance).
@@ -96,7 +96,8 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
         raise ValueError(f"unknown synthesis target(s) {unknown}; choose from {list(TARGETS)}")
     name = preset_name(cfg)
     fmax = FMAX_BLOCKS if fmax is True else tuple(fmax or ())
-    dense = cfg.datapath != Datapath.DENSE if dense is None else dense
+    if dense is None:
+        dense = cfg.datapath not in (Datapath.DENSE, Datapath.INT8)
     outdir = Path(outdir) if outdir else build_dir("synth", f"{name}-{config_hash(cfg)}")
     t0 = time.monotonic()
     skipped: dict = {}
@@ -123,7 +124,7 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
                                "pe_arrays": "shared with the linear datapath (counted there)"}
         report["accelerator"] = {"targets": {t: _total(modules, t, None) for t in targets}}
     if dense:
-        dcfg = cfg.replace(datapath=Datapath.DENSE)
+        dcfg = cfg.replace(datapath=Datapath.INT8)
         _, _, dmods = synth_blocks(dcfg, targets, (), outdir / "dense", jobs, reuse)
         dtot = {t: _total(dmods, t) for t in targets}
         report["dense_baseline"] = {"config_hash": config_hash(dcfg), "datapath": dcfg.datapath,

@@ -74,8 +74,8 @@ def _parts(report: dict) -> list[str]:
 def _dense(report: dict) -> list[str]:
     if not report.get("dense_baseline"):
         return []
-    return (["", "DSTAR vs the dense INT8 baseline (same tiles and arrays, equal peak 8-bit "
-             "throughput; ratio = DSTAR / dense):"]
+    return (["", "DSTAR vs the dense INT8 baseline (the lean int8 datapath: same tiles and "
+             "arrays, equal peak 8-bit throughput; ratio = DSTAR / dense):"]
             + _grid(["target", "metric", "DSTAR", "dense", "ratio", "pe_array ratio"],
                     _ratio_rows(report)))
 

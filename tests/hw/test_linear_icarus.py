@@ -1,5 +1,6 @@
 """cocotb on Icarus: the generated ``dstar_linear`` Verilog runs real and adversarial layer steps
-bit-exact against the golden model, with cycles equal to the cycle model's.
+bit-exact against the golden model, with cycles equal to the cycle model's; the dense INT8 tops
+(``dense``, the lean ``int8``) the same on W8A8 runs.
 
 The cases (weights, targets, expected Y/state/counters) are computed in
 ``tests/hw/cases/linear.py`` and handed to ``sim/tb_linear.py`` in an ``.npz``; the testbench
@@ -11,7 +12,7 @@ import pytest
 from dstar.config import preset
 from dstar.hw.generate import TOP_NAME
 from dstar.paths import build_dir
-from tests.hw.cases.linear import real_case, synthetic_cases
+from tests.hw.cases.linear import dense_cases, real_case, synthetic_cases
 from tests.hw.fixtures import run_generated
 
 BUILD = build_dir("cocotb")
@@ -39,6 +40,14 @@ def test_lane_ram_adversarial():
     cfg = preset("tiny").replace(weight_store="lane_ram")
     cases = synthetic_cases(cfg)
     run_cocotb(cfg, "tiny-lane-ram", {k: cases[k] for k in ("drift", "extreme")})
+
+
+@pytest.mark.parametrize("datapath", ["dense", "int8"])
+def test_dense_int8_w8a8(datapath):
+    """A dense INT8 top: extremes, one token over four K tiles and a real fc1 on the INT8
+    lattice, ``Y_int == exact_matmul(X_int, W_q)``, counters equal to its cycle model."""
+    cfg = preset("tiny").replace(datapath=datapath)
+    run_cocotb(cfg, f"tiny-{datapath}", dense_cases(cfg))
 
 
 @pytest.mark.slow

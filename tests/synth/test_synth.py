@@ -1,7 +1,7 @@
 """Synthesis: area of the ``tiny`` preset against the committed baseline, deterministic output,
 and every Yosys flow on a small block.
 
-The default run synthesizes ``tiny`` and its dense INT8 baseline for the cmos target only
+The default run synthesizes ``tiny`` and its lean dense INT8 baseline for the cmos target only
 (transistors, cells, flip-flops of every block; the report alone took 3.6 minutes, CPU time 1.8
 minutes, with both cores shared with other jobs); the FPGA LUT counts of ``tiny`` are checked
 by the ``slow`` test (``pytest -m "synth and slow"``, 15-30 minutes). Tolerance: any total growing
@@ -97,10 +97,11 @@ def test_attention_engine_blocks(tiny_report):
     assert "Attention engine" in format_table(tiny_report)
 @needs_yosys
 def test_dense_baseline_and_area_ratio(tiny_report):
-    """The dense INT8 baseline of the same tiles is synthesized block by block (PE arrays and
+    """The lean dense INT8 baseline of the same tiles is synthesized block by block (PE arrays and
     the sequencer, no encoder or dispatcher) and DSTAR's area is divided by it."""
     cfg = preset("tiny")
     dense = tiny_report["dense_baseline"]
+    assert dense["datapath"] == "int8"
     assert set(dense["modules"]) == {"pe_array", "sequencer"}
     assert dense["modules"]["pe_array"]["instances"] == cfg.n_arrays
     ours, theirs = tiny_report["targets"]["cmos"], dense["targets"]["cmos"]
@@ -118,7 +119,7 @@ def test_synthesis_is_deterministic(tiny_report):
     again = BUILD / "tiny-again"
     code = ("import sys; from dstar.config import preset; from dstar.hw.generate import generate; "
             "generate(preset('tiny'), sys.argv[1]); "
-            "generate(preset('tiny').replace(datapath='dense'), sys.argv[2])")
+            "generate(preset('tiny').replace(datapath='int8'), sys.argv[2])")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     subprocess.run([sys.executable, "-c", code, str(again / "rtl"), str(again / "dense")],
                    env=env, check=True)
@@ -154,11 +155,11 @@ def test_config_hash_covers_only_the_hardware():
     cfg = preset("tiny")
     assert config_hash(cfg.replace(theta=0.9, steps=3, seed=7, lattice_bits=2)) == config_hash(cfg)
     assert config_hash(cfg.replace(lane_fifo_depth=8)) != config_hash(cfg)
-    assert config_hash(cfg.replace(datapath="dense")) != config_hash(cfg)
+    assert config_hash(cfg.replace(datapath="int8")) != config_hash(cfg)
     for version in json.loads(baseline_path("tiny").read_text())["yosys"]:
         base = load_baseline("tiny", version)
         assert base["config_hash"] == config_hash(cfg), version
-        assert base["dense"]["config_hash"] == config_hash(cfg.replace(datapath="dense")), version
+        assert base["dense"]["config_hash"] == config_hash(cfg.replace(datapath="int8")), version
 def test_compare_flags_growth_only_beyond_tolerance():
     base = {"targets": {"cmos": {"transistors": 1000, "cells": 100}},
             "modules": {"pe_array": {"targets": {"cmos": {"transistors": 800}}}}}

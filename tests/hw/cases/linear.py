@@ -96,3 +96,39 @@ def synthetic_cases(cfg):
     cases["uneven_one_tile"] = icarus_case(cfg, random_weights(rng, 32, 8), [base, nxt],
                                            [True, False])
     return cases
+
+
+def dense_case(cfg, w_q, xs):
+    """One case of a dense INT8 top (``datapath`` ``dense`` or ``int8``): runs of the INT8
+    activation matrices ``xs`` (as targets; no state), golden ``Y_int`` and the shape-only
+    cycle model's counters (``dstar.sim.layer_cycles``)."""
+    from dstar.golden.quant import exact_matmul
+    from dstar.sim.layer_cycles import SHAPE_MODELS
+
+    k, m = w_q.shape
+    reps = [SHAPE_MODELS[cfg.datapath](cfg, x.shape[0], k, m) for x in xs]
+    return {"shape": np.array([xs[0].shape[0], k, m]), "w_q": w_q, "targets": np.stack(xs),
+            "keys": np.ones(len(xs), dtype=np.int64),
+            "y": np.stack([exact_matmul(x, w_q) for x in xs]),
+            "counters": np.array([list(r.counters().values()) for r in reps], dtype=np.int64)}
+
+
+def dense_cases(cfg):
+    """The Icarus tier's dense INT8 cases: INT8 extremes over partial tiles (two runs back to
+    back), one token over four K tiles, and the bundled DiT's block-0 fc1 on the INT8 lattice."""
+    from dstar.golden.quant import quantize_weights, to_lattice, token_lattice
+    from dstar.sim.traces import linear_inputs
+
+    rng = np.random.default_rng(25)
+    w = rng.choice([-128, 127, -1, 0, 1], size=(48, 12))
+    x = rng.choice([-128, 127, 0], size=(5, 48))
+    x[0] = -128
+    cases = {"extreme": dense_case(cfg, w, [x, rng.integers(-128, 128, size=(5, 48))]),
+             "one_token": dense_case(cfg, rng.integers(-128, 128, size=(128, 8)),
+                                     [rng.integers(-128, 128, size=(1, 128))])}
+    xs, w, _ = linear_inputs("blocks.0.mlp.fc1", steps=20, take=1)
+    w_q, _ = quantize_weights(w[:cfg.max_m])
+    x = xs[0][:cfg.max_tokens]
+    cases["real_fc1"] = dense_case(cfg, w_q, [np.clip(to_lattice(x, token_lattice(x)),
+                                                      -127, 127)])
+    return cases

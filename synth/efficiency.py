@@ -1,0 +1,210 @@
+"""``dstar bench efficiency``: throughput per area of each linear-datapath strategy against the
+lean dense INT8 datapath (``datapath = "int8"``, ``dstar.hw.int8``), on the bundled DiT.
+
+For each strategy (``STRATEGIES``: DSTAR's ``compact`` and ``lockstep`` packings, the heavier
+``dense`` INT8 datapath and the ``int8`` baseline, all of the configuration's tiles, arrays and
+peak 8-bit throughput):
+
+* ``cycles``: the cycle model (exact against the RTL) over the whole sampling run, every step of
+  every linear layer of every DiT block (``dstar.sim.bench.run_model``; the dense datapaths'
+  cycles depend only on the shapes, ``dstar.sim.layer_cycles.SHAPE_MODELS``);
+* ``pe_area_um2``: CMOS area (Yosys estimate at 45 nm, ``dstar.synth.flows``) of its PE arrays
+  (the ``pe_array`` block x ``n_arrays``, accumulator memories included);
+  ``datapath_area_um2``: of the whole linear datapath (PE arrays, encoder, dispatcher,
+  sequencer, and the memories they own), per-block synthesis as ``dstar.synth.report``;
+* ``speedup_vs_dense`` = baseline cycles / cycles; ``tpa_pe_vs_dense`` and
+  ``tpa_datapath_vs_dense`` = speedup / (area / the baseline's area) at both levels;
+* with ``fmax``: routed ECP5 Fmax (nextpnr, out of context) of each block placed alone
+  (``dstar.synth.fmax_runs.FMAX_KINDS``).
+
+The baseline's area per INT8 MAC (``int8_mac``) is reported next to Bit Fusion's fixed 8-bit PE
+(``BIT_FUSION_PE_UM2``), together with this flow's area of a lone 8x8 multiplier.
+
+Areas are cached per configuration hash in ``build/efficiency/<preset>-<hash>/area.json``, so a
+second call does not synthesize again, and cycles per configuration, steps and layers in
+``build/efficiency/cycles/`` (delete ``build/efficiency`` after a change of the RTL or of a
+cycle model).
+"""
+
+import hashlib
+import json
+import time
+
+from dstar.config import Config, Datapath, Packing
+from dstar.paths import build_dir
+from dstar.sim.bench import all_layers, dense_cycles, run_model
+from dstar.sim.traces import linear_inputs
+
+from .blocks import synth_blocks
+from .flows import SynthTarget, synth_module, yosys_version
+from .fmax_runs import FMAX_FLOW, FMAX_KINDS, run_fmax
+from .report import config_hash, preset_name
+
+__all__ = ["STRATEGIES", "BASELINE", "BIT_FUSION_PE_UM2", "DEFAULT_STEPS", "run",
+           "format_text", "strategy_config"]
+
+#: The strategies compared: config fields each sets on the base configuration.
+STRATEGIES: dict[str, dict] = {
+    "compact": {"datapath": Datapath.DSTAR, "packing": Packing.COMPACT},
+    "lockstep": {"datapath": Datapath.DSTAR, "packing": Packing.LOCKSTEP},
+    "dense": {"datapath": Datapath.DENSE},
+    "int8": {"datapath": Datapath.INT8},
+}
+#: The strategy every ratio is measured against.
+BASELINE = "int8"
+#: Bit Fusion's synthesized fixed 8-bit PE at 45 nm, um^2 (per PE of a 16x1 array, and 1x1;
+#: ``hsharma35/bitfusion`` results/systolic_array_synth.csv).
+BIT_FUSION_PE_UM2 = (443.5, 687.6)
+#: The sampling run measured unless told otherwise: the default configuration's.
+DEFAULT_STEPS = Config().steps
+_CMOS = SynthTarget.CMOS
+
+
+def strategy_config(base: Config, name: str) -> Config:
+    return base.replace(**STRATEGIES[name])
+
+
+def _quiet(*args, **kwargs):
+    pass
+
+
+def whole_run_cycles(base: Config, steps: int, layers=None) -> tuple[dict, dict]:
+    """Cycles of every strategy over ``steps`` steps of ``layers`` (None: every linear of
+    every block) and the workload's description; cached per configuration (every field: the
+    run fields decide the encoding), steps and layers."""
+    layers = all_layers() if layers is None else layers
+    key = json.dumps({"config": base.to_dict(), "steps": steps, "layers": layers,
+                      "strategies": list(STRATEGIES)}, sort_keys=True)
+    cache = build_dir("efficiency", "cycles",
+                      hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
+    if cache.is_file():
+        got = json.loads(cache.read_text())
+        return got["cycles"], got["workload"]
+    dstar = [(n, f["packing"], 0) for n, f in STRATEGIES.items()
+             if f["datapath"] == Datapath.DSTAR]
+    total, _, _, _, n_ls = run_model(base.replace(datapath=Datapath.DSTAR), dstar, layers,
+                                     steps, 1, log=_quiet)
+    out = {n: total.strat[n]["cycles"] for n, _, _ in dstar}
+    for name, f in STRATEGIES.items():
+        if f["datapath"] != Datapath.DSTAR:
+            out[name] = 0
+            for layer in layers:
+                xs, w, _ = linear_inputs(layer, steps=steps)
+                out[name] += len(xs) * dense_cycles(base, f["datapath"], xs.shape[1],
+                                                    w.shape[1], w.shape[0])
+    assert out[BASELINE] == total.dense, "the bench's baseline is this one"
+    workload = {"model": "bundled DiT", "steps": steps, "layers": len(layers),
+                "layer_steps": n_ls}
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({"key": json.loads(key), "cycles": out, "workload": workload},
+                                indent=1, sort_keys=True) + "\n")
+    return out, workload
+
+
+def _linear_area(modules: dict) -> dict:
+    def area(kind):
+        mod = modules[kind]
+        return mod["targets"][_CMOS]["area_um2_45nm"] * mod["instances"]
+
+    linear = [k for k, m in modules.items() if m["part"] == "linear"]
+    pe = modules["pe_array"]["targets"][_CMOS]
+    return {"pe_area_um2": round(area("pe_array"), 1),
+            "pe_logic_area_um2": round(pe["area_um2_45nm_logic"]
+                                       * modules["pe_array"]["instances"], 1),
+            "datapath_area_um2": round(sum(area(k) for k in linear), 1),
+            "blocks_um2": {k: round(area(k), 1) for k in linear}}
+
+
+def strategy_area(cfg: Config, fmax: bool, jobs: int = 1) -> dict:
+    """The CMOS areas of ``cfg``'s linear datapath (``_linear_area``) and, with ``fmax``, each
+    block's routed ECP5 Fmax; cached per configuration hash (module docstring)."""
+    outdir = build_dir("efficiency", f"{preset_name(cfg)}-{config_hash(cfg)}")
+    cache = outdir / "area.json"
+    if cache.is_file():
+        got = json.loads(cache.read_text())
+        if got.get("config_hash") == config_hash(cfg) and (not fmax or "fmax_mhz" in got):
+            return got
+    t0 = time.monotonic()
+    want = FMAX_KINDS if fmax else ()
+    top, _, modules = synth_blocks(cfg, (_CMOS,), want, outdir, jobs, reuse=True,
+                                   attention=False)
+    out = {"config_hash": config_hash(cfg), "yosys_version": yosys_version(),
+           **_linear_area(modules)}
+    if fmax:
+        res = run_fmax(want, top, {k: m["module"] for k, m in modules.items()},
+                       outdir / "fmax", outdir / FMAX_FLOW, jobs, True)
+        out["fmax_mhz"] = {k: r.get("fmax_mhz") for k, r in res.items()}
+    out["seconds"] = round(time.monotonic() - t0, 1)
+    outdir.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    return out
+
+
+def _multiplier_um2() -> float:
+    """This flow's CMOS area of one registered signed 8x8 multiplier (a calibration point)."""
+    d = build_dir("efficiency", "mul8x8")
+    d.mkdir(parents=True, exist_ok=True)
+    v = d / "mul8x8.v"
+    v.write_text("module mul8x8(input clk, input signed [7:0] a, input signed [7:0] b,\n"
+                 "              output reg signed [15:0] p);\n"
+                 "  always @(posedge clk) p <= a * b;\nendmodule\n")
+    return synth_module(v, "mul8x8", _CMOS, d / "cmos", reuse=True)["area_um2_45nm"]
+
+
+def run(base: Config, *, steps: int = DEFAULT_STEPS, fmax: bool = False, jobs: int = 1,
+        layers=None) -> dict:
+    """The efficiency report of ``base`` (module docstring; ``layers``: the DiT's linears to
+    run, None for all)."""
+    cycles, workload = whole_run_cycles(base, steps, layers)
+    # Cheapest first, so that a long run leaves the baseline's areas cached early.
+    order = sorted(STRATEGIES, key=lambda n: (n != BASELINE, STRATEGIES[n]["datapath"]
+                                               == Datapath.DSTAR))
+    areas = {n: strategy_area(strategy_config(base, n), fmax, jobs) for n in order}
+    ref_c, ref = cycles[BASELINE], areas[BASELINE]
+    strategies = {}
+    for name in STRATEGIES:
+        a, c = areas[name], cycles[name]
+        sp = ref_c / c
+        row = {"cycles": c, "speedup_vs_dense": round(sp, 4),
+               "pe_area_um2": a["pe_area_um2"], "datapath_area_um2": a["datapath_area_um2"],
+               "tpa_pe_vs_dense": round(sp * ref["pe_area_um2"] / a["pe_area_um2"], 4),
+               "tpa_datapath_vs_dense": round(sp * ref["datapath_area_um2"]
+                                              / a["datapath_area_um2"], 4),
+               "blocks_um2": a["blocks_um2"]}
+        if fmax:
+            row["fmax_mhz"] = a["fmax_mhz"]
+        strategies[name] = row
+    cfg = strategy_config(base, BASELINE)
+    macs = cfg.n_arrays * cfg.m_tile * cfg.group // 2
+    return {"preset": preset_name(base), "config_hash": config_hash(base),
+            "workload": workload, "baseline": BASELINE, "strategies": strategies,
+            "int8_mac": {"macs": macs,
+                         "pe_um2_per_mac": round(ref["pe_area_um2"] / macs, 1),
+                         "pe_logic_um2_per_mac": round(ref["pe_logic_area_um2"] / macs, 1),
+                         "mul8x8_um2": round(_multiplier_um2(), 1),
+                         "bit_fusion_pe_um2": list(BIT_FUSION_PE_UM2)},
+            "yosys_version": ref["yosys_version"]}
+
+
+def format_text(rep: dict) -> str:
+    """The report as a table (one line per strategy) plus the INT8 MAC's area."""
+    w = rep["workload"]
+    lines = [f"preset {rep['preset']}: {w['model']}, {w['layers']} linears x {w['steps']} steps "
+             f"({w['layer_steps']} layer-steps); baseline {rep['baseline']} (lean dense INT8); "
+             "CMOS areas at 45 nm (Yosys estimate)",
+             f"{'strategy':10s} {'cycles':>12s} {'speedup':>8s} {'PE um2':>11s} "
+             f"{'datapath um2':>13s} {'TPA PE':>7s} {'TPA dp':>7s}"]
+    for name, s in rep["strategies"].items():
+        lines.append(f"{name:10s} {s['cycles']:12d} {s['speedup_vs_dense']:8.3f} "
+                     f"{s['pe_area_um2']:11.0f} {s['datapath_area_um2']:13.0f} "
+                     f"{s['tpa_pe_vs_dense']:7.3f} {s['tpa_datapath_vs_dense']:7.3f}")
+        if "fmax_mhz" in s:
+            lines.append("           routed ECP5 Fmax: " + ", ".join(
+                f"{k} {v:.1f} MHz" if v else f"{k} -" for k, v in s["fmax_mhz"].items()))
+    mac = rep["int8_mac"]
+    lo, hi = mac["bit_fusion_pe_um2"]
+    lines.append(f"int8 baseline: {mac['pe_um2_per_mac']:.0f} um2 per INT8 MAC with its "
+                 f"accumulator memory share, {mac['pe_logic_um2_per_mac']:.0f} um2 logic only "
+                 f"({mac['macs']} MACs); Bit Fusion's fixed 8-bit PE: {lo:.0f}-{hi:.0f} um2 "
+                 f"(45 nm); this flow's lone 8x8 multiplier: {mac['mul8x8_um2']:.0f} um2")
+    return "\n".join(lines)

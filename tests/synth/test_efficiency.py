@@ -1,0 +1,106 @@
+"""``dstar bench efficiency`` (``dstar.synth.efficiency``): the throughput-per-area arithmetic on
+real cycle-model figures with stand-in areas, the per-config-hash area cache, and the command's
+JSON keys. (The real areas come from Yosys, which ``tests/synth/test_synth.py`` covers.)"""
+
+import json
+
+import pytest
+
+from dstar.cli import main
+from dstar.config import Datapath, preset
+from dstar.synth import efficiency
+from dstar.synth.report import config_hash
+
+#: Stand-in areas (um^2) per strategy: PE arrays, the whole linear datapath.
+FAKE = {"compact": (300.0, 900.0), "lockstep": (200.0, 800.0), "dense": (150.0, 500.0),
+        "int8": (100.0, 400.0)}
+LAYER = ["blocks.0.attn.proj"]
+
+
+def fake_area(cfg, fmax, jobs=1):
+    name = next(n for n in efficiency.STRATEGIES
+                if efficiency.strategy_config(cfg, n) == cfg)
+    pe, dp = FAKE[name]
+    return {"config_hash": config_hash(cfg), "yosys_version": "test", "pe_area_um2": pe,
+            "pe_logic_area_um2": pe / 2, "datapath_area_um2": dp,
+            "blocks_um2": {"pe_array": pe}}
+
+
+@pytest.fixture
+def fake_synth(monkeypatch):
+    monkeypatch.setattr(efficiency, "strategy_area", fake_area)
+    monkeypatch.setattr(efficiency, "_multiplier_um2", lambda: 250.0)
+
+
+def test_throughput_per_area_against_the_int8_baseline(fake_synth):
+    """Cycles of the two DSTAR packings from the cycle model, of the dense datapaths from their
+    shape models (the int8 one is the baseline: speedup and throughput per area exactly 1);
+    TPA = speedup x baseline area / area at both levels."""
+    cfg = preset("tiny")
+    rep = efficiency.run(cfg, steps=3, layers=LAYER)
+    assert rep["baseline"] == "int8" and rep["preset"] == "tiny"
+    assert rep["workload"] == {"model": "bundled DiT", "steps": 3, "layers": 1,
+                               "layer_steps": 3}
+    s = rep["strategies"]
+    assert set(s) == {"compact", "lockstep", "dense", "int8"}
+    keys = {"cycles", "speedup_vs_dense", "pe_area_um2", "datapath_area_um2",
+            "tpa_pe_vs_dense", "tpa_datapath_vs_dense"}
+    assert all(keys <= set(row) for row in s.values())
+    assert s["int8"]["speedup_vs_dense"] == s["int8"]["tpa_pe_vs_dense"] == 1.0
+    base = s["int8"]["cycles"]
+    for name, (pe, dp) in FAKE.items():
+        sp = base / s[name]["cycles"]
+        assert s[name]["speedup_vs_dense"] == round(sp, 4)
+        assert s[name]["tpa_pe_vs_dense"] == round(sp * FAKE["int8"][0] / pe, 4)
+        assert s[name]["tpa_datapath_vs_dense"] == round(sp * FAKE["int8"][1] / dp, 4)
+    # The DiT's attn.proj has 256 tokens: no load stalls after the first chunk, so both dense
+    # datapaths take about the same cycles; DSTAR's compact packing skips work even on these
+    # first steps (the key step is mostly HIGH), lockstep hardly.
+    assert s["compact"]["cycles"] < min(base, s["lockstep"]["cycles"])
+    assert abs(s["dense"]["cycles"] - base) < 0.01 * base
+    macs = cfg.n_arrays * cfg.m_tile * cfg.group // 2
+    assert rep["int8_mac"]["pe_um2_per_mac"] == round(FAKE["int8"][0] / macs, 1)
+    text = efficiency.format_text(rep)
+    assert "Bit Fusion" in text and "compact" in text
+
+
+def test_areas_are_cached_per_config_hash(monkeypatch, tmp_path):
+    """A second call with the same configuration does not synthesize; another one does, and
+    one asking for Fmax when the cache has none; ``fmax`` places the blocks of
+    ``FMAX_KINDS`` the top has."""
+    calls, placed = [], []
+
+    def synth_blocks(cfg, targets, fmax, outdir, jobs, reuse, attention):
+        calls.append(cfg)
+        assert targets == ("cmos",) and not attention
+        area = {"area_um2_45nm": 10.0, "area_um2_45nm_logic": 4.0}
+        return "top", None, {"pe_array": {"module": "top.array_0", "part": "linear",
+                                          "instances": 2, "targets": {"cmos": area}},
+                             "sequencer": {"module": "top", "part": "linear", "instances": 1,
+                                           "targets": {"cmos": area}}}
+
+    def run_fmax(which, top, kinds, *args):
+        placed.append((which, sorted(kinds)))
+        return {k: {"fmax_mhz": 50.0} for k in which if k in kinds}
+
+    monkeypatch.setattr(efficiency, "synth_blocks", synth_blocks)
+    monkeypatch.setattr(efficiency, "run_fmax", run_fmax)
+    monkeypatch.setattr(efficiency, "build_dir", lambda *p: tmp_path.joinpath(*p))
+    cfg = preset("tiny").replace(datapath=Datapath.INT8)
+    first = efficiency.strategy_area(cfg, False)
+    assert first["pe_area_um2"] == 20.0 and first["datapath_area_um2"] == 30.0
+    assert efficiency.strategy_area(cfg, False) == first and len(calls) == 1
+    efficiency.strategy_area(cfg.replace(m_tile=2), False)
+    assert len(calls) == 2 and not placed
+    timed = efficiency.strategy_area(cfg, True)
+    assert len(calls) == 3 and timed["fmax_mhz"] == {"pe_array": 50.0}
+    assert placed == [(efficiency.FMAX_KINDS, ["pe_array", "sequencer"])]
+    assert efficiency.strategy_area(cfg, False) == timed and len(calls) == 3
+
+
+def test_command_prints_the_json(fake_synth, monkeypatch, capsys):
+    monkeypatch.setattr(efficiency, "all_layers", lambda: LAYER)
+    assert main(["bench", "efficiency", "--preset", "tiny", "--steps", "2", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert {"preset", "workload", "baseline", "strategies"} <= set(rep)
+    assert rep["workload"]["steps"] == 2 and rep["preset"] == "tiny"
