@@ -241,8 +241,8 @@ def run(base, *, blocks=None, layers=LAYERS, packings=DEFAULT_PACKINGS, every: i
     for label, _, _ in strategies:
         say(total.line(label, breakdown=True))
     say("model speed: " + ", ".join(f"{lab} {v:.1f} layer-steps/s" for lab, v in speed.items()))
-    report = {"bench": "cycles", "workload": str(base.workload), "steps": steps, "every": every,
-              "layer_steps": n_ls,
+    report = {"bench": "cycles", "workload": str(base.workload), "baseline": str(BASELINE),
+              "steps": steps, "every": every, "layer_steps": n_ls,
               "layers": {name: t.to_dict() for name, t in per_layer.items()},
               "total": total.to_dict(), "model_speed": speed}
     if per_step:
@@ -256,10 +256,13 @@ def run(base, *, blocks=None, layers=LAYERS, packings=DEFAULT_PACKINGS, every: i
 
 def format_report(rep: dict) -> str:
     """``run``'s report as text: the whole run and each layer, one line per strategy."""
+    # Reports from before the int8 baseline measured against a dense pass on the same lanes.
+    base = "lean dense INT8" if rep.get("baseline") == "int8" else "dense pass on the same lanes"
+
     def lines(t, indent=""):
         mix = t["mix"]
         out = [f"{indent}mix {mix['zero']:.2f}/{mix['low']:.2f}/{mix['high']:.2f} ideal "
-               f"x{t['ideal']:.2f}, lean dense INT8 {t['dense_cycles']} cycles"]
+               f"x{t['ideal']:.2f}, {base} {t['dense_cycles']} cycles"]
         for label, v in t["strategies"].items():
             idle = " ".join(f"{a} {f:.3f}" for a, f in v["idle"].items())
             out.append(f"{indent}  {label:12s} x{v['speedup_vs_dense']:5.2f} "

@@ -83,7 +83,7 @@ def whole_run_cycles(base: Config, steps: int, layers=None) -> tuple[dict, dict]
     dstar = [(n, f["packing"], 0) for n, f in STRATEGIES.items()
              if f["datapath"] == Datapath.DSTAR]
     total, _, _, _, n_ls = run_model(base.replace(datapath=Datapath.DSTAR), dstar, layers,
-                                     steps, 1, log=_quiet)
+                                     steps, 1, say=_quiet)
     out = {n: total.strat[n]["cycles"] for n, _, _ in dstar}
     for name, f in STRATEGIES.items():
         if f["datapath"] != Datapath.DSTAR:

@@ -146,9 +146,9 @@ def test_cfg_scale_nan_in_toml_is_refused(tmp_path):
     (b"\xfb\x00\xff binary", "is not UTF-8 text (byte 0xfb at offset 0)"),
     ("group = 16".encode("utf-16"), "is not UTF-8 text (byte 0xff at offset 0)"),
     (b'preset = ["tiny"]\n', "preset in '{f}' must be a string naming one of default, tiny, "
-                             "got ['tiny']"),
+                             "large, got ['tiny']"),
     (b"[preset]\na = 1\n", "preset in '{f}' must be a string naming one of default, tiny, "
-                           "got {{'a': 1}}"),
+                           "large, got {{'a': 1}}"),
 ])
 def test_unreadable_config_files_are_named(tmp_path, content, words):
     f = tmp_path / "c.toml"

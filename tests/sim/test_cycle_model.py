@@ -94,7 +94,7 @@ def test_bench_cycles_json_is_the_cycle_model(capsys):
     from dstar.cli import main
     from dstar.config import load_config
     from dstar.golden.difflinear import DiffLinear
-    from dstar.sim.bench import dense_encoding
+    from dstar.sim.bench import BASELINE, dense_cycles
     from dstar.sim.cycle_model import predict
     from dstar.sim.traces import linear_inputs
 
@@ -108,7 +108,7 @@ def test_bench_cycles_json_is_the_cycle_model(capsys):
     dl = DiffLinear(w, b, cfg)
     encs = [dl(x, s).enc for s, x in enumerate(xs)]
     k, m = w.shape[1], w.shape[0]
-    dense = predict(cfg, dense_encoding(encs[0]), k, m).cycles
+    dense = dense_cycles(cfg, BASELINE, xs.shape[1], k, m)
     total = rep["total"]
     assert rep["layer_steps"] == 2 and total["dense_cycles"] == 2 * dense
     for p in ("compact", "lockstep"):
