@@ -79,10 +79,11 @@ RESULTS: dict[str, Result] = {
         ("samples_photos.png",)),
     "synth_tiny": Result(
         "Area per block (`tiny` preset)",
-        ("synth", "--preset", "tiny", "--json"),
+        ("synth", "--preset", "tiny", "--target", "cmos", "--reuse", "--json"),
         _synth_text,
-        "YoWASP Yosys per block and target; the CMOS figure is a transistor-count estimate at "
-        "45 nm (`dstar.synth.flows`)."),
+        "YoWASP Yosys per block; the CMOS figure is a transistor-count estimate at 45 nm "
+        "(`dstar.synth.flows`; FPGA targets: `dstar synth --target ...`). `--reuse` reads a "
+        "block's figures from an earlier run whose script and Verilog are unchanged."),
     "bench_cycles": Result(
         "Linear-datapath cycles on the bundled DiT",
         ("bench", "cycles", "--json"),
