@@ -26,7 +26,7 @@ def _analyze_text(rep: dict) -> str:
 
 
 def _synth_text(rep: dict) -> str:
-    from dstar.synth.report import format_table
+    from dstar.synth.tables import format_table
     return format_table(rep)
 
 
