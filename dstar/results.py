@@ -7,6 +7,7 @@ the command, the commit and the date, as ``docs/results/NAME.json`` (written ato
 so that no figure is typed by hand. An entry never run says so on the page, with its command.
 """
 
+import importlib
 import json
 import subprocess
 import sys
@@ -20,34 +21,20 @@ from .outputs import write_atomic
 __all__ = ["Result", "RESULTS", "results_dir", "run", "render", "write_page"]
 
 
-def _analyze_text(rep: dict) -> str:
-    from dstar.analyze import format_table
-    return format_table(rep)
+def _formatter(module: str, name: str) -> Callable[[dict], str]:
+    """A command's own text formatter ``module.name``, imported when a page is rendered (the
+    commands' modules need Amaranth or Yosys, the page does not)."""
+    def text(rep: dict) -> str:
+        return getattr(importlib.import_module(module), name)(rep)
+    return text
 
 
-def _synth_text(rep: dict) -> str:
-    from dstar.synth.tables import format_table
-    return format_table(rep)
-
-
-def _cycles_text(rep: dict) -> str:
-    from dstar.sim.bench import format_report
-    return format_report(rep)
-
-
-def _attention_text(rep: dict) -> str:
-    from dstar.sim.bench_attention import format_report
-    return format_report(rep)
-
-
-def _golden_text(rep: dict) -> str:
-    from dstar.sim.bench_golden import format_report
-    return format_report(rep)
-
-
-def _efficiency_text(rep: dict) -> str:
-    from dstar.synth.efficiency import format_text
-    return format_text(rep)
+_analyze_text = _formatter("dstar.analyze", "format_table")
+_synth_text = _formatter("dstar.synth.tables", "format_table")
+_cycles_text = _formatter("dstar.sim.bench", "format_report")
+_attention_text = _formatter("dstar.sim.bench_attention", "format_report")
+_golden_text = _formatter("dstar.sim.bench_golden", "format_report")
+_efficiency_text = _formatter("dstar.synth.efficiency", "format_text")
 
 
 @dataclass(frozen=True)
