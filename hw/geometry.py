@@ -346,6 +346,8 @@ class AttentionGeometry:
     #: Cycles after the last accumulator read of NORM until the sequencer moves on:
     #: accumulator read, the normalizer (``SoftmaxGeometry.NORM_STAGES``), output write, seen.
     NORM_DRAIN: ClassVar[int] = 4
+    #: Cycles per row of ``SelReciprocal``: the masked sum, the 17 division steps, the write.
+    SEL_RECIP_CYCLES: ClassVar[int] = 19
     #: Width of the slots' step counters and of ``refresh``.
     REFRESH_BITS: ClassVar[int] = 16
     #: Width of the tile counters of a tile phase: only their differences (0 .. 2) matter,

@@ -19,9 +19,13 @@ length, ``nkb = ceil(N / Bk)``, ``G`` = lanes, ``BC = m_tile * n_arrays``):
   the mask (one scan over the blocks and a commit per pick), 1 for ``theta = 1``;
 * NORM: ``rows * Dh`` accumulators through the normalizer, plus ``NORM_DRAIN``.
 
-Key step: LIST, QK^T (all), SMAX (all), SEL, PV (all), NORM (``O_full``), then LIST, SMAX
-(selected, on the kept logits), PV (selected), NORM (``R``). Reuse step: LIST, QK^T, SMAX,
-PV, NORM, all on the selected tiles.
+Key step: LIST, QK^T (all), SMAX (all), SEL; then, for a query block whose rows all have
+their largest logit in a selected block (``fixup`` false), LIST (selected), PV (selected),
+a wait until ``SelReciprocal`` has the rows' reciprocals (``SEL_RECIP_CYCLES`` per row from
+the SEL cycle, if the list and PV take less), NORM (``-O_sel``), LIST (unselected), PV
+(unselected, if any), NORM (``O_full``, ``R``); otherwise (the second pass) PV (all), NORM
+(``O_full``), then LIST, SMAX (selected, on the kept logits), PV (selected), NORM (``R``).
+Reuse step: LIST, QK^T, SMAX, PV, NORM, all on the selected tiles.
 """
 
 from dataclasses import dataclass
@@ -35,6 +39,10 @@ from dstar.sim.softmax_cycles import schedule
 __all__ = ["AttentionCycles", "predict", "dense_cycles", "tile_phase"]
 
 WAIT_CYCLES, NORM_DRAIN = AttentionGeometry.WAIT_CYCLES, AttentionGeometry.NORM_DRAIN
+SEL_RECIP_CYCLES = AttentionGeometry.SEL_RECIP_CYCLES
+#: Cycles from the mask's ``SEL`` cycle to the first cycle ``SelReciprocal`` is done, beyond
+#: its rows' cycles, against the list and PV phases that run meanwhile.
+RECIP_LAG = 1
 
 
 @dataclass
@@ -77,9 +85,11 @@ def tile_phase(loads, ops) -> int:
     return x_seen[-1] + WAIT_CYCLES
 
 
-def predict(cfg, n: int, mask, key: bool, theta_q: int) -> AttentionCycles:
+def predict(cfg, n: int, mask, key: bool, theta_q: int, fixup=None) -> AttentionCycles:
     """Counters of one step of ``N = n`` tokens with the block ``mask`` ``(nqb, nkb)`` (on key
-    steps: the mask the step selects; ``theta_q``: ``golden.attention.theta_fixed(theta)``)."""
+    steps: the mask the step selects; ``theta_q``: ``golden.attention.theta_fixed(theta)``;
+    ``fixup``: the query blocks that take the second, masked pass,
+    ``golden.attention.second_pass_blocks``, default none)."""
     ag = AttentionGeometry(cfg)
     g, dh, bc, rows_q, n_cp = cfg.group, cfg.head_dim, ag.block_cols, ag.rows_q, ag.n_cp
     q_lens, k_lens = _blocks(n, cfg.block_q), _blocks(n, cfg.block_k)
@@ -89,7 +99,10 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int) -> AttentionCycles:
         raise ValueError(f"mask must have shape {(len(q_lens), nkb)}, got {mask.shape}")
     if not mask.any(axis=1).all():
         raise ValueError("every query block needs at least one selected key block")
-    ph = dict.fromkeys(("list", "qk", "smax", "sel", "pv", "norm"), 0)
+    ph = dict.fromkeys(("list", "qk", "smax", "sel", "pv", "recip", "norm"), 0)
+    fixup = np.zeros(len(q_lens), bool) if fixup is None else np.asarray(fixup, dtype=bool)
+    if key and fixup.shape != (len(q_lens),):
+        raise ValueError(f"fixup must have shape {(len(q_lens),)}, got {fixup.shape}")
     count_qk = count_pv = busy = 0
 
     def qk(rows, sel):
@@ -114,12 +127,21 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int) -> AttentionCycles:
         if key:
             ph["list"] += 2 * (nkb + 1)
             ph["qk"] += qk(rows, every)
-            ph["smax"] += smax(rows, every) + smax(rows, sel)
+            ph["smax"] += smax(rows, every)
             ph["sel"] += 1 if theta_q >= 1 << THETA_BITS else len(sel) * (nkb + 1)
-            ph["pv"] += pv(rows, every) + pv(rows, sel)
             ph["norm"] += 2 * norm
             count_qk += nkb
-            count_pv += nkb + len(sel)
+            if fixup[i]:
+                ph["smax"] += smax(rows, sel)
+                ph["pv"] += pv(rows, every) + pv(rows, sel)
+                count_pv += nkb + len(sel)
+                continue
+            rest = [j for j in every if j not in sel]
+            pv_sel = pv(rows, sel)
+            ph["pv"] += pv_sel + (pv(rows, rest) if rest else 0)
+            ph["list"] += nkb + 1
+            ph["recip"] += max(0, SEL_RECIP_CYCLES * rows + RECIP_LAG - (nkb + 1 + pv_sel))
+            count_pv += nkb
         else:
             ph["list"] += nkb + 1
             ph["qk"] += qk(rows, sel)

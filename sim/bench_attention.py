@@ -92,12 +92,13 @@ class HeadSteps:
             v_int, self.s_v = quantize_per_head(v)
             res = key_step_head(q_int, k_int, v_int, m, sh, theta=self.theta, **self.kw)
             self.mask, self.r = res["mask"], res["r"]
-            o = res["o_full"]
+            o, fixup = res["o_full"], res["fixup"]
         else:
             v_int, _ = quantize_on(v, self.s_v)
             o = reuse_step_head(q_int, k_int, v_int, m, sh, self.mask, self.r, **self.kw)
+            fixup = None
         return {"q": q_int, "k": k_int, "v": v_int, "m": m, "sh": sh, "key": key, "o": o,
-                "r": self.r, "mask": self.mask, "s_v": float(self.s_v)}
+                "r": self.r, "mask": self.mask, "fixup": fixup, "s_v": float(self.s_v)}
 
 
 def _rtl_check(cfg, steps, theta, refresh):
@@ -123,7 +124,8 @@ def _rtl_check(cfg, steps, theta, refresh):
 
     simulate(dut, bench)
     for i, (s, o) in enumerate(zip(steps, outs, strict=True)):
-        want = predict(cfg, s["q"].shape[0], s["mask"], s["key"], theta_fixed(theta))
+        want = predict(cfg, s["q"].shape[0], s["mask"], s["key"], theta_fixed(theta),
+                       s["fixup"])
         if not np.array_equal(o.o, s["o"]) or o.counters != want.counters():
             raise AssertionError(f"RTL step {i}: output or counters differ "
                                  f"({o.counters} vs {want.counters()})")
@@ -162,7 +164,7 @@ def run(cfg, *, steps: int | None = None, take: int | None = None, layers=(0, 3,
             if first is None:
                 first = head_steps
             for s in head_steps:
-                c = predict(cfg, n, s["mask"], s["key"], tq)
+                c = predict(cfg, n, s["mask"], s["key"], tq, s["fixup"])
                 rows[s["key"]].append((c.cycles, c.count_qk, c.count_pv, c.busy,
                                        float(s["mask"].mean())))
     nqb = -(-n // cfg.block_q)

@@ -17,6 +17,7 @@ from ..softmax import Normalizer, SoftmaxUnit
 from .layouts import memory_layouts, p_word_layout
 from .mask_select import MaskSelector
 from .norm import NormStage
+from .sel_recip import SelReciprocal
 from .softmax_feed import SoftmaxFeed
 from .tile_runner import TileRunner
 
@@ -59,10 +60,16 @@ class AttentionEngine(wiring.Component):
       applied weights ``p << s`` and, with the row's ``(r, L)``, the block masses ``M``); the
       mask selection (descending ``M``, ties by ascending ``J``, the shortest prefix with
       ``C * 2**16 >= theta_q * T``, ``theta_q = 2**16``: all), written to the mask memory;
-      PV over all tiles and normalization into the output memory (``O_full``); then the
-      masked softmax on the logits of the selected tiles (still in the accumulators: QK^T runs
-      once per tile on a key step), PV of the selected tiles, and ``R = O_full - O_sel`` into
-      the slot's residual cache;
+      then, if every row's largest logit lies in a selected block (``max_blocks`` of the
+      softmax feeder; the masked softmax then has the same row max, hence the same ``p`` and
+      shifts on the selected keys, ``golden.attention.second_pass_blocks``), one PV pass:
+      the selected tiles, ``-O_sel`` into the slot's residual cache (normalized by the
+      reciprocals of the selected blocks' row sums, ``SelReciprocal``, computed meanwhile),
+      then the unselected tiles added to the same sums, ``O_full`` into the output memory and
+      ``R = O_full - O_sel`` into the cache; otherwise (the *second pass*) PV over all tiles
+      and ``O_full``, then the masked softmax on the logits of the selected tiles (still in
+      the accumulators: QK^T runs once per tile on a key step), PV of the selected tiles, and
+      ``R = O_full - O_sel``;
     * reuse step: QK^T, softmax and PV of the selected tiles only; output ``O_sel + R``.
 
     The PE lanes see QK^T as a linear layer with K^T as the weight tile and each Q element as a
@@ -75,9 +82,10 @@ class AttentionEngine(wiring.Component):
 
     Counters (cleared by ``start``): ``cycles`` (cycles ``busy`` was high), ``count_qk`` and
     ``count_pv``: query-block x key-block tiles run through QK^T (key step: all; reuse step:
-    the selected) and PV (key step: all + the selected; reuse step: the selected), as the
-    hook counts them. ``dstar.sim.attention_cycles`` predicts all three exactly from ``N`` and the
-    mask.
+    the selected) and PV (key step: all, plus the selected of the query blocks that take the
+    second pass; reuse step: the selected), as the hook counts them.
+    ``dstar.sim.attention_cycles`` predicts all three exactly from ``N``, the mask and the
+    second-pass blocks.
 
     Why these choices: the lanes are the real ``PEArray`` (the spec runs QK^T and PV on the
     linear layers' lanes), fed through its own op/token/weight-row ports, its two weight banks
@@ -100,7 +108,8 @@ class AttentionEngine(wiring.Component):
     cycle), valid only while ``busy`` is low: O and R share the engine's read ports.
 
     The engine's parts: ``TileRunner`` (QK^T and PV tiles), ``SoftmaxFeed`` (logits to the
-    softmax unit, P words, block sums and masses), ``MaskSelector`` and ``NormStage``; sizes
+    softmax unit, P words, block sums and masses), ``MaskSelector``, ``SelReciprocal`` and
+    ``NormStage``; sizes
     from ``AttentionGeometry``, memory words from ``layouts()``. Ports are flat vectors (a
     choice: a testbench packs words through the manifest's field lists).
     """
@@ -158,13 +167,14 @@ class AttentionEngine(wiring.Component):
         m.submodules.softmax_feed = feed = SoftmaxFeed(ag)
         m.submodules.mask_select = sel = MaskSelector(ag)
         m.submodules.norm = ns = NormStage(ag)
+        m.submodules.sel_recip = rcp = SelReciprocal(ag)
         arrays = []
         for a in range(cfg.n_arrays):
             arr = PEArray(ag.lin)
             m.submodules[f"array_{a}"] = arr
             arrays.append(arr)
         mem = self._memories(m)
-        st = self._sequencer(m, tr, feed, sel, ns, mem)
+        st = self._sequencer(m, tr, feed, sel, ns, rcp, mem)
 
         # ----- the parts' wiring -----
         for part in (tr, feed):
@@ -202,12 +212,19 @@ class AttentionEngine(wiring.Component):
                      mem["ms_rd"].addr.eq(feed.ms_addr),
                      mem["p_wr"].en.eq(feed.p_we), mem["p_wr"].addr.eq(feed.p_addr),
                      mem["p_wr"].data.eq(feed.p_data),
-                     feed.norm_row.eq(ns.row),
-                     ns.r.eq(feed.norm_r), ns.big_l.eq(feed.norm_big_l)]
+                     feed.norm_row.eq(ns.row), rcp.row.eq(ns.row),
+                     rcp.rows.eq(st["rows"]), rcp.b.eq(feed.b_rows),
+                     rcp.mask.eq(mem["k_rd"].data)]
+        # The selected blocks' sums normalize with their own row sums' reciprocals.
+        sel_first = st["split"] & st["masked"]
+        m.d.comb += [ns.r.eq(Mux(sel_first, rcp.r, feed.norm_r)),
+                     ns.big_l.eq(Mux(sel_first, rcp.big_l, feed.norm_big_l))]
         m.d.comb += [sel.n_blocks.eq(st["cnt"]), sel.theta_q.eq(st["theta"]),
                      [sel.mass[j].eq(feed.mass[j]) for j in range(ag.nkb)]]
         run = st["run"]
         m.d.comb += [ns.full.eq(st["full"]), ns.key.eq(st["key"]), ns.masked.eq(st["masked"]),
+                     ns.split.eq(st["split"]), ns.unsel.eq(st["unsel"]),
+                     tr.accumulate.eq(st["unsel"]),
                      ns.slot.eq(st["slot"]),
                      mem["o_rd"].addr.eq(Mux(run, ns.o_raddr, self.host_o_addr)),
                      mem["r_rd"].addr.eq(Mux(run, ns.r_raddr, self.host_res_addr)),
@@ -262,7 +279,7 @@ class AttentionEngine(wiring.Component):
                      k_host.addr.eq(self.host_mask_addr), self.host_mask_rdata.eq(k_host.data)]
         return out
 
-    def _sequencer(self, m, tr, feed, sel, ns, mem) -> dict:
+    def _sequencer(self, m, tr, feed, sel, ns, rcp, mem) -> dict:
         """The run state, the slots' step counters, the list of selected blocks and the phase
         sequence; returns the state the parts read."""
         ag = self._ag
@@ -273,6 +290,8 @@ class AttentionEngine(wiring.Component):
         phase = Signal(range(8))
         key = Signal()
         masked = Signal()                   # the pass on the selected tiles (else: all tiles)
+        split = Signal()                    # key step, O_sel from the full pass
+        unsel = Signal()                    # its pass on the unselected tiles
         full = Signal()
         m.d.comb += [full.eq(~masked), self.busy.eq(run), self.key.eq(key)]
         slot = Signal.like(self.slot)
@@ -303,7 +322,8 @@ class AttentionEngine(wiring.Component):
         m.d.comb += [k_rd.addr.eq(slot * ag.nqb + qb),
                      ls_len.eq(Mux(n_tok - ls_start >= bk, bk, n_tok - ls_start))]
         ls_bit = Signal()
-        m.d.comb += ls_bit.eq(full | k_rd.data.bit_select(ls_j, 1))
+        m.d.comb += ls_bit.eq(Mux(unsel, ~k_rd.data.bit_select(ls_j, 1),
+                                  full | k_rd.data.bit_select(ls_j, 1)))
         m.d.comb += [k_wr.addr.eq(slot * ag.nqb + qb), k_wr.data.eq(sel.mask),
                      k_wr.en.eq((phase == SEL) & sel.done)]
         in_tiles = Signal()                 # WAIT after tiles (else: the hop after LIST)
@@ -332,7 +352,8 @@ class AttentionEngine(wiring.Component):
             with m.If(self.start & ~run & (self.n_tokens != 0) & (self.n_tokens <= ag.n_max)):
                 ph = s_phase[self.slot]
                 is_key = ~s_valid[self.slot] | ((self.refresh != 0) & (ph == 0))
-                m.d.sync += [run.eq(1), key.eq(is_key), masked.eq(~is_key),
+                m.d.sync += [run.eq(1), key.eq(is_key), masked.eq(~is_key), split.eq(0),
+                             unsel.eq(0),
                              slot.eq(self.slot), n_tok.eq(self.n_tokens),
                              theta.eq(self.theta_q), qb.eq(0), base_i.eq(0),
                              self.cycles.eq(0), self.count_qk.eq(0), self.count_pv.eq(0),
@@ -356,12 +377,18 @@ class AttentionEngine(wiring.Component):
         # WAIT: the reductions of every issued tile are written (or the hop after LIST).
         with m.If(phase == WAIT):
             with m.If(~in_tiles):
-                with m.If(masked & key):
+                with m.If(split):
+                    with m.If(cnt == 0):            # no unselected block
+                        m.d.sync += phase.eq(NORM)
+                        m.d.comb += ns.start.eq(1)
+                    with m.Else():
+                        start_tiles(1)
+                with m.Elif(masked & key):
                     m.d.sync += phase.eq(SMAX)      # the logits of the full pass are kept
                     m.d.comb += feed.start.eq(1)
                 with m.Else():
                     start_tiles(0)
-            with m.Elif(tr.idle):
+            with m.Elif(tr.idle & (~(split & masked) | rcp.done)):
                 m.d.sync += in_tiles.eq(0)
                 with m.If(tr.pv):
                     m.d.sync += phase.eq(NORM)
@@ -378,18 +405,31 @@ class AttentionEngine(wiring.Component):
                 with m.Else():
                     start_tiles(1)
 
+        # Where every row's largest logit lies in a selected block, the masked softmax equals
+        # the full one on the selected keys: PV of the selected tiles gives O_sel, the
+        # unselected tiles are added for O_full. Elsewhere the second, masked pass.
+        fixup = Signal()
+        m.d.comb += fixup.eq(Cat(*[(i < rows) & ((feed.max_blocks[i] & sel.mask) == 0)
+                                   for i in range(bq)]).any())
         with m.If((phase == SEL) & sel.done):
-            start_tiles(1)
+            with m.If(fixup):
+                start_tiles(1)
+            with m.Else():
+                m.d.sync += [split.eq(1), masked.eq(1), start_list()]
+                m.d.comb += rcp.start.eq(1)
 
         with m.If(phase == NORM):
             with m.If(~ns.busy):
-                with m.If(full & key):
+                with m.If(full & key & ~unsel):
                     m.d.sync += [masked.eq(1), start_list()]
+                with m.Elif(split & masked):
+                    m.d.sync += [masked.eq(0), unsel.eq(1), start_list()]
                 with m.Elif(base_i + bq >= n_tok):
                     m.d.sync += [phase.eq(IDLE), run.eq(0)]
                 with m.Else():
                     m.d.sync += [qb.eq(qb + 1), base_i.eq(base_i + bq), masked.eq(~key),
-                                 start_list()]
+                                 split.eq(0), unsel.eq(0), start_list()]
         return {"run": run, "phase": phase, "key": key, "masked": masked, "full": full,
+                "split": split, "unsel": unsel,
                 "slot": slot, "theta": theta, "base_i": base_i, "rows": rows, "sel_j": sel_j,
                 "sel_len": sel_len, "cnt": cnt}

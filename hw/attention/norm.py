@@ -26,6 +26,10 @@ class NormStage(wiring.Component):
       masked pass (``masked & key``) the residual ``R = O_full - O_sel`` goes to the slot's
       residual cache at ``slot * n_max * head_dim + i * head_dim + d``, from the ``O_full``
       read back;
+    * a key step taking ``O_sel`` from its full pass (``split``): first the selected tiles'
+      sums (``masked & split``), ``R = -O_sel`` into the cache; then, once the unselected
+      tiles have been added, ``O_full`` (``unsel``, with ``full``), written, and ``R +
+      O_full`` into the cache;
     * reuse steps (``~full``, ``~key``): ``O_sel + R``, from the slot's cache.
 
     ``start`` (a pulse) begins the block; ``busy`` stays high until the last write. Latency
@@ -38,7 +42,7 @@ class NormStage(wiring.Component):
 
     Members
     -------
-    start, full, key, masked : In(1)
+    start, full, key, masked, split, unsel : In(1)
     base_i, rows, slot : In
     y_addr : Out, y_data : In(data.ArrayLayout(data.ArrayLayout(signed(acc_bits), m_tile),
         n_arrays))
@@ -62,6 +66,8 @@ class NormStage(wiring.Component):
             "full": In(1),
             "key": In(1),
             "masked": In(1),
+            "split": In(1),
+            "unsel": In(1),
             "base_i": In(range(ag.n_max + cfg.block_q + 1)),
             "rows": In(range(cfg.block_q + 1)),
             "slot": In(uwidth(cfg.attn_slots)),
@@ -120,8 +126,9 @@ class NormStage(wiring.Component):
                      self.o_waddr.eq(oa3), self.r_waddr.eq(res_base + oa3),
                      self.o_we.eq(n_out.valid & (full | ~key)),
                      self.o_wdata.eq(Mux(full, o_new, o_new + self.r_rdata)),
-                     self.r_we.eq(n_out.valid & self.masked & key),
-                     self.r_wdata.eq(self.o_rdata - o_new),
+                     self.r_we.eq(n_out.valid & (self.masked | self.unsel) & key),
+                     self.r_wdata.eq(Mux(self.unsel, self.r_rdata + o_new,
+                                         Mux(self.split, -o_new, self.o_rdata - o_new))),
                      self.busy.eq(n_on | v1 | v2 | n_out.valid)]
         with m.If(n_on):
             m.d.sync += [n_oaddr.eq(n_oaddr + 1), n_d.eq(n_d + 1),

@@ -4,7 +4,7 @@ accumulators into ``SoftmaxUnit``, and its outputs into P words, block sums and 
 Ref: ``golden/ATTENTION.md`` (group format, block mass); ``dstar.hw.softmax.SoftmaxUnit``.
 """
 
-from amaranth import Array, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -31,7 +31,10 @@ class SoftmaxFeed(wiring.Component):
       L)``); with the row's ``(r, L)`` (``i_sum``) and ``full``, its share ``(b * r) >> L``
       (16-bit, truncating) is added to the block masses ``mass``;
     * ``(r, L)`` of every row, looked up combinationally by ``norm_row`` on ``norm_r`` /
-      ``norm_big_l`` for the normalization.
+      ``norm_big_l`` for the normalization;
+    * per row its block sums ``b_rows`` (as they were when its ``(r, L)`` arrived) and
+      ``max_blocks``, the blocks (bit ``J``) holding the row's largest streamed logit, for a key
+      step's choice between taking ``O_sel`` from the full pass and a second pass.
 
     ``start`` (a pulse) begins a query block (the masses restart at zero when ``full``);
     ``done`` is high once every row's ``(r, L)`` has arrived and the feeder is idle. ``i_p``
@@ -56,6 +59,8 @@ class SoftmaxFeed(wiring.Component):
         To and from ``SoftmaxUnit``.
     p_we : Out(1), p_addr : Out, p_data : Out(p_word_layout)
     mass : Out(data.ArrayLayout(unsigned(mass_bits), nkb))
+    b_rows : Out(data.ArrayLayout(data.ArrayLayout(unsigned(b_bits), nkb), block_q))
+    max_blocks : Out(data.ArrayLayout(unsigned(nkb), block_q))
     norm_row : In(range(block_q)), norm_r : Out, norm_big_l : Out
     done : Out(1)
     """
@@ -88,6 +93,8 @@ class SoftmaxFeed(wiring.Component):
             "p_addr": Out(uwidth(ag.p_depth)),
             "p_data": Out(p_word_layout(ag)),
             "mass": Out(data.ArrayLayout(unsigned(ag.mass_bits), ag.nkb)),
+            "b_rows": Out(data.ArrayLayout(data.ArrayLayout(unsigned(ag.b_bits), ag.nkb), bq)),
+            "max_blocks": Out(data.ArrayLayout(unsigned(ag.nkb), bq)),
             "norm_row": In(range(bq)),
             "norm_r": Out(sum_l.members["r"]),
             "norm_big_l": Out(sum_l.members["big_l"]),
@@ -152,6 +159,7 @@ class SoftmaxFeed(wiring.Component):
                              f_col.eq(Mux(f_col == mt - 1, 0, f_col + 1))]
                 with m.If(f_col == mt - 1):
                     m.d.sync += f_a.eq(Mux(f_a == n_arr - 1, 0, f_a + 1))
+        self._max_flags(m, take, row_end, f_row, f_li, f_off)
         m.d.sync += f_have.eq(f_on & ~(take & row_end & (f_row + 1 == rows)))
         with m.If(self.o_row.valid & self.o_row.ready):
             m.d.sync += f_hdr.eq(0)
@@ -165,6 +173,31 @@ class SoftmaxFeed(wiring.Component):
                                                      for a in range(n_arr))[f_a])]
         return [f_on.eq(1), f_hdr.eq(1), f_row.eq(0), f_li.eq(0), f_off.eq(0), f_kc.eq(kc0),
                 f_a.eq(0), f_col.eq(0)]
+
+    def _max_flags(self, m, take, row_end, f_row, f_li, f_off):
+        """``max_blocks``: per row the blocks where its running maximum was attained."""
+        ag = self._ag
+        nkb = ag.nkb
+        s = self.o_logit.payload.s
+        cur_max = Signal.like(s)
+        cur = Signal(nkb)
+        nxt = Signal(nkb)
+        here = Signal(nkb)
+        m.d.comb += here.eq(Const(1, nkb) << self.sel_j[f_li])
+        first = (f_li == 0) & (f_off == 0)
+        with m.If(first | (s > cur_max)):
+            m.d.comb += nxt.eq(here)
+        with m.Elif(s == cur_max):
+            m.d.comb += nxt.eq(cur | here)
+        with m.Else():
+            m.d.comb += nxt.eq(cur)
+        with m.If(take):
+            m.d.sync += [cur.eq(nxt), cur_max.eq(Mux(first | (s > cur_max), s, cur_max))]
+            with m.If(row_end):
+                with m.Switch(f_row):
+                    for i in range(self._ag.cfg.block_q):
+                        with m.Case(i):
+                            m.d.sync += self.max_blocks[i].eq(nxt)
 
     def _collect(self, m) -> Signal:
         """P words, block sums, ``(r, L)`` per row and block masses; returns the count of rows
@@ -234,6 +267,11 @@ class SoftmaxFeed(wiring.Component):
                         # q = (b * r) >> L, the row's share of block j (truncating).
                         share = (b_sum[k][j] * rsum) >> lsum
                         m.d.sync += b_sum[k][j].eq(0)
+                        with m.Switch(s_row):
+                            for i in range(bq):
+                                if i % 2 == k:
+                                    with m.Case(i):
+                                        m.d.sync += self.b_rows[i][j].eq(b_sum[k][j])
                         with m.If(self.full):
                             m.d.sync += mass[j].eq(mass[j] + share[:ag.share_bits])
         with m.If(self.start):

@@ -70,7 +70,8 @@ class TileRunner(wiring.Component):
     Tile order: QK^T, per selected block its chunks of ``block_cols`` keys; PV, per column pass
     of ``block_cols`` outputs the selected blocks. QK^T writes the logits at ``i * n_kc + kc``
     of the accumulators (overwriting), PV sums into ``pv_base + i * n_cp + cp`` (the block's
-    first selected tile overwrites).
+    first listed tile overwrites, unless ``accumulate``: then every tile adds to the sums a
+    previous PV phase left).
 
     ``start`` (a pulse; ``start_pv`` the kind) resets the walk; tiles then run while
     ``active``, over the selected blocks ``sel_j[0 .. n_sel - 1]`` (ascending, lengths
@@ -91,7 +92,7 @@ class TileRunner(wiring.Component):
 
     Members
     -------
-    start, start_pv, active : In(1)
+    start, start_pv, accumulate, active : In(1)
     sel_j, sel_len : In(block_list_layouts(ag)), n_sel : In(range(nkb + 1))
         The selected key blocks, ascending, and their lengths.
     base_i : In(range(n_max + block_q + 1)), rows : In(range(block_q + 1))
@@ -117,6 +118,7 @@ class TileRunner(wiring.Component):
         super().__init__({
             "start": In(1),
             "start_pv": In(1),
+            "accumulate": In(1),
             "active": In(1),
             "sel_j": In(sel_j_l),
             "sel_len": In(sel_len_l),
@@ -224,7 +226,7 @@ class TileRunner(wiring.Component):
             tok.mask.eq((1 << g) - 1),
             tok.meta.y_addr.eq(Mux(pv, ag.pv_base + o_i * ag.n_cp + xw.cp,
                                    o_i * ag.n_kc + xw.kc)),
-            tok.meta.overwrite.eq(~pv | (xw.li == 0)),
+            tok.meta.overwrite.eq(~pv | (xw.li == 0) & ~self.accumulate),
             tok.meta.last.eq(o_i == rows - 1),
         ]
         with m.If(x_go):

@@ -18,10 +18,11 @@ from dstar.golden.attention import (
     quantize_per_head,
     quantize_per_token,
     reuse_step_head,
+    second_pass_blocks,
     select_blocks,
     theta_fixed,
 )
-from dstar.golden.softmax import logit_multiplier, softmax_exp
+from dstar.golden.softmax import logit_multiplier, normalize, softmax_exp
 
 
 # ----- independent reference of one head (Python ints) -----
@@ -178,6 +179,29 @@ def test_residual_algebra_exact():
     assert np.array_equal(res["o_sel"], sel)
     out = reuse_step_head(qi, ki, vi, m, sh, res["mask"], res["r"], block_q=8, block_k=8)
     assert np.array_equal(out, res["o_full"])               # unchanged inputs: exact
+
+
+def test_one_pass_o_sel_where_no_row_max_is_outside_the_mask():
+    """The engine's one PV pass: where ``second_pass_blocks`` is false, the full softmax's
+    applied weights on the selected keys, normalized by their own sum, are ``O_sel`` exactly;
+    the flagged blocks are the ones where that fails (so the second pass is needed there).
+    Key blocks hold whole exponent groups, as in the engine."""
+    rng = np.random.default_rng(12)
+    kw = dict(block_q=8, block_k=8, group=8)
+    bq = 8
+    qi, ki, vi, m, sh, _ = int_head(*rand_head(rng, 48, 16, std=2.5, lead=(6,)))
+    res = key_step_head(qi, ki, vi, m, sh, theta=0.6, **kw)
+    _, w, _ = attention_head(qi, ki, vi, m, sh, None, **kw)
+    sel = expand_mask(res["mask"], 48, 48, bq, bq)
+    w_sel = np.where(sel, w, 0)
+    l_sel = w_sel.sum(axis=-1)
+    one_pass = normalize(w_sel @ vi, np.maximum(l_sel, 1))
+    s = qi @ np.swapaxes(ki, -1, -2)
+    flagged = second_pass_blocks(s, ~sel, bq)
+    assert np.array_equal(flagged, res["fixup"]) and flagged.any() and not flagged.all()
+    rows = np.repeat(flagged, bq, axis=-1)[..., :48]
+    assert np.array_equal(one_pass[~rows], res["o_sel"][~rows])
+    assert not np.array_equal(one_pass[rows], res["o_sel"][rows])
 
 
 def test_theta_one_is_dense():

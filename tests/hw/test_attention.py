@@ -58,7 +58,7 @@ def check(cfg, calls, expected):
     outs = run_calls(cfg, calls)
     for i, (c, e, o) in enumerate(zip(calls, expected, outs, strict=True)):
         n = e["o"].shape[0]
-        want = predict(cfg, n, e["mask"], e["key"], c["theta_q"]).counters()
+        want = predict(cfg, n, e["mask"], e["key"], c["theta_q"], e["fixup"]).counters()
         assert o.key == e["key"], f"call {i}: key"
         assert np.array_equal(o.o, e["o"]), f"call {i}: O differs in {(o.o != e['o']).sum()}"
         assert np.array_equal(o.res, e["r"]), f"call {i}: residual differs"

@@ -33,10 +33,10 @@ def int_calls(cfg, steps, theta, refresh, slot=0):
         key = i == 0 or (refresh > 0 and i % refresh == 0)
         if key:
             res = key_step_head(q, k, v, m, sh, theta=theta, **kw)
-            mask, r, o = res["mask"], res["r"], res["o_full"]
+            mask, r, o, fixup = res["mask"], res["r"], res["o_full"], res["fixup"]
         else:
-            o = reuse_step_head(q, k, v, m, sh, mask, r, **kw)
-        exp.append({"key": key, "o": o, "r": r, "mask": mask})
+            o, fixup = reuse_step_head(q, k, v, m, sh, mask, r, **kw), None
+        exp.append({"key": key, "o": o, "r": r, "mask": mask, "fixup": fixup})
     calls = [{"q": q, "k": k, "v": v, "m": m, "sh": sh, "slot": slot,
               "theta_q": theta_fixed(theta), "refresh": refresh}
              for q, k, v, m, sh in steps]
@@ -101,8 +101,8 @@ def icarus_case(cfg, calls, exp):
         "keys": np.array([e["key"] for e in exp], dtype=np.int64),
         "o": np.stack([e["o"] for e in exp]), "r": np.stack([e["r"] for e in exp]),
         "mask": np.stack([e["mask"] for e in exp]),
-        "counters": np.array([list(predict(cfg, n, e["mask"], e["key"], tq).counters().values())
-                              for e in exp], dtype=np.int64),
+        "counters": np.array([list(predict(cfg, n, e["mask"], e["key"], tq, e["fixup"])
+                                   .counters().values()) for e in exp], dtype=np.int64),
     }
 
 
