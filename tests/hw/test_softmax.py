@@ -6,6 +6,7 @@ stalls, every handshake at the cycle model's cycle."""
 
 import numpy as np
 import pytest
+from amaranth.lib import data
 
 from dstar.config import preset
 from dstar.golden.softmax import normalize, reciprocal
@@ -43,7 +44,9 @@ class PysimIO:
     def payload(self, stream):
         sig = self._s(stream).payload
         v = self.ctx.get(sig)
-        return {name: int(getattr(v, name)) for name, _ in sig.shape()}
+        return {name: [int(x) for x in getattr(v, name)]
+                if isinstance(field.shape, data.ArrayLayout) else int(getattr(v, name))
+                for name, field in sig.shape()}
 
     async def settle(self):
         pass                                # ctx.get returns settled values
@@ -59,7 +62,8 @@ def run_unit(cfg, rows, m, sh, *, max_row=None, logit_bits=None, n_hdr=None, p_v
     out = []
 
     async def bench(ctx):
-        out.append(await run_rows(PysimIO(ctx, dut), rows, m, sh, dut.max_row, n_hdr=n_hdr,
+        out.append(await run_rows(PysimIO(ctx, dut), rows, m, sh, dut.max_row, lanes=dut.lanes,
+                                  pad=(1 << (dut.logit_bits - 1)) - 1, n_hdr=n_hdr,
                                   p_valid=p_valid, p_ready=p_ready, seed=seed))
 
     simulate(dut, bench)
@@ -73,7 +77,8 @@ def fmt(cfg):
 
 def assert_unit(cfg, rows, m, sh, *, p_valid=1.0, p_ready=1.0, **kw):
     res = run_unit(cfg, rows, m, sh, p_valid=p_valid, p_ready=p_ready, **kw)
-    sched = schedule([len(r) for r in rows]) if p_valid == 1.0 and p_ready == 1.0 else None
+    sched = schedule([len(r) for r in rows], cfg.softmax_lanes) \
+        if p_valid == 1.0 and p_ready == 1.0 else None
     fails = check(res, rows, m, sh, *fmt(cfg), sched)
     assert not fails, "\n".join(fails[:8])
     return res
