@@ -148,8 +148,8 @@ class SoftmaxUnit(wiring.Component):
     * ``P > 1``: ``max(W + 2, D + 1, (W + 8) / 2)`` cycles per row: the loader takes ``W + 2``
       per row, the divider ``D + 1``, and a memory half is free again once its row's ``l`` went
       to the divider (``W + 8`` cycles after the hand-off). So a 16-row block of 256 keys
-      takes about ``16 * (256 / P + 2)`` cycles and rows of ``n >= 4P`` are never held by the
-      divider (``P = 4``: ``D = 5``).
+      takes about ``16 * (256 / P + 2)`` cycles, and for ``P <= 8`` rows of 16 keys or more
+      are never held by the divider (``D + 1 <= W + 2``; ``P = 4``: ``D = 5``).
 
     Back-pressure: every stream is valid/ready, no beat is dropped or duplicated. ``o_p.ready``
     low freezes the exponent pipeline (the memory read port holds its data); ``o_sum.ready`` low
