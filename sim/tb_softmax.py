@@ -2,15 +2,16 @@
 
 ``run_rows`` drives rows through the unit's four streams through a small I/O adapter (the
 Amaranth-simulator one is in ``tests/hw/test_softmax.py``, the cocotb one is ``CocotbIO``),
-with optional random valid gaps and random ready, checks the stream rules on the outputs (a
-valid beat stays valid and unchanged until taken) and records every handshake's cycle.
+``lanes`` keys per beat, with optional random valid gaps and random ready, checks the stream
+rules on the outputs (a valid beat stays valid and unchanged until taken) and records every
+handshake's cycle.
 
 The cocotb test reads everything from files named by environment variables set by
 ``tests/hw/test_softmax_icarus.py``: ``DSTAR_SOFTMAX_PARAMS`` (JSON: the payload fields' offsets
-and widths in the flat Verilog vectors) and ``DSTAR_SOFTMAX_CASES`` (``.npz``: per case the rows,
-their multipliers and the stall probabilities; the golden mantissas, shifts, ``l``, ``r``, ``L``
-and the cycle model's schedule are computed here). Each case runs on a freshly reset design;
-integers are compared with equality.
+and widths in the flat Verilog vectors, the unit's lanes) and ``DSTAR_SOFTMAX_CASES`` (``.npz``:
+per case the rows, their multipliers and the stall probabilities; the golden mantissas, shifts,
+``l``, ``r``, ``L`` and the cycle model's schedule are computed here). Each case runs on a
+freshly reset design; integers are compared with equality.
 """
 
 import random

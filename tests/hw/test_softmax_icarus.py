@@ -1,8 +1,8 @@
 """cocotb on Icarus: the generated Verilog of ``dstar.hw.softmax.SoftmaxUnit`` against the golden
 softmax (mantissas, group shifts, ``l``, ``r``, ``L``) on random, real, equal, extreme,
 one-element and maximum-length rows, rows whose groups have different and clamped exponents and
-short last groups, and with ``e_max = 0``, with and without random valid gaps and back-pressure;
-with no stalls every handshake is at the cycle model's cycle.
+short last groups, with ``e_max = 0`` and with four keys per beat, with and without random valid
+gaps and back-pressure; with no stalls every handshake is at the cycle model's cycle.
 
 The cases (rows, multipliers, stall probabilities) of ``tests/hw/cases/softmax.py`` are written
 here to an ``.npz`` and the payload field offsets to a JSON file; ``sim/tb_softmax.py`` drives
