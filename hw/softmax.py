@@ -360,11 +360,12 @@ class SoftmaxUnit(wiring.Component):
             ]
         return xs
 
-    def _mantissas(self, m, xs_lanes, e_g) -> list:
-        """Each lane's ``p`` (combinational) from its ``x`` and the word's group exponent."""
+    def _mantissas(self, m, xs_lanes, luts, e_g) -> list:
+        """Each lane's ``p`` (combinational) from its ``x`` (through its LUT read port ``luts``)
+        and the word's group exponent."""
         frac, e_max, lanes = self.frac_bits, self._cfg.e_max, self._geo.lanes
         out = []
-        for j, (xs, lut_rd) in enumerate(zip(xs_lanes, self._luts, strict=True)):
+        for j, (xs, lut_rd) in enumerate(zip(xs_lanes, luts, strict=True)):
             sfx = _sfx(j, lanes)
             k_off = Signal(range(e_max + 10), name=f"k_off{sfx}")   # xi - e_g >= 0: the key
             m.d.comb += [lut_rd.addr.eq(xs[:frac]), k_off.eq(xs[frac:] - e_g)]  # <= Gmax
@@ -401,7 +402,6 @@ class SoftmaxUnit(wiring.Component):
         wpg = g_n // lanes
         ng_max = -(-sg.max_row // g_n)
         rd, grd = mems["rd"], mems["grd"]
-        self._luts = mems["lut_rd"]
         sets = self._row_sets()
         b_bank = Signal()
         b_nw = Signal(range(nw_max + 1))
@@ -448,7 +448,7 @@ class SoftmaxUnit(wiring.Component):
             # x_g only matters up to E * 2**F: e_g = min(x_g >> F, E).
             m.d.comb += e_g.eq(self._x_stages(m, adv, row, grd.data, e_max << frac,
                                               "_g")[frac:])
-        p_new = self._mantissas(m, xs, e_g)
+        p_new = self._mantissas(m, xs, mems["lut_rd"], e_g)
         o_tag = Signal()                    # the row set of the word in the o_p register
         chains = [valid, last] + ([tag] if tag else []) + ([rem] if lanes > 1 else [])
         with m.If(adv):
