@@ -116,6 +116,7 @@ class Config:
     attn_out_frac_bits: int = _hw(8)  # fraction bits of the integer attention output
     head_dim: int = _hw(32)     # Dh of the attention engine (the bundled DiT: 128 hidden / 4 heads)
     attn_slots: int = _hw(4)    # layer/head slots of the attention engine (step counter, mask, R)
+    softmax_lanes: int = _hw(1)  # keys per cycle of the softmax unit (power of two dividing group)
     # --- workload run (dstar analyze) ---
     workload: Workload = Workload.DIGITS  # the bundled DiT that runs (Workload)
     steps: int = 50             # DDIM steps
@@ -187,6 +188,10 @@ class Config:
         self._range("attn_out_frac_bits", 0, 8)
         self._range("head_dim", 1, 128)      # the 23-bit logit / 24-bit PV widths assume <= 128
         self._range("attn_slots", 1, 4096)
+        p = self.softmax_lanes
+        if p < 1 or p & (p - 1) or self.group % p:
+            raise ConfigError(f"softmax_lanes must be a power of two dividing group={self.group}, "
+                              f"got {p!r}")
         self._range("steps", 1, 1000)
         self._range("samples", 1, 10000)
         if self.cfg_scale < 1.0:

@@ -138,6 +138,7 @@ def attention_manifest(cfg, top=None) -> dict:
         "verilog": f"{ATTN_TOP_NAME}.v",
         "config": cfg.hardware(),
         "geometry": top.geometry.to_dict(),
+        "softmax": top.geometry.softmax.to_dict(),
         "ports": _ports(top),
         "layouts": _layouts(top.layouts()),
         "addresses": {

@@ -287,7 +287,8 @@ class SoftmaxGeometry:
     """Sizes and latencies of ``dstar.hw.softmax.SoftmaxUnit`` and ``Normalizer``:
     ``logit_bits`` (signed logits), ``max_row`` (longest row, ``cfg.max_tokens`` unless given)
     and ``acc_bits`` (the normalizer's accumulators, ``bits_signed(128 * 255 * 2**e_max *
-    max_row)`` unless given)."""
+    max_row)`` unless given); ``lanes`` (``P = cfg.softmax_lanes``, keys per beat) sets the
+    words of a row, the divider's quotient bits per cycle and whether rows overlap."""
     cfg: Config
     logit_bits: int = LOGIT_BITS
     max_row: int | None = None
@@ -296,8 +297,10 @@ class SoftmaxGeometry:
     #: Registers from the exponent pass's memory read to ``o_p``: read (2), ``Smax - S``,
     #: ``d * m``, coarse shift, fine shift and saturation, LUT.
     EXP_STAGES: ClassVar[int] = 7
-    #: Restoring divider: one quotient bit of ``r`` per cycle.
+    #: Restoring divider: quotient bits of ``r`` (one per cycle with one lane).
     DIV_CYCLES: ClassVar[int] = RECIP_BITS + 1
+    #: Most quotient bits per cycle (more would need ``L`` above 8, see ``div_bits``).
+    DIV_BITS_MAX: ClassVar[int] = 8
     #: Normalizer stages (product register, output register).
     NORM_STAGES: ClassVar[int] = 2
     P_BITS: ClassVar[int] = 8
@@ -327,9 +330,38 @@ class SoftmaxGeometry:
         """A normalized output ``O``: holds ``|acc| <= 128 * l`` (INT8 V)."""
         return bits_signed(128 << self.cfg.attn_out_frac_bits)
 
+    @property
+    def lanes(self) -> int:
+        """``P``: keys per ``i_logit`` / ``o_p`` beat (``cfg.softmax_lanes``)."""
+        return self.cfg.softmax_lanes
+
+    @property
+    def row_words(self) -> int:
+        """Beats (memory words of ``P`` logits) of the longest row."""
+        return -(-self.max_row // self.lanes)
+
+    @property
+    def overlap(self) -> bool:
+        """Rows follow each other through the exponent pass without draining it (``P > 1``;
+        with one lane the unit keeps the schedule the engine's cycle model assumes)."""
+        return self.lanes > 1
+
+    @property
+    def div_bits(self) -> int:
+        """Quotient bits per divider cycle: ``min(P, 8)``. The ``div_bits * div_steps - 17``
+        leading trials that give no quotient bit need ``L >= div_bits * div_steps - 16``, which
+        ``l >= 255`` gives up to 8."""
+        return min(self.lanes, self.DIV_BITS_MAX)
+
+    @property
+    def div_steps(self) -> int:
+        """Divider cycles per row: ``ceil(17 / div_bits)``."""
+        return -(-self.DIV_CYCLES // self.div_bits)
+
     def to_dict(self) -> dict:
-        names = ["logit_bits", "max_row", "acc_bits", "sum_bits", "out_bits", "EXP_STAGES",
-                 "DIV_CYCLES", "NORM_STAGES"]
+        names = ["logit_bits", "max_row", "acc_bits", "sum_bits", "out_bits", "lanes",
+                 "row_words", "div_bits", "div_steps", "EXP_STAGES", "DIV_CYCLES",
+                 "NORM_STAGES"]
         return {n: getattr(self, n) for n in names}
 
 
@@ -357,6 +389,9 @@ class AttentionGeometry:
     def __post_init__(self):
         cfg, lin = self.cfg, self.lin
         g, dh, bc = cfg.group, cfg.head_dim, self.block_cols
+        if cfg.softmax_lanes != 1:
+            raise ConfigError(f"softmax_lanes={cfg.softmax_lanes}: the attention engine's "
+                              f"softmax feeder streams one logit per beat (softmax_lanes = 1)")
         if dh % g:
             raise ConfigError(f"head_dim={dh} must be a multiple of group={g} (Q rows run as "
                               f"whole lane groups)")

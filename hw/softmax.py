@@ -6,7 +6,7 @@ Ref: dstar-spec.md section 4 (fixed-point softmax); the bit-exact contract is
 ``dstar.golden.softmax.normalize``; ``golden/ATTENTION.md`` restates it with widths.
 """
 
-from amaranth import Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -21,7 +21,7 @@ __all__ = ["row_cmd_layout", "logit_layout", "prob_layout", "row_sum_layout", "n
 
 MANT_BITS, SH_BITS = SoftmaxGeometry.MANT_BITS, SoftmaxGeometry.SH_BITS
 P_BITS, R_BITS = SoftmaxGeometry.P_BITS, SoftmaxGeometry.R_BITS
-EXP_STAGES, DIV_CYCLES = SoftmaxGeometry.EXP_STAGES, SoftmaxGeometry.DIV_CYCLES
+EXP_STAGES = SoftmaxGeometry.EXP_STAGES
 
 
 def row_cmd_layout(max_row: int) -> data.StructLayout:
@@ -34,17 +34,18 @@ def row_cmd_layout(max_row: int) -> data.StructLayout:
     })
 
 
-def logit_layout(logit_bits: int) -> data.StructLayout:
-    """One integer logit ``S``."""
-    return data.StructLayout({"s": signed(logit_bits)})
+def logit_layout(logit_bits: int, lanes: int = 1) -> data.StructLayout:
+    """The integer logits ``S`` of ``lanes`` consecutive keys of a row (``s[0]`` first)."""
+    return data.StructLayout({"s": data.ArrayLayout(signed(logit_bits), lanes)})
 
 
-def prob_layout(shift_bits: int) -> data.StructLayout:
-    """One unnormalized probability in group format: the 8-bit mantissa ``p`` (``0 .. 255``)
-    and its group's ``shift = e_max - e_g`` (``shift_bits = Config.shift_bits`` wide), the
-    applied weight being ``p << shift``; ``last``: the row's last key."""
-    return data.StructLayout({"p": unsigned(P_BITS), "shift": unsigned(shift_bits),
-                              "last": unsigned(1)})
+def prob_layout(shift_bits: int, lanes: int = 1) -> data.StructLayout:
+    """The unnormalized probabilities of ``lanes`` consecutive keys of one group in group
+    format: the 8-bit mantissas ``p`` (``0 .. 255``, ``p[0]`` first) and the group's ``shift =
+    e_max - e_g`` (``shift_bits = Config.shift_bits`` wide), the applied weights being ``p <<
+    shift``; ``last``: the row's last beat."""
+    return data.StructLayout({"p": data.ArrayLayout(unsigned(P_BITS), lanes),
+                              "shift": unsigned(shift_bits), "last": unsigned(1)})
 
 
 def row_sum_layout(max_row: int, e_max: int) -> data.StructLayout:
@@ -82,49 +83,80 @@ def _bit_length(m: Module, v, width: int, name: str) -> Signal:
     return out
 
 
+def _max_tree(vals):
+    """Signed maximum of ``vals`` (a balanced tree of comparisons)."""
+    while len(vals) > 1:
+        pairs = [Mux(a > b, a, b) for a, b in zip(vals[::2], vals[1::2], strict=False)]
+        vals = pairs + vals[2 * len(pairs):]
+    return vals[0]
+
+
+def _sfx(j: int, lanes: int) -> str:
+    """Name suffix of lane ``j``'s copy (none with one lane)."""
+    return "" if lanes == 1 else f"_{j}"
+
+
 class SoftmaxUnit(wiring.Component):
-    """Fixed-point softmax of integer logit rows in DSTAR's group format: per row, each key's
-    8-bit mantissa ``p`` with its group's shift, in key order, then the integer sum ``l`` and
-    the reciprocal ``(r, L)`` of the deferred normalization, bit-exact with
-    ``golden.softmax.softmax_groups`` and ``golden.softmax.reciprocal`` (every streamed key is
-    a valid key; the groups are ``G = cfg.group`` consecutive streamed keys, the row's last
-    group possibly shorter; ``E = cfg.e_max``).
+    """Fixed-point softmax of integer logit rows in DSTAR's group format, ``P =
+    cfg.softmax_lanes`` keys per cycle: per row, the keys' 8-bit mantissas ``p`` with their
+    group's shift, in key order, then the integer sum ``l`` and the reciprocal ``(r, L)`` of
+    the deferred normalization, bit-exact with ``golden.softmax.softmax_groups`` and
+    ``golden.softmax.reciprocal`` (every streamed key is a valid key; the groups are ``G =
+    cfg.group`` consecutive streamed keys, the row's last group possibly shorter; ``E =
+    cfg.e_max``).
 
-    A row is a header on ``i_row`` (``m``, ``sh``, ``n``) and then ``n`` logits on ``i_logit``,
-    one per beat. Three processes, each with its own registers, work on consecutive rows:
+    A row is a header on ``i_row`` (``m``, ``sh``, ``n``) and then ``W = ceil(n / P)`` beats on
+    ``i_logit``, each the logits of ``P`` consecutive keys; the last beat's lanes from ``n -
+    (W - 1) * P`` on are ignored. An ``o_p`` beat holds the mantissas of ``P`` consecutive
+    keys, which share one group (``P`` divides ``G``), and that group's shift; lanes past the
+    row's end carry ``p = 0``; ``last`` marks the row's last beat. Three processes, each with
+    its own registers, work on consecutive rows:
 
-    * the *loader* takes the header, then writes the ``n`` logits into one half of a
-      ``2 * max_row``-word memory (ping-pong) while tracking the row max ``Smax`` and, into one
-      half of a ``2 * ceil(max_row / G)``-word memory beside it, each group's max ``Gmax``;
-    * the *exponent pass* reads the row back, one key per cycle, through a 7-stage pipeline:
-      memory read (two registers); ``d = Smax - S``; ``d * m``; ``x = (d*m + 2**(sh-1)) >> sh``
-      (round half up, ``d*m`` for ``sh = 0``; a coarse and a fine shift stage) saturated at
-      ``(E + 9) * 2**F``; ``p = (LUT[f] + 2**(k+7)) >> (k+8)`` with ``k = xi - e_g`` (0 for
-      ``k >= 9``) into the ``o_p`` register; ``l`` adds each ``p << (E - e_g)`` the cycle
-      after. Alongside each key, a copy of stages 1-6 (the group-max memory's read port, its
-      own multiplier) runs the key's group max ``Gmax``: ``x`` of the group's largest key is the
-      group's smallest (``x`` is non-decreasing in ``d``), so ``e_g = min(x_g >> F, E)``
-      (``x_g`` saturated at ``E * 2**F``). With ``E = 0`` every ``e_g`` is 0 and neither the
-      group-max memory nor the copy exist;
-    * the *divider* takes ``l`` and runs a 17-step restoring division of ``2**(L+16) - 1`` by
-      ``l`` (one quotient bit per cycle), then offers ``(l, r, L)`` on ``o_sum``.
+    * the *loader* takes the header, then writes the ``W`` beats into one half of a ``2 *
+      ceil(max_row / P)``-word memory of ``P`` logits (ping-pong) while tracking the row max
+      ``Smax`` and, into one half of a ``2 * ceil(max_row / G)``-word memory beside it, each
+      group's max ``Gmax``;
+    * the *exponent pass* reads the row back, one word per cycle, through a 7-stage pipeline
+      with a copy per lane: memory read (two registers); ``d = Smax - S``; ``d * m``; ``x =
+      (d*m + 2**(sh-1)) >> sh`` (round half up, ``d*m`` for ``sh = 0``; a coarse and a fine
+      shift stage) saturated at ``(E + 9) * 2**F``; ``p = (LUT[f] + 2**(k+7)) >> (k+8)`` with
+      ``k = xi - e_g`` (0 for ``k >= 9``) into the ``o_p`` register; ``l`` adds the beat's
+      ``sum(p) << (E - e_g)`` the cycle after. Alongside each word, one more copy of stages 1-6
+      (the group-max memory's read port, its own multiplier) runs the word's group max
+      ``Gmax``: ``x`` of the group's largest key is the group's smallest (``x`` is
+      non-decreasing in ``d``), so ``e_g = min(x_g >> F, E)`` (``x_g`` saturated at ``E *
+      2**F``). With ``E = 0`` every ``e_g`` is 0 and neither the group-max memory nor the copy
+      exist. With ``P > 1`` rows overlap in the pipeline: the exponent pass keeps two sets of
+      row registers (``Smax``, ``m``, ``sh``, ``l``; one per memory half) and each word carries
+      its set along; with ``P = 1`` it has one set and drains between rows;
+    * the *divider* takes ``l`` and runs a restoring division of ``2**(L+16) - 1`` by ``l``,
+      ``b = min(P, 8)`` quotient bits per cycle (``b`` chained trial subtractions) in ``D =
+      ceil(17 / b)`` cycles, then offers ``(l, r, L)`` on ``o_sum``; with ``P > 1`` it takes
+      the next ``l`` in the cycle ``o_sum`` is taken.
 
     The loader fills one half while the exponent pass reads the other, and the exponent pass of
     a row overlaps the division of the previous one.
 
     Timing with inputs always valid and outputs always ready (``dstar.sim.softmax_cycles`` is the
-    exact model; cycle 0 is the first header's beat): a lone row of ``n`` keys has its header
-    at 0, logits at ``1 .. n``, is handed to the exponent pass at ``n + 1``, gives ``p_j`` at
-    ``n + 9 + j`` and ``(l, r, L)`` at ``2n + 26`` (latency ``2n + 27`` cycles including the
-    header beat). Back to back, a row of ``n`` keys occupies the exponent pass ``n + 8`` cycles
-    and the divider 19, so the rows flow at ``max(n + 8, 19)`` cycles per row once the loader
-    (``n + 2`` per row) is ahead.
+    exact model; cycle 0 is the first header's beat): a lone row has its header at 0, beats at
+    ``1 .. W``, is handed to the exponent pass at ``W + 1``, gives beat ``j`` of ``p`` at ``W +
+    9 + j`` and ``(l, r, L)`` at ``2W + 9 + D`` (latency ``2W + 10 + D`` cycles including the
+    header beat; ``2n + 27`` for ``P = 1``). Back to back, rows of ``W`` beats flow at:
+
+    * ``P = 1``: ``max(n + 8, 19)`` cycles per row (the exponent pass holds a row ``n + 8``
+      cycles, the divider 19);
+    * ``P > 1``: ``max(W + 2, D + 1, (W + 8) / 2)`` cycles per row: the loader takes ``W + 2``
+      per row, the divider ``D + 1``, and a memory half is free again once its row's ``l`` went
+      to the divider (``W + 8`` cycles after the hand-off). So a 16-row block of 256 keys
+      takes about ``16 * (256 / P + 2)`` cycles, and for ``P <= 8`` rows of 16 keys or more
+      are never held by the divider (``D + 1 <= W + 2``; ``P = 4``: ``D = 5``).
 
     Back-pressure: every stream is valid/ready, no beat is dropped or duplicated. ``o_p.ready``
     low freezes the exponent pipeline (the memory read port holds its data); ``o_sum.ready`` low
-    holds the divider, which then holds the exponent pass at the end of its next row, which holds
-    the loader. No ready or valid output depends combinationally on any input. ``o_sum`` of a row
-    may be offered before its last ``p`` is taken (they are separate streams).
+    holds the divider, which then holds the finished ``l`` in its row set; a row is handed to the
+    exponent pass only when its set is free, which holds the loader. No ready or valid output
+    depends combinationally on any input. ``o_sum`` of a row may be offered before its last
+    ``p`` is taken (they are separate streams).
 
     Rounding and saturation: exactly those of ``dstar.golden.softmax`` (``x`` saturates at
     ``(E + 9) * 2**F``, where ``p`` is 0 either way as ``e_g <= E``; ``r`` is the exact
@@ -138,21 +170,23 @@ class SoftmaxUnit(wiring.Component):
     Parameters
     ----------
     cfg : Config
-        ``attn_frac_bits`` (``F``, LUT of ``2**F`` entries), ``group`` (``G``), ``e_max``
-        (``E``) and ``max_tokens`` (the default ``max_row``).
+        ``attn_frac_bits`` (``F``, LUT of ``2**F`` entries, one copy per lane), ``group``
+        (``G``), ``e_max`` (``E``), ``softmax_lanes`` (``P``) and ``max_tokens`` (the default
+        ``max_row``).
     logit_bits : int
         Width of the signed logits (23 for ``Dh <= 128``).
     max_row : int or None
-        Longest row (memory of ``2 * max_row`` logits); default ``cfg.max_tokens``.
+        Longest row (memory of ``2 * ceil(max_row / P)`` words); default ``cfg.max_tokens``.
 
     Members
     -------
     i_row : In(stream.Signature(row_cmd_layout(max_row)))
         Row headers.
-    i_logit : In(stream.Signature(logit_layout(logit_bits)))
-        Logits of the row, in key order.
-    o_p : Out(stream.Signature(prob_layout(cfg.shift_bits)))
-        Mantissas and their group's shift, in key order; ``last`` marks the row's last key.
+    i_logit : In(stream.Signature(logit_layout(logit_bits, P)))
+        Logits of the row, ``P`` per beat, in key order.
+    o_p : Out(stream.Signature(prob_layout(cfg.shift_bits, P)))
+        Mantissas (``P`` per beat) and their group's shift, in key order; ``last`` marks the
+        row's last beat.
     o_sum : Out(stream.Signature(row_sum_layout(max_row, cfg.e_max)))
         One beat per row: ``l`` (up to ``255 * 2**E * n``), ``r``, ``big_l``.
     """
@@ -172,8 +206,9 @@ class SoftmaxUnit(wiring.Component):
     def layouts(self) -> dict:
         """The payload layout of each stream member, by member name."""
         sg = self._geo
-        return {"i_row": row_cmd_layout(sg.max_row), "i_logit": logit_layout(sg.logit_bits),
-                "o_p": prob_layout(sg.cfg.shift_bits),
+        return {"i_row": row_cmd_layout(sg.max_row),
+                "i_logit": logit_layout(sg.logit_bits, sg.lanes),
+                "o_p": prob_layout(sg.cfg.shift_bits, sg.lanes),
                 "o_sum": row_sum_layout(sg.max_row, sg.cfg.e_max)}
 
     @property
@@ -189,6 +224,10 @@ class SoftmaxUnit(wiring.Component):
         return self._max_row
 
     @property
+    def lanes(self) -> int:
+        return self._geo.lanes
+
+    @property
     def frac_bits(self) -> int:
         return self._cfg.attn_frac_bits
 
@@ -197,18 +236,21 @@ class SoftmaxUnit(wiring.Component):
         mems = self._memories(m)
         ld = self._loader(m, mems)
         ex = self._exp_pass(m, mems, ld)
-        self._divider(m, ld, ex)
+        self._divider(m, ex)
         return m
 
     def _memories(self, m) -> dict:
-        """The ping-pong logit memory, the exponent LUT and (``e_max > 0``) the group maxima."""
-        n_max, w, frac = self._max_row, self._logit_bits, self.frac_bits
-        ng_max = -(-n_max // self._cfg.group)
-        m.submodules.logits = mem = Memory(shape=signed(w), depth=2 * n_max, init=[])
+        """The ping-pong logit memory, the exponent LUT (a read port per lane) and
+        (``e_max > 0``) the group maxima."""
+        sg, w, frac = self._geo, self._logit_bits, self.frac_bits
+        ng_max = -(-sg.max_row // self._cfg.group)
+        m.submodules.logits = mem = Memory(shape=data.ArrayLayout(signed(w), sg.lanes),
+                                           depth=2 * sg.row_words, init=[])
         m.submodules.lut = lut = Memory(shape=unsigned(16), depth=1 << frac,
                                         init=[int(v) for v in exp_lut(frac)])
         out = {"wr": mem.write_port(), "rd": mem.read_port(),
-               "lut_rd": lut.read_port(domain="comb"), "gwr": None, "grd": None}
+               "lut_rd": [lut.read_port(domain="comb") for _ in range(sg.lanes)],
+               "gwr": None, "grd": None}
         if self._cfg.e_max > 0:             # else every e_g is 0: no group maxima needed
             m.submodules.gmax = gmem = Memory(shape=signed(w), depth=2 * ng_max, init=[])
             out["gwr"], out["grd"] = gmem.write_port(), gmem.read_port()
@@ -216,35 +258,39 @@ class SoftmaxUnit(wiring.Component):
 
     def _bases(self, bank):
         """Start addresses of a bank's row in the logit and group-max memories."""
-        n_max = self._max_row
-        return Mux(bank, n_max, 0), Mux(bank, -(-n_max // self._cfg.group), 0)
+        return Mux(bank, self._geo.row_words, 0), Mux(bank, -(-self._max_row // self._cfg.group), 0)
 
     def _loader(self, m, mems) -> dict:
-        """Header, then the row's logits into one bank with the row and group maxima."""
-        n_max, w, g_n = self._max_row, self._logit_bits, self._cfg.group
+        """Header, then the row's words into one bank with the row and group maxima."""
+        sg, g_n = self._geo, self._cfg.group
+        n_max, w, lanes, nw_max = sg.max_row, sg.logit_bits, sg.lanes, sg.row_words
+        wpg = g_n // lanes                  # words per group
         ng_max = -(-n_max // g_n)
         wr, gwr = mems["wr"], mems["gwr"]
         a_bank = Signal()
-        a_cnt = Signal(range(n_max + 1))
-        a_n = Signal(range(n_max + 1))
+        a_cnt = Signal(range(nw_max + 1))   # words taken
+        a_nw = Signal(range(nw_max + 1))    # words of the row
+        a_rem = Signal(range(lanes))        # keys of the row's last word, less one
         a_m = Signal(MANT_BITS)
         a_sh = Signal(SH_BITS)
         a_max = Signal(signed(w))
-        a_gcnt = Signal(range(g_n))         # key within its group
+        a_gcnt = Signal(range(wpg))         # word within its group
         a_gidx = Signal(range(ng_max + 1))  # group of the row
         a_gmax = Signal(signed(w))
         a_wait = Signal()                   # a loaded row waits for the exponent pass
-        b_busy = Signal()
+        may_take = Signal()                 # the exponent pass can take the row (its rule)
         handoff = Signal()
 
         n_in = self.i_row.payload.n
-        n_clamped = Mux(n_in == 0, 1, Mux(n_in > n_max, n_max, n_in))
+        n_clamped = Signal(range(n_max + 1))
+        m.d.comb += n_clamped.eq(Mux(n_in == 0, 1, Mux(n_in > n_max, n_max, n_in)))
+        log_p = lanes.bit_length() - 1
         s_in = self.i_logit.payload.s
         base, gbase = self._bases(a_bank)
         m.d.comb += [
             wr.addr.eq(base + a_cnt),
             wr.data.eq(s_in),
-            handoff.eq(a_wait & ~b_busy),
+            handoff.eq(a_wait & may_take),
         ]
         # Plain comparisons rather than m.FSM: Icarus (-g2012) never runs an ``always @*``
         # whose inputs do not change, so FSM-decoded outputs would stay X after reset.
@@ -257,33 +303,42 @@ class SoftmaxUnit(wiring.Component):
             take_logit.eq(a_load & self.i_logit.valid),
             wr.en.eq(take_logit),
         ]
-        # The group's running max is written with every key of the group: the last write
-        # (the group's last key) leaves the group's max.
+        # The beat's max over its keys (lanes past the row's end repeat lane 0); the group's
+        # running max is written with every word of the group: the last write (the group's
+        # last word) leaves the group's max.
+        last_word = a_cnt == a_nw - 1
+        beat_max = Signal(signed(w))
+        m.d.comb += beat_max.eq(_max_tree(
+            [s_in[0]] + [Mux(~last_word | (a_rem >= j), s_in[j], s_in[0])
+                         for j in range(1, lanes)]))
         gmax_new = Signal(signed(w))
-        m.d.comb += gmax_new.eq(Mux((a_gcnt == 0) | (s_in > a_gmax), s_in, a_gmax))
+        m.d.comb += gmax_new.eq(Mux((a_gcnt == 0) | (beat_max > a_gmax), beat_max, a_gmax))
         if gwr is not None:
             m.d.comb += [gwr.addr.eq(gbase + a_gidx), gwr.data.eq(gmax_new),
                          gwr.en.eq(take_logit)]
         with m.If(a_head & self.i_row.valid):
             m.d.sync += [a_m.eq(self.i_row.payload.m), a_sh.eq(self.i_row.payload.sh),
-                         a_n.eq(n_clamped), a_cnt.eq(0), a_gcnt.eq(0), a_gidx.eq(0),
-                         a_head.eq(0), a_load.eq(1)]
+                         a_nw.eq((n_clamped + (lanes - 1)) >> log_p), a_cnt.eq(0),
+                         a_gcnt.eq(0), a_gidx.eq(0), a_head.eq(0), a_load.eq(1)]
+            if lanes > 1:
+                m.d.sync += a_rem.eq((n_clamped - 1)[:log_p])
         with m.If(take_logit):
             m.d.sync += [a_cnt.eq(a_cnt + 1), a_gmax.eq(gmax_new),
-                         a_max.eq(Mux((a_cnt == 0) | (s_in > a_max), s_in, a_max)),
-                         a_gcnt.eq(Mux(a_gcnt == g_n - 1, 0, a_gcnt + 1))]
-            with m.If(a_gcnt == g_n - 1):
+                         a_max.eq(Mux((a_cnt == 0) | (beat_max > a_max), beat_max, a_max)),
+                         a_gcnt.eq(Mux(a_gcnt == wpg - 1, 0, a_gcnt + 1))]
+            with m.If(a_gcnt == wpg - 1):
                 m.d.sync += a_gidx.eq(a_gidx + 1)
-            with m.If(a_cnt == a_n - 1):
+            with m.If(last_word):
                 m.d.sync += [a_load.eq(0), a_wait.eq(1)]
         with m.If(handoff):
             m.d.sync += [a_wait.eq(0), a_bank.eq(~a_bank), a_head.eq(1)]
-        return {"bank": a_bank, "n": a_n, "m": a_m, "sh": a_sh, "max": a_max,
-                "b_busy": b_busy, "handoff": handoff}
+        return {"bank": a_bank, "nw": a_nw, "rem": a_rem, "m": a_m, "sh": a_sh, "max": a_max,
+                "may_take": may_take, "handoff": handoff}
 
     def _x_stages(self, m, adv, b, first, x_sat, sfx):
         """Exponent stages 2-6 from the read port's data ``first``: ``x`` saturated at
-        ``x_sat``, for the row ``b`` (``max``, ``m``, ``sh``)."""
+        ``x_sat``, with the row parameters ``b`` (``max``, ``m``, ``sh_hi``, ``sh_lo``: those of
+        the key in the stage that uses each)."""
         w = self._logit_bits
         s_reg = Signal(signed(w), name=f"s_reg{sfx}")
         d = Signal(w, name=f"d{sfx}")
@@ -293,42 +348,74 @@ class SoftmaxUnit(wiring.Component):
         # x = (v + 2**(s-1)) >> s == ((2v >> s) + 1) >> 1 (also for s = 0), and
         # x >= x_sat <=> (2v >> s) >= 2 x_sat - 1: only a narrow adder after the shifter.
         halves = Signal(w + MANT_BITS + 1, name=f"halves{sfx}")
-        m.d.comb += halves.eq(coarse >> b["sh"][:3])
+        m.d.comb += halves.eq(coarse >> b["sh_lo"])
         x_low = (halves[:(2 * x_sat).bit_length()] + 1) >> 1
         with m.If(adv):
             m.d.sync += [
                 s_reg.eq(first),
                 d.eq(b["max"] - s_reg),
                 prod.eq(d * b["m"]),
-                coarse.eq((prod << 1) >> (b["sh"][3:] << 3)),
+                coarse.eq((prod << 1) >> (b["sh_hi"] << 3)),
                 xs.eq(Mux(halves >= 2 * x_sat - 1, x_sat, x_low)),
             ]
         return xs
 
+    def _mantissas(self, m, xs_lanes, luts, e_g) -> list:
+        """Each lane's ``p`` (combinational) from its ``x`` (through its LUT read port ``luts``)
+        and the word's group exponent."""
+        frac, e_max, lanes = self.frac_bits, self._cfg.e_max, self._geo.lanes
+        out = []
+        for j, (xs, lut_rd) in enumerate(zip(xs_lanes, luts, strict=True)):
+            sfx = _sfx(j, lanes)
+            k_off = Signal(range(e_max + 10), name=f"k_off{sfx}")   # xi - e_g >= 0: the key
+            m.d.comb += [lut_rd.addr.eq(xs[:frac]), k_off.eq(xs[frac:] - e_g)]  # <= Gmax
+            p_new = Signal(P_BITS, name=f"p_new{sfx}")
+            # k = 9 rounds to 0 by itself (LUT < 2**16); larger k are cut off before the shifter.
+            k_cut = Mux(k_off > 9, 9, k_off)[:4]
+            m.d.comb += p_new.eq((lut_rd.data + (Const(1, 1) << (k_cut + (EXP_EXTRA_BITS - 1))))
+                                 >> (k_cut + EXP_EXTRA_BITS))
+            out.append(p_new)
+        return out
+
+    def _row_sets(self) -> list:
+        """The exponent pass's row registers, one set per memory half with ``P > 1`` (rows
+        overlap), else one: ``max``, ``m``, ``sh``, the sum ``l``, ``busy`` (a row whose ``l``
+        the divider has not taken) and ``done`` (its ``l`` is complete)."""
+        sg = self._geo
+        nsets = 2 if sg.overlap else 1
+        return [{"max": Signal(signed(sg.logit_bits), name=f"b_max{k}"),
+                 "m": Signal(MANT_BITS, name=f"b_m{k}"), "sh": Signal(SH_BITS, name=f"b_sh{k}"),
+                 "l": Signal(sg.sum_bits, name=f"b_l{k}"), "busy": Signal(name=f"b_busy{k}"),
+                 "done": Signal(name=f"b_done{k}")}
+                for k in (range(2) if nsets == 2 else [""])]
+
+    @staticmethod
+    def _pick(sets, tag, name):
+        """Field ``name`` of the row set ``tag`` selects (the only set if there is one)."""
+        return sets[0][name] if len(sets) == 1 else Mux(tag, sets[1][name], sets[0][name])
+
     def _exp_pass(self, m, mems, ld) -> dict:
-        """One key per cycle through the exponent pipeline into ``o_p``, summing ``l``."""
-        n_max, w, frac = self._max_row, self._logit_bits, self.frac_bits
-        g_n, e_max = self._cfg.group, self._cfg.e_max
-        ng_max = -(-n_max // g_n)
-        lb = sum_bits(n_max, e_max)
-        rd, grd, lut_rd = mems["rd"], mems["grd"], mems["lut_rd"]
-        b_busy = ld["b_busy"]
+        """One word per cycle through the exponent pipeline into ``o_p``, summing ``l``."""
+        sg, cfg = self._geo, self._cfg
+        frac, lanes, nw_max = self.frac_bits, sg.lanes, sg.row_words
+        g_n, e_max = cfg.group, cfg.e_max
+        wpg = g_n // lanes
+        ng_max = -(-sg.max_row // g_n)
+        rd, grd = mems["rd"], mems["grd"]
+        sets = self._row_sets()
         b_bank = Signal()
-        b_n = Signal(range(n_max + 1))
-        b_m = Signal(MANT_BITS)
-        b_sh = Signal(SH_BITS)
-        b_max = Signal(signed(w))
-        b_issue = Signal(range(n_max + 1))  # keys read so far
-        b_gcnt = Signal(range(g_n))         # the next key's place in its group
-        b_gidx = Signal(range(ng_max + 1))  # the next key's group
-        b_l = Signal(lb)
+        b_nw = Signal(range(nw_max + 1))
+        b_rem = Signal(range(lanes))
+        b_issue = Signal(range(nw_max + 1))  # words read so far
+        b_gcnt = Signal(range(wpg))         # the next word's place in its group
+        b_gidx = Signal(range(ng_max + 1))  # the next word's group
 
         adv = Signal()
         m.d.comb += adv.eq(~self.o_p.valid | self.o_p.ready)
         issuing = Signal()
         base, gbase = self._bases(b_bank)
         m.d.comb += [
-            issuing.eq(b_busy & (b_issue != b_n)),
+            issuing.eq(b_issue != b_nw),
             rd.addr.eq(base + b_issue),
             rd.en.eq(adv),
         ]
@@ -336,102 +423,141 @@ class SoftmaxUnit(wiring.Component):
             m.d.comb += [grd.addr.eq(gbase + b_gidx), grd.en.eq(adv)]
         with m.If(adv & issuing):
             m.d.sync += [b_issue.eq(b_issue + 1),
-                         b_gcnt.eq(Mux(b_gcnt == g_n - 1, 0, b_gcnt + 1))]
-            with m.If(b_gcnt == g_n - 1):
+                         b_gcnt.eq(Mux(b_gcnt == wpg - 1, 0, b_gcnt + 1))]
+            with m.If(b_gcnt == wpg - 1):
                 m.d.sync += b_gidx.eq(b_gidx + 1)
 
         # Pipeline (each register loads only when adv): 1 the read port's data register,
         # 2 S (off the memory's slow output), 3 d = Smax - S, 4 d * m, 5 2 d m >> (sh & ~7),
-        # 6 x saturated at (E + 9) * 2**F, 7 p (the o_p register). valid[k] / last[k] travel
-        # along; stages 2-6 have a copy for the key's group max, giving e_g at stage 6.
+        # 6 x saturated at (E + 9) * 2**F, 7 p (the o_p register). valid[k] / last[k] (and
+        # the row set tag[k], the last word's key count rem[k]) travel along; stages 2-6 have
+        # a copy per lane and one for the word's group max, giving e_g at stage 6.
+        n_st = EXP_STAGES - 1
         valid = [Signal(name=f"valid{k}") for k in range(1, EXP_STAGES)]
         last = [Signal(name=f"last{k}") for k in range(1, EXP_STAGES)]
-        shift_bits = self._cfg.shift_bits
-        row = {"max": b_max, "m": b_m, "sh": b_sh}
-        xs = self._x_stages(m, adv, row, rd.data, (e_max + 9) << frac, "")
-        xi = xs[frac:]
+        tag = [Signal(name=f"tag{k}") for k in range(1, EXP_STAGES)] if sg.overlap else None
+        rem = [Signal(range(lanes), name=f"rem{k}") for k in range(1, EXP_STAGES)]
+        row = {"max": self._pick(sets, tag and tag[1], "max"),
+               "m": self._pick(sets, tag and tag[2], "m"),
+               "sh_hi": self._pick(sets, tag and tag[3], "sh")[3:],
+               "sh_lo": self._pick(sets, tag and tag[4], "sh")[:3]}
+        xs = [self._x_stages(m, adv, row, rd.data[j], (e_max + 9) << frac, _sfx(j, lanes))
+              for j in range(lanes)]
         e_g = Signal(range(e_max + 1))
         if grd is not None:
             # x_g only matters up to E * 2**F: e_g = min(x_g >> F, E).
             m.d.comb += e_g.eq(self._x_stages(m, adv, row, grd.data, e_max << frac,
                                               "_g")[frac:])
-        k_off = Signal(range(e_max + 10))   # xi - e_g >= 0: the key is no larger than Gmax
-        m.d.comb += [lut_rd.addr.eq(xs[:frac]), k_off.eq(xi - e_g)]
-        p_new = Signal(P_BITS)
-        # k = 9 rounds to 0 by itself (LUT < 2**16); larger k are cut off before the shifter.
-        k_cut = Mux(k_off > 9, 9, k_off)[:4]
-        m.d.comb += p_new.eq((lut_rd.data + (Const(1, 1) << (k_cut + (EXP_EXTRA_BITS - 1))))
-                             >> (k_cut + EXP_EXTRA_BITS))
+        p_new = self._mantissas(m, xs, mems["lut_rd"], e_g)
+        o_tag = Signal()                    # the row set of the word in the o_p register
+        chains = [valid, last] + ([tag] if tag else []) + ([rem] if lanes > 1 else [])
         with m.If(adv):
             m.d.sync += [
-                valid[0].eq(issuing), last[0].eq(b_issue == b_n - 1),
-                [valid[k].eq(valid[k - 1]) for k in range(1, EXP_STAGES - 1)],
-                [last[k].eq(last[k - 1]) for k in range(1, EXP_STAGES - 1)],
-                self.o_p.valid.eq(valid[-1]),
-                self.o_p.payload.p.eq(p_new), self.o_p.payload.last.eq(last[-1]),
-                self.o_p.payload.shift.eq((e_max - e_g)[:shift_bits]),
+                valid[0].eq(issuing), last[0].eq(b_issue == b_nw - 1),
+                [c[k].eq(c[k - 1]) for c in chains for k in range(1, n_st)],
+                self.o_p.valid.eq(valid[-1]), self.o_p.payload.last.eq(last[-1]),
+                self.o_p.payload.shift.eq((e_max - e_g)[:cfg.shift_bits]),
+                self.o_p.payload.p[0].eq(p_new[0]),
+                # Lanes past the row's end (its last word's) hold no key: p = 0.
+                [self.o_p.payload.p[j].eq(Mux(~last[-1] | (rem[-1] >= j), p_new[j], 0))
+                 for j in range(1, lanes)],
             ]
-        # l adds each w = p << shift the cycle after p entered the o_p register (off the
-        # LUT/shift path).
+            if tag:
+                m.d.sync += [tag[0].eq(b_bank), o_tag.eq(tag[-1])]
+            if lanes > 1:
+                m.d.sync += rem[0].eq(b_rem)
+        # l adds each beat's sum(p) << shift the cycle after it entered the o_p register (off
+        # the LUT/shift path).
         fresh, fresh_last = Signal(), Signal()
         m.d.sync += [fresh.eq(adv & valid[-1]), fresh_last.eq(adv & valid[-1] & last[-1])]
-        row_end = Signal()                  # l is complete (with the row's last p)
-        l_final = Signal(lb)
+        row_end = Signal()                  # l is complete (with the row's last beat)
+        l_final = Signal(sg.sum_bits)
+        psum = sum(self.o_p.payload.p[j] for j in range(lanes))
         m.d.comb += [row_end.eq(fresh & fresh_last),
-                     l_final.eq(b_l + (self.o_p.payload.p << self.o_p.payload.shift))]
-        with m.If(fresh):
-            m.d.sync += b_l.eq(l_final)
-        handoff = [b_busy.eq(1), b_bank.eq(ld["bank"]), b_n.eq(ld["n"]), b_m.eq(ld["m"]),
-                   b_sh.eq(ld["sh"]), b_max.eq(ld["max"]), b_issue.eq(0), b_gcnt.eq(0),
-                   b_gidx.eq(0), b_l.eq(0)]
-        return {"row_end": row_end, "l": b_l, "l_final": l_final, "handoff": handoff}
+                     l_final.eq(self._pick(sets, o_tag, "l") + (psum << self.o_p.payload.shift))]
+        for k, s in enumerate(sets):
+            with m.If(fresh & (o_tag == k)):
+                m.d.sync += s["l"].eq(l_final)
+        # A row enters when its set is free: with one set once the last row's l went to the
+        # divider (the pipeline has drained), else once the last row is read out.
+        if sg.overlap:
+            m.d.comb += ld["may_take"].eq(~issuing & ~self._pick(sets, ld["bank"], "busy"))
+        else:
+            m.d.comb += ld["may_take"].eq(~sets[0]["busy"])
+        with m.If(ld["handoff"]):
+            m.d.sync += [b_bank.eq(ld["bank"]), b_nw.eq(ld["nw"]), b_rem.eq(ld["rem"]),
+                         b_issue.eq(0), b_gcnt.eq(0), b_gidx.eq(0)]
+            for k, s in enumerate(sets):
+                with m.If((ld["bank"] == k) if sg.overlap else 1):
+                    m.d.sync += [s["max"].eq(ld["max"]), s["m"].eq(ld["m"]),
+                                 s["sh"].eq(ld["sh"]), s["l"].eq(0), s["busy"].eq(1)]
+        return {"sets": sets, "row_end": row_end, "o_tag": o_tag, "l_final": l_final}
 
-    def _divider(self, m, ld, ex):
-        """Takes ``l`` from the exponent pass and divides; frees the exponent pass."""
-        lb = sum_bits(self._max_row, self._cfg.e_max)
-        row_end, b_l, l_final, b_busy = ex["row_end"], ex["l"], ex["l_final"], ld["b_busy"]
+    def _divider(self, m, ex):
+        """Takes ``l`` from the exponent pass (rows in order) and divides; frees the row's
+        set."""
+        sg = self._geo
+        lb, steps, k_bits = sg.sum_bits, sg.div_steps, sg.div_bits
+        sets, row_end, o_tag, l_final = ex["sets"], ex["row_end"], ex["o_tag"], ex["l_final"]
         c_busy = Signal()
         c_l = Signal(lb)
         c_rem = Signal(lb)
         c_q = Signal(R_BITS)
-        c_step = Signal(range(DIV_CYCLES + 1))
+        c_step = Signal(range(steps + 1))
+        c_ptr = Signal()                    # the set of the next row to divide
+        taken = Signal()
         transfer = Signal()
-        b_done = Signal()                   # the exponent pass holds a finished l
-        m.d.comb += transfer.eq((row_end | b_done) & ~c_busy)
-        with m.If(row_end & c_busy):
-            m.d.sync += b_done.eq(1)
+        ready_l = Signal()                  # the next row's l is complete
+        m.d.comb += [taken.eq(self.o_sum.valid & self.o_sum.ready),
+                     ready_l.eq(self._pick(sets, c_ptr, "done") | (row_end & (o_tag == c_ptr)))]
+        # With overlapping rows the next l enters as o_sum is taken.
+        free = (~c_busy | taken) if sg.overlap else ~c_busy
+        m.d.comb += transfer.eq(ready_l & free)
+        with m.If(taken):
+            m.d.sync += c_busy.eq(0)
+        for k, s in enumerate(sets):
+            with m.If(row_end & (o_tag == k)):
+                m.d.sync += s["done"].eq(1)
         with m.If(transfer):
-            m.d.sync += [b_done.eq(0), b_busy.eq(0),
-                         c_busy.eq(1), c_l.eq(Mux(b_done, b_l, l_final)), c_step.eq(0)]
-
-        with m.If(ld["handoff"]):
-            m.d.sync += ex["handoff"]
+            m.d.sync += [c_busy.eq(1), c_step.eq(0),
+                         c_l.eq(Mux(self._pick(sets, c_ptr, "done"),
+                                    self._pick(sets, c_ptr, "l"), l_final))]
+            for k, s in enumerate(sets):
+                with m.If(c_ptr == k):
+                    m.d.sync += [s["done"].eq(0), s["busy"].eq(0)]
+            if len(sets) > 1:
+                m.d.sync += c_ptr.eq(~c_ptr)
 
         big_l = _bit_length(m, c_l, lb, "big_l")
-        # Restoring division of 2**(L+16) - 1 (all ones) by l, from the remainder
-        # 2**(L-1) - 1 < l of its top L-1 bits: the first trial is 2**L - 1, l with every bit
-        # below its leading one set (an OR smear, no priority encoder on this path).
+        # Restoring division of 2**(L+16) - 1 (all ones) by l, k_bits trials per cycle. Its
+        # first trial is 2**L - 1, l with every bit below its leading one set (an OR smear, no
+        # priority encoder on this path), preceded by ``extra`` trials of the ones below it that
+        # give 0 bits (2**i - 1 < 2**(L-1) <= l): the first cycle starts from smear >> (extra+1).
         smear = c_l
         k = 1
         while k < lb:
             smear = smear | (smear >> k)
             k *= 2
-        trial = Signal(lb + 1)
-        m.d.comb += trial.eq(Mux(c_step == 0, smear, Const(1, 1) | (c_rem << 1)))
-        ge = Signal()
-        m.d.comb += ge.eq(trial >= c_l)
-        # c_q is not cleared per row: its 17 shifts push the previous quotient out.
-        with m.If(c_busy & (c_step != DIV_CYCLES)):
-            m.d.sync += [c_rem.eq(Mux(ge, trial - c_l, trial)), c_q.eq((c_q << 1) | ge),
-                         c_step.eq(c_step + 1)]
+        extra = k_bits * steps - sg.DIV_CYCLES
+        rem = Mux(c_step == 0, smear >> (extra + 1), c_rem)
+        q = c_q
+        for i in range(k_bits):
+            sfx = "" if k_bits == 1 else str(i)
+            trial = Signal(lb + 1, name=f"trial{sfx}")
+            ge = Signal(name=f"ge{sfx}")
+            m.d.comb += [trial.eq(Cat(Const(1, 1), rem)), ge.eq(trial >= c_l)]
+            rem = Mux(ge, trial - c_l, trial)[:lb]      # < l
+            q = Cat(ge, q)
+        # c_q is not cleared per row: its k_bits * steps >= 17 shifts push the previous
+        # quotient out.
+        with m.If(c_busy & (c_step != steps)):
+            m.d.sync += [c_rem.eq(rem), c_q.eq(q[:R_BITS]), c_step.eq(c_step + 1)]
         m.d.comb += [
-            self.o_sum.valid.eq(c_busy & (c_step == DIV_CYCLES)),
+            self.o_sum.valid.eq(c_busy & (c_step == steps)),
             self.o_sum.payload.l.eq(c_l),
             self.o_sum.payload.r.eq(c_q),
             self.o_sum.payload.big_l.eq(big_l),
         ]
-        with m.If(self.o_sum.valid & self.o_sum.ready):
-            m.d.sync += c_busy.eq(0)
 
 
 class Normalizer(wiring.Component):

@@ -2,15 +2,16 @@
 
 ``run_rows`` drives rows through the unit's four streams through a small I/O adapter (the
 Amaranth-simulator one is in ``tests/hw/test_softmax.py``, the cocotb one is ``CocotbIO``),
-with optional random valid gaps and random ready, checks the stream rules on the outputs (a
-valid beat stays valid and unchanged until taken) and records every handshake's cycle.
+``lanes`` keys per beat, with optional random valid gaps and random ready, checks the stream
+rules on the outputs (a valid beat stays valid and unchanged until taken) and records every
+handshake's cycle.
 
 The cocotb test reads everything from files named by environment variables set by
 ``tests/hw/test_softmax_icarus.py``: ``DSTAR_SOFTMAX_PARAMS`` (JSON: the payload fields' offsets
-and widths in the flat Verilog vectors) and ``DSTAR_SOFTMAX_CASES`` (``.npz``: per case the rows,
-their multipliers and the stall probabilities; the golden mantissas, shifts, ``l``, ``r``, ``L``
-and the cycle model's schedule are computed here). Each case runs on a freshly reset design;
-integers are compared with equality.
+and widths in the flat Verilog vectors, the unit's lanes) and ``DSTAR_SOFTMAX_CASES`` (``.npz``:
+per case the rows, their multipliers and the stall probabilities; the golden mantissas, shifts,
+``l``, ``r``, ``L`` and the cycle model's schedule are computed here). Each case runs on a
+freshly reset design; integers are compared with equality.
 """
 
 import random
@@ -97,29 +98,45 @@ def octave_rows(cfg, lengths, seed):
 
 
 class RunResult:
-    """What the unit produced and when: per row the ``p`` and ``shift`` lists and ``(l, r, L)``;
-    the cycle of each handshake (cycle 0: the first cycle the first header is offered)."""
+    """What the unit produced and when: per row the keys' ``p`` and ``shift`` lists, the beats'
+    ``last`` flags, the ``p`` of lanes past the row's end (``pad``) and ``(l, r, L)``; the cycle
+    of each handshake, per beat (cycle 0: the first cycle the first header is offered)."""
 
-    def __init__(self, nrows):
+    def __init__(self, nrows, lanes):
+        self.lanes = lanes
         self.p = [[] for _ in range(nrows)]
         self.shift = [[] for _ in range(nrows)]
         self.last = [[] for _ in range(nrows)]
+        self.pad = [[] for _ in range(nrows)]
         self.sums = []
         self.head, self.p_cycles, self.sum_cycles = [], [[] for _ in range(nrows)], []
         self.logit_cycles = [[] for _ in range(nrows)]
         self.cycles = 0
 
 
-async def run_rows(io, rows, m, sh, max_row, *, n_hdr=None, p_valid=1.0, p_ready=1.0, seed=0):
-    """Drive ``rows`` (lists of logits) with headers ``(m, sh, n)``; ``n_hdr`` overrides the
-    header's ``n`` (the unit clamps it into ``1 .. max_row``; the row must then hold that many
-    logits). Returns a ``RunResult``; raises ``AssertionError`` on a stream-rule violation or
-    when the unit stalls."""
+def _beats(rows, lanes, pad):
+    """``(row, logits)`` of every ``i_logit`` beat: ``lanes`` logits, the last beat of a row
+    filled up with ``pad``."""
+    out = []
+    for k, row in enumerate(rows):
+        row = [int(s) for s in row]
+        row += [pad] * (-len(row) % lanes)
+        out += [(k, row[i:i + lanes]) for i in range(0, len(row), lanes)]
+    return out
+
+
+async def run_rows(io, rows, m, sh, max_row, *, lanes=1, pad=0, n_hdr=None, p_valid=1.0,
+                   p_ready=1.0, seed=0):
+    """Drive ``rows`` (lists of logits) with headers ``(m, sh, n)``, ``lanes`` logits per beat
+    (the last beat of a row filled up with ``pad``, which the unit must ignore); ``n_hdr``
+    overrides the header's ``n`` (the unit clamps it into ``1 .. max_row``; the row must then
+    hold that many logits). Returns a ``RunResult``; raises ``AssertionError`` on a stream-rule
+    violation or when the unit stalls."""
     rng = random.Random(seed)
     nrows = len(rows)
     n_hdr = [len(r) for r in rows] if n_hdr is None else list(n_hdr)
-    flat = [(k, int(s)) for k, row in enumerate(rows) for s in row]
-    res = RunResult(nrows)
+    flat = _beats(rows, lanes, pad)
+    res = RunResult(nrows, lanes)
     guard = 40 * (len(flat) + 30 * nrows) + 200
     hv = lv = False
     hi = li = 0
@@ -161,8 +178,10 @@ async def run_rows(io, rows, m, sh, max_row, *, n_hdr=None, p_valid=1.0, p_ready
             held.pop(s, None)
             if s == "o_p":
                 assert pk < nrows, f"o_p: beat after the last row ({cyc})"
-                res.p[pk].append(beat["p"])
-                res.shift[pk].append(beat["shift"])
+                keys = min(lanes, len(rows[pk]) - len(res.p[pk]))
+                res.p[pk] += beat["p"][:keys]
+                res.pad[pk] += beat["p"][keys:]
+                res.shift[pk] += [beat["shift"]] * keys
                 res.last[pk].append(beat["last"])
                 res.p_cycles[pk].append(cyc)
                 if beat["last"]:
@@ -194,9 +213,11 @@ def check(res, rows, m, sh, frac_bits, group, e_max, sched=None):
             fails.append(f"row {k}: p {res.p[k]} != {exp_p[k].tolist()}")
         if res.shift[k] != exp_s[k].tolist():
             fails.append(f"row {k}: shift {res.shift[k]} != {exp_s[k].tolist()}")
-        want_last = [0] * (len(rows[k]) - 1) + [1]
+        want_last = [0] * (-(-len(rows[k]) // res.lanes) - 1) + [1]
         if res.last[k] != want_last:
             fails.append(f"row {k}: last flags {res.last[k]}")
+        if any(res.pad[k]):
+            fails.append(f"row {k}: lanes past the row's end carry p {res.pad[k]}")
         want = (int(exp_l[k]), int(exp_r[k]), int(exp_bl[k]))
         if res.sums[k] != want:
             fails.append(f"row {k}: (l, r, L) {res.sums[k]} != {want}")
@@ -217,15 +238,19 @@ class CocotbIO:
 
     def __init__(self, dut, fields):
         self.dut = dut
-        self.fields = fields                # stream -> {field: [offset, width, signed]}
+        # stream -> {field: [offset, width, signed]}, or [offset, element width, signed,
+        # elements] for an array field (its value a list)
+        self.fields = fields
 
     def _h(self, stream, member):
         return getattr(self.dut, f"{stream}__{member}")
 
     def put(self, stream, values):
         word = 0
-        for name, (off, width, _) in self.fields[stream].items():
-            word |= (int(values.get(name, 0)) & ((1 << width) - 1)) << off
+        for name, (off, width, _, *count) in self.fields[stream].items():
+            v = values.get(name, [0] * count[0] if count else 0)
+            for i, e in enumerate(v if count else [v]):
+                word |= (int(e) & ((1 << width) - 1)) << (off + i * width)
         self._h(stream, "payload").value = word
 
     def set_valid(self, stream, v):
@@ -243,9 +268,10 @@ class CocotbIO:
     def payload(self, stream):
         word = int(self._h(stream, "payload").value)
         out = {}
-        for name, (off, width, signed) in self.fields[stream].items():
-            v = (word >> off) & ((1 << width) - 1)
-            out[name] = v - (1 << width) if signed and v >> (width - 1) else v
+        for name, (off, width, signed, *count) in self.fields[stream].items():
+            vs = [(word >> (off + i * width)) & ((1 << width) - 1) for i in range(*count or [1])]
+            vs = [v - (1 << width) if signed and v >> (width - 1) else v for v in vs]
+            out[name] = vs if count else vs[0]
         return out
 
     async def settle(self):
@@ -282,10 +308,12 @@ async def test_cases(dut):
         await io.tick()
         rows = _rows(c)
         pv, pr = (float(x) for x in c["stall"])
-        res = await run_rows(io, rows, c["m"], c["sh"], params["max_row"],
+        lanes = params["lanes"]
+        res = await run_rows(io, rows, c["m"], c["sh"], params["max_row"], lanes=lanes,
+                             pad=(1 << (params["logit_bits"] - 1)) - 1,
                              n_hdr=c["n_hdr"].tolist(), p_valid=pv, p_ready=pr,
                              seed=int(c["seed"]))
-        sched = schedule(c["lengths"]) if pv == 1.0 and pr == 1.0 else None
+        sched = schedule(c["lengths"], lanes) if pv == 1.0 and pr == 1.0 else None
         fails = check(res, rows, c["m"], c["sh"], params["frac_bits"], params["group"],
                       params["e_max"], sched)
         cocotb.log.info(f"{name}: {len(rows)} rows, {res.cycles} cycles, "

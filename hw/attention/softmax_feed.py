@@ -169,8 +169,8 @@ class SoftmaxFeed(wiring.Component):
                      self.o_row.payload.sh.eq(self.ms_data.sh),
                      self.o_row.payload.n.eq(self.n_valid),
                      self.o_logit.valid.eq(f_have),
-                     self.o_logit.payload.s.eq(Array(self.y_data[a][f_col]
-                                                     for a in range(n_arr))[f_a])]
+                     self.o_logit.payload.s[0].eq(Array(self.y_data[a][f_col]
+                                                        for a in range(n_arr))[f_a])]
         return [f_on.eq(1), f_hdr.eq(1), f_row.eq(0), f_li.eq(0), f_off.eq(0), f_kc.eq(kc0),
                 f_a.eq(0), f_col.eq(0)]
 
@@ -227,7 +227,7 @@ class SoftmaxFeed(wiring.Component):
                      self.norm_big_l.eq(big_l_row[self.norm_row]),
                      [self.mass[j].eq(mass[j]) for j in range(nkb)],
                      i_p.ready.eq(1), i_sum.ready.eq(1)]
-        pval = i_p.payload.p
+        pval = i_p.payload.p[0]
         wval = Signal(ag.b_bits)
         m.d.comb += wval.eq(pval << i_p.payload.shift)
         p_blk_end = Signal()

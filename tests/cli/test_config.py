@@ -28,10 +28,20 @@ def test_presets_are_valid_and_named():
     ("k_tile", 24, "k_tile=24"), ("steps", 0, "steps"),
     ("cfg_scale", 0.5, "cfg_scale"), ("max_k", 100, "max_k=100"), ("group", "16", "group"),
     ("tau", True, "tau"), ("n_arrays", 0, "n_arrays"), ("lattice_bits", 9, "lattice_bits"),
+    ("softmax_lanes", 0, "^softmax_lanes must be a power of two dividing group=16, got 0$"),
+    ("softmax_lanes", 3, "^softmax_lanes must be a power of two dividing group=16, got 3$"),
+    ("softmax_lanes", 32, "^softmax_lanes must be a power of two dividing group=16, got 32$"),
 ])
 def test_bad_values_are_named(field, value, words):
     with pytest.raises(ConfigError, match=words):
         preset("default").replace(**{field: value})
+
+
+def test_softmax_lanes_follow_the_group():
+    assert preset("default").replace(softmax_lanes=16).softmax_lanes == 16
+    assert preset("default").softmax_lanes == 1
+    with pytest.raises(ConfigError, match="dividing group=8, got 16"):
+        preset("default").replace(group=8, softmax_lanes=16)
 
 
 def test_unknown_field_is_named():

@@ -61,6 +61,13 @@ def test_softmax_and_dense_geometry():
     cfg = preset("tiny")
     sg = SoftmaxGeometry(cfg)
     assert sg.max_row == cfg.max_tokens and sg.DIV_CYCLES == 17 and sg.EXP_STAGES == 7
+    assert (sg.lanes, sg.row_words, sg.div_bits, sg.div_steps, sg.overlap) == (1, 32, 1, 17, False)
+    wide = [SoftmaxGeometry(cfg.replace(softmax_lanes=p), max_row=20) for p in (4, 8, 16)]
+    assert [(g.row_words, g.div_bits, g.div_steps) for g in wide] == [(5, 4, 5), (3, 8, 3),
+                                                                      (2, 8, 3)]
+    with pytest.raises(ConfigError, match="^softmax_lanes=4: the attention engine's softmax "
+                                          "feeder streams one logit per beat"):
+        AttentionGeometry(cfg.replace(softmax_lanes=4))
     with pytest.raises(ConfigError, match="max_row"):
         SoftmaxGeometry(cfg, max_row=0)
     dg = DenseGeometry(cfg.replace(datapath="dense"))

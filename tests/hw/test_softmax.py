@@ -1,11 +1,13 @@
 """SoftmaxUnit on Amaranth's simulator against ``golden.softmax`` (mantissas, group shifts, ``l``,
 ``r``, ``L`` by equality): random, equal, extreme, one-element and maximum-length rows, every
 ``x`` of the exponent table, groups of different and clamped exponents, short last groups,
-``e_max = 0`` and other group sizes, length clamping, random valid gaps and back-pressure; with no
-stalls, every handshake at the cycle model's cycle."""
+``e_max = 0`` and other group sizes, length clamping, random valid gaps and back-pressure, with
+``P = softmax_lanes`` of 1, 2, 4 and 8 keys per beat (the last beat's unused lanes filled with the
+largest logit); with no stalls, every handshake at the cycle model's cycle."""
 
 import numpy as np
 import pytest
+from amaranth.lib import data
 
 from dstar.config import preset
 from dstar.golden.softmax import normalize, reciprocal
@@ -43,7 +45,9 @@ class PysimIO:
     def payload(self, stream):
         sig = self._s(stream).payload
         v = self.ctx.get(sig)
-        return {name: int(getattr(v, name)) for name, _ in sig.shape()}
+        return {name: [int(x) for x in getattr(v, name)]
+                if isinstance(field.shape, data.ArrayLayout) else int(getattr(v, name))
+                for name, field in sig.shape()}
 
     async def settle(self):
         pass                                # ctx.get returns settled values
@@ -59,7 +63,8 @@ def run_unit(cfg, rows, m, sh, *, max_row=None, logit_bits=None, n_hdr=None, p_v
     out = []
 
     async def bench(ctx):
-        out.append(await run_rows(PysimIO(ctx, dut), rows, m, sh, dut.max_row, n_hdr=n_hdr,
+        out.append(await run_rows(PysimIO(ctx, dut), rows, m, sh, dut.max_row, lanes=dut.lanes,
+                                  pad=(1 << (dut.logit_bits - 1)) - 1, n_hdr=n_hdr,
                                   p_valid=p_valid, p_ready=p_ready, seed=seed))
 
     simulate(dut, bench)
@@ -73,15 +78,25 @@ def fmt(cfg):
 
 def assert_unit(cfg, rows, m, sh, *, p_valid=1.0, p_ready=1.0, **kw):
     res = run_unit(cfg, rows, m, sh, p_valid=p_valid, p_ready=p_ready, **kw)
-    sched = schedule([len(r) for r in rows]) if p_valid == 1.0 and p_ready == 1.0 else None
+    sched = schedule([len(r) for r in rows], cfg.softmax_lanes) \
+        if p_valid == 1.0 and p_ready == 1.0 else None
     fails = check(res, rows, m, sh, *fmt(cfg), sched)
     assert not fails, "\n".join(fails[:8])
     return res
 
 
+#: Keys per beat the tests run (``tiny``: G = 16).
+LANES = [1, 2, 4, 8]
+
+
+def tiny(lanes=1, **kw):
+    return preset("tiny").replace(softmax_lanes=lanes, **kw)
+
+
+@pytest.mark.parametrize("lanes", LANES)
 @pytest.mark.parametrize("p_valid,p_ready", [(1.0, 1.0), (0.6, 0.5), (1.0, 0.25), (0.3, 1.0)])
-def test_random_rows(p_valid, p_ready):
-    cfg = preset("tiny")
+def test_random_rows(p_valid, p_ready, lanes):
+    cfg = tiny(lanes)
     rng = np.random.default_rng(int(p_valid * 10 + p_ready * 100))
     lengths = [1, 32, 7, 16, 2, 31, 17, 5, 32, 1, 1, 12]
     rows, m, sh = random_rows(rng, lengths, rng.choice([0.5, 1.0, 2.0, 4.0]), cfg)
@@ -89,8 +104,9 @@ def test_random_rows(p_valid, p_ready):
     assert any(0 < x < 255 for r in res.p for x in r)        # exercised more than 0 / 255
 
 
-def test_equal_extreme_and_single():
-    cfg = preset("tiny")
+@pytest.mark.parametrize("lanes", LANES)
+def test_equal_extreme_and_single(lanes):
+    cfg = tiny(lanes)
     w = 23
     smax, smin = (1 << (w - 1)) - 1, -(1 << (w - 1))
     rows = [
@@ -112,10 +128,11 @@ def test_equal_extreme_and_single():
     assert_unit(cfg, rows, m, sh, p_valid=0.7, p_ready=0.4, seed=11)
 
 
-def test_every_exponent_input():
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_every_exponent_input(lanes):
     """``m = 1, sh = 0`` makes ``x = d``: rows ``[0, -x, ...]`` cover every ``x`` of the
     exponent table and beyond its saturation point ``(e_max + 9) * 2**F``."""
-    cfg = preset("tiny")
+    cfg = tiny(lanes)
     xs = list(range(1, ((cfg.e_max + 9) << cfg.attn_frac_bits) + 40))
     rows = [[0] + [-x for x in xs[i:i + 31]] for i in range(0, len(xs), 31)]
     assert_unit(cfg, rows, [1] * len(rows), [0] * len(rows))
@@ -137,18 +154,20 @@ def test_frac_bits(frac_bits):
     assert_unit(cfg, rows, m, sh)
 
 
-def test_max_length_default_config():
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_max_length_default_config(lanes):
     """Rows of ``max_tokens = 256`` keys with the default configuration's widths."""
-    cfg = preset("default")
+    cfg = preset("default").replace(softmax_lanes=lanes)
     rng = np.random.default_rng(5)
     rows, m, sh = random_rows(rng, [256, 3, 256], 1.0, cfg, dh=128)
     res = assert_unit(cfg, rows, m, sh, p_ready=0.8, seed=2)
     assert res.sums[0][0] > (255 << cfg.e_max) * 20
 
 
-def test_length_clamp():
+@pytest.mark.parametrize("lanes", LANES)
+def test_length_clamp(lanes):
     """``n = 0`` reads as 1; ``n > max_row`` reads as ``max_row``."""
-    cfg = preset("tiny")
+    cfg = tiny(lanes)
     rows = [[7], list(range(32)), [3, 4]]
     res = run_unit(cfg, rows, [30000] * 3, [12] * 3, n_hdr=[0, 63, 2])
     assert not check(res, rows, [30000] * 3, [12] * 3, *fmt(cfg))
@@ -176,9 +195,44 @@ def test_checker_catches_shift_errors():
     assert check(res, rows, [1], [0], cfg.attn_frac_bits, cfg.group, 6)
 
 
+def test_checker_catches_lane_errors():
+    """With four lanes a wrong schedule (one lane's, or one row longer) is reported."""
+    cfg = tiny(4)
+    rows = [[0, -100, -200, 5, 9], [1, 2]]
+    m, sh = [50000, 50000], [14, 14]
+    res = run_unit(cfg, rows, m, sh)
+    assert not check(res, rows, m, sh, *fmt(cfg), schedule([5, 2], 4))
+    assert check(res, rows, m, sh, *fmt(cfg), schedule([5, 2], 1))
+    assert check(res, rows, m, sh, *fmt(cfg), schedule([5, 5], 4))
+    res.pad[0][0] = 3
+    assert check(res, rows, m, sh, *fmt(cfg)) == ["row 0: lanes past the row's end carry p "
+                                                  "[3, 0, 0]"]
+
+
 def test_cycle_model_figures():
     assert [row_latency(n) for n in (1, 16, 32, 256)] == [2 * n + 27 for n in (1, 16, 32, 256)]
     assert [row_period(n) for n in (1, 11, 12, 16, 32, 256)] == [19, 19, 20, 24, 40, 264]
+    # P > 1: the loader's W + 2, the divider's D + 1 (D = 9, 5, 3), or two rows in (W + 8)
+    # cycles; a lone row takes 2 W + 10 + D.
+    assert [row_period(n, lanes=4) for n in (1, 16, 32, 64, 256)] == [6, 6, 10, 18, 66]
+    assert [row_period(n, lanes=2) for n in (1, 16, 256)] == [10, 10, 130]
+    assert [row_period(n, lanes=8) for n in (1, 16, 32, 256)] == [4.5, 5, 6, 34]
+    assert [row_latency(n, lanes=4) for n in (1, 16, 256)] == [17, 23, 143]
+    # A 16-row query block of 256 keys: about 16 * 256 / P.
+    assert [schedule([256] * 16, p).cycles for p in (1, 2, 4, 8)] == [4499, 2225, 1133, 587]
+    with pytest.raises(ValueError, match="lanes must be a power of two >= 1, got 3"):
+        schedule([4], 3)
+
+
+@pytest.mark.parametrize("lanes", [2, 4, 8])
+def test_short_rows_back_to_back(lanes):
+    """Rows of one group (16 keys) and shorter, back to back: the row sets and the divider
+    alternate at the model's cycles."""
+    cfg = tiny(lanes)
+    rng = np.random.default_rng(lanes)
+    rows, m, sh = random_rows(rng, [16] * 10 + [3, 16, 1, 1, 16, 9], 2.0, cfg)
+    assert_unit(cfg, rows, m, sh)
+    assert_unit(cfg, rows, m, sh, p_valid=0.9, p_ready=0.7, seed=lanes)
 
 
 def test_real_head_rows():
@@ -236,9 +290,11 @@ def test_normalizer(p_valid, p_ready):
     assert got == want.tolist()
 
 
-def test_odd_sizes():
-    """A memory of a non-power-of-two ``max_row`` and narrow logits at their extremes."""
-    cfg = preset("tiny")
+@pytest.mark.parametrize("lanes", LANES)
+def test_odd_sizes(lanes):
+    """A memory of a non-power-of-two ``max_row`` (not a multiple of 8) and narrow logits at
+    their extremes."""
+    cfg = tiny(lanes)
     hi, lo = 2047, -2048
     rows = [[hi] + [lo] * 19, [lo, hi, 0], [7], list(range(-10, 10)), [hi] * 20]
     m, sh = [65535, 30000, 1, 50000, 0], [0, 9, 0, 14, 0]
@@ -246,10 +302,11 @@ def test_odd_sizes():
     assert_unit(cfg, rows, m, sh, max_row=20, logit_bits=12, p_valid=0.8, p_ready=0.6, seed=4)
 
 
-def test_group_exponents():
+@pytest.mark.parametrize("lanes", LANES)
+def test_group_exponents(lanes):
     """Groups of different exponents in a row, exponents clamped at ``e_max``, keys cut to 0,
     short last groups (lengths not multiples of ``G``)."""
-    cfg = preset("tiny")
+    cfg = tiny(lanes)
     rows, m, sh = octave_rows(cfg, [32, 32, 17, 20, 31, 1, 16, 32, 5], seed=1)
     e7 = (cfg.e_max << cfg.attn_frac_bits)
     rows += [
@@ -275,10 +332,13 @@ def test_large_logit_scale(std):
     assert len({s for r in res.shift for s in r}) >= 3
 
 
-@pytest.mark.parametrize("group,e_max", [(16, 0), (4, 12), (8, 1)])
-def test_other_formats(group, e_max):
-    """``e_max = 0`` (one exponent per row), small groups with wide shifts, and ``e_max = 1``."""
-    cfg = preset("tiny").replace(group=group, e_max=e_max)
+@pytest.mark.parametrize("group,e_max,lanes", [(16, 0, 1), (4, 12, 1), (8, 1, 1), (16, 0, 8),
+                                               (4, 12, 4), (8, 1, 2), (16, 0, 16)])
+def test_other_formats(group, e_max, lanes):
+    """``e_max = 0`` (one exponent per row), small groups with wide shifts, and ``e_max = 1``;
+    with lanes, ``P = G`` and the smallest sums (``l = 255``, ``L = 8``) at 8 quotient bits per
+    cycle."""
+    cfg = preset("tiny").replace(group=group, e_max=e_max, softmax_lanes=lanes)
     rng = np.random.default_rng(group + e_max)
     rows, m, sh = random_rows(rng, [32, 7, 1, 30, 32], 6.0, cfg)
     orows, om, osh = octave_rows(cfg, [32, 13, 32, 3], seed=group)

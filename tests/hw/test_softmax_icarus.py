@@ -1,8 +1,8 @@
 """cocotb on Icarus: the generated Verilog of ``dstar.hw.softmax.SoftmaxUnit`` against the golden
 softmax (mantissas, group shifts, ``l``, ``r``, ``L``) on random, real, equal, extreme,
 one-element and maximum-length rows, rows whose groups have different and clamped exponents and
-short last groups, and with ``e_max = 0``, with and without random valid gaps and back-pressure;
-with no stalls every handshake is at the cycle model's cycle.
+short last groups, with ``e_max = 0`` and with four keys per beat, with and without random valid
+gaps and back-pressure; with no stalls every handshake is at the cycle model's cycle.
 
 The cases (rows, multipliers, stall probabilities) of ``tests/hw/cases/softmax.py`` are written
 here to an ``.npz`` and the payload field offsets to a JSON file; ``sim/tb_softmax.py`` drives
@@ -13,6 +13,7 @@ import json
 
 from amaranth import Shape
 from amaranth.back import verilog
+from amaranth.lib import data
 
 from dstar.config import preset
 from dstar.hw.softmax import Normalizer, SoftmaxUnit
@@ -26,12 +27,18 @@ TOP = "dstar_softmax"
 
 
 def port_fields(unit, streams=("i_row", "i_logit", "o_p", "o_sum")) -> dict:
-    """Per stream, each payload field's ``[offset, width, signed]`` in the flat vector."""
+    """Per stream, each payload field's ``[offset, width, signed]`` in the flat vector, or
+    ``[offset, element width, signed, elements]`` for an array field."""
     out = {}
     for name in streams:
         layout = getattr(unit, name).payload.shape()
-        out[name] = {f: [field.offset, field.width, Shape.cast(field.shape).signed]
-                     for f, field in layout}
+        out[name] = {}
+        for f, field in layout:
+            if isinstance(field.shape, data.ArrayLayout):
+                el = Shape.cast(field.shape.elem_shape)
+                out[name][f] = [field.offset, el.width, el.signed, field.shape.length]
+            else:
+                out[name][f] = [field.offset, field.width, Shape.cast(field.shape).signed]
     return out
 
 
@@ -49,7 +56,7 @@ def run_cocotb(name, unit, params, cases, top=TOP, testcase="test_cases"):
 
 def run_unit(cfg, name, cases):
     unit = SoftmaxUnit(cfg)
-    params = {"max_row": unit.max_row, "logit_bits": unit.logit_bits,
+    params = {"max_row": unit.max_row, "logit_bits": unit.logit_bits, "lanes": unit.lanes,
               "frac_bits": unit.frac_bits, "group": cfg.group, "e_max": cfg.e_max,
               "fields": port_fields(unit)}
     run_cocotb(name, unit, params, cases)
@@ -65,6 +72,15 @@ def test_tiny_e_max_0():
     cfg = preset("tiny").replace(e_max=0, group=8)
     cases = tiny_cases(cfg)
     run_unit(cfg, "tiny_e0", {k: cases[k] for k in ("random", "edge_stall", "groups")})
+
+
+def test_tiny_four_lanes():
+    """Four keys per beat (``softmax_lanes = 4``): rows overlap, the divider takes 4 bits per
+    cycle; every handshake at the cycle model's cycle."""
+    cfg = preset("tiny").replace(softmax_lanes=4)
+    cases = tiny_cases(cfg)
+    run_unit(cfg, "tiny_p4", {k: cases[k] for k in ("random", "random_stall", "edge", "groups",
+                                                     "clamp")})
 
 
 def test_default_real_and_max_length():
