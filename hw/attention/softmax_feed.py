@@ -178,7 +178,7 @@ class SoftmaxFeed(wiring.Component):
         """``max_blocks``: per row the blocks where its running maximum was attained."""
         ag = self._ag
         nkb = ag.nkb
-        s = self.o_logit.payload.s
+        s = self.o_logit.payload.s[0]
         cur_max = Signal.like(s)
         cur = Signal(nkb)
         nxt = Signal(nkb)
