@@ -389,9 +389,9 @@ class AttentionGeometry:
     def __post_init__(self):
         cfg, lin = self.cfg, self.lin
         g, dh, bc = cfg.group, cfg.head_dim, self.block_cols
-        if cfg.softmax_lanes != 1:
-            raise ConfigError(f"softmax_lanes={cfg.softmax_lanes}: the attention engine's "
-                              f"softmax feeder streams one logit per beat (softmax_lanes = 1)")
+        if bc % cfg.softmax_lanes:
+            raise ConfigError(f"softmax_lanes={cfg.softmax_lanes} must divide m_tile * n_arrays="
+                              f"{bc} (a beat of logits is a slice of one accumulator chunk)")
         if dh % g:
             raise ConfigError(f"head_dim={dh} must be a multiple of group={g} (Q rows run as "
                               f"whole lane groups)")

@@ -118,7 +118,7 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int, fixup=None) -> Attention
         return tile_phase([ng * g for ng in ngs], [rows * 2 * ng for ng in ngs])
 
     def smax(rows, sel):
-        return schedule([sum(k_lens[j] for j in sel)] * rows).cycles + 1
+        return schedule([sum(k_lens[j] for j in sel)] * rows, lanes=cfg.softmax_lanes).cycles + 1
 
     for i, rows in enumerate(q_lens):
         sel = [j for j in range(nkb) if mask[i, j]]

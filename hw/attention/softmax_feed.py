@@ -86,8 +86,8 @@ class SoftmaxFeed(wiring.Component):
             "ms_addr": Out(uwidth(ag.n_max)),
             "ms_data": In(ms_layout()),
             "o_row": Out(stream.Signature(row_cmd_layout(sg.max_row))),
-            "o_logit": Out(stream.Signature(logit_layout(sg.logit_bits))),
-            "i_p": In(stream.Signature(prob_layout(cfg.shift_bits))),
+            "o_logit": Out(stream.Signature(logit_layout(sg.logit_bits, sg.lanes))),
+            "i_p": In(stream.Signature(prob_layout(cfg.shift_bits, sg.lanes))),
             "i_sum": In(stream.Signature(sum_l)),
             "p_we": Out(1),
             "p_addr": Out(uwidth(ag.p_depth)),
@@ -115,6 +115,8 @@ class SoftmaxFeed(wiring.Component):
         ag = self._ag
         cfg = ag.cfg
         bq, bk, mt, n_arr = cfg.block_q, cfg.block_k, cfg.m_tile, cfg.n_arrays
+        lanes = ag.softmax.lanes
+        beats = ag.block_cols // lanes          # beats of P logits per accumulator chunk
         sel_j, rows = self.sel_j, self.rows
         self._f_on = f_on = Signal()
         f_have, f_hdr = Signal(), Signal()
@@ -122,20 +124,19 @@ class SoftmaxFeed(wiring.Component):
         f_li = Signal(range(ag.nkb + 1))
         f_off = Signal(range(bk + 1))
         f_kc = Signal(range(ag.n_kc + 1))
-        f_a = Signal(range(n_arr))
-        f_col = Signal(range(mt))
+        f_beat = Signal(range(beats))
         f_len = Signal(range(bk + 1))
         m.d.comb += f_len.eq(self.sel_len[f_li])
         take = Signal()
         m.d.comb += take.eq(f_have & self.o_logit.ready)
         blk_end = Signal()
         row_end = Signal()
-        m.d.comb += [blk_end.eq(f_off + 1 == f_len),
+        m.d.comb += [blk_end.eq(f_off + lanes >= f_len),
                      row_end.eq(blk_end & (f_li + 1 == self.n_sel))]
         nx_kc = Signal.like(f_kc)
         with m.If(blk_end):
             m.d.comb += nx_kc.eq(sel_j[f_li + 1] * ag.kc_per_block)
-        with m.Elif((f_col == mt - 1) & (f_a == n_arr - 1)):
+        with m.Elif(f_beat == beats - 1):
             m.d.comb += nx_kc.eq(f_kc + 1)
         with m.Else():
             m.d.comb += nx_kc.eq(f_kc)
@@ -148,18 +149,21 @@ class SoftmaxFeed(wiring.Component):
         with m.If(take):
             with m.If(row_end):
                 m.d.sync += [f_row.eq(f_row + 1), f_li.eq(0), f_off.eq(0), f_kc.eq(kc0),
-                             f_a.eq(0), f_col.eq(0), f_hdr.eq(f_row + 1 != rows)]
+                             f_beat.eq(0), f_hdr.eq(f_row + 1 != rows)]
                 with m.If(f_row + 1 == rows):
                     m.d.sync += f_on.eq(0)
             with m.Elif(blk_end):
-                m.d.sync += [f_li.eq(f_li + 1), f_off.eq(0), f_kc.eq(nx_kc), f_a.eq(0),
-                             f_col.eq(0)]
+                m.d.sync += [f_li.eq(f_li + 1), f_off.eq(0), f_kc.eq(nx_kc), f_beat.eq(0)]
             with m.Else():
-                m.d.sync += [f_off.eq(f_off + 1), f_kc.eq(nx_kc),
-                             f_col.eq(Mux(f_col == mt - 1, 0, f_col + 1))]
-                with m.If(f_col == mt - 1):
-                    m.d.sync += f_a.eq(Mux(f_a == n_arr - 1, 0, f_a + 1))
-        self._max_flags(m, take, row_end, f_row, f_li, f_off)
+                m.d.sync += [f_off.eq(f_off + lanes), f_kc.eq(nx_kc),
+                             f_beat.eq(Mux(f_beat == beats - 1, 0, f_beat + 1))]
+        # A beat: keys f_off .. f_off + P - 1 of the block, P consecutive logits of the chunk
+        # (the arrays' words side by side); lanes past a ragged block's end are don't-care.
+        chunk = [self.y_data[a][c] for a in range(n_arr) for c in range(mt)]
+        for lane in range(lanes):
+            m.d.comb += self.o_logit.payload.s[lane].eq(
+                Array(chunk[b * lanes + lane] for b in range(beats))[f_beat])
+        self._max_flags(m, take, row_end, f_row, f_li, f_off, f_len)
         m.d.sync += f_have.eq(f_on & ~(take & row_end & (f_row + 1 == rows)))
         with m.If(self.o_row.valid & self.o_row.ready):
             m.d.sync += f_hdr.eq(0)
@@ -168,17 +172,16 @@ class SoftmaxFeed(wiring.Component):
                      self.o_row.payload.m.eq(self.ms_data.m),
                      self.o_row.payload.sh.eq(self.ms_data.sh),
                      self.o_row.payload.n.eq(self.n_valid),
-                     self.o_logit.valid.eq(f_have),
-                     self.o_logit.payload.s[0].eq(Array(self.y_data[a][f_col]
-                                                        for a in range(n_arr))[f_a])]
+                     self.o_logit.valid.eq(f_have)]
         return [f_on.eq(1), f_hdr.eq(1), f_row.eq(0), f_li.eq(0), f_off.eq(0), f_kc.eq(kc0),
-                f_a.eq(0), f_col.eq(0)]
+                f_beat.eq(0)]
 
-    def _max_flags(self, m, take, row_end, f_row, f_li, f_off):
-        """``max_blocks``: per row the blocks where its running maximum was attained."""
+    def _max_flags(self, m, take, row_end, f_row, f_li, f_off, f_len):
+        """``max_blocks``: per row the blocks where its running maximum was attained (a beat's
+        keys share one block)."""
         ag = self._ag
         nkb = ag.nkb
-        s = self.o_logit.payload.s[0]
+        s = self._beat_max(m, f_off, f_len)
         cur_max = Signal.like(s)
         cur = Signal(nkb)
         nxt = Signal(nkb)
@@ -199,6 +202,20 @@ class SoftmaxFeed(wiring.Component):
                         with m.Case(i):
                             m.d.sync += self.max_blocks[i].eq(nxt)
 
+    def _beat_max(self, m, f_off, f_len):
+        """The largest logit of the beat's valid lanes (lane 0 always is)."""
+        lg = self.o_logit.payload.s
+        vals = [lg[0]] + [Mux(f_off + lane < f_len, lg[lane], lg[0])
+                          for lane in range(1, len(lg))]
+        while len(vals) > 1:
+            nxt = []
+            for i in range(0, len(vals) - 1, 2):
+                v = Signal.like(lg[0], name=f"beat_max{len(vals)}_{i}")
+                m.d.comb += v.eq(Mux(vals[i] >= vals[i + 1], vals[i], vals[i + 1]))
+                nxt.append(v)
+            vals = nxt + vals[len(vals) - len(vals) % 2:]
+        return vals[0]
+
     def _collect(self, m) -> Signal:
         """P words, block sums, ``(r, L)`` per row and block masses; returns the count of rows
         whose ``(r, L)`` arrived."""
@@ -213,7 +230,9 @@ class SoftmaxFeed(wiring.Component):
         p_li = Signal(range(nkb + 1))
         p_off = Signal(range(bk + 1))
         p_kg = Signal(range(ag.n_kg + 1))
-        p_lane = Signal(range(g))
+        lanes = ag.softmax.lanes
+        per_group = g // lanes                  # beats of a group
+        p_q = Signal(range(per_group))          # the beat's place in its group
         pbuf = Signal(data.ArrayLayout(unsigned(8), g))
         b_sum = [[Signal(ag.b_bits, name=f"b{k}_{j}") for j in range(nkb)] for k in range(2)]
         mass = [Signal(ag.mass_bits, name=f"mass{j}") for j in range(nkb)]
@@ -227,20 +246,25 @@ class SoftmaxFeed(wiring.Component):
                      self.norm_big_l.eq(big_l_row[self.norm_row]),
                      [self.mass[j].eq(mass[j]) for j in range(nkb)],
                      i_p.ready.eq(1), i_sum.ready.eq(1)]
-        pval = i_p.payload.p[0]
+        pval = i_p.payload.p
         wval = Signal(ag.b_bits)
-        m.d.comb += wval.eq(pval << i_p.payload.shift)
+        # Lanes past a row's end carry p = 0.
+        m.d.comb += wval.eq(sum(pval[lane] for lane in range(lanes)) << i_p.payload.shift)
         p_blk_end = Signal()
-        m.d.comb += p_blk_end.eq(p_off + 1 == p_len)
+        m.d.comb += p_blk_end.eq(p_off + lanes >= p_len)
+        group_end = Signal()
+        m.d.comb += group_end.eq((p_q == per_group - 1) | p_blk_end)
         pword = self.p_data
         m.d.comb += pword.shift.eq(i_p.payload.shift)
-        for lane in range(g):
-            m.d.comb += pword.p[lane].eq(Mux(p_lane == lane, pval, pbuf[lane]))
+        for k in range(g):
+            m.d.comb += pword.p[k].eq(Mux(p_q == k // lanes, pval[k % lanes], pbuf[k]))
         m.d.comb += [self.p_addr.eq(p_row * ag.n_kg + p_kg),
-                     self.p_we.eq(i_p.valid & ((p_lane == g - 1) | p_blk_end))]
+                     self.p_we.eq(i_p.valid & group_end)]
         with m.If(i_p.valid):
-            m.d.sync += pbuf[p_lane].eq(pval)
-            with m.If((p_lane == g - 1) | p_blk_end):
+            for k in range(g):
+                with m.If(p_q == k // lanes):
+                    m.d.sync += pbuf[k].eq(pval[k % lanes])
+            with m.If(group_end):
                 m.d.sync += pbuf.eq(0)
             for j in range(nkb):
                 with m.If(pj == j):
@@ -250,13 +274,14 @@ class SoftmaxFeed(wiring.Component):
                         m.d.sync += b_sum[0][j].eq(b_sum[0][j] + wval)
             with m.If(i_p.payload.last):
                 m.d.sync += [p_row.eq(p_row + 1), p_li.eq(0), p_off.eq(0),
-                             p_kg.eq(sel_j[0] * ag.kg_per_block), p_lane.eq(0)]
+                             p_kg.eq(sel_j[0] * ag.kg_per_block), p_q.eq(0)]
             with m.Elif(p_blk_end):
                 m.d.sync += [p_li.eq(p_li + 1), p_off.eq(0),
-                             p_kg.eq(sel_j[p_li + 1] * ag.kg_per_block), p_lane.eq(0)]
+                             p_kg.eq(sel_j[p_li + 1] * ag.kg_per_block), p_q.eq(0)]
             with m.Else():
-                m.d.sync += [p_off.eq(p_off + 1), p_lane.eq(Mux(p_lane == g - 1, 0, p_lane + 1))]
-                with m.If(p_lane == g - 1):
+                m.d.sync += [p_off.eq(p_off + lanes),
+                             p_q.eq(Mux(p_q == per_group - 1, 0, p_q + 1))]
+                with m.If(p_q == per_group - 1):
                     m.d.sync += p_kg.eq(p_kg + 1)
         rsum, lsum = i_sum.payload.r, i_sum.payload.big_l
         with m.If(i_sum.valid):
@@ -275,7 +300,7 @@ class SoftmaxFeed(wiring.Component):
                         with m.If(self.full):
                             m.d.sync += mass[j].eq(mass[j] + share[:ag.share_bits])
         with m.If(self.start):
-            m.d.sync += [p_row.eq(0), p_li.eq(0), p_off.eq(0), p_lane.eq(0), pbuf.eq(0),
+            m.d.sync += [p_row.eq(0), p_li.eq(0), p_off.eq(0), p_q.eq(0), pbuf.eq(0),
                          p_kg.eq(sel_j[0] * ag.kg_per_block), s_row.eq(0),
                          [mass[j].eq(Mux(self.full, 0, mass[j])) for j in range(nkb)]]
         return s_row

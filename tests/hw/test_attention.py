@@ -225,3 +225,18 @@ def test_other_formats(small_cfg, group, e_max):
     assert kinds == 1 if e_max == 0 else kinds >= 3
     calls, exp = int_calls(cfg, steps, 0.7, 2)
     check(cfg, calls, exp)
+
+
+@pytest.mark.parametrize("lanes", [2, 4, 8])
+def test_wide_softmax_key_and_reuse(small_cfg, lanes):
+    """The softmax unit at P keys per beat (``softmax_lanes``): the feeder's beats, P words,
+    block sums and row-max flags; N = 27 (ragged blocks, a last beat with idle lanes), a key
+    step with a block that takes the second pass and one that does not, and a reuse step."""
+    cfg = small_cfg.replace(softmax_lanes=lanes)
+    rng = np.random.default_rng(40 + lanes)
+    steps = [random_step(rng, 27, cfg.head_dim, 2.0) for _ in range(2)]
+    calls, exp = int_calls(cfg, steps, 0.5, 2)
+    d = theta1_step(rng, cfg.head_dim)
+    c2, e2 = int_calls(cfg, [d], 0.5, 0, 1)
+    assert exp[0]["fixup"].any() and not e2[0]["fixup"].any()
+    check(cfg, calls + c2, exp + e2)

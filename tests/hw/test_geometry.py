@@ -65,9 +65,9 @@ def test_softmax_and_dense_geometry():
     wide = [SoftmaxGeometry(cfg.replace(softmax_lanes=p), max_row=20) for p in (4, 8, 16)]
     assert [(g.row_words, g.div_bits, g.div_steps) for g in wide] == [(5, 4, 5), (3, 8, 3),
                                                                       (2, 8, 3)]
-    with pytest.raises(ConfigError, match="^softmax_lanes=4: the attention engine's softmax "
-                                          "feeder streams one logit per beat"):
-        AttentionGeometry(cfg.replace(softmax_lanes=4))
+    assert AttentionGeometry(cfg.replace(softmax_lanes=8)).softmax.lanes == 8   # 8 columns
+    with pytest.raises(ConfigError, match=r"^softmax_lanes=16 must divide m_tile \* n_arrays=8 "):
+        AttentionGeometry(cfg.replace(softmax_lanes=16))
     with pytest.raises(ConfigError, match="max_row"):
         SoftmaxGeometry(cfg, max_row=0)
     dg = DenseGeometry(cfg.replace(datapath="dense"))
