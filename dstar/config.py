@@ -121,7 +121,7 @@ class Config:
     workload: Workload = Workload.DIGITS  # the bundled DiT that runs (Workload)
     steps: int = 50             # DDIM steps
     samples: int = 10           # class-conditional images (labels cycle 0..9)
-    cfg_scale: float = 1.5      # classifier-free guidance (1.0: off, no doubled batch)
+    cfg_scale: float = 2.5      # classifier-free guidance (1.0: off, no doubled batch)
     seed: int = 0
     # --- hardware generator (spec section 5) ---
     k_tile: int = _hw(64)       # reduction rows of one weight tile (multiple of group)

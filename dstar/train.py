@@ -6,10 +6,14 @@ EMA ``--ema`` (the EMA weights are what ships), 10 % label dropout for classifie
 bf16 autocast for speed (all inference is FP32). Checkpoints every ``--ckpt-every`` steps make
 the run resumable (``--resume``), and every checkpoint also exports the EMA weights as ``.npz``.
 ``--init NPZ`` starts from exported weights (model and EMA) instead of DiT's initialization.
-``--eval-every N`` samples the EMA model every N steps (class-conditional DDIM, 50 steps, CFG
-1.5, the analysis seeds) and logs its quality check: for ``digits`` the kNN class accuracy of 100
-samples (the legibility check), for ``photos`` the patch statistics of 200 samples against
+``--eval-every N`` samples the EMA model every N steps (class-conditional DDIM, 50 steps, the
+analysis's CFG and seeds) and logs its quality check: for ``digits`` the kNN class accuracy of
+100 samples (the legibility check), for ``photos`` the patch statistics of 200 samples against
 held-out crops (``dstar.golden.image_stats``).
+
+The bundled digit DiT: 10k steps from DiT's initialization (``--steps 10000``, the defaults),
+then ``--init golden/data/dit_mnist.npz --steps 5000 --batch 32 --lr 2e-4 --ema 0.9995``
+(resumed from its checkpoints twice).
 
 ``--workload``: ``digits`` (the MNIST-5k digits, 10 classes) or ``photos`` (random 32x32 crops,
 flipped, of the photos in ``dstar.golden.photos``, conditioned on the source photo).
@@ -29,6 +33,7 @@ from dstar.golden.diffusion import alphas_cumprod
 from dstar.golden.dit import DiTShape
 from dstar.golden.mnist import load_mnist
 from dstar.golden.photos import PHOTOS, random_crops
+from dstar.golden.sampler import CFG_SCALE
 from dstar.golden.workloads import WORKLOADS
 
 from .torch_dit import DiT, from_numpy_weights, to_numpy_weights
@@ -58,7 +63,7 @@ def _samples(ema: DiT, samples: int, steps: int, cfg_scale: float, seed: int):
     return x, labels
 
 
-def legibility(ema: DiT, samples: int = 100, steps: int = 50, cfg_scale: float = 1.5,
+def legibility(ema: DiT, samples: int = 100, steps: int = 50, cfg_scale: float = CFG_SCALE,
                seed: int = 0) -> float:
     """kNN class accuracy of ``samples`` class-conditional DDIM samples of ``ema``."""
     from dstar.golden.classifier import DigitClassifier
@@ -66,7 +71,8 @@ def legibility(ema: DiT, samples: int = 100, steps: int = 50, cfg_scale: float =
     return DigitClassifier().accuracy(*_samples(ema, samples, steps, cfg_scale, seed))
 
 
-def photo_quality(ema: DiT, samples: int = 200, steps: int = 50, cfg_scale: float = 1.5,
+def photo_quality(ema: DiT, samples: int = 200, steps: int = 50,
+                  cfg_scale: float = CFG_SCALE,
                   seed: int = 0) -> dict:
     """Patch statistics of ``samples`` DDIM samples of ``ema`` against held-out crops."""
     from dstar.golden.image_stats import image_distances

@@ -7,10 +7,15 @@ Follows DiT's ``sample.py`` / ADM's ``ddim_sample``: the model runs on the doubl
 
 import numpy as np
 
+from dstar.config import Config
+
 from .diffusion import alphas_cumprod, ddim_timesteps
 from .dit import DiT, float_attention, float_linear
 
-__all__ = ["initial_noise", "sample_labels", "ddim_sample"]
+__all__ = ["CFG_SCALE", "initial_noise", "sample_labels", "ddim_sample"]
+
+#: The guidance scale of the analysis runs (``Config.cfg_scale``'s default).
+CFG_SCALE = Config.cfg_scale
 
 
 def sample_labels(samples: int, num_classes: int = 10) -> np.ndarray:
@@ -24,7 +29,7 @@ def initial_noise(samples: int, shape, seed: int) -> np.ndarray:
                                dtype=np.float32)
 
 
-def ddim_sample(model: DiT, labels, noise, steps: int, cfg_scale: float = 1.5, *,
+def ddim_sample(model: DiT, labels, noise, steps: int, cfg_scale: float = CFG_SCALE, *,
                 linear=float_linear, attention=float_attention, on_step=None):
     """Run ``steps`` DDIM steps from ``noise``; returns final images ``(B, C, H, W)`` in [-1, 1].
 

@@ -42,13 +42,14 @@ def test_the_model_denoises_real_images(workload, bundled_model, photos_model):
 
 
 def test_samples_are_legible(bundled_model):
-    """Class-conditional FP32 samples are recognized by a kNN classifier of the real digits."""
+    """Class-conditional FP32 samples (the default guidance) are recognized by a kNN classifier
+    of the real digits."""
     n = 40
     labels = sample_labels(n)
     x = ddim_sample(bundled_model, labels, initial_noise(n, bundled_model.shape, 0), 20)
     acc = DigitClassifier().accuracy(x, labels)
-    # Most samples: more than half (chance is 10 %; the shipped model scores about 60 %).
-    assert acc > 0.5, f"only {acc:.0%} of class-conditional samples are recognized"
+    # Chance is 10 %; the shipped model scores 90 % here (92 % on 100 samples at 50 steps).
+    assert acc >= 0.85, f"only {acc:.0%} of class-conditional samples are recognized"
     # And the classifier is not fooled by noise: pure noise images are not "legible".
     noise = np.clip(initial_noise(n, bundled_model.shape, 5), -1, 1)
     assert DigitClassifier().accuracy(noise, labels) < 0.4
