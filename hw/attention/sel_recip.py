@@ -11,6 +11,7 @@ from amaranth.lib.wiring import In, Out
 from dstar.golden.softmax import RECIP_BITS, sum_bits
 
 from ..geometry import AttentionGeometry, SoftmaxGeometry
+from ..softmax import _bit_length
 
 __all__ = ["SelReciprocal"]
 
@@ -83,11 +84,7 @@ class SelReciprocal(wiring.Component):
         l_sel = Signal(lb)
         m.d.comb += l_sel.eq(sum(Mux(self.mask[j], row_b[j], 0) for j in range(nkb)))
 
-        big_l = Signal(range(lb + 1))
-        sel = Const(0, big_l.shape())
-        for k in range(lb):
-            sel = Mux(c_l[k], k + 1, sel)
-        m.d.comb += big_l.eq(sel)
+        big_l = _bit_length(m, c_l, lb, "big_l")
         # The first trial is the dividend's top L bits, 2**L - 1: l with every bit below its
         # leading one set (as in SoftmaxUnit's divider).
         smear = c_l
