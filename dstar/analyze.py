@@ -105,9 +105,16 @@ SWEEP_FIELDS = ("theta", "refresh_attn", "refresh_linear", "tau", "lattice_bits"
 #: ``dstar`` (default), ``w8a8`` or ``float``; ``attention`` is ``dstar`` (default) or ``float``.
 SWEEP_MODES = {"linears": ("dstar", "w8a8", "float"), "attention": ("dstar", "float")}
 
-#: The accuracy target of the attention issue: final-sample PSNR within this many dB of dense
-#: W8A8 while computing at most this fraction of the attention blocks on reuse steps.
-TARGET_PSNR_GAP_DB, TARGET_REUSE_BLOCKS = 1.0, 0.5
+#: The accuracy target of both mechanisms together: final-sample PSNR (over all samples) within
+#: ``TARGET_PSNR_GAP_DB`` of dense W8A8, no sample more than ``TARGET_SAMPLE_GAP_DB`` under its
+#: own W8A8 PSNR, while computing at most ``TARGET_REUSE_BLOCKS`` of the attention blocks on
+#: reuse steps.
+TARGET_PSNR_GAP_DB, TARGET_SAMPLE_GAP_DB, TARGET_REUSE_BLOCKS = 0.5, 2.0, 0.5
+
+
+def sample_psnrs(a, b) -> np.ndarray:
+    """PSNR in dB of each sample of ``a`` against the same sample of ``b`` (``(S, ...)``)."""
+    return np.array([psnr(x, y) for x, y in zip(a, b, strict=True)])
 
 
 def sweep_points(cfg, grid: dict) -> list[dict]:
@@ -153,7 +160,8 @@ def run_sweep(cfg, grid: dict, model: DiT | None = None, progress=None) -> dict:
                            else None)
 
     fp32 = run("fp32")
-    w8a8_db = psnr(run("w8a8", linear=W8A8Linears()), fp32)
+    w8a8 = run("w8a8", linear=W8A8Linears())
+    w8a8_db, w8a8_each = psnr(w8a8, fp32), sample_psnrs(w8a8, fp32)
     rows = []
     for pt in points:
         c = cfg.replace(**_cfg_part(pt))
@@ -167,9 +175,13 @@ def run_sweep(cfg, grid: dict, model: DiT | None = None, progress=None) -> dict:
         ast = at.stats() if at else {"blocks_computed_fraction": 1.0,
                                      "blocks_computed_fraction_reuse": None}
         db = psnr(out, fp32)
+        # inf - inf (a sample both runs reproduce exactly) is no gap.
+        each = np.nan_to_num(w8a8_each - sample_psnrs(out, fp32), nan=0.0)
+        worst = float(each.max())
         reuse = ast["blocks_computed_fraction_reuse"]
         rows.append({
             **pt, "psnr_vs_fp32_db": db, "psnr_gap_vs_w8a8_db": w8a8_db - db,
+            "worst_sample_gap_vs_w8a8_db": worst,
             "blocks_computed_fraction": ast["blocks_computed_fraction"],
             "blocks_computed_fraction_reuse_steps": reuse,
             "ops_ratio_vs_w8a8": (OpStats.summary(dl.stats.total())["ops_ratio_vs_w8a8"]
@@ -177,6 +189,7 @@ def run_sweep(cfg, grid: dict, model: DiT | None = None, progress=None) -> dict:
             # The target is for DSTAR as a whole: both mechanisms on.
             "meets_target": bool(dl is not None and at is not None
                                  and w8a8_db - db <= TARGET_PSNR_GAP_DB
+                                 and worst <= TARGET_SAMPLE_GAP_DB
                                  and (reuse if reuse is not None else 1.0)
                                  <= TARGET_REUSE_BLOCKS),
             "seconds": round(time.perf_counter() - t0, 3)})
@@ -185,6 +198,7 @@ def run_sweep(cfg, grid: dict, model: DiT | None = None, progress=None) -> dict:
             "config": cfg.to_dict(), "grid": {k: list(v) for k, v in grid.items()},
             "w8a8": {"psnr_vs_fp32_db": w8a8_db},
             "target": {"psnr_gap_vs_w8a8_db": TARGET_PSNR_GAP_DB,
+                       "worst_sample_gap_vs_w8a8_db": TARGET_SAMPLE_GAP_DB,
                        "blocks_computed_fraction_reuse_steps": TARGET_REUSE_BLOCKS},
             "points": rows}
 
@@ -194,15 +208,18 @@ def format_sweep(rep: dict) -> str:
     fields = list(rep["grid"])
     lines = [f"sweep on the bundled DiT: {rep['samples']} samples x {rep['steps']} steps, "
              f"W8A8 PSNR vs FP32 {rep['w8a8']['psnr_vs_fp32_db']:.2f} dB; target: gap <= "
-             f"{rep['target']['psnr_gap_vs_w8a8_db']} dB at <= "
+             f"{rep['target']['psnr_gap_vs_w8a8_db']} dB (no sample over "
+             f"{rep['target'].get('worst_sample_gap_vs_w8a8_db', '-')} dB) at <= "
              f"{rep['target']['blocks_computed_fraction_reuse_steps']:.0%} blocks on reuse "
              "steps", ""]
     lines.append("".join(f"{f:>15}" for f in fields)
-                 + f"{'PSNR dB':>9}{'gap dB':>8}{'blocks':>8}{'reuse':>8}{'lin x':>7}  target")
+                 + f"{'PSNR dB':>9}{'gap dB':>8}{'worst':>7}{'blocks':>8}{'reuse':>8}"
+                 + f"{'lin x':>7}  target")
     for r in rep["points"]:
         reuse = r["blocks_computed_fraction_reuse_steps"]
         lines.append("".join(f"{r[f]!s:>15}" for f in fields)
                      + f"{r['psnr_vs_fp32_db']:>9.2f}{r['psnr_gap_vs_w8a8_db']:>8.2f}"
+                     + f"{r.get('worst_sample_gap_vs_w8a8_db', float('nan')):>7.2f}"
                      + f"{r['blocks_computed_fraction']:>8.3f}"
                      + (f"{reuse:>8.3f}" if reuse is not None else f"{'-':>8}")
                      + (f"{r['ops_ratio_vs_w8a8']:>7.2f}  " if r["ops_ratio_vs_w8a8"]
