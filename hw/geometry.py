@@ -62,10 +62,20 @@ class Geometry:
     of the R rotations per slice to balance the lanes (``dstar.hw.dispatcher``), so a busy channel's
     work can land on R lanes instead of always one. R = 1 is the plain static split. Each lane
     then selects among ``R * slice_groups`` weight rows per buffer (the area cost; measurements
-    in ``dstar.hw.dispatcher``)."""
+    in ``dstar.hw.dispatcher``).
+
+    ``y_words`` (0: ``max_tokens * n_mt_max``) overrides the accumulator memory's depth and
+    ``y_banks`` (1 or 2) splits it into banks by the top address bit, each with its own read
+    port (``PEArray``): a user of the arrays other than the linear datapath (the attention
+    engine) sizes them for itself."""
     cfg: Config
+    y_words: int = 0
+    y_banks: int = 1
 
     def __post_init__(self):
+        if self.y_banks not in (1, 2) or self.y_banks == 2 and (
+                self.y_words < 2 or self.y_words & (self.y_words - 1)):
+            raise ValueError("y_banks must be 1, or 2 with a power-of-two y_words")
         if self.cfg.k_tile > 8 * self.cfg.group:
             # The encoder and the lane sequencers handle one whole slice per cycle.
             raise ConfigError(f"k_tile={self.cfg.k_tile} needs more than 8 groups per slice "
@@ -185,8 +195,8 @@ class Geometry:
     @property
     def y_depth(self) -> int:
         """Words of each array's accumulator memory: ``max_tokens * n_mt_max`` rows of
-        ``m_tile`` accumulators, address ``token * n_mt_max + mt``."""
-        return self.cfg.max_tokens * self.n_mt_max
+        ``m_tile`` accumulators, address ``token * n_mt_max + mt`` (or ``y_words``)."""
+        return self.y_words or self.cfg.max_tokens * self.n_mt_max
 
     @property
     def psum_depth(self) -> int:
@@ -406,10 +416,6 @@ class AttentionGeometry:
         if cfg.block_k > cfg.k_tile:
             raise ConfigError(f"block_k={cfg.block_k} must be <= k_tile={cfg.k_tile} (one V "
                               f"tile holds a key block)")
-        if self.pv_base + cfg.block_q * self.n_cp > lin.y_depth:
-            raise ConfigError(f"the PE array's accumulator memory ({lin.y_depth} words) "
-                              f"cannot hold a query block's logits and PV sums "
-                              f"({self.pv_base + cfg.block_q * self.n_cp} words)")
         if cfg.acc_bits < max(self.logit_bits, self.pv_acc_bits):
             raise ConfigError(f"acc_bits={cfg.acc_bits} is narrower than the attention sums "
                               f"({max(self.logit_bits, self.pv_acc_bits)} bits)")
@@ -426,8 +432,9 @@ class AttentionGeometry:
 
     @property
     def lin(self) -> Geometry:
-        """The PE arrays' geometry (the attention engine runs on the linear datapath's lanes)."""
-        return Geometry(self.cfg)
+        """The PE arrays' geometry (the attention engine runs on the linear datapath's lanes),
+        with accumulators of two banks of ``2**bank_bits`` words, one per query-block parity."""
+        return Geometry(self.cfg, y_words=2 << self.bank_bits, y_banks=2)
 
     @property
     def softmax(self) -> SoftmaxGeometry:
@@ -481,9 +488,29 @@ class AttentionGeometry:
         return self.cfg.block_k // self.cfg.group
 
     @property
-    def pv_base(self) -> int:
-        """PV accumulators after the logits in the PE array's accumulator memory."""
-        return self.cfg.block_q * self.n_kc
+    def bank_bits(self) -> int:
+        """Address bits of an accumulator bank: the logits, the PV sums ``S`` and ``U`` of one
+        query block (``block_q * (n_kc + 2 * n_cp)`` words)."""
+        return max(1, (self.cfg.block_q * (self.n_kc + 2 * self.n_cp) - 1).bit_length())
+
+    def logit_base(self, parity: int) -> int:
+        """The logits of a query block of ``parity`` in the accumulators (its bank)."""
+        return parity << self.bank_bits
+
+    def s_base(self, parity: int) -> int:
+        """PV sums ``S`` of a query block of ``parity``: the selected tiles (key step, one
+        pass), every tile (key step, second pass) or the selected (reuse step)."""
+        return self.logit_base(parity) + self.cfg.block_q * self.n_kc
+
+    def u_base(self, parity: int) -> int:
+        """PV sums ``U``: the unselected tiles (key step, one pass) or the selected tiles of
+        the masked softmax (key step, second pass)."""
+        return self.s_base(parity) + self.cfg.block_q * self.n_cp
+
+    @property
+    def p_masked_base(self) -> int:
+        """The P words of a key step's masked softmax (second pass) after the full pass's."""
+        return self.cfg.block_q * self.n_kg
 
     # ----- widths -----
     @property
@@ -557,7 +584,7 @@ class AttentionGeometry:
 
     @property
     def p_depth(self) -> int:
-        return self.cfg.block_q * self.n_kg
+        return 2 * self.cfg.block_q * self.n_kg
 
     @property
     def o_depth(self) -> int:
@@ -580,7 +607,7 @@ class AttentionGeometry:
                 "residual cache (attn_slots x max_tokens x head_dim)": self.res_depth,
                 "masks (attn_slots x max_tokens / block_q)": self.mask_depth,
                 "logits (2 x max_tokens)": 2 * self.n_max,
-                "accumulators (max_tokens x max_m / block_cols, per array)":
+                "accumulators (2 banks of block_q x (n_kc + 2 n_cp), per array)":
                 n * self.lin.y_depth}
 
     @property
@@ -590,7 +617,7 @@ class AttentionGeometry:
 
     def to_dict(self) -> dict:
         names = ["block_cols", "n_max", "rows_q", "n_kc", "n_cp", "n_kg", "nqb", "nkb",
-                 "kc_per_block", "kg_per_block", "pv_base", "logit_bits", "pv_acc_bits",
+                 "kc_per_block", "kg_per_block", "bank_bits", "logit_bits", "pv_acc_bits",
                  "kt_depth", "v_depth", "q_depth", "p_depth", "o_depth", "res_depth",
                  "mask_depth", "b_bits", "mass_bits"]
         return {n: getattr(self, n) for n in names}

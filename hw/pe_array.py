@@ -120,7 +120,9 @@ class PEArray(wiring.Component):
     o_pass_done : Out(1)
     host_y_addr, host_y_rdata :
         Accumulator read from outside, one cycle after the address, on the reduction's read
-        port while no slice is reduced (always, once the layer is idle).
+        port while no slice is reduced (always, once the layer is idle); with two banks
+        (``geo.y_banks``), on the read port of the bank addressed while no slice is reduced
+        into that bank.
     """
 
     def __init__(self, geo: Geometry):
@@ -187,25 +189,46 @@ class PEArray(wiring.Component):
                 terms.append(Mux(tok.mask[lane], head[c], 0))
             m.d.comb += total[c].eq(_tree_sum(terms))
 
-        m.submodules.y = ymem = Memory(shape=y_row_layout(geo), depth=geo.y_depth, init=[])
-        y_wr = ymem.write_port()
-        # Transparent: a slice reduced right after another one of the same row (one-token
-        # layers) reads the value being written. The host reads through the same port whenever
-        # no slice is reduced (a second, host-only port would double the memory).
-        y_rd = ymem.read_port(transparent_for=(y_wr,))
-        m.d.comb += [y_rd.addr.eq(Mux(fire, tok.meta.y_addr, self.host_y_addr)),
-                     self.host_y_rdata.eq(y_rd.data)]
-
         # Stage B: the read-modify-write.
         b_valid, b_over, b_last = Signal(), Signal(), Signal()
-        b_addr = Signal.like(y_rd.addr)
+        b_addr = Signal.like(tok.meta.y_addr)
         b_sum = Signal(sum_l)
         m.d.sync += [b_valid.eq(fire), b_over.eq(tok.meta.overwrite), b_last.eq(tok.meta.last),
                      b_addr.eq(tok.meta.y_addr), b_sum.eq(total)]
-        m.d.comb += [y_wr.en.eq(b_valid), y_wr.addr.eq(b_addr),
-                     self.o_pass_done.eq(b_valid & b_last)]
-        for c in range(m_n):
-            m.d.comb += y_wr.data[c].eq(Mux(b_over, b_sum[c], y_rd.data[c] + b_sum[c]))
+        m.d.comb += self.o_pass_done.eq(b_valid & b_last)
+        # Banks by the top address bit (geo.y_banks): the host reads one bank while slices
+        # are reduced into the other.
+        nb = geo.y_banks
+        bits = (geo.y_depth - 1).bit_length() - (nb - 1)
+
+        def bank_is(addr, k):
+            return addr[bits:] == k if nb > 1 else 1
+
+        host_bank = Signal(range(nb))
+        if nb > 1:
+            m.d.sync += host_bank.eq(self.host_y_addr[bits:])
+        b_rdata = Signal(y_row_layout(geo))
+        for k in range(nb):
+            ymem = Memory(shape=y_row_layout(geo), depth=geo.y_depth // nb, init=[])
+            m.submodules["y" if nb == 1 else f"y{k}"] = ymem
+            y_wr = ymem.write_port()
+            # Transparent: a slice reduced right after another one of the same row (one-token
+            # layers) reads the value being written. The host reads through the same port
+            # whenever no slice is reduced into this bank (a second, host-only port would
+            # double the memory).
+            y_rd = ymem.read_port(transparent_for=(y_wr,))
+            m.d.comb += [y_rd.addr.eq(Mux(fire & bank_is(tok.meta.y_addr, k),
+                                          tok.meta.y_addr[:bits], self.host_y_addr[:bits])),
+                         y_wr.en.eq(b_valid & bank_is(b_addr, k)), y_wr.addr.eq(b_addr[:bits])]
+            for c in range(m_n):
+                m.d.comb += y_wr.data[c].eq(Mux(b_over, b_sum[c], b_rdata[c] + b_sum[c]))
+            if nb == 1:
+                m.d.comb += [b_rdata.eq(y_rd.data), self.host_y_rdata.eq(y_rd.data)]
+            else:
+                with m.If(b_addr[bits:] == k):
+                    m.d.comb += b_rdata.eq(y_rd.data)
+                with m.If(host_bank == k):
+                    m.d.comb += self.host_y_rdata.eq(y_rd.data)
         return m
 
 

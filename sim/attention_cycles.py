@@ -1,31 +1,29 @@
 """Exact cycle model of ``dstar.hw.attention.AttentionEngine``: the cycles of one head step (key or
 reuse) from ``N``, the mask and the configuration, plus the QK^T / PV tile counts.
 
-The engine runs the phases of each query block ``I`` one after the other (``rows`` = the
-block's query rows, ``n_sel`` = the keys of its selected blocks, ``blen_J`` = key block ``J``'s
-length, ``nkb = ceil(N / Bk)``, ``G`` = lanes, ``BC = m_tile * n_arrays``):
+The engine overlaps the phases of neighbouring query blocks (``rows`` = a block's query rows,
+``nkb = ceil(N / Bk)``, ``L = nkb + 1`` the cycles of a block-list scan, ``G`` = lanes,
+``BC = m_tile * n_arrays``):
 
-* LIST: one cycle per key block (``nkb``), then one hop cycle;
-* a tile of QK^T (per selected block ``J``, per chunk of ``BC`` keys): the K^T tile loads at
-  one row per cycle (``Dh``) and runs ``rows * 2 * Dh/G`` lane-op cycles (two nibble ops per
-  Q element); a tile of PV (per column pass of ``BC`` outputs, per selected block): the V
-  rows of the block's lane groups (``ceil(blen_J / G) * G``) and ``rows * 2 *
-  ceil(blen_J / G)`` op cycles. The two weight banks overlap the load of a tile with the ops
-  of the previous one (``tile_phase``); after the last tile, ``WAIT_CYCLES`` until the PE
-  array's last reduction is written;
-* SMAX: the softmax unit's schedule of ``rows`` rows of ``n_sel`` keys
-  (``dstar.sim.softmax_cycles.schedule(...).cycles``, the feeder keeps it always fed) plus one;
-* SEL (key steps): ``picks * (nkb + 1)`` with ``picks`` = the selected blocks of the row of
-  the mask (one scan over the blocks and a commit per pick), 1 for ``theta = 1``;
-* NORM: ``rows * Dh`` accumulators through the normalizer, plus ``NORM_DRAIN``.
+* a tile phase (``tile_phase``): QK^T, per selected block ``J`` and chunk of ``BC`` keys, a
+  K^T tile loaded at one row per cycle (``Dh``) and ``rows * 2 * Dh/G`` lane-op cycles; PV,
+  per column pass of ``BC`` outputs and selected block, the V rows of the block's lane groups
+  (``ceil(blen_J / G) * G``) and ``rows * 2 * ceil(blen_J / G)`` op cycles; the two weight
+  banks overlap a tile's load with the previous tile's ops; ``WAIT_CYCLES`` after the last;
+* SMAX: ``dstar.sim.softmax_cycles.schedule(...).cycles + 1``; SEL (key steps): ``picks *
+  (nkb + 1)`` (1 for ``theta = 1``); ``SelReciprocal``: ``SEL_RECIP_CYCLES`` per row from the
+  SEL cycle, plus ``RECIP_LAG``; a normalization pass: ``rows * Dh + NORM_DRAIN``, plus
+  ``rows * n_cp`` when it adds ``S`` and ``U``.
 
-Key step: LIST, QK^T (all), SMAX (all), SEL; then, for a query block whose rows all have
-their largest logit in a selected block (``fixup`` false), LIST (selected), PV (selected),
-a wait until ``SelReciprocal`` has the rows' reciprocals (``SEL_RECIP_CYCLES`` per row from
-the SEL cycle, if the list and PV take less), NORM (``-O_sel``), LIST (unselected), PV
-(unselected, if any), NORM (``O_full``, ``R``); otherwise (the second pass) PV (all), NORM
-(``O_full``), then LIST, SMAX (selected, on the kept logits), PV (selected), NORM (``R``).
-Reuse step: LIST, QK^T, SMAX, PV, NORM, all on the selected tiles.
+A step is a prologue (QK^T of block 0), then per block ``I`` a phase X, in which QK^T of
+block ``I + 1`` (list, tiles) runs beside the softmax of block ``I`` (list, SMAX; on key steps
+SEL, and for a block that takes the second pass a list and the masked SMAX), and a phase Y, in
+which PV of block ``I`` runs (reuse: the selected tiles; key step, one pass: list, selected
+tiles into ``S``, list, unselected tiles into ``U``; second pass: the selected tiles of the
+masked softmax into ``U``, list, every tile into ``S``) beside the normalization of block ``I
+- 1`` (reuse: one pass; key steps: two) and until block ``I``'s reciprocals are done; a phase
+ends the cycle after its last part is seen done, the next begins one cycle later; at the end,
+the last block's normalization.
 """
 
 from dataclasses import dataclass
@@ -93,26 +91,29 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int, fixup=None) -> Attention
     ag = AttentionGeometry(cfg)
     g, dh, bc, rows_q, n_cp = cfg.group, cfg.head_dim, ag.block_cols, ag.rows_q, ag.n_cp
     q_lens, k_lens = _blocks(n, cfg.block_q), _blocks(n, cfg.block_k)
-    nkb = len(k_lens)
+    nkb, nqb = len(k_lens), len(q_lens)
     mask = np.asarray(mask, dtype=bool)
-    if mask.shape != (len(q_lens), nkb):
-        raise ValueError(f"mask must have shape {(len(q_lens), nkb)}, got {mask.shape}")
+    if mask.shape != (nqb, nkb):
+        raise ValueError(f"mask must have shape {(nqb, nkb)}, got {mask.shape}")
     if not mask.any(axis=1).all():
         raise ValueError("every query block needs at least one selected key block")
-    ph = dict.fromkeys(("list", "qk", "smax", "sel", "pv", "recip", "norm"), 0)
-    fixup = np.zeros(len(q_lens), bool) if fixup is None else np.asarray(fixup, dtype=bool)
-    if key and fixup.shape != (len(q_lens),):
-        raise ValueError(f"fixup must have shape {(len(q_lens),)}, got {fixup.shape}")
+    fixup = np.zeros(nqb, bool) if fixup is None else np.asarray(fixup, dtype=bool)
+    if key and fixup.shape != (nqb,):
+        raise ValueError(f"fixup must have shape {(nqb,)}, got {fixup.shape}")
+    lst = nkb + 1
     count_qk = count_pv = busy = 0
+    every = list(range(nkb))
 
     def qk(rows, sel):
-        nonlocal busy
+        nonlocal busy, count_qk
+        count_qk += len(sel)
         n_chunks = sum(-(-k_lens[j] // bc) for j in sel)
         busy += n_chunks * rows * 2 * rows_q
         return tile_phase([dh] * n_chunks, [rows * 2 * rows_q] * n_chunks)
 
     def pv(rows, sel):
-        nonlocal busy
+        nonlocal busy, count_pv
+        count_pv += len(sel)
         ngs = [-(-k_lens[j] // g) for j in sel] * n_cp
         busy += sum(rows * 2 * ng for ng in ngs)
         return tile_phase([ng * g for ng in ngs], [rows * 2 * ng for ng in ngs])
@@ -120,37 +121,55 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int, fixup=None) -> Attention
     def smax(rows, sel):
         return schedule([sum(k_lens[j] for j in sel)] * rows, lanes=cfg.softmax_lanes).cycles + 1
 
+    def norm_pass(rows, both=False):
+        return rows * dh + NORM_DRAIN + (rows * n_cp if both else 0)
+
+    sels = [[j for j in every if mask[i, j]] for i in range(nqb)]
+    ph = dict.fromkeys(("prologue", "x", "y", "final"), 0)
+    # The prologue: QK^T of block 0 (its list, its tiles), seen done; X(0) a cycle later.
+    x0 = 1 + lst + qk(q_lens[0], every if key else sels[0]) + 1 + 1
+    ph["prologue"] = x0 - 1
+    norm_prev = None                        # the previous block's normalization, in cycles
     for i, rows in enumerate(q_lens):
-        sel = [j for j in range(nkb) if mask[i, j]]
-        every = list(range(nkb))
-        norm = rows * dh + NORM_DRAIN
-        if key:
-            ph["list"] += 2 * (nkb + 1)
-            ph["qk"] += qk(rows, every)
-            ph["smax"] += smax(rows, every)
-            ph["sel"] += 1 if theta_q >= 1 << THETA_BITS else len(sel) * (nkb + 1)
-            ph["norm"] += 2 * norm
-            count_qk += nkb
-            if fixup[i]:
-                ph["smax"] += smax(rows, sel)
-                ph["pv"] += pv(rows, every) + pv(rows, sel)
-                count_pv += nkb + len(sel)
-                continue
-            rest = [j for j in every if j not in sel]
-            pv_sel = pv(rows, sel)
-            ph["pv"] += pv_sel + (pv(rows, rest) if rest else 0)
-            ph["list"] += nkb + 1
-            ph["recip"] += max(0, SEL_RECIP_CYCLES * rows + RECIP_LAG - (nkb + 1 + pv_sel))
-            count_pv += nkb
+        sel = sels[i]
+        rest = [j for j in every if j not in sel]
+        # X: QK^T of block I + 1 beside the softmax (and selection) of block I.
+        a_vis = x0 + 1
+        if i + 1 < nqb:
+            a_vis = x0 + lst + qk(q_lens[i + 1], every if key else sels[i + 1]) + 1
+        recip = 0
+        if not key:
+            m_vis = x0 + lst + smax(rows, sel) + 1
         else:
-            ph["list"] += nkb + 1
-            ph["qk"] += qk(rows, sel)
-            ph["smax"] += smax(rows, sel)
-            ph["pv"] += pv(rows, sel)
-            ph["norm"] += norm
-            count_qk += len(sel)
-            count_pv += len(sel)
-    return AttentionCycles(sum(ph.values()), count_qk, count_pv, ph, busy)
+            t_sel = x0 + lst + smax(rows, every) + (
+                1 if theta_q >= 1 << THETA_BITS else len(sel) * (nkb + 1))
+            if fixup[i]:
+                m_vis = t_sel + lst + smax(rows, sel) + 1
+            else:
+                m_vis = t_sel + 1
+                recip = t_sel + SEL_RECIP_CYCLES * rows + RECIP_LAG
+        y0 = max(a_vis, m_vis) + 1
+        ph["x"] += y0 - x0
+        # Y: PV of block I beside the normalization of block I - 1.
+        if not key:
+            v_vis = y0 + pv(rows, sel) + 1
+            norm = norm_pass(rows)
+        elif fixup[i]:
+            v_vis = y0 + pv(rows, sel) + lst + pv(rows, every) + 1
+            norm = 2 * norm_pass(rows)
+        else:
+            t = y0 + lst + pv(rows, sel) + lst
+            v_vis = t + (pv(rows, rest) if rest else 0) + 1
+            norm = norm_pass(rows) + norm_pass(rows, both=bool(rest))
+        n_vis = y0 + norm_prev + 1 if norm_prev is not None else y0 + 1
+        y_end = max(v_vis, n_vis, recip, y0 + 1)
+        ph["y"] += y_end + 1 - y0
+        x0 = y_end + 1
+        norm_prev = norm
+    # The last block's normalization: seen done, then idle.
+    end = x0 + norm_prev + 1
+    ph["final"] = end + 1 - x0
+    return AttentionCycles(end, count_qk, count_pv, ph, busy)
 
 
 def dense_cycles(cfg, n: int) -> int:

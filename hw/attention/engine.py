@@ -14,17 +14,24 @@ from dstar.config import Config
 from ..geometry import COUNTER_BITS, AttentionGeometry, uwidth
 from ..pe_array import PEArray
 from ..softmax import Normalizer, SoftmaxUnit
+from .block_list import BlockList, ListMode
 from .layouts import memory_layouts, p_word_layout
 from .mask_select import MaskSelector
-from .norm import NormStage
+from .norm import NormSource, NormStage, OutMode, ResMode
 from .sel_recip import SelReciprocal
 from .softmax_feed import SoftmaxFeed
 from .tile_runner import TileRunner
 
 __all__ = ["AttentionEngine"]
 
-# Sequencer phases (plain comparisons, no m.FSM: see hw.softmax on Icarus and FSM decoders).
-IDLE, LIST, TILES, WAIT, SMAX, SEL, NORM = range(7)
+# Phases and machine states (plain comparisons, no m.FSM: see hw.softmax on Icarus and FSM
+# decoders).
+_IDLE, _X, _Y, _FIN = range(4)
+_A_DONE, _A_LIST, _A_TILES, _A_WAIT = range(4)                  # QK^T ahead
+_M_DONE, _M_LIST, _M_SMAX, _M_SEL, _M_LIST2, _M_SMAX2 = range(6)  # softmax and selection
+_V_DONE, _V_LIST, _V_TILES, _V_WAIT = range(4)                  # PV
+_N_IDLE, _N_P1, _N_P2 = range(3)                                # normalization passes
+_REUSE, _SPLIT, _FIXUP = range(3)                               # kinds of query block
 
 
 class AttentionEngine(wiring.Component):
@@ -163,27 +170,26 @@ class AttentionEngine(wiring.Component):
                                                  max_row=ag.n_max)
         m.submodules.normalizer = nrm = Normalizer(cfg, max_row=ag.n_max,
                                                    acc_bits=ag.pv_acc_bits)
-        m.submodules.tile_runner = tr = TileRunner(ag)
-        m.submodules.softmax_feed = feed = SoftmaxFeed(ag)
-        m.submodules.mask_select = sel = MaskSelector(ag)
-        m.submodules.norm = ns = NormStage(ag)
-        m.submodules.sel_recip = rcp = SelReciprocal(ag)
+        parts = {
+            "tr": TileRunner(ag), "feed": SoftmaxFeed(ag), "sel": MaskSelector(ag),
+            "ns": NormStage(ag), "rcp": SelReciprocal(ag),
+            "lst_a": BlockList(ag), "lst_c": BlockList(ag),
+        }
+        names = {"tr": "tile_runner", "feed": "softmax_feed", "sel": "mask_select",
+                 "ns": "norm", "rcp": "sel_recip", "lst_a": "list_ahead", "lst_c": "list_cur"}
+        for k, part in parts.items():
+            m.submodules[names[k]] = part
+        tr, feed, ns = parts["tr"], parts["feed"], parts["ns"]
         arrays = []
         for a in range(cfg.n_arrays):
             arr = PEArray(ag.lin)
             m.submodules[f"array_{a}"] = arr
             arrays.append(arr)
         mem = self._memories(m)
-        st = self._sequencer(m, tr, feed, sel, ns, rcp, mem)
+        st = self._sequencer(m, parts, mem)
 
         # ----- the parts' wiring -----
-        for part in (tr, feed):
-            m.d.comb += [part.sel_j[k].eq(st["sel_j"][k]) for k in range(ag.nkb)]
-            m.d.comb += [part.sel_len[k].eq(st["sel_len"][k]) for k in range(ag.nkb)]
-            m.d.comb += part.n_sel.eq(st["cnt"])
-        for part in (tr, feed, ns):
-            m.d.comb += [part.base_i.eq(st["base_i"]), part.rows.eq(st["rows"])]
-        m.d.comb += [tr.active.eq(st["phase"] == TILES), tr.pass_done.eq(arrays[0].o_pass_done),
+        m.d.comb += [tr.pass_done.eq(arrays[0].o_pass_done),
                      tr.q_data.eq(mem["q_rd"].data), tr.p_data.eq(mem["p_rd"].data),
                      mem["q_rd"].addr.eq(tr.q_addr), mem["p_rd"].addr.eq(tr.p_addr),
                      tr.o_token.ready.eq(Cat(*[arr.i_token.ready for arr in arrays]).all())]
@@ -197,7 +203,9 @@ class AttentionEngine(wiring.Component):
                                                      mem["kt_rd"][a].data)),
                          arr.i_token.valid.eq(tr.o_token.valid),
                          arr.i_token.payload.eq(tr.o_token.payload),
-                         arr.host_y_addr.eq(Mux(st["phase"] == NORM, ns.y_addr, feed.y_addr)),
+                         # The feeder reads logits in X, NORM the sums of the previous block
+                         # in Y: each the bank the lanes do not write meanwhile.
+                         arr.host_y_addr.eq(Mux(st["x"], feed.y_addr, ns.y_addr)),
                          feed.y_data[a].eq(arr.host_y_rdata), ns.y_data[a].eq(arr.host_y_rdata)]
             for lane in range(cfg.group):
                 m.d.comb += [arr.i_op[lane].valid.eq(tr.o_op[lane].valid),
@@ -208,24 +216,10 @@ class AttentionEngine(wiring.Component):
         wiring.connect(m, smx.o_sum, feed.i_sum)
         wiring.connect(m, ns.o_norm, nrm.i)
         wiring.connect(m, nrm.o, ns.i_norm)
-        m.d.comb += [feed.full.eq(st["full"]), feed.ms_data.eq(mem["ms_rd"].data),
-                     mem["ms_rd"].addr.eq(feed.ms_addr),
+        run = st["run"]
+        m.d.comb += [feed.ms_data.eq(mem["ms_rd"].data), mem["ms_rd"].addr.eq(feed.ms_addr),
                      mem["p_wr"].en.eq(feed.p_we), mem["p_wr"].addr.eq(feed.p_addr),
                      mem["p_wr"].data.eq(feed.p_data),
-                     feed.norm_row.eq(ns.row), rcp.row.eq(ns.row),
-                     rcp.rows.eq(st["rows"]), rcp.b.eq(feed.b_rows),
-                     rcp.mask.eq(mem["k_rd"].data)]
-        # The selected blocks' sums normalize with their own row sums' reciprocals.
-        sel_first = st["split"] & st["masked"]
-        m.d.comb += [ns.r.eq(Mux(sel_first, rcp.r, feed.norm_r)),
-                     ns.big_l.eq(Mux(sel_first, rcp.big_l, feed.norm_big_l))]
-        m.d.comb += [sel.n_blocks.eq(st["cnt"]), sel.theta_q.eq(st["theta"]),
-                     [sel.mass[j].eq(feed.mass[j]) for j in range(ag.nkb)]]
-        run = st["run"]
-        m.d.comb += [ns.full.eq(st["full"]), ns.key.eq(st["key"]), ns.masked.eq(st["masked"]),
-                     ns.split.eq(st["split"]), ns.unsel.eq(st["unsel"]),
-                     tr.accumulate.eq(st["unsel"]),
-                     ns.slot.eq(st["slot"]),
                      mem["o_rd"].addr.eq(Mux(run, ns.o_raddr, self.host_o_addr)),
                      mem["r_rd"].addr.eq(Mux(run, ns.r_raddr, self.host_res_addr)),
                      ns.o_rdata.eq(mem["o_rd"].data), ns.r_rdata.eq(mem["r_rd"].data),
@@ -273,68 +267,54 @@ class AttentionEngine(wiring.Component):
                "p_wr": p_mem.write_port(), "p_rd": p_mem.read_port(),
                "o_wr": o_mem.write_port(), "o_rd": o_mem.read_port(),
                "r_wr": r_mem.write_port(), "r_rd": r_mem.read_port(),
-               "k_wr": k_mem.write_port(), "k_rd": k_mem.read_port(domain="comb")}
+               "k_wr": k_mem.write_port(),
+               # The mask words of the current and of the next query block.
+               "k_rd_c": k_mem.read_port(domain="comb"), "k_rd_a": k_mem.read_port(domain="comb")}
         m.d.comb += [self.host_o_rdata.eq(out["o_rd"].data),
                      self.host_res_rdata.eq(out["r_rd"].data),
                      k_host.addr.eq(self.host_mask_addr), self.host_mask_rdata.eq(k_host.data)]
         return out
 
-    def _sequencer(self, m, tr, feed, sel, ns, rcp, mem) -> dict:
-        """The run state, the slots' step counters, the list of selected blocks and the phase
-        sequence; returns the state the parts read."""
+    def _sequencer(self, m, parts, mem) -> dict:
+        """The run state, the slots' step counters and the machines of a step; returns the
+        state the wiring reads. Per query block ``I`` (parity ``p``): X runs the softmax (and
+        on key steps the selection) of ``I`` beside QK^T of ``I + 1``; Y runs PV of ``I``
+        beside the normalization of ``I - 1``."""
         ag = self._ag
         cfg = ag.cfg
-        bq, bk, nkb = cfg.block_q, cfg.block_k, ag.nkb
-        k_wr, k_rd = mem["k_wr"], mem["k_rd"]
-        run = Signal()
-        phase = Signal(range(8))
-        key = Signal()
-        masked = Signal()                   # the pass on the selected tiles (else: all tiles)
-        split = Signal()                    # key step, O_sel from the full pass
-        unsel = Signal()                    # its pass on the unselected tiles
-        full = Signal()
-        m.d.comb += [full.eq(~masked), self.busy.eq(run), self.key.eq(key)]
+        bq, nqb, bb = cfg.block_q, ag.nqb, ag.bank_bits
+        tr, feed, sel, ns, rcp = (parts[k] for k in ("tr", "feed", "sel", "ns", "rcp"))
+        lst_a, lst_c = parts["lst_a"], parts["lst_c"]
+        k_wr = mem["k_wr"]
+        run, key = Signal(), Signal()
+        phase = Signal(range(4))
+        x_first, y_first, f_first = Signal(), Signal(), Signal()
+        pro = Signal()                      # the prologue: QK^T of block 0 alone
+        m.d.comb += [self.busy.eq(run), self.key.eq(key)]
         slot = Signal.like(self.slot)
         n_tok = Signal.like(self.n_tokens)
         theta = Signal.like(self.theta_q)
-        qb = Signal(range(ag.nqb + 1))      # query block index I
+        qb = Signal(range(nqb + 1))         # query block I
         base_i = Signal(range(ag.n_max + bq + 1))
+        par = Signal()
         rows = Signal(range(bq + 1))
-        m.d.comb += rows.eq(Mux(n_tok - base_i >= bq, bq, n_tok - base_i))
+        m.d.comb += [par.eq(qb[0]), rows.eq(Mux(n_tok - base_i >= bq, bq, n_tok - base_i))]
+        # The block QK^T runs on: block 0 in the prologue, else I + 1.
+        a_qb, a_base, a_par = Signal.like(qb), Signal.like(base_i), Signal()
+        a_rows, a_has = Signal.like(rows), Signal()
+        m.d.comb += [a_qb.eq(Mux(pro, qb, qb + 1)), a_base.eq(Mux(pro, base_i, base_i + bq)),
+                     a_par.eq(Mux(pro, par, ~par)), a_has.eq(a_base < n_tok),
+                     a_rows.eq(Mux(n_tok - a_base >= bq, bq, n_tok - a_base))]
+        in_x, in_y = Signal(), Signal()
+        m.d.comb += [in_x.eq(phase == _X), in_y.eq(phase == _Y)]
 
         # Slot step counters: valid since clear, calls modulo refresh.
         s_valid = Array(Signal(name=f"slot_valid{s}") for s in range(cfg.attn_slots))
         s_phase = Array(Signal(ag.REFRESH_BITS, name=f"slot_phase{s}")
                         for s in range(cfg.attn_slots))
-
-        # Selected key blocks of the current query block: index and length, in ascending order.
-        jb = range(nkb + 1)
-        sel_j = Array(Signal(jb, name=f"sel_j{k}") for k in range(nkb))
-        sel_len = Array(Signal(range(bk + 1), name=f"sel_len{k}") for k in range(nkb))
-        cnt = Signal(jb)
-        n_valid = Signal(range(ag.n_max + 1))
-        m.d.comb += feed.n_valid.eq(n_valid)
-
-        # ----- LIST: scan the mask word of block I, one key block per cycle -----
-        ls_j = Signal(jb)
-        ls_start = Signal(range(ag.n_max + bk + 1))
-        ls_len = Signal(range(bk + 1))
-        m.d.comb += [k_rd.addr.eq(slot * ag.nqb + qb),
-                     ls_len.eq(Mux(n_tok - ls_start >= bk, bk, n_tok - ls_start))]
-        ls_bit = Signal()
-        m.d.comb += ls_bit.eq(Mux(unsel, ~k_rd.data.bit_select(ls_j, 1),
-                                  full | k_rd.data.bit_select(ls_j, 1)))
-        m.d.comb += [k_wr.addr.eq(slot * ag.nqb + qb), k_wr.data.eq(sel.mask),
-                     k_wr.en.eq((phase == SEL) & sel.done)]
-        in_tiles = Signal()                 # WAIT after tiles (else: the hop after LIST)
-
-        def start_list():
-            return [phase.eq(LIST), ls_j.eq(0), ls_start.eq(0), cnt.eq(0), n_valid.eq(0)]
-
-        def start_tiles(is_pv):
-            # The runner restarts on the same edge as the phase changes.
-            m.d.comb += [tr.start.eq(1), tr.start_pv.eq(is_pv)]
-            m.d.sync += [phase.eq(TILES), in_tiles.eq(1)]
+        with m.If(self.clear & ~run):
+            for s in range(cfg.attn_slots):
+                m.d.sync += [s_valid[s].eq(0), s_phase[s].eq(0)]
 
         with m.If(run):
             m.d.sync += self.cycles.eq(self.cycles + 1)
@@ -343,93 +323,203 @@ class AttentionEngine(wiring.Component):
         with m.If(tr.pv_tile):
             m.d.sync += self.count_pv.eq(self.count_pv + 1)
 
-        with m.If(self.clear & ~run):
-            for s in range(cfg.attn_slots):
-                m.d.sync += [s_valid[s].eq(0), s_phase[s].eq(0)]
+        a_st, m_st, v_st, n_st = (Signal(range(8), name=n) for n in ("a_st", "m_st", "v_st",
+                                                                     "n_st"))
+        kind = Signal(range(3))             # block I: _REUSE, _SPLIT or _FIXUP
+        m_masked = Signal()                 # X: the masked softmax of a second pass
+        v_pass2 = Signal()                  # Y: the second PV phase
+        has_u = Signal()                    # Y: unselected tiles ran
+        c_mode = Signal(ListMode)
+        sel_mask = Signal(ag.nkb)
+        # The block waiting for (or in) its normalization.
+        n_pend, n_kind, n_par, n_hasu = Signal(), Signal.like(kind), Signal(), Signal()
+        n_base, n_rows = Signal.like(base_i), Signal.like(rows)
 
-        with m.If(phase == IDLE):
-            # A step of no tokens, or of more than the memories hold, is ignored.
-            with m.If(self.start & ~run & (self.n_tokens != 0) & (self.n_tokens <= ag.n_max)):
-                ph = s_phase[self.slot]
-                is_key = ~s_valid[self.slot] | ((self.refresh != 0) & (ph == 0))
-                m.d.sync += [run.eq(1), key.eq(is_key), masked.eq(~is_key), split.eq(0),
-                             unsel.eq(0),
-                             slot.eq(self.slot), n_tok.eq(self.n_tokens),
-                             theta.eq(self.theta_q), qb.eq(0), base_i.eq(0),
-                             self.cycles.eq(0), self.count_qk.eq(0), self.count_pv.eq(0),
-                             s_valid[self.slot].eq(1),
-                             s_phase[self.slot].eq(Mux((self.refresh == 0) |
-                                                       (ph + 1 == self.refresh), 0, ph + 1)),
-                             start_list()]
+        # ----- the parts' inputs -----
+        mrow = slot * nqb
+        m.d.comb += [mem["k_rd_c"].addr.eq(mrow + qb), mem["k_rd_a"].addr.eq(mrow + a_qb),
+                     lst_c.mask.eq(mem["k_rd_c"].data), lst_a.mask.eq(mem["k_rd_a"].data),
+                     lst_c.n_tokens.eq(n_tok), lst_a.n_tokens.eq(n_tok), lst_c.mode.eq(c_mode),
+                     lst_a.mode.eq(Mux(key, ListMode.ALL, ListMode.SELECTED)),
+                     k_wr.addr.eq(mrow + qb), k_wr.data.eq(sel.mask)]
+        v_u = Signal()                      # Y: this PV phase sums into U
+        m.d.comb += v_u.eq(Mux(kind == _SPLIT, v_pass2, (kind == _FIXUP) & ~v_pass2))
+        s_off, u_off = bq * ag.n_kc, bq * (ag.n_kc + ag.n_cp)
+        m.d.comb += [
+            tr.active.eq(in_x & (a_st == _A_TILES) | in_y & (v_st == _V_TILES)),
+            tr.sel_j.eq(Mux(in_x, lst_a.sel_j.as_value(), lst_c.sel_j.as_value())),
+            tr.sel_len.eq(Mux(in_x, lst_a.sel_len.as_value(), lst_c.sel_len.as_value())),
+            tr.n_sel.eq(Mux(in_x, lst_a.n_sel, lst_c.n_sel)),
+            tr.base_i.eq(Mux(in_x, a_base, base_i)), tr.rows.eq(Mux(in_x, a_rows, rows)),
+            tr.y_base.eq(Mux(in_x, a_par << bb, (par << bb) + Mux(v_u, u_off, s_off))),
+            tr.p_base.eq(Mux(in_y & (kind == _FIXUP) & ~v_pass2, ag.p_masked_base, 0)),
+            feed.sel_j.eq(lst_c.sel_j), feed.sel_len.eq(lst_c.sel_len),
+            feed.n_sel.eq(lst_c.n_sel), feed.n_valid.eq(lst_c.n_valid),
+            feed.base_i.eq(base_i), feed.rows.eq(rows), feed.full.eq(key & ~m_masked),
+            feed.y_base.eq(par << bb), feed.p_base.eq(Mux(m_masked, ag.p_masked_base, 0)),
+            feed.bank.eq(Cat(m_masked, par)),
+            sel.n_blocks.eq(lst_c.n_sel), sel.theta_q.eq(theta),
+            [sel.mass[j].eq(feed.mass[j]) for j in range(ag.nkb)],
+            rcp.rows.eq(rows), rcp.b.eq(feed.b_rows), rcp.mask.eq(sel_mask), rcp.bank.eq(par),
+            rcp.rd_bank.eq(n_par), rcp.row.eq(ns.row), feed.norm_row.eq(ns.row),
+        ]
+        self._norm_machine(m, ns, rcp, feed, {
+            "n_st": n_st, "n_kind": n_kind, "n_par": n_par, "n_hasu": n_hasu, "n_pend": n_pend,
+            "n_base": n_base, "n_rows": n_rows, "slot": slot})
 
-        with m.If(phase == LIST):
-            m.d.sync += [ls_j.eq(ls_j + 1), ls_start.eq(ls_start + bk)]
-            with m.If(ls_bit):
-                m.d.sync += [sel_j[cnt].eq(ls_j), sel_len[cnt].eq(ls_len), cnt.eq(cnt + 1),
-                             n_valid.eq(n_valid + ls_len)]
-            with m.If(ls_start + bk >= n_tok):
-                # A one-cycle hop through WAIT: the list written this cycle settles.
-                m.d.sync += [phase.eq(WAIT), in_tiles.eq(0)]
+        # ----- IDLE: a step starts with the prologue -----
+        with m.If((phase == _IDLE) & self.start & ~run & (self.n_tokens != 0)
+                  & (self.n_tokens <= ag.n_max)):
+            ph = s_phase[self.slot]
+            is_key = ~s_valid[self.slot] | ((self.refresh != 0) & (ph == 0))
+            m.d.sync += [run.eq(1), key.eq(is_key), slot.eq(self.slot), n_tok.eq(self.n_tokens),
+                         theta.eq(self.theta_q), qb.eq(0), base_i.eq(0),
+                         self.cycles.eq(0), self.count_qk.eq(0), self.count_pv.eq(0),
+                         s_valid[self.slot].eq(1),
+                         s_phase[self.slot].eq(Mux((self.refresh == 0) |
+                                                   (ph + 1 == self.refresh), 0, ph + 1)),
+                         phase.eq(_X), x_first.eq(1), pro.eq(1), n_pend.eq(0),
+                         a_st.eq(_A_DONE), m_st.eq(_M_DONE), v_st.eq(_V_DONE)]
 
-        with m.If(tr.last):
-            m.d.sync += phase.eq(WAIT)
+        # ----- X: QK^T of the next block beside the softmax (and selection) of this one -----
+        with m.If(in_x & x_first):
+            m.d.sync += x_first.eq(0)
+            with m.If(a_has):
+                m.d.comb += lst_a.start.eq(1)
+                m.d.sync += a_st.eq(_A_LIST)
+            with m.If(~pro):
+                m.d.comb += lst_c.start.eq(1)
+                m.d.sync += [m_st.eq(_M_LIST), m_masked.eq(0),
+                             c_mode.eq(Mux(key, ListMode.ALL, ListMode.SELECTED))]
+        with m.If((a_st == _A_LIST) & lst_a.done):
+            m.d.comb += tr.start.eq(1)
+            m.d.sync += a_st.eq(_A_TILES)
+        with m.If(in_x & (a_st == _A_TILES) & tr.last):
+            m.d.sync += a_st.eq(_A_WAIT)
+        with m.If((a_st == _A_WAIT) & tr.idle):
+            m.d.sync += a_st.eq(_A_DONE)
 
-        # WAIT: the reductions of every issued tile are written (or the hop after LIST).
-        with m.If(phase == WAIT):
-            with m.If(~in_tiles):
-                with m.If(split):
-                    with m.If(cnt == 0):            # no unselected block
-                        m.d.sync += phase.eq(NORM)
-                        m.d.comb += ns.start.eq(1)
-                    with m.Else():
-                        start_tiles(1)
-                with m.Elif(masked & key):
-                    m.d.sync += phase.eq(SMAX)      # the logits of the full pass are kept
-                    m.d.comb += feed.start.eq(1)
-                with m.Else():
-                    start_tiles(0)
-            with m.Elif(tr.idle & (~(split & masked) | rcp.done)):
-                m.d.sync += in_tiles.eq(0)
-                with m.If(tr.pv):
-                    m.d.sync += phase.eq(NORM)
-                    m.d.comb += ns.start.eq(1)
-                with m.Else():
-                    m.d.sync += phase.eq(SMAX)
-                    m.d.comb += feed.start.eq(1)
-
-        with m.If(phase == SMAX):
-            with m.If(feed.done):
-                with m.If(full):
-                    m.d.sync += phase.eq(SEL)
-                    m.d.comb += sel.start.eq(1)
-                with m.Else():
-                    start_tiles(1)
-
+        with m.If((m_st == _M_LIST) & lst_c.done):
+            m.d.comb += feed.start.eq(1)
+            m.d.sync += m_st.eq(_M_SMAX)
+        with m.If((m_st == _M_SMAX) & feed.done):
+            with m.If(key):
+                m.d.comb += sel.start.eq(1)
+                m.d.sync += m_st.eq(_M_SEL)
+            with m.Else():
+                m.d.sync += [m_st.eq(_M_DONE), kind.eq(_REUSE)]
         # Where every row's largest logit lies in a selected block, the masked softmax equals
         # the full one on the selected keys: PV of the selected tiles gives O_sel, the
         # unselected tiles are added for O_full. Elsewhere the second, masked pass.
         fixup = Signal()
         m.d.comb += fixup.eq(Cat(*[(i < rows) & ((feed.max_blocks[i] & sel.mask) == 0)
                                    for i in range(bq)]).any())
-        with m.If((phase == SEL) & sel.done):
+        with m.If((m_st == _M_SEL) & sel.done):
+            m.d.comb += k_wr.en.eq(1)
+            m.d.sync += sel_mask.eq(sel.mask)
             with m.If(fixup):
-                start_tiles(1)
+                m.d.comb += lst_c.start.eq(1)
+                m.d.sync += [m_st.eq(_M_LIST2), kind.eq(_FIXUP), m_masked.eq(1),
+                             c_mode.eq(ListMode.SELECTED)]
             with m.Else():
-                m.d.sync += [split.eq(1), masked.eq(1), start_list()]
                 m.d.comb += rcp.start.eq(1)
+                m.d.sync += [m_st.eq(_M_DONE), kind.eq(_SPLIT)]
+        with m.If((m_st == _M_LIST2) & lst_c.done):
+            m.d.comb += feed.start.eq(1)
+            m.d.sync += m_st.eq(_M_SMAX2)
+        with m.If((m_st == _M_SMAX2) & feed.done):
+            m.d.sync += m_st.eq(_M_DONE)
 
-        with m.If(phase == NORM):
-            with m.If(~ns.busy):
-                with m.If(full & key & ~unsel):
-                    m.d.sync += [masked.eq(1), start_list()]
-                with m.Elif(split & masked):
-                    m.d.sync += [masked.eq(0), unsel.eq(1), start_list()]
-                with m.Elif(base_i + bq >= n_tok):
-                    m.d.sync += [phase.eq(IDLE), run.eq(0)]
-                with m.Else():
-                    m.d.sync += [qb.eq(qb + 1), base_i.eq(base_i + bq), masked.eq(~key),
-                                 split.eq(0), unsel.eq(0), start_list()]
-        return {"run": run, "phase": phase, "key": key, "masked": masked, "full": full,
-                "split": split, "unsel": unsel,
-                "slot": slot, "theta": theta, "base_i": base_i, "rows": rows, "sel_j": sel_j,
-                "sel_len": sel_len, "cnt": cnt}
+        with m.If(in_x & ~x_first & (a_st == _A_DONE) & (m_st == _M_DONE)):
+            with m.If(pro):
+                m.d.sync += [pro.eq(0), x_first.eq(1)]
+            with m.Else():
+                m.d.sync += [phase.eq(_Y), y_first.eq(1)]
+
+        # ----- Y: PV of this block beside the normalization of the previous one -----
+        start_norm = self._start_norm
+        with m.If(in_y & y_first):
+            m.d.sync += [y_first.eq(0), v_pass2.eq(0), has_u.eq(0)]
+            with m.If(n_pend):
+                m.d.comb += start_norm.eq(1)
+            with m.If(kind == _SPLIT):
+                m.d.comb += lst_c.start.eq(1)
+                m.d.sync += [v_st.eq(_V_LIST), c_mode.eq(ListMode.SELECTED)]
+            with m.Else():                  # the list of X: reuse or masked pass
+                m.d.comb += [tr.start.eq(1), tr.start_pv.eq(1)]
+                m.d.sync += v_st.eq(_V_TILES)
+        with m.If(in_y & (v_st == _V_LIST) & lst_c.done):
+            with m.If(lst_c.n_sel == 0):
+                m.d.sync += v_st.eq(_V_DONE)
+            with m.Else():
+                m.d.comb += [tr.start.eq(1), tr.start_pv.eq(1)]
+                m.d.sync += [v_st.eq(_V_TILES), has_u.eq(v_pass2)]
+        with m.If(in_y & (v_st == _V_TILES) & tr.last):
+            m.d.sync += v_st.eq(_V_WAIT)
+        with m.If((v_st == _V_WAIT) & tr.idle):
+            with m.If(~v_pass2 & (kind != _REUSE)):
+                m.d.comb += lst_c.start.eq(1)
+                m.d.sync += [v_pass2.eq(1), v_st.eq(_V_LIST),
+                             c_mode.eq(Mux(kind == _SPLIT, ListMode.UNSELECTED, ListMode.ALL))]
+            with m.Else():
+                m.d.sync += v_st.eq(_V_DONE)
+
+        with m.If(in_y & ~y_first & (v_st == _V_DONE) & (n_st == _N_IDLE) & rcp.done):
+            m.d.sync += [n_pend.eq(1), n_kind.eq(kind), n_par.eq(par), n_hasu.eq(has_u),
+                         n_base.eq(base_i), n_rows.eq(rows)]
+            with m.If(base_i + bq >= n_tok):
+                m.d.sync += [phase.eq(_FIN), f_first.eq(1)]
+            with m.Else():
+                m.d.sync += [qb.eq(qb + 1), base_i.eq(base_i + bq), phase.eq(_X),
+                             x_first.eq(1)]
+
+        # ----- FIN: the last block's normalization -----
+        with m.If(phase == _FIN):
+            with m.If(f_first):
+                m.d.sync += f_first.eq(0)
+                m.d.comb += start_norm.eq(1)
+            with m.Elif(n_st == _N_IDLE):
+                m.d.sync += [phase.eq(_IDLE), run.eq(0)]
+        return {"run": run, "x": in_x}
+
+    def _norm_machine(self, m, ns, rcp, feed, v) -> None:
+        """The normalization of a finished block (``n_*``): one or two ``NormStage`` passes
+        (``NormStage`` lists them per kind of block), begun by ``_start_norm``."""
+        ag = self._ag
+        n_st, n_kind, n_par, n_hasu, n_pend = (v[k] for k in ("n_st", "n_kind", "n_par",
+                                                              "n_hasu", "n_pend"))
+        self._start_norm = start_norm = Signal()
+        second = Signal()                   # the pass being started (or run) is the second
+        m.d.comb += second.eq(n_st != _N_IDLE)
+        s_base = (n_par << ag.bank_bits) + ag.cfg.block_q * ag.n_kc
+        m.d.comb += [ns.s_base.eq(s_base), ns.u_base.eq(s_base + ag.cfg.block_q * ag.n_cp),
+                     ns.base_i.eq(v["n_base"]), ns.rows.eq(v["n_rows"]), ns.slot.eq(v["slot"])]
+        with m.Switch(n_kind):
+            with m.Case(_REUSE):
+                m.d.comb += [ns.src.eq(NormSource.S), ns.out.eq(OutMode.O_PLUS_R),
+                             ns.res.eq(ResMode.NONE)]
+            with m.Case(_SPLIT):
+                m.d.comb += [ns.src.eq(Mux(second & n_hasu, NormSource.S_PLUS_U, NormSource.S)),
+                             ns.out.eq(Mux(second, OutMode.NEW, OutMode.NONE)),
+                             ns.res.eq(Mux(second, ResMode.ADD, ResMode.NEG))]
+            with m.Default():
+                m.d.comb += [ns.src.eq(Mux(second, NormSource.U, NormSource.S)),
+                             ns.out.eq(Mux(second, OutMode.NONE, OutMode.NEW)),
+                             ns.res.eq(Mux(second, ResMode.FROM_OUT, ResMode.NONE))]
+        # Tables while a pass runs: the selected blocks' reciprocals for O_sel of a one-pass
+        # key step, the masked softmax's for the second pass's O_sel, else the full pass's.
+        use_rcp = (n_kind == _SPLIT) & (n_st == _N_P1)
+        m.d.comb += [feed.norm_bank.eq(Cat((n_kind == _FIXUP) & (n_st == _N_P2), n_par)),
+                     ns.r.eq(Mux(use_rcp, rcp.r, feed.norm_r)),
+                     ns.big_l.eq(Mux(use_rcp, rcp.big_l, feed.norm_big_l))]
+        with m.If(start_norm):
+            m.d.comb += ns.start.eq(1)
+            m.d.sync += n_st.eq(_N_P1)
+        with m.If((n_st == _N_P1) & ~ns.busy):
+            with m.If(n_kind == _REUSE):
+                m.d.sync += [n_st.eq(_N_IDLE), n_pend.eq(0)]
+            with m.Else():
+                m.d.comb += ns.start.eq(1)
+                m.d.sync += n_st.eq(_N_P2)
+        with m.If((n_st == _N_P2) & ~ns.busy):
+            m.d.sync += [n_st.eq(_N_IDLE), n_pend.eq(0)]

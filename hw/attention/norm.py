@@ -5,6 +5,8 @@ Ref: ``golden/ATTENTION.md`` (steps 4-6; ``O_full``, ``R = O_full - O_sel``, ``O
 ``dstar.hw.softmax.Normalizer``.
 """
 
+import enum
+
 from amaranth import Array, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -12,29 +14,54 @@ from amaranth.lib.wiring import In, Out
 from ..geometry import AttentionGeometry, uwidth
 from ..softmax import norm_in_layout, norm_out_layout, row_sum_layout
 
-__all__ = ["NormStage"]
+__all__ = ["NormStage", "NormSource", "OutMode", "ResMode"]
+
+
+class NormSource(enum.IntEnum):
+    """The PV sums a normalization pass reads: ``S``, ``U`` or their sum."""
+    S = 0
+    U = 1
+    S_PLUS_U = 2
+
+
+class OutMode(enum.IntEnum):
+    """What a pass writes to the output memory: nothing, ``O`` (``NEW``), or ``O + R`` (reuse)."""
+    NONE = 0
+    NEW = 1
+    O_PLUS_R = 2
+
+
+class ResMode(enum.IntEnum):
+    """What a pass writes to the slot's residual cache: nothing, ``-O``, ``R + O`` or the
+    output memory's word minus ``O``."""
+    NONE = 0
+    NEG = 1
+    ADD = 2
+    FROM_OUT = 3
 
 
 class NormStage(wiring.Component):
-    """Normalizes the rows ``base_i .. base_i + rows - 1`` of a query block: every PV
-    accumulator (``pv_base + i * n_cp + cp``, read at ``y_addr`` with one cycle of latency)
-    goes with its row's ``(r, L)`` (looked up by ``row``) through the engine's ``Normalizer``
-    (``o_norm`` / ``i_norm``), one per cycle, in the order ``i``, then ``d``; output ``d`` of
-    row ``i`` is written at ``i * head_dim + d``:
+    """One normalization pass over the rows ``base_i .. base_i + rows - 1`` of a query block:
+    every PV sum of ``src`` (``NormSource``: the words at ``s_base + i * n_cp + cp``, at
+    ``u_base + ...``, or both added) goes with its row's ``(r, L)`` (looked up by ``row``)
+    through the engine's ``Normalizer`` (``o_norm`` / ``i_norm``), one per cycle, in the order
+    ``i``, then ``d``. Output ``d`` of row ``i`` (``O``) is written by ``out`` (``OutMode``) at
+    ``i * head_dim + d`` of the output memory and by ``res`` (``ResMode``) at ``slot * n_max *
+    head_dim + i * head_dim + d`` of the residual cache, from the words read there:
 
-    * ``full`` (the pass over every tile): ``O_full``, written on key steps; on a key step's
-      masked pass (``masked & key``) the residual ``R = O_full - O_sel`` goes to the slot's
-      residual cache at ``slot * n_max * head_dim + i * head_dim + d``, from the ``O_full``
-      read back;
-    * a key step taking ``O_sel`` from its full pass (``split``): first the selected tiles'
-      sums (``masked & split``), ``R = -O_sel`` into the cache; then, once the unselected
-      tiles have been added, ``O_full`` (``unsel``, with ``full``), written, and ``R +
-      O_full`` into the cache;
-    * reuse steps (``~full``, ``~key``): ``O_sel + R``, from the slot's cache.
+    * key step, one pass: ``S`` (selected tiles, their own reciprocals) with ``res = NEG``
+      (``R = -O_sel``), then ``S + U`` with ``out = NEW``, ``res = ADD`` (``O_full``, ``R +=
+      O_full``);
+    * key step, second pass: ``S`` (every tile) with ``out = NEW``, then ``U`` (the masked
+      softmax's PV) with ``res = FROM_OUT`` (``R = O_full - O_sel``);
+    * reuse step: ``S`` with ``out = O_PLUS_R`` (``O_sel + R``).
 
-    ``start`` (a pulse) begins the block; ``busy`` stays high until the last write. Latency
-    ``NORM_DRAIN`` (``AttentionGeometry``) from the last accumulator read to ``busy`` low;
-    no back-pressure (the normalizer's output is always taken). Reset stops a block.
+    ``start`` (a pulse) samples every input but ``r`` / ``big_l`` / the data ports (the engine
+    may move on to the next block meanwhile); ``busy`` stays high until the last write.
+    Latency: ``rows * head_dim`` cycles of accumulator reads, plus one per word (``rows *
+    n_cp``) with ``S_PLUS_U`` (the ``S`` word is fetched first), then ``NORM_DRAIN``
+    (``AttentionGeometry``) until ``busy`` is low; no back-pressure (the normalizer's output is
+    always taken). Reset stops a pass.
 
     Parameters
     ----------
@@ -42,8 +69,8 @@ class NormStage(wiring.Component):
 
     Members
     -------
-    start, full, key, masked, split, unsel : In(1)
-    base_i, rows, slot : In
+    start : In(1), src : In(NormSource), out : In(OutMode), res : In(ResMode)
+    s_base, u_base : In(range(y_depth)), base_i, rows, slot : In
     y_addr : Out, y_data : In(data.ArrayLayout(data.ArrayLayout(signed(acc_bits), m_tile),
         n_arrays))
     row : Out(range(block_q)), r, big_l : In
@@ -63,11 +90,11 @@ class NormStage(wiring.Component):
         sum_l = row_sum_layout(ag.n_max, cfg.e_max)
         super().__init__({
             "start": In(1),
-            "full": In(1),
-            "key": In(1),
-            "masked": In(1),
-            "split": In(1),
-            "unsel": In(1),
+            "src": In(NormSource),
+            "out": In(OutMode),
+            "res": In(ResMode),
+            "s_base": In(uwidth(geo.y_depth)),
+            "u_base": In(uwidth(geo.y_depth)),
             "base_i": In(range(ag.n_max + cfg.block_q + 1)),
             "rows": In(range(cfg.block_q + 1)),
             "slot": In(uwidth(cfg.attn_slots)),
@@ -98,7 +125,11 @@ class NormStage(wiring.Component):
         bq, dh, mt, n_arr = cfg.block_q, cfg.head_dim, cfg.m_tile, cfg.n_arrays
         m = Module()
         n_in, n_out = self.o_norm, self.i_norm
-        rows = self.rows
+        # The pass's parameters, sampled by start.
+        src, out, res = (Signal.like(p, name=f"{p.name}_q") for p in (self.src, self.out,
+                                                                        self.res))
+        s_base, u_base = Signal.like(self.s_base), Signal.like(self.u_base)
+        rows, slot = Signal.like(self.rows), Signal.like(self.slot)
         n_on = Signal()
         n_i = Signal(range(bq + 1))
         n_d = Signal(range(dh + 1))
@@ -106,42 +137,66 @@ class NormStage(wiring.Component):
         n_a = Signal(range(n_arr))
         n_col = Signal(range(mt))
         n_oaddr = Signal(uwidth(ag.o_depth + 1))
+        # S + U: the cycle before a word's first output reads its S word (fetched).
+        fetch, fetched = Signal(), Signal()
+        m.d.comb += fetch.eq(n_on & (src == NormSource.S_PLUS_U) & (n_a == 0) & (n_col == 0)
+                             & ~fetched)
+        emit = Signal()
+        m.d.comb += emit.eq(n_on & ~fetch)
         v1, v2 = Signal(), Signal()
         i1 = Signal(range(bq))
         a1, col1 = Signal.like(n_a), Signal.like(n_col)
         oa1, oa2, oa3 = (Signal.like(n_oaddr, name=f"oaddr{k}") for k in (1, 2, 3))
-        m.d.comb += self.y_addr.eq(ag.pv_base + n_i * ag.n_cp + n_cp)
-        m.d.sync += [v1.eq(n_on), i1.eq(n_i), a1.eq(n_a), col1.eq(n_col), oa1.eq(n_oaddr),
-                     v2.eq(v1), oa2.eq(oa1), oa3.eq(oa2)]
+        word = Signal.like(self.y_addr)
+        m.d.comb += [word.eq(n_i * ag.n_cp + n_cp),
+                     self.y_addr.eq(Mux(fetch | (src == NormSource.S), s_base, u_base) + word)]
+        fetch1 = Signal()
+        s_word = Signal.like(self.y_data)
+        m.d.sync += [fetch1.eq(fetch), v1.eq(emit), i1.eq(n_i), a1.eq(n_a), col1.eq(n_col),
+                     oa1.eq(n_oaddr), v2.eq(v1), oa2.eq(oa1), oa3.eq(oa2)]
+        with m.If(fetch1):
+            m.d.sync += s_word.eq(self.y_data)
+        acc = Array(self.y_data[a][col1] for a in range(n_arr))[a1]
+        acc_s = Array(s_word[a][col1] for a in range(n_arr))[a1]
         m.d.comb += [self.row.eq(i1),
                      n_in.valid.eq(v1),
-                     n_in.payload.acc.eq(Array(self.y_data[a][col1] for a in range(n_arr))[a1]),
+                     n_in.payload.acc.eq(Mux(src == NormSource.S_PLUS_U, acc + acc_s, acc)),
                      n_in.payload.r.eq(self.r), n_in.payload.big_l.eq(self.big_l),
                      n_out.ready.eq(1)]
         res_base = Signal(uwidth(ag.res_depth + 1))
-        m.d.comb += res_base.eq(self.slot * (ag.n_max * dh))
+        m.d.comb += res_base.eq(slot * (ag.n_max * dh))
         o_new = n_out.payload.o
-        full, key = self.full, self.key
         m.d.comb += [self.o_raddr.eq(oa2), self.r_raddr.eq(res_base + oa2),
                      self.o_waddr.eq(oa3), self.r_waddr.eq(res_base + oa3),
-                     self.o_we.eq(n_out.valid & (full | ~key)),
-                     self.o_wdata.eq(Mux(full, o_new, o_new + self.r_rdata)),
-                     self.r_we.eq(n_out.valid & (self.masked | self.unsel) & key),
-                     self.r_wdata.eq(Mux(self.unsel, self.r_rdata + o_new,
-                                         Mux(self.split, -o_new, self.o_rdata - o_new))),
+                     self.o_we.eq(n_out.valid & (out != OutMode.NONE)),
+                     self.o_wdata.eq(Mux(out == OutMode.O_PLUS_R, o_new + self.r_rdata, o_new)),
+                     self.r_we.eq(n_out.valid & (res != ResMode.NONE)),
                      self.busy.eq(n_on | v1 | v2 | n_out.valid)]
-        with m.If(n_on):
+        with m.Switch(res):
+            with m.Case(ResMode.NEG):
+                m.d.comb += self.r_wdata.eq(-o_new)
+            with m.Case(ResMode.ADD):
+                m.d.comb += self.r_wdata.eq(self.r_rdata + o_new)
+            with m.Default():
+                m.d.comb += self.r_wdata.eq(self.o_rdata - o_new)
+        with m.If(fetch):
+            m.d.sync += fetched.eq(1)
+        with m.If(emit):
             m.d.sync += [n_oaddr.eq(n_oaddr + 1), n_d.eq(n_d + 1),
                          n_col.eq(Mux(n_col == mt - 1, 0, n_col + 1))]
             with m.If(n_col == mt - 1):
                 m.d.sync += n_a.eq(Mux(n_a == n_arr - 1, 0, n_a + 1))
                 with m.If(n_a == n_arr - 1):
-                    m.d.sync += n_cp.eq(n_cp + 1)
+                    m.d.sync += [n_cp.eq(n_cp + 1), fetched.eq(0)]
             with m.If(n_d == dh - 1):
-                m.d.sync += [n_d.eq(0), n_cp.eq(0), n_a.eq(0), n_col.eq(0), n_i.eq(n_i + 1)]
+                m.d.sync += [n_d.eq(0), n_cp.eq(0), n_a.eq(0), n_col.eq(0), n_i.eq(n_i + 1),
+                             fetched.eq(0)]
                 with m.If(n_i == rows - 1):
                     m.d.sync += n_on.eq(0)
         with m.If(self.start):
             m.d.sync += [n_on.eq(1), n_i.eq(0), n_d.eq(0), n_cp.eq(0), n_a.eq(0), n_col.eq(0),
-                         n_oaddr.eq(self.base_i * dh)]
+                         fetched.eq(0), n_oaddr.eq(self.base_i * dh),
+                         src.eq(self.src), out.eq(self.out), res.eq(self.res),
+                         s_base.eq(self.s_base), u_base.eq(self.u_base), rows.eq(self.rows),
+                         slot.eq(self.slot)]
         return m

@@ -24,12 +24,14 @@ class SelReciprocal(wiring.Component):
     1) / l_sel)``, ``L = bit_length(l_sel)``, as ``golden.softmax.reciprocal`` (the restoring
     division of ``SoftmaxUnit``, one quotient bit per cycle).
 
-    ``start`` (a pulse) begins the rows ``0 .. rows - 1``; ``mask``, ``b`` and ``rows`` must
-    hold still until ``done``. Each row takes ``CYCLES`` (19) cycles: the sum, 17 division
-    steps, the write of ``(r, L)``; ``done`` is high from ``rows * CYCLES`` cycles after the
-    ``start`` edge until the next ``start`` (and after reset). ``r`` / ``big_l`` show row
-    ``row``'s results combinationally. A row with ``l_sel = 0`` gives an undefined ``r`` (a
-    key step never normalizes by it: a query block with such a row takes the second pass).
+    ``start`` (a pulse) begins the rows ``0 .. rows - 1`` into table ``bank`` (of two: one
+    query block's table is read while the next one's is computed); ``mask``, ``b``, ``rows``
+    and ``bank`` must hold still until ``done``. Each row takes ``CYCLES`` (19) cycles: the
+    sum, 17 division steps, the write of ``(r, L)``; ``done`` is high from ``rows * CYCLES``
+    cycles after the ``start`` edge until the next ``start`` (and after reset). ``r`` /
+    ``big_l`` show row ``row`` of table ``rd_bank`` combinationally. A row with ``l_sel = 0``
+    gives an undefined ``r`` (a key step never normalizes by it: a query block with such a row
+    takes the second pass).
     No back-pressure. Reset abandons a block.
 
     Parameters
@@ -38,7 +40,7 @@ class SelReciprocal(wiring.Component):
 
     Members
     -------
-    start : In(1), rows : In(range(block_q + 1)), mask : In(nkb)
+    start, bank, rd_bank : In(1), rows : In(range(block_q + 1)), mask : In(nkb)
     b : In(data.ArrayLayout(data.ArrayLayout(unsigned(b_bits), nkb), block_q))
     row : In(range(block_q)), r : Out(17), big_l : Out
     done : Out(1)
@@ -53,6 +55,8 @@ class SelReciprocal(wiring.Component):
         self._lb = lb = sum_bits(ag.n_max, cfg.e_max)
         super().__init__({
             "start": In(1),
+            "bank": In(1),
+            "rd_bank": In(1),
             "rows": In(range(cfg.block_q + 1)),
             "mask": In(ag.nkb),
             "b": In(data.ArrayLayout(data.ArrayLayout(unsigned(ag.b_bits), ag.nkb),
@@ -75,9 +79,13 @@ class SelReciprocal(wiring.Component):
         c_rem = Signal(lb)
         c_q = Signal(RECIP_BITS + 1)
         c_step = Signal(range(DIV_CYCLES + 1))
-        r_tab = Array(Signal(RECIP_BITS + 1, name=f"r_sel{k}") for k in range(bq))
-        l_tab = Array(Signal(range(lb + 1), name=f"L_sel{k}") for k in range(bq))
-        m.d.comb += [self.r.eq(r_tab[self.row]), self.big_l.eq(l_tab[self.row]),
+        r_tab = Array(Signal(RECIP_BITS + 1, name=f"r_sel{t}_{k}")
+                      for t in range(2) for k in range(bq))
+        l_tab = Array(Signal(range(lb + 1), name=f"L_sel{t}_{k}")
+                      for t in range(2) for k in range(bq))
+        rd_at, at = Signal(range(2 * bq)), Signal(range(2 * bq + 1))
+        m.d.comb += [rd_at.eq(self.rd_bank * bq + self.row), at.eq(self.bank * bq + i)]
+        m.d.comb += [self.r.eq(r_tab[rd_at]), self.big_l.eq(l_tab[rd_at]),
                      self.done.eq(~busy)]
 
         row_b = self.b[i]
@@ -104,7 +112,7 @@ class SelReciprocal(wiring.Component):
                 m.d.sync += [c_rem.eq(Mux(ge, trial - c_l, trial)), c_q.eq((c_q << 1) | ge),
                              c_step.eq(c_step + 1)]
             with m.Else():
-                m.d.sync += [r_tab[i].eq(c_q), l_tab[i].eq(big_l), i.eq(i + 1), load.eq(1)]
+                m.d.sync += [r_tab[at].eq(c_q), l_tab[at].eq(big_l), i.eq(i + 1), load.eq(1)]
                 with m.If(i + 1 >= self.rows):
                     m.d.sync += busy.eq(0)
         with m.If(self.start):

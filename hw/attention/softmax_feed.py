@@ -22,16 +22,19 @@ class SoftmaxFeed(wiring.Component):
 
     * per row a header (``(m, sh)`` from the multiplier memory at ``ms_addr``, ``n_valid``) on
       ``o_row``, then its logits in key order on ``o_logit``, read from the accumulators at
-      ``y_addr`` (one cycle of read latency, no enable: the address is the key to offer next,
-      so the data in front of the unit always belongs to the offered key, stalls included);
+      ``y_addr = y_base + row * n_kc + chunk`` (one cycle of read latency, no enable: the
+      address is the key to offer next, so the data in front of the unit always belongs to the
+      offered key, stalls included);
     * P words: per group of ``G`` keys the 8-bit mantissas and the group's shift, written with
-      the group's last ``p`` (``p_we``, zeros past a ragged end) at ``row * n_kg + group``;
+      the group's last ``p`` (``p_we``, zeros past a ragged end) at ``p_base + row * n_kg +
+      group``;
     * per row the block sums ``b`` of the applied weights ``p << shift`` (two banks by row
       parity, as the next row's ``p`` arrive while the divider works on this row's ``(r,
       L)``); with the row's ``(r, L)`` (``i_sum``) and ``full``, its share ``(b * r) >> L``
       (16-bit, truncating) is added to the block masses ``mass``;
-    * ``(r, L)`` of every row, looked up combinationally by ``norm_row`` on ``norm_r`` /
-      ``norm_big_l`` for the normalization;
+    * ``(r, L)`` of every row into table ``bank`` (of ``TABLES``), looked up combinationally
+      by ``norm_bank`` and ``norm_row`` on ``norm_r`` / ``norm_big_l`` for the normalization
+      (which may read one table while another is written);
     * per row its block sums ``b_rows`` (as they were when its ``(r, L)`` arrived) and
       ``max_blocks``, the blocks (bit ``J``) holding the row's largest streamed logit, for a key
       step's choice between taking ``O_sel`` from the full pass and a second pass.
@@ -48,6 +51,8 @@ class SoftmaxFeed(wiring.Component):
     Members
     -------
     start, full : In(1)
+    y_base : In(range(y_depth)), p_base : In(range(p_depth)), bank : In(range(TABLES))
+        Hold still until ``done``.
     sel_j, sel_len : In(block_list_layouts(ag)), n_sel : In(range(nkb + 1))
     n_valid : In(range(n_max + 1)), base_i : In(range(n_max + block_q + 1)),
     rows : In(range(block_q + 1))
@@ -61,9 +66,13 @@ class SoftmaxFeed(wiring.Component):
     mass : Out(data.ArrayLayout(unsigned(mass_bits), nkb))
     b_rows : Out(data.ArrayLayout(data.ArrayLayout(unsigned(b_bits), nkb), block_q))
     max_blocks : Out(data.ArrayLayout(unsigned(nkb), block_q))
-    norm_row : In(range(block_q)), norm_r : Out, norm_big_l : Out
+    norm_bank : In(range(TABLES)), norm_row : In(range(block_q)), norm_r : Out,
+    norm_big_l : Out
     done : Out(1)
     """
+
+    #: Tables of ``(r, L)`` per row: two query blocks (by parity) of a full and a masked pass.
+    TABLES = 4
 
     def __init__(self, ag: AttentionGeometry):
         self._ag = ag
@@ -74,6 +83,9 @@ class SoftmaxFeed(wiring.Component):
         super().__init__({
             "start": In(1),
             "full": In(1),
+            "y_base": In(uwidth(geo.y_depth)),
+            "p_base": In(uwidth(ag.p_depth)),
+            "bank": In(range(self.TABLES)),
             "sel_j": In(sel_j_l),
             "sel_len": In(sel_len_l),
             "n_sel": In(jb),
@@ -95,6 +107,7 @@ class SoftmaxFeed(wiring.Component):
             "mass": Out(data.ArrayLayout(unsigned(ag.mass_bits), ag.nkb)),
             "b_rows": Out(data.ArrayLayout(data.ArrayLayout(unsigned(ag.b_bits), ag.nkb), bq)),
             "max_blocks": Out(data.ArrayLayout(unsigned(ag.nkb), bq)),
+            "norm_bank": In(range(self.TABLES)),
             "norm_row": In(range(bq)),
             "norm_r": Out(sum_l.members["r"]),
             "norm_big_l": Out(sum_l.members["big_l"]),
@@ -142,10 +155,10 @@ class SoftmaxFeed(wiring.Component):
             m.d.comb += nx_kc.eq(f_kc)
         kc0 = Signal.like(f_kc)
         m.d.comb += kc0.eq(sel_j[0] * ag.kc_per_block)
-        m.d.comb += self.y_addr.eq(Mux(take,
-                                       Mux(row_end, (f_row + 1) * ag.n_kc + kc0,
-                                           f_row * ag.n_kc + nx_kc),
-                                       f_row * ag.n_kc + f_kc))
+        m.d.comb += self.y_addr.eq(self.y_base + Mux(take,
+                                                     Mux(row_end, (f_row + 1) * ag.n_kc + kc0,
+                                                         f_row * ag.n_kc + nx_kc),
+                                                     f_row * ag.n_kc + f_kc))
         with m.If(take):
             with m.If(row_end):
                 m.d.sync += [f_row.eq(f_row + 1), f_li.eq(0), f_off.eq(0), f_kc.eq(kc0),
@@ -236,14 +249,20 @@ class SoftmaxFeed(wiring.Component):
         pbuf = Signal(data.ArrayLayout(unsigned(8), g))
         b_sum = [[Signal(ag.b_bits, name=f"b{k}_{j}") for j in range(nkb)] for k in range(2)]
         mass = [Signal(ag.mass_bits, name=f"mass{j}") for j in range(nkb)]
-        r_row = Array(Signal(self.norm_r.shape(), name=f"r_row{i}") for i in range(bq))
-        big_l_row = Array(Signal(self.norm_big_l.shape(), name=f"L_row{i}") for i in range(bq))
+        nt = self.TABLES
+        r_row = Array(Signal(self.norm_r.shape(), name=f"r_row{t}_{i}")
+                      for t in range(nt) for i in range(bq))
+        big_l_row = Array(Signal(self.norm_big_l.shape(), name=f"L_row{t}_{i}")
+                          for t in range(nt) for i in range(bq))
         s_row = Signal(range(bq + 1))
+        norm_at, at = Signal(range(nt * bq)), Signal(range(nt * bq))
+        m.d.comb += [norm_at.eq(self.norm_bank * bq + self.norm_row),
+                     at.eq(self.bank * bq + s_row)]
         pj = Signal(range(nkb + 1))
         p_len = Signal(range(bk + 1))
         m.d.comb += [pj.eq(sel_j[p_li]), p_len.eq(self.sel_len[p_li])]
-        m.d.comb += [self.norm_r.eq(r_row[self.norm_row]),
-                     self.norm_big_l.eq(big_l_row[self.norm_row]),
+        m.d.comb += [self.norm_r.eq(r_row[norm_at]),
+                     self.norm_big_l.eq(big_l_row[norm_at]),
                      [self.mass[j].eq(mass[j]) for j in range(nkb)],
                      i_p.ready.eq(1), i_sum.ready.eq(1)]
         pval = i_p.payload.p
@@ -258,7 +277,7 @@ class SoftmaxFeed(wiring.Component):
         m.d.comb += pword.shift.eq(i_p.payload.shift)
         for k in range(g):
             m.d.comb += pword.p[k].eq(Mux(p_q == k // lanes, pval[k % lanes], pbuf[k]))
-        m.d.comb += [self.p_addr.eq(p_row * ag.n_kg + p_kg),
+        m.d.comb += [self.p_addr.eq(self.p_base + p_row * ag.n_kg + p_kg),
                      self.p_we.eq(i_p.valid & group_end)]
         with m.If(i_p.valid):
             for k in range(g):
@@ -285,7 +304,7 @@ class SoftmaxFeed(wiring.Component):
                     m.d.sync += p_kg.eq(p_kg + 1)
         rsum, lsum = i_sum.payload.r, i_sum.payload.big_l
         with m.If(i_sum.valid):
-            m.d.sync += [s_row.eq(s_row + 1), r_row[s_row].eq(rsum), big_l_row[s_row].eq(lsum)]
+            m.d.sync += [s_row.eq(s_row + 1), r_row[at].eq(rsum), big_l_row[at].eq(lsum)]
             for k in range(2):
                 with m.If(s_row[0] == k):
                     for j in range(nkb):

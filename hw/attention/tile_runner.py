@@ -68,10 +68,10 @@ class TileRunner(wiring.Component):
     row and lane group. The loader is at most one tile ahead of the lanes (two banks).
 
     Tile order: QK^T, per selected block its chunks of ``block_cols`` keys; PV, per column pass
-    of ``block_cols`` outputs the selected blocks. QK^T writes the logits at ``i * n_kc + kc``
-    of the accumulators (overwriting), PV sums into ``pv_base + i * n_cp + cp`` (the block's
-    first listed tile overwrites, unless ``accumulate``: then every tile adds to the sums a
-    previous PV phase left).
+    of ``block_cols`` outputs the selected blocks. QK^T writes the logits at ``y_base + i *
+    n_kc + kc`` of the accumulators (overwriting), PV sums into ``y_base + i * n_cp + cp``
+    (the first listed block of each column pass overwrites) from the P words at ``p_base + i *
+    n_kg + group``.
 
     ``start`` (a pulse; ``start_pv`` the kind) resets the walk; tiles then run while
     ``active``, over the selected blocks ``sel_j[0 .. n_sel - 1]`` (ascending, lengths
@@ -92,7 +92,9 @@ class TileRunner(wiring.Component):
 
     Members
     -------
-    start, start_pv, accumulate, active : In(1)
+    start, start_pv, active : In(1)
+    y_base : In(range(y_depth)), p_base : In(range(p_depth))
+        Where the phase's sums go and its P words come from; they must hold still.
     sel_j, sel_len : In(block_list_layouts(ag)), n_sel : In(range(nkb + 1))
         The selected key blocks, ascending, and their lengths.
     base_i : In(range(n_max + block_q + 1)), rows : In(range(block_q + 1))
@@ -118,8 +120,9 @@ class TileRunner(wiring.Component):
         super().__init__({
             "start": In(1),
             "start_pv": In(1),
-            "accumulate": In(1),
             "active": In(1),
+            "y_base": In(uwidth(geo.y_depth)),
+            "p_base": In(uwidth(ag.p_depth)),
             "sel_j": In(sel_j_l),
             "sel_len": In(sel_len_l),
             "n_sel": In(jb),
@@ -219,14 +222,14 @@ class TileRunner(wiring.Component):
         kg_base = Signal(range(ag.n_kg + 1))
         m.d.comb += [self.q_addr.eq((self.base_i + o_i) * ag.rows_q + o_r),
                      kg_base.eq(xw.j * ag.kg_per_block),
-                     self.p_addr.eq(o_i * ag.n_kg + kg_base + o_r)]
+                     self.p_addr.eq(self.p_base + o_i * ag.n_kg + kg_base + o_r)]
         tok = self.o_token.payload
         m.d.comb += [
             self.o_token.valid.eq(go & first_op),
             tok.mask.eq((1 << g) - 1),
-            tok.meta.y_addr.eq(Mux(pv, ag.pv_base + o_i * ag.n_cp + xw.cp,
-                                   o_i * ag.n_kc + xw.kc)),
-            tok.meta.overwrite.eq(~pv | (xw.li == 0) & ~self.accumulate),
+            tok.meta.y_addr.eq(self.y_base + Mux(pv, o_i * ag.n_cp + xw.cp,
+                                                 o_i * ag.n_kc + xw.kc)),
+            tok.meta.overwrite.eq(~pv | (xw.li == 0)),
             tok.meta.last.eq(o_i == rows - 1),
         ]
         with m.If(x_go):
