@@ -116,7 +116,9 @@ class Config:
     attn_out_frac_bits: int = _hw(8)  # fraction bits of the integer attention output
     head_dim: int = _hw(32)     # Dh of the attention engine (the bundled DiT: 128 hidden / 4 heads)
     attn_slots: int = _hw(4)    # layer/head slots of the attention engine (step counter, mask, R)
-    softmax_lanes: int = _hw(1)  # keys per cycle of the softmax unit (power of two dividing group)
+    # Keys per cycle of the softmax unit (a power of two dividing group; 0: the largest of 4, 2, 1
+    # that divides group and m_tile * n_arrays, see softmax_keys_per_cycle).
+    softmax_lanes: int = _hw(0)
     # --- workload run (dstar analyze) ---
     workload: Workload = Workload.DIGITS  # the bundled DiT that runs (Workload)
     steps: int = 50             # DDIM steps
@@ -189,7 +191,7 @@ class Config:
         self._range("head_dim", 1, 128)      # the 23-bit logit / 24-bit PV widths assume <= 128
         self._range("attn_slots", 1, 4096)
         p = self.softmax_lanes
-        if p < 1 or p & (p - 1) or self.group % p:
+        if p != 0 and (p < 1 or p & (p - 1) or self.group % p):
             raise ConfigError(f"softmax_lanes must be a power of two dividing group={self.group}, "
                               f"got {p!r}")
         self._range("steps", 1, 1000)
@@ -260,6 +262,18 @@ class Config:
         return e
 
     # ----- conversions -----
+    @property
+    def softmax_keys_per_cycle(self) -> int:
+        """``P``, the softmax unit's keys per cycle: ``softmax_lanes``, or by default the
+        largest of 4, 2, 1 dividing ``group`` and ``m_tile * n_arrays`` (a beat of logits is a
+        slice of one accumulator chunk)."""
+        if self.softmax_lanes:
+            return self.softmax_lanes
+        p = 4
+        while self.group % p or (self.m_tile * self.n_arrays) % p:
+            p //= 2
+        return p
+
     def replace(self, **changes) -> "Config":
         unknown = sorted(set(changes) - {f.name for f in fields(self)})
         if unknown:

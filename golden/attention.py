@@ -54,7 +54,7 @@ from .softmax import (
 )
 
 __all__ = ["THETA_BITS", "quantize_per_token", "quantize_per_head", "quantize_on", "theta_fixed",
-           "n_blocks", "expand_mask", "block_mass", "select_blocks", "second_pass_blocks",
+           "n_blocks", "expand_mask", "block_mass", "select_blocks", "row_max_blocks",
            "attention_head",
            "key_step_head", "reuse_step_head", "float_attention", "AttentionReuse"]
 
@@ -134,8 +134,20 @@ def block_mass(p, lsum, block_q: int, block_k: int):
     return np.add.reduceat(frac, np.arange(0, n_q, block_q), axis=-2)
 
 
-def select_blocks(mass, theta: float):
-    """Step 3: the mask ``(..., nqb, nkb)`` from block masses ``(..., nqb, nkb)``."""
+def row_max_blocks(s, block_q: int, block_k: int):
+    """The key blocks ``(..., nqb, nkb)`` holding, for some row of the query block, the row's
+    first largest logit (the lowest key index of its maximum; ``s``: logits ``(..., N,
+    Nk)``)."""
+    s = np.asarray(s)
+    n_q, n_k = s.shape[-2:]
+    blk = s.argmax(axis=-1) // block_k
+    hit = blk[..., None] == np.arange(n_blocks(n_k, block_k))
+    return np.logical_or.reduceat(hit, np.arange(0, n_q, block_q), axis=-2)
+
+
+def select_blocks(mass, theta: float, forced=None):
+    """Step 3: the mask ``(..., nqb, nkb)`` from block masses ``(..., nqb, nkb)``, with the
+    blocks of ``forced`` (``row_max_blocks``) added."""
     mass = np.asarray(mass, dtype=np.int64)
     tq = theta_fixed(theta)
     if tq == 1 << THETA_BITS:
@@ -148,21 +160,7 @@ def select_blocks(mass, theta: float):
     sel_sorted = np.arange(mass.shape[-1]) < count
     mask = np.zeros(mass.shape, dtype=bool)
     np.put_along_axis(mask, order, sel_sorted, axis=-1)
-    return mask
-
-
-def second_pass_blocks(s, unselected, block_q: int):
-    """The query blocks ``(..., nqb)`` of a key step whose ``O_sel`` is not the full softmax
-    restricted to the selected blocks: those with a row whose largest logit lies only in
-    unselected blocks (``s``: logits ``(..., N, Nk)``, ``unselected``: element mask).
-    Elsewhere the masked softmax has the full one's row max, hence (with key blocks of whole
-    exponent groups, as the engine's) the same ``p``, shifts and block sums on the selected
-    keys, and the engine takes ``O_sel`` from the full pass (one PV over the tiles); these
-    blocks run the masked softmax and its PV again (the engine's second pass)."""
-    s = np.asarray(s)
-    row_max = s.max(axis=-1)
-    sel_max = np.where(unselected, -np.inf, s).max(axis=-1)
-    return np.logical_or.reduceat(sel_max < row_max, np.arange(0, s.shape[-2], block_q), axis=-1)
+    return mask if forced is None else mask | np.asarray(forced, dtype=bool)
 
 
 # ----- one head, integers in and out (the RTL testbench's reference) -----
@@ -216,8 +214,8 @@ def _attend(q, k, v, m, sh, mask=None, theta=None, *, block_q, block_k, frac_bit
     nh = qf.shape[0]
     key = theta is not None
     out = {"o_full": np.empty((nh, n, dh), np.int64), "o_sel": np.empty((nh, n, dh), np.int64),
-           "mask": np.empty((nh, nqb, nkb), bool), "mass": np.empty((nh, nqb, nkb), np.int64),
-           "fixup": np.empty((nh, nqb), bool)} if key else {"o": np.empty((nh, n, dh), np.int64)}
+           "mask": np.empty((nh, nqb, nkb), bool), "mass": np.empty((nh, nqb, nkb), np.int64)
+           } if key else {"o": np.empty((nh, n, dh), np.int64)}
     if want_w:
         out["w"], out["l"] = np.empty((nh, n, nk), np.int64), np.empty((nh, n), np.int64)
 
@@ -238,9 +236,8 @@ def _attend(q, k, v, m, sh, mask=None, theta=None, *, block_q, block_k, frac_bit
             continue
         out["o_full"][c] = pv(w, lsum, c)
         mass = out["mass"][c] = block_mass(w, lsum, block_q, block_k)
-        sel = out["mask"][c] = select_blocks(mass, theta)
+        sel = out["mask"][c] = select_blocks(mass, theta, row_max_blocks(s, block_q, block_k))
         unsel = expand_mask(~sel, n, nk, block_q, block_k)
-        out["fixup"][c] = second_pass_blocks(s, unsel, block_q)
         w, lsum = softmax_exp_float(s, mf[c], shf[c], unsel, **sm)
         out["o_sel"][c] = pv(w, lsum.astype(np.int64), c)
     return {name: a.reshape(lead + a.shape[1:]) for name, a in out.items()}
@@ -267,9 +264,7 @@ def key_step_head(q_int, k_int, v_int, m, sh, *, block_q: int = 16, block_k: int
                   e_max: int = DEFAULT_E_MAX) -> dict:
     """Attention key step of one head (or batch of heads), integers in and out. Returns a dict of
     int64 arrays ``o_full``, ``o_sel``, ``r`` (``o_full - o_sel``), bool ``mask`` ``(..., nqb,
-    nkb)``, the block masses ``mass`` and bool ``fixup`` ``(..., nqb)``
-    (``second_pass_blocks``: the query blocks the engine runs a second, masked pass for); the
-    step's output is ``o_full``."""
+    nkb)`` and the block masses ``mass``; the step's output is ``o_full``."""
     theta_fixed(theta)
     q, k, v = _check_int("q_int", q_int), _check_int("k_int", k_int), _check_int("v_int", v_int)
     res = _attend(q, k, v, m, sh, None, theta, block_q=block_q, block_k=block_k,
@@ -366,9 +361,6 @@ class AttentionReuse:
             res = _attend(q_int, k_int, v_int, m, sh, None, self.theta, **self._kw())
             st = self.state[name] = {"shape": q.shape, "s_v": s_v, "mask": res["mask"],
                                      "r": res["o_full"] - res["o_sel"], "key_step": step}
-            # PV tiles of the engine: every tile, plus the selected ones again where the
-            # query block needs its second pass (``second_pass_blocks``).
-            again = float((res["mask"] & res["fixup"][..., None]).mean())
             o_int = res["o_full"]
         else:
             v_int, n_clip = quantize_on(v, st["s_v"])
@@ -379,7 +371,7 @@ class AttentionReuse:
         sel = float(st["mask"].mean())
         rec = {"name": name, "step": step, "key": key, "selected_fraction": sel,
                "blocks_computed": 1.0 if key else sel,
-               "pv_blocks": 1.0 + again if key else sel, "v_clipped": n_clip / v.size}
+               "pv_blocks": 1.0 if key else sel, "v_clipped": n_clip / v.size}
         if self.measure:
             b = slice(0, self.measure_batch)
             ref = float_attention(q[b], k[b], v[b])

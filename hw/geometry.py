@@ -64,18 +64,21 @@ class Geometry:
     then selects among ``R * slice_groups`` weight rows per buffer (the area cost; measurements
     in ``dstar.hw.dispatcher``).
 
-    ``y_words`` (0: ``max_tokens * n_mt_max``) overrides the accumulator memory's depth and
-    ``y_banks`` (1 or 2) splits it into banks by the top address bit, each with its own read
-    port (``PEArray``): a user of the arrays other than the linear datapath (the attention
-    engine) sizes them for itself."""
+    ``y_words`` (0: ``max_tokens * n_mt_max``) overrides the accumulator memory's depth,
+    ``y_banks`` (1, 2 or 4) splits it into banks by the top address bits, each with its own
+    read port, and ``y_readers`` (1 or 2) gives the host that many read ports (``PEArray``): a
+    user of the arrays other than the linear datapath (the attention engine) sizes them for
+    itself."""
     cfg: Config
     y_words: int = 0
     y_banks: int = 1
+    y_readers: int = 1
 
     def __post_init__(self):
-        if self.y_banks not in (1, 2) or self.y_banks == 2 and (
-                self.y_words < 2 or self.y_words & (self.y_words - 1)):
-            raise ValueError("y_banks must be 1, or 2 with a power-of-two y_words")
+        if self.y_banks not in (1, 2, 4) or self.y_readers not in (1, 2) or self.y_banks > 1 and (
+                self.y_words < 2 * self.y_banks or self.y_words & (self.y_words - 1)):
+            raise ValueError("y_banks must be 1, 2 or 4 (more than 1: with a power-of-two "
+                             "y_words), y_readers 1 or 2")
         if self.cfg.k_tile > 8 * self.cfg.group:
             # The encoder and the lane sequencers handle one whole slice per cycle.
             raise ConfigError(f"k_tile={self.cfg.k_tile} needs more than 8 groups per slice "
@@ -343,7 +346,7 @@ class SoftmaxGeometry:
     @property
     def lanes(self) -> int:
         """``P``: keys per ``i_logit`` / ``o_p`` beat (``cfg.softmax_lanes``)."""
-        return self.cfg.softmax_lanes
+        return self.cfg.softmax_keys_per_cycle
 
     @property
     def row_words(self) -> int:
@@ -390,6 +393,8 @@ class AttentionGeometry:
     NORM_DRAIN: ClassVar[int] = 4
     #: Cycles per row of ``SelReciprocal``: the masked sum, the 17 division steps, the write.
     SEL_RECIP_CYCLES: ClassVar[int] = 19
+    #: Block masses ``MaskSelector`` compares per cycle of a scan.
+    SEL_SCAN: ClassVar[int] = 4
     #: Width of the slots' step counters and of ``refresh``.
     REFRESH_BITS: ClassVar[int] = 16
     #: Width of the tile counters of a tile phase: only their differences (0 .. 2) matter,
@@ -399,7 +404,7 @@ class AttentionGeometry:
     def __post_init__(self):
         cfg, lin = self.cfg, self.lin
         g, dh, bc = cfg.group, cfg.head_dim, self.block_cols
-        if bc % cfg.softmax_lanes:
+        if bc % cfg.softmax_keys_per_cycle:
             raise ConfigError(f"softmax_lanes={cfg.softmax_lanes} must divide m_tile * n_arrays="
                               f"{bc} (a beat of logits is a slice of one accumulator chunk)")
         if dh % g:
@@ -433,8 +438,9 @@ class AttentionGeometry:
     @property
     def lin(self) -> Geometry:
         """The PE arrays' geometry (the attention engine runs on the linear datapath's lanes),
-        with accumulators of two banks of ``2**bank_bits`` words, one per query-block parity."""
-        return Geometry(self.cfg, y_words=2 << self.bank_bits, y_banks=2)
+        with accumulators of four banks of ``2**bank_bits`` words (logits, PV sums; one each per
+        query-block parity) and two host readers."""
+        return Geometry(self.cfg, y_words=4 << self.bank_bits, y_banks=4, y_readers=2)
 
     @property
     def softmax(self) -> SoftmaxGeometry:
@@ -489,28 +495,23 @@ class AttentionGeometry:
 
     @property
     def bank_bits(self) -> int:
-        """Address bits of an accumulator bank: the logits, the PV sums ``S`` and ``U`` of one
-        query block (``block_q * (n_kc + 2 * n_cp)`` words)."""
-        return max(1, (self.cfg.block_q * (self.n_kc + 2 * self.n_cp) - 1).bit_length())
+        """Address bits of an accumulator bank: the logits (``block_q * n_kc`` words) or the
+        PV sums ``S`` and ``U`` (``2 * block_q * n_cp``) of one query block."""
+        bq = self.cfg.block_q
+        return max(1, (max(bq * self.n_kc, 2 * bq * self.n_cp) - 1).bit_length())
 
     def logit_base(self, parity: int) -> int:
-        """The logits of a query block of ``parity`` in the accumulators (its bank)."""
+        """The logits of a query block of ``parity`` in the accumulators (bank ``parity``)."""
         return parity << self.bank_bits
 
     def s_base(self, parity: int) -> int:
-        """PV sums ``S`` of a query block of ``parity``: the selected tiles (key step, one
-        pass), every tile (key step, second pass) or the selected (reuse step)."""
-        return self.logit_base(parity) + self.cfg.block_q * self.n_kc
+        """PV sums ``S`` of a query block of ``parity`` (bank ``2 + parity``): its selected
+        tiles."""
+        return (2 + parity) << self.bank_bits
 
     def u_base(self, parity: int) -> int:
-        """PV sums ``U``: the unselected tiles (key step, one pass) or the selected tiles of
-        the masked softmax (key step, second pass)."""
+        """PV sums ``U``: the unselected tiles of a key step."""
         return self.s_base(parity) + self.cfg.block_q * self.n_cp
-
-    @property
-    def p_masked_base(self) -> int:
-        """The P words of a key step's masked softmax (second pass) after the full pass's."""
-        return self.cfg.block_q * self.n_kg
 
     # ----- widths -----
     @property
@@ -584,7 +585,7 @@ class AttentionGeometry:
 
     @property
     def p_depth(self) -> int:
-        return 2 * self.cfg.block_q * self.n_kg
+        return self.cfg.block_q * self.n_kg
 
     @property
     def o_depth(self) -> int:
@@ -607,7 +608,7 @@ class AttentionGeometry:
                 "residual cache (attn_slots x max_tokens x head_dim)": self.res_depth,
                 "masks (attn_slots x max_tokens / block_q)": self.mask_depth,
                 "logits (2 x max_tokens)": 2 * self.n_max,
-                "accumulators (2 banks of block_q x (n_kc + 2 n_cp), per array)":
+                "accumulators (4 banks of block_q x max(n_kc, 2 n_cp), per array)":
                 n * self.lin.y_depth}
 
     @property

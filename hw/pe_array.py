@@ -120,9 +120,12 @@ class PEArray(wiring.Component):
     o_pass_done : Out(1)
     host_y_addr, host_y_rdata :
         Accumulator read from outside, one cycle after the address, on the reduction's read
-        port while no slice is reduced (always, once the layer is idle); with two banks
+        port while no slice is reduced (always, once the layer is idle); with banks
         (``geo.y_banks``), on the read port of the bank addressed while no slice is reduced
         into that bank.
+    host_y2_addr, host_y2_rdata :
+        A second such reader (``geo.y_readers == 2``); where both address the same bank, the
+        first is served.
     """
 
     def __init__(self, geo: Geometry):
@@ -135,6 +138,8 @@ class PEArray(wiring.Component):
             "o_pass_done": Out(1),
             "host_y_addr": In(uwidth(geo.y_depth)),
             "host_y_rdata": Out(y_row_layout(geo)),
+            **({"host_y2_addr": In(uwidth(geo.y_depth)),
+                "host_y2_rdata": Out(y_row_layout(geo))} if geo.y_readers == 2 else {}),
         })
 
     def elaborate(self, platform):
@@ -196,17 +201,20 @@ class PEArray(wiring.Component):
         m.d.sync += [b_valid.eq(fire), b_over.eq(tok.meta.overwrite), b_last.eq(tok.meta.last),
                      b_addr.eq(tok.meta.y_addr), b_sum.eq(total)]
         m.d.comb += self.o_pass_done.eq(b_valid & b_last)
-        # Banks by the top address bit (geo.y_banks): the host reads one bank while slices
-        # are reduced into the other.
+        # Banks by the top address bits (geo.y_banks): the host reads some banks while slices
+        # are reduced into another.
         nb = geo.y_banks
-        bits = (geo.y_depth - 1).bit_length() - (nb - 1)
+        bits = (geo.y_depth - 1).bit_length() - (nb.bit_length() - 1)
+        readers = [(self.host_y_addr, self.host_y_rdata)]
+        if geo.y_readers == 2:
+            readers.append((self.host_y2_addr, self.host_y2_rdata))
 
         def bank_is(addr, k):
             return addr[bits:] == k if nb > 1 else 1
 
-        host_bank = Signal(range(nb))
+        r_banks = [Signal(range(nb), name=f"host_bank{j}") for j in range(len(readers))]
         if nb > 1:
-            m.d.sync += host_bank.eq(self.host_y_addr[bits:])
+            m.d.sync += [rb.eq(addr[bits:]) for rb, (addr, _) in zip(r_banks, readers, strict=True)]
         b_rdata = Signal(y_row_layout(geo))
         for k in range(nb):
             ymem = Memory(shape=y_row_layout(geo), depth=geo.y_depth // nb, init=[])
@@ -217,18 +225,23 @@ class PEArray(wiring.Component):
             # whenever no slice is reduced into this bank (a second, host-only port would
             # double the memory).
             y_rd = ymem.read_port(transparent_for=(y_wr,))
+            # The first reader has priority where two address the same bank.
+            host = readers[-1][0][:bits]
+            for addr, _ in reversed(readers[:-1]):
+                host = Mux(bank_is(addr, k), addr[:bits], host)
             m.d.comb += [y_rd.addr.eq(Mux(fire & bank_is(tok.meta.y_addr, k),
-                                          tok.meta.y_addr[:bits], self.host_y_addr[:bits])),
+                                          tok.meta.y_addr[:bits], host)),
                          y_wr.en.eq(b_valid & bank_is(b_addr, k)), y_wr.addr.eq(b_addr[:bits])]
             for c in range(m_n):
                 m.d.comb += y_wr.data[c].eq(Mux(b_over, b_sum[c], b_rdata[c] + b_sum[c]))
             if nb == 1:
-                m.d.comb += [b_rdata.eq(y_rd.data), self.host_y_rdata.eq(y_rd.data)]
+                m.d.comb += [b_rdata.eq(y_rd.data)] + [r.eq(y_rd.data) for _, r in readers]
             else:
                 with m.If(b_addr[bits:] == k):
                     m.d.comb += b_rdata.eq(y_rd.data)
-                with m.If(host_bank == k):
-                    m.d.comb += self.host_y_rdata.eq(y_rd.data)
+                for rb, (_, rdata) in zip(r_banks, readers, strict=True):
+                    with m.If(rb == k):
+                        m.d.comb += rdata.eq(y_rd.data)
         return m
 
 

@@ -11,17 +11,17 @@ The engine overlaps the phases of neighbouring query blocks (``rows`` = a block'
   (``ceil(blen_J / G) * G``) and ``rows * 2 * ceil(blen_J / G)`` op cycles; the two weight
   banks overlap a tile's load with the previous tile's ops; ``WAIT_CYCLES`` after the last;
 * SMAX: ``dstar.sim.softmax_cycles.schedule(...).cycles + 1``; SEL (key steps): ``picks *
-  (nkb + 1)`` (1 for ``theta = 1``); ``SelReciprocal``: ``SEL_RECIP_CYCLES`` per row from the
-  SEL cycle, plus ``RECIP_LAG``; a normalization pass: ``rows * Dh + NORM_DRAIN``, plus
-  ``rows * n_cp`` when it adds ``S`` and ``U``.
+  (ceil(nkb / SEL_SCAN) + 1)`` (1 for ``theta = 1``); ``SelReciprocal``: ``SEL_RECIP_CYCLES``
+  per row from the SEL cycle, plus ``RECIP_LAG``; a normalization pass: ``rows * Dh +
+  NORM_DRAIN``, plus ``rows * n_cp`` when it adds ``S`` and ``U``.
 
 A step is a prologue (QK^T of block 0), then per block ``I`` a phase X, in which QK^T of
 block ``I + 1`` (list, tiles) runs beside the softmax of block ``I`` (list, SMAX; on key steps
-SEL, and for a block that takes the second pass a list and the masked SMAX), and a phase Y, in
-which PV of block ``I`` runs (reuse: the selected tiles; key step, one pass: list, selected
-tiles into ``S``, list, unselected tiles into ``U``; second pass: the selected tiles of the
-masked softmax into ``U``, list, every tile into ``S``) beside the normalization of block ``I
-- 1`` (reuse: one pass; key steps: two) and until block ``I``'s reciprocals are done; a phase
+SEL), and a phase Y, in which PV of block ``I`` runs (reuse: the selected tiles; key step:
+list, selected tiles into ``S``, list, unselected tiles into ``U``); the normalization of
+block ``I - 1`` (reuse: one pass; key steps: two, the second over ``S + U`` if block ``I - 1``
+had unselected tiles) starts with X, and Y also waits for it and for block ``I``'s
+reciprocals; a phase
 ends the cycle after its last part is seen done, the next begins one cycle later; at the end,
 the last block's normalization.
 """
@@ -37,7 +37,7 @@ from dstar.sim.softmax_cycles import schedule
 __all__ = ["AttentionCycles", "predict", "dense_cycles", "tile_phase"]
 
 WAIT_CYCLES, NORM_DRAIN = AttentionGeometry.WAIT_CYCLES, AttentionGeometry.NORM_DRAIN
-SEL_RECIP_CYCLES = AttentionGeometry.SEL_RECIP_CYCLES
+SEL_RECIP_CYCLES, SEL_SCAN = AttentionGeometry.SEL_RECIP_CYCLES, AttentionGeometry.SEL_SCAN
 #: Cycles from the mask's ``SEL`` cycle to the first cycle ``SelReciprocal`` is done, beyond
 #: its rows' cycles, against the list and PV phases that run meanwhile.
 RECIP_LAG = 1
@@ -83,11 +83,11 @@ def tile_phase(loads, ops) -> int:
     return x_seen[-1] + WAIT_CYCLES
 
 
-def predict(cfg, n: int, mask, key: bool, theta_q: int, fixup=None) -> AttentionCycles:
+def predict(cfg, n: int, mask, key: bool, theta_q: int, picks=None) -> AttentionCycles:
     """Counters of one step of ``N = n`` tokens with the block ``mask`` ``(nqb, nkb)`` (on key
     steps: the mask the step selects; ``theta_q``: ``golden.attention.theta_fixed(theta)``;
-    ``fixup``: the query blocks that take the second, masked pass,
-    ``golden.attention.second_pass_blocks``, default none)."""
+    ``picks``: per query block, the blocks the mass rule picked before the row maxima's were
+    added, ``golden.attention.select_blocks(mass, theta).sum(-1)``; default: the mask's)."""
     ag = AttentionGeometry(cfg)
     g, dh, bc, rows_q, n_cp = cfg.group, cfg.head_dim, ag.block_cols, ag.rows_q, ag.n_cp
     q_lens, k_lens = _blocks(n, cfg.block_q), _blocks(n, cfg.block_k)
@@ -97,9 +97,9 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int, fixup=None) -> Attention
         raise ValueError(f"mask must have shape {(nqb, nkb)}, got {mask.shape}")
     if not mask.any(axis=1).all():
         raise ValueError("every query block needs at least one selected key block")
-    fixup = np.zeros(nqb, bool) if fixup is None else np.asarray(fixup, dtype=bool)
-    if key and fixup.shape != (nqb,):
-        raise ValueError(f"fixup must have shape {(nqb,)}, got {fixup.shape}")
+    picks = mask.sum(axis=1) if picks is None else np.asarray(picks)
+    if key and picks.shape != (nqb,):
+        raise ValueError(f"picks must have shape {(nqb,)}, got {picks.shape}")
     lst = nkb + 1
     count_qk = count_pv = busy = 0
     every = list(range(nkb))
@@ -119,7 +119,8 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int, fixup=None) -> Attention
         return tile_phase([ng * g for ng in ngs], [rows * 2 * ng for ng in ngs])
 
     def smax(rows, sel):
-        return schedule([sum(k_lens[j] for j in sel)] * rows, lanes=cfg.softmax_lanes).cycles + 1
+        keys = sum(k_lens[j] for j in sel)
+        return schedule([keys] * rows, lanes=cfg.softmax_keys_per_cycle).cycles + 1
 
     def norm_pass(rows, both=False):
         return rows * dh + NORM_DRAIN + (rows * n_cp if both else 0)
@@ -142,26 +143,20 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int, fixup=None) -> Attention
             m_vis = x0 + lst + smax(rows, sel) + 1
         else:
             t_sel = x0 + lst + smax(rows, every) + (
-                1 if theta_q >= 1 << THETA_BITS else len(sel) * (nkb + 1))
-            if fixup[i]:
-                m_vis = t_sel + lst + smax(rows, sel) + 1
-            else:
-                m_vis = t_sel + 1
-                recip = t_sel + SEL_RECIP_CYCLES * rows + RECIP_LAG
+                1 if theta_q >= 1 << THETA_BITS else int(picks[i]) * (-(-nkb // SEL_SCAN) + 1))
+            m_vis = t_sel + 1
+            recip = t_sel + SEL_RECIP_CYCLES * rows + RECIP_LAG
         y0 = max(a_vis, m_vis) + 1
         ph["x"] += y0 - x0
         # Y: PV of block I beside the normalization of block I - 1.
         if not key:
             v_vis = y0 + pv(rows, sel) + 1
             norm = norm_pass(rows)
-        elif fixup[i]:
-            v_vis = y0 + pv(rows, sel) + lst + pv(rows, every) + 1
-            norm = 2 * norm_pass(rows)
         else:
             t = y0 + lst + pv(rows, sel) + lst
             v_vis = t + (pv(rows, rest) if rest else 0) + 1
             norm = norm_pass(rows) + norm_pass(rows, both=bool(rest))
-        n_vis = y0 + norm_prev + 1 if norm_prev is not None else y0 + 1
+        n_vis = x0 + norm_prev + 1 if norm_prev is not None else y0 + 1
         y_end = max(v_vis, n_vis, recip, y0 + 1)
         ph["y"] += y_end + 1 - y0
         x0 = y_end + 1

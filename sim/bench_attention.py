@@ -29,6 +29,7 @@ from dstar.golden.attention import (
     quantize_per_head,
     quantize_per_token,
     reuse_step_head,
+    select_blocks,
     theta_fixed,
 )
 from dstar.golden.dit import bundled_weights_path, float_attention, load_weights
@@ -92,13 +93,14 @@ class HeadSteps:
             v_int, self.s_v = quantize_per_head(v)
             res = key_step_head(q_int, k_int, v_int, m, sh, theta=self.theta, **self.kw)
             self.mask, self.r = res["mask"], res["r"]
-            o, fixup = res["o_full"], res["fixup"]
+            o = res["o_full"]
+            picks = select_blocks(res["mass"], self.theta).sum(axis=-1)
         else:
             v_int, _ = quantize_on(v, self.s_v)
             o = reuse_step_head(q_int, k_int, v_int, m, sh, self.mask, self.r, **self.kw)
-            fixup = None
+            picks = None
         return {"q": q_int, "k": k_int, "v": v_int, "m": m, "sh": sh, "key": key, "o": o,
-                "r": self.r, "mask": self.mask, "fixup": fixup, "s_v": float(self.s_v)}
+                "r": self.r, "mask": self.mask, "picks": picks, "s_v": float(self.s_v)}
 
 
 def _rtl_check(cfg, steps, theta, refresh):
@@ -125,7 +127,7 @@ def _rtl_check(cfg, steps, theta, refresh):
     simulate(dut, bench)
     for i, (s, o) in enumerate(zip(steps, outs, strict=True)):
         want = predict(cfg, s["q"].shape[0], s["mask"], s["key"], theta_fixed(theta),
-                       s["fixup"])
+                       s["picks"])
         if not np.array_equal(o.o, s["o"]) or o.counters != want.counters():
             raise AssertionError(f"RTL step {i}: output or counters differ "
                                  f"({o.counters} vs {want.counters()})")
@@ -164,7 +166,7 @@ def run(cfg, *, steps: int | None = None, take: int | None = None, layers=(0, 3,
             if first is None:
                 first = head_steps
             for s in head_steps:
-                c = predict(cfg, n, s["mask"], s["key"], tq, s["fixup"])
+                c = predict(cfg, n, s["mask"], s["key"], tq, s["picks"])
                 rows[s["key"]].append((c.cycles, c.count_qk, c.count_pv, c.busy,
                                        float(s["mask"].mean())))
     nqb = -(-n // cfg.block_q)
@@ -182,7 +184,8 @@ def run(cfg, *, steps: int | None = None, take: int | None = None, layers=(0, 3,
            "head_dim": cfg.head_dim,
            "block_q": cfg.block_q, "block_k": cfg.block_k,
            "tiles": nqb * -(-n // cfg.block_k), "lanes": cfg.group, "m_tile": cfg.m_tile,
-           "n_arrays": cfg.n_arrays, "theta": theta, "refresh_attn": refresh,
+           "n_arrays": cfg.n_arrays, "softmax_lanes": cfg.softmax_keys_per_cycle,
+           "theta": theta, "refresh_attn": refresh,
            "layers": list(layers), "heads": list(heads), "run_steps": steps,
            "measured_steps": take, "dense_cycles": dense, "kinds": kinds,
            "key_ratio_vs_dense": kinds["key"]["ratio_vs_dense"],
@@ -205,7 +208,8 @@ def format_report(rep: dict) -> str:
               else f"steps 0..{rep['measured_steps'] - 1}")
     out = [f"attention engine, preset {rep['preset']}: N={rep['tokens']}, Dh={rep['head_dim']}, "
            f"{rep['block_q']}x{rep['block_k']} blocks ({rep['tiles']} tiles), G={rep['lanes']} "
-           f"lanes x {rep['m_tile']} x {rep['n_arrays']} arrays; theta={rep['theta']}, "
+           f"lanes x {rep['m_tile']} x {rep['n_arrays']} arrays, softmax "
+           f"{rep.get('softmax_lanes', 1)} keys/cycle; theta={rep['theta']}, "
            f"refresh_attn={rep['refresh_attn']}; layers {rep['layers']}, heads {rep['heads']}, "
            f"{run_of} of a {rep['run_steps']}-step run",
            f"dense attention (every tile once): {rep['dense_cycles']} cycles",

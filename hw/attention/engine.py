@@ -28,10 +28,10 @@ __all__ = ["AttentionEngine"]
 # decoders).
 _IDLE, _X, _Y, _FIN = range(4)
 _A_DONE, _A_LIST, _A_TILES, _A_WAIT = range(4)                  # QK^T ahead
-_M_DONE, _M_LIST, _M_SMAX, _M_SEL, _M_LIST2, _M_SMAX2 = range(6)  # softmax and selection
+_M_DONE, _M_LIST, _M_SMAX, _M_SEL = range(4)                    # softmax and selection
 _V_DONE, _V_LIST, _V_TILES, _V_WAIT = range(4)                  # PV
 _N_IDLE, _N_P1, _N_P2 = range(3)                                # normalization passes
-_REUSE, _SPLIT, _FIXUP = range(3)                               # kinds of query block
+_REUSE, _KEY = range(2)                                         # kinds of query block
 
 
 class AttentionEngine(wiring.Component):
@@ -66,17 +66,13 @@ class AttentionEngine(wiring.Component):
       mantissas ``p`` and the group's shift ``s = e_max - e_g``; the block sums ``b`` of the
       applied weights ``p << s`` and, with the row's ``(r, L)``, the block masses ``M``); the
       mask selection (descending ``M``, ties by ascending ``J``, the shortest prefix with
-      ``C * 2**16 >= theta_q * T``, ``theta_q = 2**16``: all), written to the mask memory;
-      then, if every row's largest logit lies in a selected block (``max_blocks`` of the
-      softmax feeder; the masked softmax then has the same row max, hence the same ``p`` and
-      shifts on the selected keys, ``golden.attention.second_pass_blocks``), one PV pass:
-      the selected tiles, ``-O_sel`` into the slot's residual cache (normalized by the
-      reciprocals of the selected blocks' row sums, ``SelReciprocal``, computed meanwhile),
-      then the unselected tiles added to the same sums, ``O_full`` into the output memory and
-      ``R = O_full - O_sel`` into the cache; otherwise (the *second pass*) PV over all tiles
-      and ``O_full``, then the masked softmax on the logits of the selected tiles (still in
-      the accumulators: QK^T runs once per tile on a key step), PV of the selected tiles, and
-      ``R = O_full - O_sel``;
+      ``C * 2**16 >= theta_q * T``, ``theta_q = 2**16``: all), with the block of every row's
+      first largest logit added (``golden.attention.row_max_blocks``), written to the mask
+      memory. The masked softmax then has the full one's row max, hence its ``p`` and shifts on
+      the selected keys: PV of the selected tiles into ``S`` gives ``-O_sel`` for the slot's
+      residual cache (normalized by the reciprocals of the selected blocks' row sums,
+      ``SelReciprocal``), PV of the unselected tiles into ``U`` gives ``O_full`` from ``S +
+      U``, written to the output memory, and ``R = O_full - O_sel`` into the cache;
     * reuse step: QK^T, softmax and PV of the selected tiles only; output ``O_sel + R``.
 
     The PE lanes see QK^T as a linear layer with K^T as the weight tile and each Q element as a
@@ -89,34 +85,37 @@ class AttentionEngine(wiring.Component):
 
     Counters (cleared by ``start``): ``cycles`` (cycles ``busy`` was high), ``count_qk`` and
     ``count_pv``: query-block x key-block tiles run through QK^T (key step: all; reuse step:
-    the selected) and PV (key step: all, plus the selected of the query blocks that take the
-    second pass; reuse step: the selected), as the hook counts them.
-    ``dstar.sim.attention_cycles`` predicts all three exactly from ``N``, the mask and the
-    second-pass blocks.
+    the selected) and PV (key step: all; reuse step: the selected), as the hook counts them.
+    ``dstar.sim.attention_cycles`` predicts all three exactly from ``N``, the mask and (key
+    steps) the mass rule's picks.
 
     Why these choices: the lanes are the real ``PEArray`` (the spec runs QK^T and PV on the
     linear layers' lanes), fed through its own op/token/weight-row ports, its two weight banks
-    alternating so that the next tile loads while the lanes run the current one; the phases
-    of a query block (list, QK^T, softmax, mask, PV, normalization) do not overlap, which
-    keeps the schedule and its model simple; the softmax unit streams one logit per cycle and
-    is the bottleneck of a step.
+    alternating so that the next tile loads while the lanes run the current one. The
+    accumulators have four banks, the logits and the PV sums (``S``, ``U``) of each
+    query-block parity, so that the lanes write one bank while the softmax feeder and the
+    normalization read two others through the banks' own read ports.
 
-    Latency and throughput: the phases of a query block run one after the other (a K^T or V
+    Pipeline (``dstar.sim.attention_cycles`` is its exact model): a prologue runs QK^T of
+    block 0; then per block ``I`` a phase X, in which the lanes run QK^T of block ``I + 1``
+    while the softmax unit runs block ``I`` (and, on key steps, the selection), and a phase Y,
+    in which the lanes run PV of block ``I``; the normalization of block ``I - 1`` runs from
+    the start of X to the end of Y (and ``SelReciprocal`` of block ``I`` from its selection to
+    the end of Y); a phase ends when all its parts are done. A K^T or V
     tile loads at one row per cycle into the free weight bank, the lanes take one nibble op
-    per cycle, the softmax unit one logit per cycle; see ``dstar.sim.attention_cycles``). No stream
-    of this top has back-pressure from outside (the host only writes memories and polls
-    ``busy``); the internal streams to the softmax unit honour its ready. Rounding and
-    saturation are those of ``golden/ATTENTION.md``; outputs are exact. Reset stops a run and
-    forgets every slot's step counter; the memories (mask, residual, inputs, outputs) keep
-    their contents.
+    per cycle, the softmax unit ``softmax_lanes`` logits per cycle. No stream of this top has
+    back-pressure from outside (the host only writes memories and polls ``busy``); the
+    internal streams to the softmax unit honour its ready. Rounding and saturation are those
+    of ``golden/ATTENTION.md``; outputs are exact. Reset stops a run and forgets every slot's
+    step counter; the memories (mask, residual, inputs, outputs) keep their contents.
 
     Host reads: ``host_o_rdata`` / ``host_res_rdata`` / ``host_mask_rdata`` show the word at
     ``host_o_addr`` / ``host_res_addr`` one cycle after the address (the mask in the same
     cycle), valid only while ``busy`` is low: O and R share the engine's read ports.
 
-    The engine's parts: ``TileRunner`` (QK^T and PV tiles), ``SoftmaxFeed`` (logits to the
-    softmax unit, P words, block sums and masses), ``MaskSelector``, ``SelReciprocal`` and
-    ``NormStage``; sizes
+    The engine's parts: ``TileRunner`` (QK^T and PV tiles), ``BlockList`` (the blocks a
+    phase runs over), ``SoftmaxFeed`` (logits to the softmax unit, P words, block sums and
+    masses), ``MaskSelector``, ``SelReciprocal`` and ``NormStage``; sizes
     from ``AttentionGeometry``, memory words from ``layouts()``. Ports are flat vectors (a
     choice: a testbench packs words through the manifest's field lists).
     """
@@ -180,6 +179,7 @@ class AttentionEngine(wiring.Component):
         for k, part in parts.items():
             m.submodules[names[k]] = part
         tr, feed, ns = parts["tr"], parts["feed"], parts["ns"]
+        bb = ag.bank_bits
         arrays = []
         for a in range(cfg.n_arrays):
             arr = PEArray(ag.lin)
@@ -203,10 +203,12 @@ class AttentionEngine(wiring.Component):
                                                      mem["kt_rd"][a].data)),
                          arr.i_token.valid.eq(tr.o_token.valid),
                          arr.i_token.payload.eq(tr.o_token.payload),
-                         # The feeder reads logits in X, NORM the sums of the previous block
-                         # in Y: each the bank the lanes do not write meanwhile.
-                         arr.host_y_addr.eq(Mux(st["x"], feed.y_addr, ns.y_addr)),
-                         feed.y_data[a].eq(arr.host_y_rdata), ns.y_data[a].eq(arr.host_y_rdata)]
+                         # The feeder reads the logits of block I, NORM the sums of block
+                         # I - 1: banks the lanes do not write meanwhile (each reader kept in
+                         # its bank, where its address runs past the end when idle).
+                         arr.host_y_addr.eq(Cat(feed.y_addr[:bb], st["par"], 0)),
+                         arr.host_y2_addr.eq(Cat(ns.y_addr[:bb], st["n_par"], 1)),
+                         feed.y_data[a].eq(arr.host_y_rdata), ns.y_data[a].eq(arr.host_y2_rdata)]
             for lane in range(cfg.group):
                 m.d.comb += [arr.i_op[lane].valid.eq(tr.o_op[lane].valid),
                              arr.i_op[lane].payload.eq(tr.o_op[lane].payload)]
@@ -220,9 +222,9 @@ class AttentionEngine(wiring.Component):
         m.d.comb += [feed.ms_data.eq(mem["ms_rd"].data), mem["ms_rd"].addr.eq(feed.ms_addr),
                      mem["p_wr"].en.eq(feed.p_we), mem["p_wr"].addr.eq(feed.p_addr),
                      mem["p_wr"].data.eq(feed.p_data),
-                     mem["o_rd"].addr.eq(Mux(run, ns.o_raddr, self.host_o_addr)),
+                     mem["o_rd"].addr.eq(self.host_o_addr),
                      mem["r_rd"].addr.eq(Mux(run, ns.r_raddr, self.host_res_addr)),
-                     ns.o_rdata.eq(mem["o_rd"].data), ns.r_rdata.eq(mem["r_rd"].data),
+                     ns.r_rdata.eq(mem["r_rd"].data),
                      mem["o_wr"].addr.eq(ns.o_waddr), mem["o_wr"].en.eq(ns.o_we),
                      mem["o_wr"].data.eq(ns.o_wdata),
                      mem["r_wr"].addr.eq(ns.r_waddr), mem["r_wr"].en.eq(ns.r_we),
@@ -325,8 +327,7 @@ class AttentionEngine(wiring.Component):
 
         a_st, m_st, v_st, n_st = (Signal(range(8), name=n) for n in ("a_st", "m_st", "v_st",
                                                                      "n_st"))
-        kind = Signal(range(3))             # block I: _REUSE, _SPLIT or _FIXUP
-        m_masked = Signal()                 # X: the masked softmax of a second pass
+        kind = Signal()                     # block I: _REUSE or _KEY
         v_pass2 = Signal()                  # Y: the second PV phase
         has_u = Signal()                    # Y: unselected tiles ran
         c_mode = Signal(ListMode)
@@ -341,23 +342,19 @@ class AttentionEngine(wiring.Component):
                      lst_c.mask.eq(mem["k_rd_c"].data), lst_a.mask.eq(mem["k_rd_a"].data),
                      lst_c.n_tokens.eq(n_tok), lst_a.n_tokens.eq(n_tok), lst_c.mode.eq(c_mode),
                      lst_a.mode.eq(Mux(key, ListMode.ALL, ListMode.SELECTED)),
-                     k_wr.addr.eq(mrow + qb), k_wr.data.eq(sel.mask)]
-        v_u = Signal()                      # Y: this PV phase sums into U
-        m.d.comb += v_u.eq(Mux(kind == _SPLIT, v_pass2, (kind == _FIXUP) & ~v_pass2))
-        s_off, u_off = bq * ag.n_kc, bq * (ag.n_kc + ag.n_cp)
+                     k_wr.addr.eq(mrow + qb)]
         m.d.comb += [
             tr.active.eq(in_x & (a_st == _A_TILES) | in_y & (v_st == _V_TILES)),
             tr.sel_j.eq(Mux(in_x, lst_a.sel_j.as_value(), lst_c.sel_j.as_value())),
             tr.sel_len.eq(Mux(in_x, lst_a.sel_len.as_value(), lst_c.sel_len.as_value())),
             tr.n_sel.eq(Mux(in_x, lst_a.n_sel, lst_c.n_sel)),
             tr.base_i.eq(Mux(in_x, a_base, base_i)), tr.rows.eq(Mux(in_x, a_rows, rows)),
-            tr.y_base.eq(Mux(in_x, a_par << bb, (par << bb) + Mux(v_u, u_off, s_off))),
-            tr.p_base.eq(Mux(in_y & (kind == _FIXUP) & ~v_pass2, ag.p_masked_base, 0)),
+            # Y: the selected tiles into S, then the unselected (key steps) into U.
+            tr.y_base.eq(Mux(in_x, a_par << bb, ((2 + par) << bb) + Mux(v_pass2, bq * ag.n_cp, 0))),
             feed.sel_j.eq(lst_c.sel_j), feed.sel_len.eq(lst_c.sel_len),
             feed.n_sel.eq(lst_c.n_sel), feed.n_valid.eq(lst_c.n_valid),
-            feed.base_i.eq(base_i), feed.rows.eq(rows), feed.full.eq(key & ~m_masked),
-            feed.y_base.eq(par << bb), feed.p_base.eq(Mux(m_masked, ag.p_masked_base, 0)),
-            feed.bank.eq(Cat(m_masked, par)),
+            feed.base_i.eq(base_i), feed.rows.eq(rows), feed.full.eq(key),
+            feed.y_base.eq(par << bb), feed.bank.eq(par),
             sel.n_blocks.eq(lst_c.n_sel), sel.theta_q.eq(theta),
             [sel.mass[j].eq(feed.mass[j]) for j in range(ag.nkb)],
             rcp.rows.eq(rows), rcp.b.eq(feed.b_rows), rcp.mask.eq(sel_mask), rcp.bank.eq(par),
@@ -382,14 +379,17 @@ class AttentionEngine(wiring.Component):
                          a_st.eq(_A_DONE), m_st.eq(_M_DONE), v_st.eq(_V_DONE)]
 
         # ----- X: QK^T of the next block beside the softmax (and selection) of this one -----
+        start_norm = self._start_norm
         with m.If(in_x & x_first):
             m.d.sync += x_first.eq(0)
+            with m.If(n_pend):              # block I - 1 (its PV sums are complete)
+                m.d.comb += start_norm.eq(1)
             with m.If(a_has):
                 m.d.comb += lst_a.start.eq(1)
                 m.d.sync += a_st.eq(_A_LIST)
             with m.If(~pro):
                 m.d.comb += lst_c.start.eq(1)
-                m.d.sync += [m_st.eq(_M_LIST), m_masked.eq(0),
+                m.d.sync += [m_st.eq(_M_LIST),
                              c_mode.eq(Mux(key, ListMode.ALL, ListMode.SELECTED))]
         with m.If((a_st == _A_LIST) & lst_a.done):
             m.d.comb += tr.start.eq(1)
@@ -408,27 +408,17 @@ class AttentionEngine(wiring.Component):
                 m.d.sync += m_st.eq(_M_SEL)
             with m.Else():
                 m.d.sync += [m_st.eq(_M_DONE), kind.eq(_REUSE)]
-        # Where every row's largest logit lies in a selected block, the masked softmax equals
-        # the full one on the selected keys: PV of the selected tiles gives O_sel, the
-        # unselected tiles are added for O_full. Elsewhere the second, masked pass.
-        fixup = Signal()
-        m.d.comb += fixup.eq(Cat(*[(i < rows) & ((feed.max_blocks[i] & sel.mask) == 0)
-                                   for i in range(bq)]).any())
+        # The mask holds the block of every row's first largest logit: the masked softmax
+        # then has the full one's row max, so PV of the selected tiles of the full pass,
+        # normalized by the selected blocks' own sums (SelReciprocal), is O_sel.
+        mask = Signal(ag.nkb)
+        forced = 0
+        for i in range(bq):
+            forced = forced | Mux(i < rows, feed.max_block[i], 0)
+        m.d.comb += [mask.eq(sel.mask | forced), k_wr.data.eq(mask)]
         with m.If((m_st == _M_SEL) & sel.done):
-            m.d.comb += k_wr.en.eq(1)
-            m.d.sync += sel_mask.eq(sel.mask)
-            with m.If(fixup):
-                m.d.comb += lst_c.start.eq(1)
-                m.d.sync += [m_st.eq(_M_LIST2), kind.eq(_FIXUP), m_masked.eq(1),
-                             c_mode.eq(ListMode.SELECTED)]
-            with m.Else():
-                m.d.comb += rcp.start.eq(1)
-                m.d.sync += [m_st.eq(_M_DONE), kind.eq(_SPLIT)]
-        with m.If((m_st == _M_LIST2) & lst_c.done):
-            m.d.comb += feed.start.eq(1)
-            m.d.sync += m_st.eq(_M_SMAX2)
-        with m.If((m_st == _M_SMAX2) & feed.done):
-            m.d.sync += m_st.eq(_M_DONE)
+            m.d.comb += [k_wr.en.eq(1), rcp.start.eq(1)]
+            m.d.sync += [sel_mask.eq(mask), m_st.eq(_M_DONE), kind.eq(_KEY)]
 
         with m.If(in_x & ~x_first & (a_st == _A_DONE) & (m_st == _M_DONE)):
             with m.If(pro):
@@ -436,16 +426,13 @@ class AttentionEngine(wiring.Component):
             with m.Else():
                 m.d.sync += [phase.eq(_Y), y_first.eq(1)]
 
-        # ----- Y: PV of this block beside the normalization of the previous one -----
-        start_norm = self._start_norm
+        # ----- Y: PV of this block while the normalization of the previous one finishes -----
         with m.If(in_y & y_first):
             m.d.sync += [y_first.eq(0), v_pass2.eq(0), has_u.eq(0)]
-            with m.If(n_pend):
-                m.d.comb += start_norm.eq(1)
-            with m.If(kind == _SPLIT):
+            with m.If(kind == _KEY):
                 m.d.comb += lst_c.start.eq(1)
                 m.d.sync += [v_st.eq(_V_LIST), c_mode.eq(ListMode.SELECTED)]
-            with m.Else():                  # the list of X: reuse or masked pass
+            with m.Else():                  # the list of X
                 m.d.comb += [tr.start.eq(1), tr.start_pv.eq(1)]
                 m.d.sync += v_st.eq(_V_TILES)
         with m.If(in_y & (v_st == _V_LIST) & lst_c.done):
@@ -457,10 +444,9 @@ class AttentionEngine(wiring.Component):
         with m.If(in_y & (v_st == _V_TILES) & tr.last):
             m.d.sync += v_st.eq(_V_WAIT)
         with m.If((v_st == _V_WAIT) & tr.idle):
-            with m.If(~v_pass2 & (kind != _REUSE)):
+            with m.If(~v_pass2 & (kind == _KEY)):
                 m.d.comb += lst_c.start.eq(1)
-                m.d.sync += [v_pass2.eq(1), v_st.eq(_V_LIST),
-                             c_mode.eq(Mux(kind == _SPLIT, ListMode.UNSELECTED, ListMode.ALL))]
+                m.d.sync += [v_pass2.eq(1), v_st.eq(_V_LIST), c_mode.eq(ListMode.UNSELECTED)]
             with m.Else():
                 m.d.sync += v_st.eq(_V_DONE)
 
@@ -480,7 +466,7 @@ class AttentionEngine(wiring.Component):
                 m.d.comb += start_norm.eq(1)
             with m.Elif(n_st == _N_IDLE):
                 m.d.sync += [phase.eq(_IDLE), run.eq(0)]
-        return {"run": run, "x": in_x}
+        return {"run": run, "par": par, "n_par": n_par}
 
     def _norm_machine(self, m, ns, rcp, feed, v) -> None:
         """The normalization of a finished block (``n_*``): one or two ``NormStage`` passes
@@ -491,25 +477,21 @@ class AttentionEngine(wiring.Component):
         self._start_norm = start_norm = Signal()
         second = Signal()                   # the pass being started (or run) is the second
         m.d.comb += second.eq(n_st != _N_IDLE)
-        s_base = (n_par << ag.bank_bits) + ag.cfg.block_q * ag.n_kc
+        s_base = (2 + n_par) << ag.bank_bits
         m.d.comb += [ns.s_base.eq(s_base), ns.u_base.eq(s_base + ag.cfg.block_q * ag.n_cp),
                      ns.base_i.eq(v["n_base"]), ns.rows.eq(v["n_rows"]), ns.slot.eq(v["slot"])]
         with m.Switch(n_kind):
             with m.Case(_REUSE):
                 m.d.comb += [ns.src.eq(NormSource.S), ns.out.eq(OutMode.O_PLUS_R),
                              ns.res.eq(ResMode.NONE)]
-            with m.Case(_SPLIT):
+            with m.Default():
                 m.d.comb += [ns.src.eq(Mux(second & n_hasu, NormSource.S_PLUS_U, NormSource.S)),
                              ns.out.eq(Mux(second, OutMode.NEW, OutMode.NONE)),
                              ns.res.eq(Mux(second, ResMode.ADD, ResMode.NEG))]
-            with m.Default():
-                m.d.comb += [ns.src.eq(Mux(second, NormSource.U, NormSource.S)),
-                             ns.out.eq(Mux(second, OutMode.NONE, OutMode.NEW)),
-                             ns.res.eq(Mux(second, ResMode.FROM_OUT, ResMode.NONE))]
-        # Tables while a pass runs: the selected blocks' reciprocals for O_sel of a one-pass
-        # key step, the masked softmax's for the second pass's O_sel, else the full pass's.
-        use_rcp = (n_kind == _SPLIT) & (n_st == _N_P1)
-        m.d.comb += [feed.norm_bank.eq(Cat((n_kind == _FIXUP) & (n_st == _N_P2), n_par)),
+        # Tables while a pass runs: the selected blocks' reciprocals for a key step's O_sel,
+        # else the softmax's.
+        use_rcp = (n_kind == _KEY) & (n_st == _N_P1)
+        m.d.comb += [feed.norm_bank.eq(n_par),
                      ns.r.eq(Mux(use_rcp, rcp.r, feed.norm_r)),
                      ns.big_l.eq(Mux(use_rcp, rcp.big_l, feed.norm_big_l))]
         with m.If(start_norm):

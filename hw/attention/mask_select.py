@@ -3,7 +3,7 @@
 Ref: ``golden/ATTENTION.md`` step 3; bit-exact with ``dstar.golden.attention.select_blocks``.
 """
 
-from amaranth import Module, Signal, unsigned
+from amaranth import Array, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -22,9 +22,10 @@ class MaskSelector(wiring.Component):
 
     ``start`` (a one-cycle pulse) begins a selection over the candidates ``0 .. n_blocks - 1``
     (``1 .. nkb``); ``mass`` and ``theta_q`` must hold still until ``done``. Each pick takes
-    one scan of ``n_blocks`` cycles over the masses (the first scan also sums ``T``) and a
-    commit cycle, so a selection of ``k`` blocks takes ``k * (n_blocks + 1)`` cycles after
-    ``start``, and one cycle with ``theta_q >= 2**16``.
+    one scan over the masses, ``SCAN`` of them per cycle (``ceil(n_blocks / SCAN)`` cycles; the
+    first scan also sums ``T``), and a commit cycle, so a selection of ``k`` blocks takes ``k *
+    (ceil(n_blocks / SCAN) + 1)`` cycles after ``start``, and one cycle with ``theta_q >=
+    2**16``.
 
     ``done`` is high for one cycle, combinationally with ``mask``, the selected blocks (bit
     ``J``: block ``J``); ``busy`` is high from the cycle after ``start`` up to and including
@@ -46,6 +47,9 @@ class MaskSelector(wiring.Component):
     done : Out(1)
     mask : Out(nkb)
     """
+
+    #: Masses compared per scan cycle.
+    SCAN = AttentionGeometry.SEL_SCAN
 
     def __init__(self, ag: AttentionGeometry):
         self._ag = ag
@@ -74,8 +78,32 @@ class MaskSelector(wiring.Component):
         t_acc = Signal(ag.total_bits)
         pick0 = Signal()                    # the first scan (also sums T)
         commit = Signal()                   # the cycle after a scan
-        m_j = Signal(ag.mass_bits)
-        m.d.comb += m_j.eq(self.mass[sc_j])
+        # This cycle's candidates sc_j .. sc_j + SCAN - 1: the largest unchosen one, the lower
+        # index on ties.
+        w = self.SCAN
+        cands = []
+        for k in range(w):
+            jk = Signal(range(nkb + w), name=f"cand_j{k}")
+            mk = Signal(ag.mass_bits, name=f"cand_m{k}")
+            vk = Signal(name=f"cand_v{k}")
+            m.d.comb += [jk.eq(sc_j + k),
+                         mk.eq(Array(self.mass[j] for j in range(nkb))[jk[:len(sc_j)]]),
+                         vk.eq((jk < self.n_blocks) & ~chosen.bit_select(jk, 1))]
+            cands.append((vk, mk, jk))
+        while len(cands) > 1:
+            nxt = []
+            for a, b in zip(cands[0::2], cands[1::2], strict=True):
+                v, mm, jj = (Signal.like(x, name=f"{x.name}_t{len(cands)}") for x in a)
+                left = a[0] & (~b[0] | (a[1] >= b[1]))
+                m.d.comb += [v.eq(a[0] | b[0]), mm.eq(Mux(left, a[1], b[1])),
+                             jj.eq(Mux(left, a[2], b[2]))]
+                nxt.append((v, mm, jj))
+            cands = nxt
+        c_v, m_j, c_j = cands[0]
+        sum_w = Signal(ag.total_bits)
+        m.d.comb += sum_w.eq(sum(Mux(sc_j + k < self.n_blocks,
+                                     Array(self.mass[j] for j in range(nkb))[
+                                         (sc_j + k)[:len(sc_j)]], 0) for k in range(w)))
         c_new = Signal(ag.total_bits)
         m.d.comb += c_new.eq(c_acc + sc_bm)
         reached = Signal()
@@ -90,12 +118,12 @@ class MaskSelector(wiring.Component):
                              sc_first.eq(1), chosen.eq(chosen | (1 << sc_best))]
                 m.d.comb += [self.done.eq(reached), self.mask.eq(chosen | (1 << sc_best))]
             with m.Else():
-                m.d.sync += sc_j.eq(sc_j + 1)
+                m.d.sync += sc_j.eq(sc_j + w)
                 with m.If(pick0):
-                    m.d.sync += t_acc.eq(t_acc + m_j)
-                with m.If(~chosen.bit_select(sc_j, 1) & (sc_first | (m_j > sc_bm))):
-                    m.d.sync += [sc_best.eq(sc_j), sc_bm.eq(m_j), sc_first.eq(0)]
-                with m.If(sc_j == self.n_blocks - 1):
+                    m.d.sync += t_acc.eq(t_acc + sum_w)
+                with m.If(c_v & (sc_first | (m_j > sc_bm))):
+                    m.d.sync += [sc_best.eq(c_j), sc_bm.eq(m_j), sc_first.eq(0)]
+                with m.If(sc_j + w >= self.n_blocks):
                     m.d.sync += commit.eq(1)
             with m.If(self.done):
                 m.d.sync += self.busy.eq(0)

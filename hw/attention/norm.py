@@ -18,10 +18,9 @@ __all__ = ["NormStage", "NormSource", "OutMode", "ResMode"]
 
 
 class NormSource(enum.IntEnum):
-    """The PV sums a normalization pass reads: ``S``, ``U`` or their sum."""
+    """The PV sums a normalization pass reads: ``S`` or ``S + U``."""
     S = 0
-    U = 1
-    S_PLUS_U = 2
+    S_PLUS_U = 1
 
 
 class OutMode(enum.IntEnum):
@@ -32,28 +31,24 @@ class OutMode(enum.IntEnum):
 
 
 class ResMode(enum.IntEnum):
-    """What a pass writes to the slot's residual cache: nothing, ``-O``, ``R + O`` or the
-    output memory's word minus ``O``."""
+    """What a pass writes to the slot's residual cache: nothing, ``-O`` or ``R + O``."""
     NONE = 0
     NEG = 1
     ADD = 2
-    FROM_OUT = 3
 
 
 class NormStage(wiring.Component):
     """One normalization pass over the rows ``base_i .. base_i + rows - 1`` of a query block:
-    every PV sum of ``src`` (``NormSource``: the words at ``s_base + i * n_cp + cp``, at
-    ``u_base + ...``, or both added) goes with its row's ``(r, L)`` (looked up by ``row``)
+    every PV sum of ``src`` (``NormSource``: the words at ``s_base + i * n_cp + cp``, or
+    those plus the words at ``u_base + ...``) goes with its row's ``(r, L)`` (looked up by ``row``)
     through the engine's ``Normalizer`` (``o_norm`` / ``i_norm``), one per cycle, in the order
     ``i``, then ``d``. Output ``d`` of row ``i`` (``O``) is written by ``out`` (``OutMode``) at
     ``i * head_dim + d`` of the output memory and by ``res`` (``ResMode``) at ``slot * n_max *
     head_dim + i * head_dim + d`` of the residual cache, from the words read there:
 
-    * key step, one pass: ``S`` (selected tiles, their own reciprocals) with ``res = NEG``
-      (``R = -O_sel``), then ``S + U`` with ``out = NEW``, ``res = ADD`` (``O_full``, ``R +=
+    * key step: ``S`` (selected tiles, their own reciprocals) with ``res = NEG`` (``R =
+      -O_sel``), then ``S + U`` with ``out = NEW``, ``res = ADD`` (``O_full``, ``R +=
       O_full``);
-    * key step, second pass: ``S`` (every tile) with ``out = NEW``, then ``U`` (the masked
-      softmax's PV) with ``res = FROM_OUT`` (``R = O_full - O_sel``);
     * reuse step: ``S`` with ``out = O_PLUS_R`` (``O_sel + R``).
 
     ``start`` (a pulse) samples every input but ``r`` / ``big_l`` / the data ports (the engine
@@ -77,8 +72,8 @@ class NormStage(wiring.Component):
         The row of the accumulator read and that row's ``(r, L)``.
     o_norm : Out(stream.Signature(norm_in_layout)), i_norm : In(stream.Signature(norm_out_layout))
         To and from the ``Normalizer`` (``i_norm`` is always ready).
-    o_raddr, o_waddr, o_we, o_wdata : Out; o_rdata : In
-        Output memory (one cycle of read latency).
+    o_waddr, o_we, o_wdata : Out
+        Output memory.
     r_raddr, r_waddr, r_we, r_wdata : Out; r_rdata : In
         Residual cache (one cycle of read latency).
     busy : Out(1)
@@ -106,8 +101,6 @@ class NormStage(wiring.Component):
             "big_l": In(sum_l.members["big_l"]),
             "o_norm": Out(stream.Signature(norm_in_layout(ag.pv_acc_bits, ag.n_max, cfg.e_max))),
             "i_norm": In(stream.Signature(norm_out_layout(ag.softmax.out_bits))),
-            "o_raddr": Out(uwidth(ag.o_depth)),
-            "o_rdata": In(signed(ag.out_bits)),
             "o_waddr": Out(uwidth(ag.o_depth)),
             "o_we": Out(1),
             "o_wdata": Out(signed(ag.out_bits)),
@@ -166,19 +159,13 @@ class NormStage(wiring.Component):
         res_base = Signal(uwidth(ag.res_depth + 1))
         m.d.comb += res_base.eq(slot * (ag.n_max * dh))
         o_new = n_out.payload.o
-        m.d.comb += [self.o_raddr.eq(oa2), self.r_raddr.eq(res_base + oa2),
+        m.d.comb += [self.r_raddr.eq(res_base + oa2),
                      self.o_waddr.eq(oa3), self.r_waddr.eq(res_base + oa3),
                      self.o_we.eq(n_out.valid & (out != OutMode.NONE)),
                      self.o_wdata.eq(Mux(out == OutMode.O_PLUS_R, o_new + self.r_rdata, o_new)),
                      self.r_we.eq(n_out.valid & (res != ResMode.NONE)),
                      self.busy.eq(n_on | v1 | v2 | n_out.valid)]
-        with m.Switch(res):
-            with m.Case(ResMode.NEG):
-                m.d.comb += self.r_wdata.eq(-o_new)
-            with m.Case(ResMode.ADD):
-                m.d.comb += self.r_wdata.eq(self.r_rdata + o_new)
-            with m.Default():
-                m.d.comb += self.r_wdata.eq(self.o_rdata - o_new)
+        m.d.comb += self.r_wdata.eq(Mux(res == ResMode.NEG, -o_new, self.r_rdata + o_new))
         with m.If(fetch):
             m.d.sync += fetched.eq(1)
         with m.If(emit):

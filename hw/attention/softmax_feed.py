@@ -26,18 +26,17 @@ class SoftmaxFeed(wiring.Component):
       address is the key to offer next, so the data in front of the unit always belongs to the
       offered key, stalls included);
     * P words: per group of ``G`` keys the 8-bit mantissas and the group's shift, written with
-      the group's last ``p`` (``p_we``, zeros past a ragged end) at ``p_base + row * n_kg +
-      group``;
+      the group's last ``p`` (``p_we``, zeros past a ragged end) at ``row * n_kg + group``;
     * per row the block sums ``b`` of the applied weights ``p << shift`` (two banks by row
       parity, as the next row's ``p`` arrive while the divider works on this row's ``(r,
       L)``); with the row's ``(r, L)`` (``i_sum``) and ``full``, its share ``(b * r) >> L``
       (16-bit, truncating) is added to the block masses ``mass``;
-    * ``(r, L)`` of every row into table ``bank`` (of ``TABLES``), looked up combinationally
-      by ``norm_bank`` and ``norm_row`` on ``norm_r`` / ``norm_big_l`` for the normalization
-      (which may read one table while another is written);
+    * ``(r, L)`` of every row into table ``bank`` (of two, one per query-block parity), looked
+      up combinationally by ``norm_bank`` and ``norm_row`` on ``norm_r`` / ``norm_big_l`` for
+      the normalization (which reads one table while the next block writes the other);
     * per row its block sums ``b_rows`` (as they were when its ``(r, L)`` arrived) and
-      ``max_blocks``, the blocks (bit ``J``) holding the row's largest streamed logit, for a key
-      step's choice between taking ``O_sel`` from the full pass and a second pass.
+      ``max_block``, the block (one-hot, bit ``J``) of the row's first largest streamed logit,
+      which a key step's mask always holds (``golden.attention.row_max_blocks``).
 
     ``start`` (a pulse) begins a query block (the masses restart at zero when ``full``);
     ``done`` is high once every row's ``(r, L)`` has arrived and the feeder is idle. ``i_p``
@@ -51,7 +50,7 @@ class SoftmaxFeed(wiring.Component):
     Members
     -------
     start, full : In(1)
-    y_base : In(range(y_depth)), p_base : In(range(p_depth)), bank : In(range(TABLES))
+    y_base : In(range(y_depth)), bank : In(range(TABLES))
         Hold still until ``done``.
     sel_j, sel_len : In(block_list_layouts(ag)), n_sel : In(range(nkb + 1))
     n_valid : In(range(n_max + 1)), base_i : In(range(n_max + block_q + 1)),
@@ -65,14 +64,14 @@ class SoftmaxFeed(wiring.Component):
     p_we : Out(1), p_addr : Out, p_data : Out(p_word_layout)
     mass : Out(data.ArrayLayout(unsigned(mass_bits), nkb))
     b_rows : Out(data.ArrayLayout(data.ArrayLayout(unsigned(b_bits), nkb), block_q))
-    max_blocks : Out(data.ArrayLayout(unsigned(nkb), block_q))
+    max_block : Out(data.ArrayLayout(unsigned(nkb), block_q))
     norm_bank : In(range(TABLES)), norm_row : In(range(block_q)), norm_r : Out,
     norm_big_l : Out
     done : Out(1)
     """
 
-    #: Tables of ``(r, L)`` per row: two query blocks (by parity) of a full and a masked pass.
-    TABLES = 4
+    #: Tables of ``(r, L)`` per row: two query blocks (by parity).
+    TABLES = 2
 
     def __init__(self, ag: AttentionGeometry):
         self._ag = ag
@@ -84,7 +83,6 @@ class SoftmaxFeed(wiring.Component):
             "start": In(1),
             "full": In(1),
             "y_base": In(uwidth(geo.y_depth)),
-            "p_base": In(uwidth(ag.p_depth)),
             "bank": In(range(self.TABLES)),
             "sel_j": In(sel_j_l),
             "sel_len": In(sel_len_l),
@@ -106,7 +104,7 @@ class SoftmaxFeed(wiring.Component):
             "p_data": Out(p_word_layout(ag)),
             "mass": Out(data.ArrayLayout(unsigned(ag.mass_bits), ag.nkb)),
             "b_rows": Out(data.ArrayLayout(data.ArrayLayout(unsigned(ag.b_bits), ag.nkb), bq)),
-            "max_blocks": Out(data.ArrayLayout(unsigned(ag.nkb), bq)),
+            "max_block": Out(data.ArrayLayout(unsigned(ag.nkb), bq)),
             "norm_bank": In(range(self.TABLES)),
             "norm_row": In(range(bq)),
             "norm_r": Out(sum_l.members["r"]),
@@ -190,8 +188,8 @@ class SoftmaxFeed(wiring.Component):
                 f_beat.eq(0)]
 
     def _max_flags(self, m, take, row_end, f_row, f_li, f_off, f_len):
-        """``max_blocks``: per row the blocks where its running maximum was attained (a beat's
-        keys share one block)."""
+        """``max_block``: per row the block where its running maximum was first attained (a
+        beat's keys share one block; keys stream in ascending order)."""
         ag = self._ag
         nkb = ag.nkb
         s = self._beat_max(m, f_off, f_len)
@@ -203,8 +201,6 @@ class SoftmaxFeed(wiring.Component):
         first = (f_li == 0) & (f_off == 0)
         with m.If(first | (s > cur_max)):
             m.d.comb += nxt.eq(here)
-        with m.Elif(s == cur_max):
-            m.d.comb += nxt.eq(cur | here)
         with m.Else():
             m.d.comb += nxt.eq(cur)
         with m.If(take):
@@ -213,7 +209,7 @@ class SoftmaxFeed(wiring.Component):
                 with m.Switch(f_row):
                     for i in range(self._ag.cfg.block_q):
                         with m.Case(i):
-                            m.d.sync += self.max_blocks[i].eq(nxt)
+                            m.d.sync += self.max_block[i].eq(nxt)
 
     def _beat_max(self, m, f_off, f_len):
         """The largest logit of the beat's valid lanes (lane 0 always is)."""
@@ -277,7 +273,7 @@ class SoftmaxFeed(wiring.Component):
         m.d.comb += pword.shift.eq(i_p.payload.shift)
         for k in range(g):
             m.d.comb += pword.p[k].eq(Mux(p_q == k // lanes, pval[k % lanes], pbuf[k]))
-        m.d.comb += [self.p_addr.eq(self.p_base + p_row * ag.n_kg + p_kg),
+        m.d.comb += [self.p_addr.eq(p_row * ag.n_kg + p_kg),
                      self.p_we.eq(i_p.valid & group_end)]
         with m.If(i_p.valid):
             for k in range(g):

@@ -70,8 +70,8 @@ class TileRunner(wiring.Component):
     Tile order: QK^T, per selected block its chunks of ``block_cols`` keys; PV, per column pass
     of ``block_cols`` outputs the selected blocks. QK^T writes the logits at ``y_base + i *
     n_kc + kc`` of the accumulators (overwriting), PV sums into ``y_base + i * n_cp + cp``
-    (the first listed block of each column pass overwrites) from the P words at ``p_base + i *
-    n_kg + group``.
+    (the first listed block of each column pass overwrites) from the P words at ``i * n_kg +
+    group``.
 
     ``start`` (a pulse; ``start_pv`` the kind) resets the walk; tiles then run while
     ``active``, over the selected blocks ``sel_j[0 .. n_sel - 1]`` (ascending, lengths
@@ -93,8 +93,8 @@ class TileRunner(wiring.Component):
     Members
     -------
     start, start_pv, active : In(1)
-    y_base : In(range(y_depth)), p_base : In(range(p_depth))
-        Where the phase's sums go and its P words come from; they must hold still.
+    y_base : In(range(y_depth))
+        Where the phase's sums go; it must hold still.
     sel_j, sel_len : In(block_list_layouts(ag)), n_sel : In(range(nkb + 1))
         The selected key blocks, ascending, and their lengths.
     base_i : In(range(n_max + block_q + 1)), rows : In(range(block_q + 1))
@@ -122,7 +122,6 @@ class TileRunner(wiring.Component):
             "start_pv": In(1),
             "active": In(1),
             "y_base": In(uwidth(geo.y_depth)),
-            "p_base": In(uwidth(ag.p_depth)),
             "sel_j": In(sel_j_l),
             "sel_len": In(sel_len_l),
             "n_sel": In(jb),
@@ -222,7 +221,7 @@ class TileRunner(wiring.Component):
         kg_base = Signal(range(ag.n_kg + 1))
         m.d.comb += [self.q_addr.eq((self.base_i + o_i) * ag.rows_q + o_r),
                      kg_base.eq(xw.j * ag.kg_per_block),
-                     self.p_addr.eq(self.p_base + o_i * ag.n_kg + kg_base + o_r)]
+                     self.p_addr.eq(o_i * ag.n_kg + kg_base + o_r)]
         tok = self.o_token.payload
         m.d.comb += [
             self.o_token.valid.eq(go & first_op),

@@ -28,7 +28,7 @@ def test_presets_are_valid_and_named():
     ("k_tile", 24, "k_tile=24"), ("steps", 0, "steps"),
     ("cfg_scale", 0.5, "cfg_scale"), ("max_k", 100, "max_k=100"), ("group", "16", "group"),
     ("tau", True, "tau"), ("n_arrays", 0, "n_arrays"), ("lattice_bits", 9, "lattice_bits"),
-    ("softmax_lanes", 0, "^softmax_lanes must be a power of two dividing group=16, got 0$"),
+    ("softmax_lanes", -2, "^softmax_lanes must be a power of two dividing group=16, got -2$"),
     ("softmax_lanes", 3, "^softmax_lanes must be a power of two dividing group=16, got 3$"),
     ("softmax_lanes", 32, "^softmax_lanes must be a power of two dividing group=16, got 32$"),
 ])
@@ -39,7 +39,8 @@ def test_bad_values_are_named(field, value, words):
 
 def test_softmax_lanes_follow_the_group():
     assert preset("default").replace(softmax_lanes=16).softmax_lanes == 16
-    assert preset("default").softmax_lanes == 1
+    assert preset("default").softmax_keys_per_cycle == 4
+    assert preset("tiny").replace(m_tile=3).softmax_keys_per_cycle == 2     # 6 columns
     with pytest.raises(ConfigError, match="dividing group=8, got 16"):
         preset("default").replace(group=8, softmax_lanes=16)
 

@@ -18,7 +18,7 @@ from dstar.golden.attention import (
     quantize_per_head,
     quantize_per_token,
     reuse_step_head,
-    second_pass_blocks,
+    row_max_blocks,
     select_blocks,
     theta_fixed,
 )
@@ -181,27 +181,40 @@ def test_residual_algebra_exact():
     assert np.array_equal(out, res["o_full"])               # unchanged inputs: exact
 
 
-def test_one_pass_o_sel_where_no_row_max_is_outside_the_mask():
-    """The engine's one PV pass: where ``second_pass_blocks`` is false, the full softmax's
-    applied weights on the selected keys, normalized by their own sum, are ``O_sel`` exactly;
-    the flagged blocks are the ones where that fails (so the second pass is needed there).
-    Key blocks hold whole exponent groups, as in the engine."""
+def test_mask_holds_every_rows_maximum_so_one_pass_gives_o_sel():
+    """The mask always holds the block of each row's first largest logit (``row_max_blocks``,
+    added to the mass rule's blocks), so the masked softmax has the full one's row max: the
+    full softmax's applied weights on the selected keys, normalized by their own sum, are
+    ``O_sel`` exactly (the engine's one PV pass). Without the added blocks some rows would
+    differ. Key blocks hold whole exponent groups, as in the engine."""
     rng = np.random.default_rng(12)
     kw = dict(block_q=8, block_k=8, group=8)
     bq = 8
     qi, ki, vi, m, sh, _ = int_head(*rand_head(rng, 48, 16, std=2.5, lead=(6,)))
     res = key_step_head(qi, ki, vi, m, sh, theta=0.6, **kw)
     _, w, _ = attention_head(qi, ki, vi, m, sh, None, **kw)
-    sel = expand_mask(res["mask"], 48, 48, bq, bq)
-    w_sel = np.where(sel, w, 0)
-    l_sel = w_sel.sum(axis=-1)
-    one_pass = normalize(w_sel @ vi, np.maximum(l_sel, 1))
     s = qi @ np.swapaxes(ki, -1, -2)
-    flagged = second_pass_blocks(s, ~sel, bq)
-    assert np.array_equal(flagged, res["fixup"]) and flagged.any() and not flagged.all()
-    rows = np.repeat(flagged, bq, axis=-1)[..., :48]
-    assert np.array_equal(one_pass[~rows], res["o_sel"][~rows])
-    assert not np.array_equal(one_pass[rows], res["o_sel"][rows])
+    forced = row_max_blocks(s, bq, bq)
+    by_mass = select_blocks(res["mass"], 0.6)
+    assert np.array_equal(res["mask"], by_mass | forced)
+    assert (forced & ~by_mass).any()                # the rule alone misses some row maxima
+    sel = expand_mask(res["mask"], 48, 48, bq, bq)
+    row_max = s.max(axis=-1)
+    assert (np.where(sel, s, s.min() - 1).max(axis=-1) == row_max).all()
+    w_sel = np.where(sel, w, 0)
+    one_pass = normalize(w_sel @ vi, w_sel.sum(axis=-1))
+    assert np.array_equal(one_pass, res["o_sel"])
+    # Forcing is what makes it exact: with the mass rule's mask alone it is not.
+    sel0 = expand_mask(by_mass, 48, 48, bq, bq)
+    w0 = np.where(sel0, w, 0)
+    masked0 = attention_head(qi, ki, vi, m, sh, by_mass, **kw)[0]
+    assert not np.array_equal(normalize(w0 @ vi, np.maximum(w0.sum(axis=-1), 1)), masked0)
+
+
+def test_row_max_blocks_first_maximum():
+    """Ties: the lowest key index of the maximum picks the block; ragged blocks."""
+    s = np.array([[1, 5, 5, 0, 5], [9, 0, 0, 0, 9], [0, 0, 0, 0, 3]])
+    assert row_max_blocks(s, 2, 2).tolist() == [[True, False, False], [False, False, True]]
 
 
 def test_theta_one_is_dense():
@@ -287,6 +300,10 @@ def test_error_vs_float_bounds():
     other step under a 5 % per-step drift of q, k, v, within 4 % (measured ~2.5 %)."""
     rng = np.random.default_rng(15)
     q, k, v = rand_head(rng, 128, 32, std=1.0, lead=(1, 4))
+    # Keys 0..7 an attention sink most rows have their maximum in (so masks can be sparse).
+    u = rng.normal(size=32)
+    k[..., :8, :] += 1.5 * u
+    q += 0.5 * u
     hook = AttentionReuse(cfg(block_q=16, block_k=16, theta=0.9, refresh_attn=2))
     for s in range(4):
         hook("blocks.0.attn", q, k, v, s)

@@ -40,12 +40,13 @@ def test_real_head_and_ragged_edge_case():
     cfg = preset("tiny")
     q, k, v = attention_inputs(0, 20, 3)
     n = cfg.max_tokens
-    steps = [(q[s, 1, :n], k[s, 1, :n], v[s, 1, :n]) for s in range(3)]
+    steps = [(q[s, 3, :n], k[s, 3, :n], v[s, 3, :n]) for s in range(3)]
     calls, exp = head_calls(cfg, steps, 0.5, 3, slot=1)
     assert [e["key"] for e in exp] == [True, False, False]
-    cases = {"real_l0h1": icarus_case(cfg, calls, exp)}
+    assert not exp[0]["mask"].all()
+    cases = {"real_l0h3": icarus_case(cfg, calls, exp)}
     rng = np.random.default_rng(11)
-    rsteps = [random_step(rng, 27, cfg.head_dim, 2.0) for _ in range(2)]
+    rsteps = [random_step(rng, 27, cfg.head_dim, 2.0, sink=4) for _ in range(2)]
     calls, exp = int_calls(cfg, rsteps, 0.5, 0, slot=0)
     assert calls[0]["theta_q"] == theta_fixed(0.5)
     cases["ragged27"] = icarus_case(cfg, calls, exp)

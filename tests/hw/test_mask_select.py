@@ -72,4 +72,4 @@ def test_mask_selector_matches_golden():
             continue
         assert bits[:n] == [int(b) for b in want], (mass, theta)
         assert not any(bits[n:]), (mass, theta)
-        assert cycles == int(want.sum()) * (n + 1), (mass, theta)
+        assert cycles == int(want.sum()) * (-(-n // MaskSelector.SCAN) + 1), (mass, theta)

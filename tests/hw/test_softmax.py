@@ -78,7 +78,7 @@ def fmt(cfg):
 
 def assert_unit(cfg, rows, m, sh, *, p_valid=1.0, p_ready=1.0, **kw):
     res = run_unit(cfg, rows, m, sh, p_valid=p_valid, p_ready=p_ready, **kw)
-    sched = schedule([len(r) for r in rows], cfg.softmax_lanes) \
+    sched = schedule([len(r) for r in rows], cfg.softmax_keys_per_cycle) \
         if p_valid == 1.0 and p_ready == 1.0 else None
     fails = check(res, rows, m, sh, *fmt(cfg), sched)
     assert not fails, "\n".join(fails[:8])
@@ -175,7 +175,7 @@ def test_length_clamp(lanes):
 
 def test_checker_catches_errors():
     """The comparison is not vacuous: a wrong multiplier or a wrong schedule is reported."""
-    cfg = preset("tiny")
+    cfg = tiny(1)
     rows = [[0, -100, -200, 5], [1, 2]]
     m, sh = [50000, 50000], [14, 14]
     res = run_unit(cfg, rows, m, sh)

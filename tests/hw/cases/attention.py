@@ -24,7 +24,7 @@ def head_calls(cfg, steps, theta, refresh, slot=0):
 
 def int_calls(cfg, steps, theta, refresh, slot=0):
     """Like ``head_calls`` for integer steps ``(q, k, v, m, sh)`` (V given on its lattice)."""
-    from dstar.golden.attention import key_step_head, reuse_step_head
+    from dstar.golden.attention import key_step_head, reuse_step_head, select_blocks
 
     kw = dict(block_q=cfg.block_q, block_k=cfg.block_k, frac_bits=cfg.attn_frac_bits,
               group=cfg.group, e_max=cfg.e_max)
@@ -33,21 +33,28 @@ def int_calls(cfg, steps, theta, refresh, slot=0):
         key = i == 0 or (refresh > 0 and i % refresh == 0)
         if key:
             res = key_step_head(q, k, v, m, sh, theta=theta, **kw)
-            mask, r, o, fixup = res["mask"], res["r"], res["o_full"], res["fixup"]
+            mask, r, o = res["mask"], res["r"], res["o_full"]
+            picks = select_blocks(res["mass"], theta).sum(axis=-1)
         else:
-            o, fixup = reuse_step_head(q, k, v, m, sh, mask, r, **kw), None
-        exp.append({"key": key, "o": o, "r": r, "mask": mask, "fixup": fixup})
+            o, picks = reuse_step_head(q, k, v, m, sh, mask, r, **kw), None
+        exp.append({"key": key, "o": o, "r": r, "mask": mask, "picks": picks})
     calls = [{"q": q, "k": k, "v": v, "m": m, "sh": sh, "slot": slot,
               "theta_q": theta_fixed(theta), "refresh": refresh}
              for q, k, v, m, sh in steps]
     return calls, exp
 
 
-def random_step(rng, n, dh, logit_std=1.0):
+def random_step(rng, n, dh, logit_std=1.0, sink=0):
     """A random INT8 step ``(q, k, v, m, sh)`` of ``n`` tokens with logits of about
-    ``logit_std``."""
+    ``logit_std``; with ``sink``, the first ``sink`` keys share a direction most queries lean
+    to (as attention sinks do), so that most rows have their maximum there and a mask can be
+    sparse."""
     q = rng.integers(-127, 128, size=(n, dh))
     k = rng.integers(-127, 128, size=(n, dh))
+    if sink:
+        u = rng.choice([-127, 127], size=dh)
+        k[:sink] = np.clip(u + rng.integers(-20, 21, size=(sink, dh)), -127, 127)
+        q = np.clip(np.rint(0.6 * u + 0.4 * q), -127, 127).astype(np.int64)
     v = rng.integers(-127, 128, size=(n, dh))
     # A natural-log scale giving logits of about logit_std (INT8 dot products ~ 127**2 Dh / 3).
     scale = np.full(n, logit_std / (127 ** 2 * math.sqrt(dh / 3)))
@@ -101,7 +108,7 @@ def icarus_case(cfg, calls, exp):
         "keys": np.array([e["key"] for e in exp], dtype=np.int64),
         "o": np.stack([e["o"] for e in exp]), "r": np.stack([e["r"] for e in exp]),
         "mask": np.stack([e["mask"] for e in exp]),
-        "counters": np.array([list(predict(cfg, n, e["mask"], e["key"], tq, e["fixup"])
+        "counters": np.array([list(predict(cfg, n, e["mask"], e["key"], tq, e["picks"])
                                    .counters().values()) for e in exp], dtype=np.int64),
     }
 
