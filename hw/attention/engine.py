@@ -175,7 +175,7 @@ class AttentionEngine(wiring.Component):
             "lst_a": BlockList(ag), "lst_c": BlockList(ag),
         }
         names = {"tr": "tile_runner", "feed": "softmax_feed", "sel": "mask_select",
-                 "ns": "norm", "rcp": "sel_recip", "lst_a": "list_ahead", "lst_c": "list_cur"}
+                 "ns": "norm", "rcp": "sel_recip", "lst_a": "block_list_0", "lst_c": "block_list_1"}
         for k, part in parts.items():
             m.submodules[names[k]] = part
         tr, feed, ns = parts["tr"], parts["feed"], parts["ns"]

@@ -9,7 +9,8 @@ from dstar.golden.classifier import DigitClassifier
 from dstar.golden.difflinear import DiffLinear
 from dstar.golden.dit import LINEAR_TYPES, load_weights
 from dstar.golden.hooks import DStarLinears
-from dstar.golden.photos import PHOTOS
+from dstar.golden.image_stats import image_distances
+from dstar.golden.photos import PHOTOS, held_out_crops
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
 from dstar.golden.workloads import denoising_psnr
 
@@ -53,6 +54,21 @@ def test_samples_are_legible(bundled_model):
     # And the classifier is not fooled by noise: pure noise images are not "legible".
     noise = np.clip(initial_noise(n, bundled_model.shape, 5), -1, 1)
     assert DigitClassifier().accuracy(noise, labels) < 0.4
+def test_photo_samples_are_closer_to_held_out_crops_than_noise_or_flat_images(photos_model):
+    """Unconditional-style photo samples (each source image's label, 12 DDIM steps) have patch
+    statistics nearer the held-out crops than noise or flat gradients have: their power
+    spectrum and their per-image contrast (``golden.image_stats.image_distances``)."""
+    n = 8
+    labels = sample_labels(n, photos_model.shape.num_classes)
+    x = ddim_sample(photos_model, labels, initial_noise(n, photos_model.shape, 0), 12)
+    ref = held_out_crops(200)[0]
+    got = image_distances(x, ref)
+    noise = image_distances(np.clip(initial_noise(n, photos_model.shape, 3), -1, 1), ref)
+    assert got["spectrum_db"] < noise["spectrum_db"] and got["std_w1"] < noise["std_w1"], got
+    flat = np.zeros_like(x) + np.linspace(-0.5, 0.5, n)[:, None, None, None]
+    assert got["std_w1"] < image_distances(flat + 1e-3 * x, ref)["std_w1"], got
+
+
 def test_invariant_over_a_whole_run(bundled_model, tiny_cfg):
     """DSTAR on every linear layer of the real model over a whole sampling run: DiffLinear checks
     Y_int == W_q^T . Xs_int (and the closed-loop bound) after every step; here we also recheck

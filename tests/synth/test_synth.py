@@ -75,7 +75,8 @@ def test_attention_engine_blocks(tiny_report):
     mods = tiny_report["modules"]
     att = {k for k, m in mods.items() if m["part"] == "attention"}
     assert att == {"softmax", "normalizer", "tile_runner", "softmax_feed", "mask_select", "norm",
-                   "sel_recip", "attention_controller"}
+                   "sel_recip", "block_list", "attention_controller"}
+    assert mods["block_list"]["instances"] == 2
     assert mods["attention_controller"]["module"] == tiny_report["attention"]["top"]
     assert all(m["part"] == "linear" for k, m in mods.items() if k not in att)
 
