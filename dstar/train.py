@@ -13,7 +13,8 @@ held-out crops (``dstar.golden.image_stats``).
 
 The bundled digit DiT: 10k steps from DiT's initialization (``--steps 10000``, the defaults),
 then ``--init golden/data/dit_mnist.npz --steps 5000 --batch 32 --lr 2e-4 --ema 0.9995``
-(resumed from its checkpoints twice).
+(resumed from its checkpoints twice). The bundled photo DiT: ``--workload photos --steps 7000
+--batch 32 --lr 3e-4 --ema 0.9995`` from DiT's initialization (resumed from its checkpoints).
 
 ``--workload``: ``digits`` (the MNIST-5k digits, 10 classes) or ``photos`` (random 32x32 crops,
 flipped, of the photos in ``dstar.golden.photos``, conditioned on the source photo).
