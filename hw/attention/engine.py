@@ -4,6 +4,8 @@ Ref: dstar-spec.md sections 4 and 5 ("Attention-reuse controller"); the bit-exac
 ``golden/ATTENTION.md`` (``dstar.golden.attention.key_step_head`` / ``reuse_step_head``).
 """
 
+from types import SimpleNamespace
+
 from amaranth import Array, Cat, Module, Mux, Shape, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
@@ -426,6 +428,18 @@ class AttentionEngine(wiring.Component):
             with m.Else():
                 m.d.sync += [phase.eq(_Y), y_first.eq(1)]
 
+        self._phase_y(m, SimpleNamespace(**{k: v for k, v in locals().items() if k != "self"}))
+        return {"run": run, "par": par, "n_par": n_par}
+
+    def _phase_y(self, m, s) -> None:
+        """Phase Y (PV of block I while the normalization of block I - 1 finishes) and the
+        step's end (the last block's normalization); ``s``: the sequencer's state."""
+        in_y, y_first, v_pass2, has_u, kind = s.in_y, s.y_first, s.v_pass2, s.has_u, s.kind
+        lst_c, c_mode, tr, v_st, n_st, rcp = s.lst_c, s.c_mode, s.tr, s.v_st, s.n_st, s.rcp
+        n_pend, n_kind, n_par, n_hasu, n_base, n_rows = (s.n_pend, s.n_kind, s.n_par, s.n_hasu,
+                                                         s.n_base, s.n_rows)
+        par, base_i, rows, bq, n_tok, phase = s.par, s.base_i, s.rows, s.bq, s.n_tok, s.phase
+        f_first, qb, x_first, start_norm, run = s.f_first, s.qb, s.x_first, s.start_norm, s.run
         # ----- Y: PV of this block while the normalization of the previous one finishes -----
         with m.If(in_y & y_first):
             m.d.sync += [y_first.eq(0), v_pass2.eq(0), has_u.eq(0)]
@@ -466,7 +480,6 @@ class AttentionEngine(wiring.Component):
                 m.d.comb += start_norm.eq(1)
             with m.Elif(n_st == _N_IDLE):
                 m.d.sync += [phase.eq(_IDLE), run.eq(0)]
-        return {"run": run, "par": par, "n_par": n_par}
 
     def _norm_machine(self, m, ns, rcp, feed, v) -> None:
         """The normalization of a finished block (``n_*``): one or two ``NormStage`` passes
