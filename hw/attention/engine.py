@@ -495,12 +495,12 @@ class AttentionEngine(wiring.Component):
                      ns.base_i.eq(v["n_base"]), ns.rows.eq(v["n_rows"]), ns.slot.eq(v["slot"])]
         with m.Switch(n_kind):
             with m.Case(_REUSE):
-                m.d.comb += [ns.src.eq(NormSource.S), ns.out.eq(OutMode.O_PLUS_R),
-                             ns.res.eq(ResMode.NONE)]
+                m.d.comb += [ns.source.eq(NormSource.S), ns.out_mode.eq(OutMode.O_PLUS_R),
+                             ns.res_mode.eq(ResMode.NONE)]
             with m.Default():
-                m.d.comb += [ns.src.eq(Mux(second & n_hasu, NormSource.S_PLUS_U, NormSource.S)),
-                             ns.out.eq(Mux(second, OutMode.NEW, OutMode.NONE)),
-                             ns.res.eq(Mux(second, ResMode.ADD, ResMode.NEG))]
+                m.d.comb += [ns.source.eq(Mux(second & n_hasu, NormSource.S_PLUS_U, NormSource.S)),
+                             ns.out_mode.eq(Mux(second, OutMode.NEW, OutMode.NONE)),
+                             ns.res_mode.eq(Mux(second, ResMode.ADD, ResMode.NEG))]
         # Tables while a pass runs: the selected blocks' reciprocals for a key step's O_sel,
         # else the softmax's.
         use_rcp = (n_kind == _KEY) & (n_st == _N_P1)

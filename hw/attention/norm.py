@@ -39,17 +39,17 @@ class ResMode(enum.IntEnum):
 
 class NormStage(wiring.Component):
     """One normalization pass over the rows ``base_i .. base_i + rows - 1`` of a query block:
-    every PV sum of ``src`` (``NormSource``: the words at ``s_base + i * n_cp + cp``, or
+    every PV sum of ``source`` (``NormSource``: the words at ``s_base + i * n_cp + cp``, or
     those plus the words at ``u_base + ...``) goes with its row's ``(r, L)`` (looked up by ``row``)
     through the engine's ``Normalizer`` (``o_norm`` / ``i_norm``), one per cycle, in the order
-    ``i``, then ``d``. Output ``d`` of row ``i`` (``O``) is written by ``out`` (``OutMode``) at
-    ``i * head_dim + d`` of the output memory and by ``res`` (``ResMode``) at ``slot * n_max *
+    ``i``, then ``d``. Output ``d`` of row ``i`` (``O``) is written by ``out_mode`` (``OutMode``) at
+    ``i * head_dim + d`` of the output memory and by ``res_mode`` (``ResMode``) at ``slot * n_max *
     head_dim + i * head_dim + d`` of the residual cache, from the words read there:
 
-    * key step: ``S`` (selected tiles, their own reciprocals) with ``res = NEG`` (``R =
-      -O_sel``), then ``S + U`` with ``out = NEW``, ``res = ADD`` (``O_full``, ``R +=
+    * key step: ``S`` (selected tiles, their own reciprocals) with ``res_mode = NEG`` (``R =
+      -O_sel``), then ``S + U`` with ``out_mode = NEW``, ``res_mode = ADD`` (``O_full``, ``R +=
       O_full``);
-    * reuse step: ``S`` with ``out = O_PLUS_R`` (``O_sel + R``).
+    * reuse step: ``S`` with ``out_mode = O_PLUS_R`` (``O_sel + R``).
 
     ``start`` (a pulse) samples every input but ``r`` / ``big_l`` / the data ports (the engine
     may move on to the next block meanwhile); ``busy`` stays high until the last write.
@@ -64,7 +64,7 @@ class NormStage(wiring.Component):
 
     Members
     -------
-    start : In(1), src : In(NormSource), out : In(OutMode), res : In(ResMode)
+    start : In(1), source : In(NormSource), out_mode : In(OutMode), res_mode : In(ResMode)
     s_base, u_base : In(range(y_depth)), base_i, rows, slot : In
     y_addr : Out, y_data : In(data.ArrayLayout(data.ArrayLayout(signed(acc_bits), m_tile),
         n_arrays))
@@ -85,9 +85,9 @@ class NormStage(wiring.Component):
         sum_l = row_sum_layout(ag.n_max, cfg.e_max)
         super().__init__({
             "start": In(1),
-            "src": In(NormSource),
-            "out": In(OutMode),
-            "res": In(ResMode),
+            "source": In(NormSource),
+            "out_mode": In(OutMode),
+            "res_mode": In(ResMode),
             "s_base": In(uwidth(geo.y_depth)),
             "u_base": In(uwidth(geo.y_depth)),
             "base_i": In(range(ag.n_max + cfg.block_q + 1)),
@@ -119,8 +119,9 @@ class NormStage(wiring.Component):
         m = Module()
         n_in, n_out = self.o_norm, self.i_norm
         # The pass's parameters, sampled by start.
-        src, out, res = (Signal.like(p, name=f"{p.name}_q") for p in (self.src, self.out,
-                                                                        self.res))
+        src, out, res = (Signal.like(p, name=f"{p.name}_q") for p in (self.source,
+                                                                        self.out_mode,
+                                                                        self.res_mode))
         s_base, u_base = Signal.like(self.s_base), Signal.like(self.u_base)
         rows, slot = Signal.like(self.rows), Signal.like(self.slot)
         n_on = Signal()
@@ -183,7 +184,7 @@ class NormStage(wiring.Component):
         with m.If(self.start):
             m.d.sync += [n_on.eq(1), n_i.eq(0), n_d.eq(0), n_cp.eq(0), n_a.eq(0), n_col.eq(0),
                          fetched.eq(0), n_oaddr.eq(self.base_i * dh),
-                         src.eq(self.src), out.eq(self.out), res.eq(self.res),
+                         src.eq(self.source), out.eq(self.out_mode), res.eq(self.res_mode),
                          s_base.eq(self.s_base), u_base.eq(self.u_base), rows.eq(self.rows),
                          slot.eq(self.slot)]
         return m

@@ -59,7 +59,7 @@ def test_attention_widths_follow_the_output_format():
 
 def test_softmax_and_dense_geometry():
     cfg = preset("tiny")
-    assert SoftmaxGeometry(cfg).lanes == 4                  # the default: 4 keys per cycle
+    assert SoftmaxGeometry(cfg.replace(softmax_lanes=0)).lanes == 4     # auto: 4 keys per cycle
     sg = SoftmaxGeometry(cfg.replace(softmax_lanes=1))
     assert sg.max_row == cfg.max_tokens and sg.DIV_CYCLES == 17 and sg.EXP_STAGES == 7
     assert (sg.lanes, sg.row_words, sg.div_bits, sg.div_steps, sg.overlap) == (1, 32, 1, 17, False)
