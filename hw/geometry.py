@@ -500,16 +500,17 @@ class AttentionGeometry:
         bq = self.cfg.block_q
         return max(1, (max(bq * self.n_kc, 2 * bq * self.n_cp) - 1).bit_length())
 
-    def logit_base(self, parity: int) -> int:
-        """The logits of a query block of ``parity`` in the accumulators (bank ``parity``)."""
+    def logit_base(self, parity):
+        """The logits of a query block of ``parity`` in the accumulators (bank ``parity``);
+        ``parity`` an int or an Amaranth value (then so is the address)."""
         return parity << self.bank_bits
 
-    def s_base(self, parity: int) -> int:
+    def s_base(self, parity):
         """PV sums ``S`` of a query block of ``parity`` (bank ``2 + parity``): its selected
         tiles."""
         return (2 + parity) << self.bank_bits
 
-    def u_base(self, parity: int) -> int:
+    def u_base(self, parity):
         """PV sums ``U``: the unselected tiles of a key step."""
         return self.s_base(parity) + self.cfg.block_q * self.n_cp
 

@@ -286,7 +286,7 @@ class AttentionEngine(wiring.Component):
         beside the normalization of ``I - 1``."""
         ag = self._ag
         cfg = ag.cfg
-        bq, nqb, bb = cfg.block_q, ag.nqb, ag.bank_bits
+        bq, nqb = cfg.block_q, ag.nqb
         tr, feed, sel, ns, rcp = (parts[k] for k in ("tr", "feed", "sel", "ns", "rcp"))
         lst_a, lst_c = parts["lst_a"], parts["lst_c"]
         k_wr = mem["k_wr"]
@@ -352,11 +352,12 @@ class AttentionEngine(wiring.Component):
             tr.n_sel.eq(Mux(in_x, lst_a.n_sel, lst_c.n_sel)),
             tr.base_i.eq(Mux(in_x, a_base, base_i)), tr.rows.eq(Mux(in_x, a_rows, rows)),
             # Y: the selected tiles into S, then the unselected (key steps) into U.
-            tr.y_base.eq(Mux(in_x, a_par << bb, ((2 + par) << bb) + Mux(v_pass2, bq * ag.n_cp, 0))),
+            tr.y_base.eq(Mux(in_x, ag.logit_base(a_par), Mux(v_pass2, ag.u_base(par),
+                                                              ag.s_base(par)))),
             feed.sel_j.eq(lst_c.sel_j), feed.sel_len.eq(lst_c.sel_len),
             feed.n_sel.eq(lst_c.n_sel), feed.n_valid.eq(lst_c.n_valid),
             feed.base_i.eq(base_i), feed.rows.eq(rows), feed.full.eq(key),
-            feed.y_base.eq(par << bb), feed.bank.eq(par),
+            feed.y_base.eq(ag.logit_base(par)), feed.bank.eq(par),
             sel.n_blocks.eq(lst_c.n_sel), sel.theta_q.eq(theta),
             [sel.mass[j].eq(feed.mass[j]) for j in range(ag.nkb)],
             rcp.rows.eq(rows), rcp.b.eq(feed.b_rows), rcp.mask.eq(sel_mask), rcp.bank.eq(par),
@@ -490,8 +491,7 @@ class AttentionEngine(wiring.Component):
         self._start_norm = start_norm = Signal()
         second = Signal()                   # the pass being started (or run) is the second
         m.d.comb += second.eq(n_st != _N_IDLE)
-        s_base = (2 + n_par) << ag.bank_bits
-        m.d.comb += [ns.s_base.eq(s_base), ns.u_base.eq(s_base + ag.cfg.block_q * ag.n_cp),
+        m.d.comb += [ns.s_base.eq(ag.s_base(n_par)), ns.u_base.eq(ag.u_base(n_par)),
                      ns.base_i.eq(v["n_base"]), ns.rows.eq(v["n_rows"]), ns.slot.eq(v["slot"])]
         with m.Switch(n_kind):
             with m.Case(_REUSE):

@@ -81,15 +81,17 @@ class MaskSelector(wiring.Component):
         # This cycle's candidates sc_j .. sc_j + SCAN - 1: the largest unchosen one, the lower
         # index on ties.
         w = self.SCAN
-        cands = []
+        masses = Array(self.mass[j] for j in range(nkb))
+        cands, in_range = [], []
         for k in range(w):
             jk = Signal(range(nkb + w), name=f"cand_j{k}")
             mk = Signal(ag.mass_bits, name=f"cand_m{k}")
             vk = Signal(name=f"cand_v{k}")
             m.d.comb += [jk.eq(sc_j + k),
-                         mk.eq(Array(self.mass[j] for j in range(nkb))[jk[:len(sc_j)]]),
+                         mk.eq(masses[jk[:len(sc_j)]]),
                          vk.eq((jk < self.n_blocks) & ~chosen.bit_select(jk, 1))]
             cands.append((vk, mk, jk))
+            in_range.append(Mux(jk < self.n_blocks, mk, 0))
         while len(cands) > 1:
             nxt = []
             for a, b in zip(cands[0::2], cands[1::2], strict=True):
@@ -101,9 +103,7 @@ class MaskSelector(wiring.Component):
             cands = nxt
         c_v, m_j, c_j = cands[0]
         sum_w = Signal(ag.total_bits)
-        m.d.comb += sum_w.eq(sum(Mux(sc_j + k < self.n_blocks,
-                                     Array(self.mass[j] for j in range(nkb))[
-                                         (sc_j + k)[:len(sc_j)]], 0) for k in range(w)))
+        m.d.comb += sum_w.eq(sum(in_range))
         c_new = Signal(ag.total_bits)
         m.d.comb += c_new.eq(c_acc + sc_bm)
         reached = Signal()
