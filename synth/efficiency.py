@@ -20,6 +20,15 @@ peak 8-bit throughput):
 The baseline's area per INT8 MAC (``int8_mac``) is reported next to Bit Fusion's fixed 8-bit PE
 (``BIT_FUSION_PE_UM2``), together with this flow's area of a lone 8x8 multiplier.
 
+``ceiling``: the most throughput per area any nibble-lane PE array of the configuration can
+reach against the baseline, from lone parts synthesized by the same flow (``lane_ceiling``):
+per lane and column only its ``5 x 8`` multiplier (registered) and its two weight registers
+(one weight, double-buffered, as each baseline MAC holds), per column a ``G``-input adder tree
+and the accumulator's adder, plus the DSTAR array's accumulator memory; no operand selection,
+shift, skew queue or control. At the element-level ideal speedup (``ideal_vs_dense``: dense
+nibble passes over element passes on the whole run) and at 85 % of it (the issue's cycle
+floor), so a target above the ceiling is out of reach of the design space, not of one design.
+
 Areas are cached per configuration hash in ``build/efficiency/<preset>-<hash>/area.json``, so a
 second call does not synthesize again, and cycles per configuration, steps and layers in
 ``build/efficiency/cycles/`` (delete ``build/efficiency`` after a change of the RTL or of a
@@ -74,7 +83,7 @@ def whole_run_cycles(base: Config, steps: int, layers=None) -> tuple[dict, dict]
     run fields decide the encoding), steps and layers."""
     layers = all_layers() if layers is None else layers
     key = json.dumps({"config": base.to_dict(), "steps": steps, "layers": layers,
-                      "strategies": list(STRATEGIES)}, sort_keys=True)
+                      "strategies": list(STRATEGIES), "version": 2}, sort_keys=True)
     cache = build_dir("efficiency", "cycles",
                       hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
     if cache.is_file():
@@ -94,7 +103,7 @@ def whole_run_cycles(base: Config, steps: int, layers=None) -> tuple[dict, dict]
                                                     w.shape[1], w.shape[0])
     assert out[BASELINE] == total.dense, "the bench's baseline is this one"
     workload = {"model": "bundled DiT", "steps": steps, "layers": len(layers),
-                "layer_steps": n_ls}
+                "layer_steps": n_ls, "ideal_vs_dense": total.ideal}
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"key": json.loads(key), "cycles": out, "workload": workload},
                                 indent=1, sort_keys=True) + "\n")
@@ -140,15 +149,49 @@ def strategy_area(cfg: Config, fmax: bool, jobs: int = 1) -> dict:
     return out
 
 
+def _part_um2(name: str, ports: str, body: str) -> float:
+    """This flow's CMOS area of a lone registered part: ``module name(input clk, ports);
+    body`` (Verilog), synthesized once per text."""
+    text = f"module {name}(input clk, {ports});\n  {body}\nendmodule\n"
+    d = build_dir("efficiency", "parts", f"{name}-{hashlib.sha256(text.encode()).hexdigest()[:8]}")
+    d.mkdir(parents=True, exist_ok=True)
+    v = d / f"{name}.v"
+    v.write_text(text)
+    return synth_module(v, name, _CMOS, d / "cmos", reuse=True)["area_um2_45nm"]
+
+
 def _multiplier_um2() -> float:
     """This flow's CMOS area of one registered signed 8x8 multiplier (a calibration point)."""
-    d = build_dir("efficiency", "mul8x8")
-    d.mkdir(parents=True, exist_ok=True)
-    v = d / "mul8x8.v"
-    v.write_text("module mul8x8(input clk, input signed [7:0] a, input signed [7:0] b,\n"
-                 "              output reg signed [15:0] p);\n"
-                 "  always @(posedge clk) p <= a * b;\nendmodule\n")
-    return synth_module(v, "mul8x8", _CMOS, d / "cmos", reuse=True)["area_um2_45nm"]
+    return _part_um2("mul8x8", "input signed [7:0] a, input signed [7:0] b, "
+                     "output reg signed [15:0] p", "always @(posedge clk) p <= a * b;")
+
+
+def lane_ceiling(cfg: Config, y_memory_um2: float) -> dict:
+    """The lone parts of the ceiling (module docstring) for ``cfg``'s arrays, um^2: per
+    lane-column ``mul`` (``5 x 8`` signed, registered) and ``weights`` (16 flip-flops), per
+    column ``tree`` (``G`` products of 13 bits) and ``acc_add`` (``acc_bits``), and the
+    ``pe_area_um2`` of ``n_arrays`` such arrays with ``y_memory_um2`` of accumulator memory."""
+    g, acc = cfg.group, cfg.acc_bits
+    tree_bits = 13 + (g - 1).bit_length()
+    parts = {
+        "mul": _part_um2("lane_mul", "input signed [4:0] a, input signed [7:0] b, "
+                         "output reg signed [12:0] p", "always @(posedge clk) p <= a * b;"),
+        "weights": _part_um2("lane_weights", "input [15:0] a, output reg [15:0] p",
+                             "always @(posedge clk) p <= a;"),
+        "tree": _part_um2(f"tree{g}", f"input [{13 * g - 1}:0] a, "
+                          f"output reg signed [{tree_bits - 1}:0] p",
+                          f"integer i; reg signed [{tree_bits - 1}:0] t;\n"
+                          f"  always @(*) begin t = 0; for (i = 0; i < {g}; i = i + 1) "
+                          f"t = t + $signed(a[i*13 +: 13]); end\n"
+                          "  always @(posedge clk) p <= t;"),
+        "acc_add": _part_um2(f"acc_add{acc}", f"input signed [{acc - 1}:0] a, "
+                             f"input signed [{acc - 1}:0] b, output reg signed [{acc - 1}:0] p",
+                             "always @(posedge clk) p <= a + b;"),
+    }
+    cols = cfg.n_arrays * cfg.m_tile
+    pe = cols * (g * (parts["mul"] + parts["weights"]) + parts["tree"] + parts["acc_add"])
+    return {"parts_um2": {k: round(v, 1) for k, v in parts.items()},
+            "pe_area_um2": round(pe + y_memory_um2, 1)}
 
 
 def run(base: Config, *, steps: int = DEFAULT_STEPS, fmax: bool = False, jobs: int = 1,
@@ -176,6 +219,13 @@ def run(base: Config, *, steps: int = DEFAULT_STEPS, fmax: bool = False, jobs: i
         strategies[name] = row
     cfg = strategy_config(base, BASELINE)
     macs = cfg.n_arrays * cfg.m_tile * cfg.group // 2
+    ideal = workload["ideal_vs_dense"]
+    dstar = areas[next(n for n, f in STRATEGIES.items() if f["datapath"] == Datapath.DSTAR)]
+    ceil = lane_ceiling(base, dstar["pe_area_um2"] - dstar["pe_logic_area_um2"])
+    ceil.update({"ideal_vs_dense": round(ideal, 4),
+                 "tpa_pe_at_ideal": round(ideal * ref["pe_area_um2"] / ceil["pe_area_um2"], 4),
+                 "tpa_pe_at_85pct": round(0.85 * ideal * ref["pe_area_um2"]
+                                          / ceil["pe_area_um2"], 4)})
     return {"preset": preset_name(base), "config_hash": config_hash(base),
             "workload": workload, "baseline": BASELINE, "strategies": strategies,
             "int8_mac": {"macs": macs,
@@ -183,7 +233,7 @@ def run(base: Config, *, steps: int = DEFAULT_STEPS, fmax: bool = False, jobs: i
                          "pe_logic_um2_per_mac": round(ref["pe_logic_area_um2"] / macs, 1),
                          "mul8x8_um2": round(_multiplier_um2(), 1),
                          "bit_fusion_pe_um2": list(BIT_FUSION_PE_UM2)},
-            "yosys_version": ref["yosys_version"]}
+            "ceiling": ceil, "yosys_version": ref["yosys_version"]}
 
 
 def format_text(rep: dict) -> str:
@@ -207,4 +257,11 @@ def format_text(rep: dict) -> str:
                  f"accumulator memory share, {mac['pe_logic_um2_per_mac']:.0f} um2 logic only "
                  f"({mac['macs']} MACs); Bit Fusion's fixed 8-bit PE: {lo:.0f}-{hi:.0f} um2 "
                  f"(45 nm); this flow's lone 8x8 multiplier: {mac['mul8x8_um2']:.0f} um2")
+    c = rep["ceiling"]
+    p = c["parts_um2"]
+    lines.append(f"ceiling of any nibble-lane array (lone parts: lane multiplier {p['mul']:.0f}, "
+                 f"weights {p['weights']:.0f}, column tree {p['tree']:.0f} and adder "
+                 f"{p['acc_add']:.0f} um2; no selection, shift or control): PE area "
+                 f"{c['pe_area_um2']:.0f} um2, TPA PE {c['tpa_pe_at_ideal']:.2f} at the ideal "
+                 f"x{c['ideal_vs_dense']:.2f}, {c['tpa_pe_at_85pct']:.2f} at 85 % of it")
     return "\n".join(lines)

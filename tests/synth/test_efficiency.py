@@ -8,7 +8,7 @@ import pytest
 
 from dstar.cli import main
 from dstar.config import Datapath, preset
-from dstar.synth import efficiency
+from dstar.synth import efficiency, flows
 from dstar.synth.report import config_hash
 
 #: Stand-in areas (um^2) per strategy: PE arrays, the whole linear datapath.
@@ -30,6 +30,12 @@ def fake_area(cfg, fmax, jobs=1):
 def fake_synth(monkeypatch):
     monkeypatch.setattr(efficiency, "strategy_area", fake_area)
     monkeypatch.setattr(efficiency, "_multiplier_um2", lambda: 250.0)
+    monkeypatch.setattr(efficiency, "_part_um2", lambda name, ports, body: FAKE_PARTS[
+        name.rstrip("0123456789")])
+
+
+#: Stand-in areas (um^2) of the ceiling's lone parts, by name without its width suffix.
+FAKE_PARTS = {"lane_mul": 1.0, "lane_weights": 0.25, "tree": 8.0, "acc_add": 2.0}
 
 
 def test_throughput_per_area_against_the_int8_baseline(fake_synth):
@@ -39,6 +45,7 @@ def test_throughput_per_area_against_the_int8_baseline(fake_synth):
     cfg = preset("tiny")
     rep = efficiency.run(cfg, steps=3, layers=LAYER)
     assert rep["baseline"] == "int8" and rep["preset"] == "tiny"
+    ideal = rep["workload"].pop("ideal_vs_dense")
     assert rep["workload"] == {"model": "bundled DiT", "steps": 3, "layers": 1,
                                "layer_steps": 3}
     s = rep["strategies"]
@@ -60,8 +67,16 @@ def test_throughput_per_area_against_the_int8_baseline(fake_synth):
     assert abs(s["dense"]["cycles"] - base) < 0.01 * base
     macs = cfg.n_arrays * cfg.m_tile * cfg.group // 2
     assert rep["int8_mac"]["pe_um2_per_mac"] == round(FAKE["int8"][0] / macs, 1)
+    # The ceiling: per lane-column multiplier and weights, per column tree and adder, plus the
+    # DSTAR array's accumulator memory (its PE area less its logic), at the ideal and 85 % of it.
+    c = rep["ceiling"]
+    cols = cfg.n_arrays * cfg.m_tile
+    pe = cols * (cfg.group * 1.25 + 10.0) + FAKE["compact"][0] / 2
+    assert c["pe_area_um2"] == round(pe, 1) and 1 < ideal < 16
+    assert c["tpa_pe_at_ideal"] == round(ideal * FAKE["int8"][0] / pe, 4)
+    assert c["tpa_pe_at_85pct"] == round(0.85 * ideal * FAKE["int8"][0] / pe, 4)
     text = efficiency.format_text(rep)
-    assert "Bit Fusion" in text and "compact" in text
+    assert "Bit Fusion" in text and "compact" in text and "ceiling" in text
 
 
 def test_areas_are_cached_per_config_hash(monkeypatch, tmp_path):
@@ -104,3 +119,13 @@ def test_command_prints_the_json(fake_synth, monkeypatch, capsys):
     rep = json.loads(capsys.readouterr().out)
     assert {"preset", "workload", "baseline", "strategies"} <= set(rep)
     assert rep["workload"]["steps"] == 2 and rep["preset"] == "tiny"
+
+
+@pytest.mark.skipif(not flows.have_yosys(), reason="YoWASP Yosys is not installed")
+def test_ceiling_parts_are_synthesized():
+    """The ceiling's lone parts, by the real flow: the lane's 5 x 8 multiplier costs between
+    0.4 and 0.75 of the 8 x 8 one, the column tree more than the accumulator's adder."""
+    p = efficiency.lane_ceiling(preset("tiny"), 0.0)["parts_um2"]
+    mul8 = efficiency._multiplier_um2()
+    assert 0.4 * mul8 < p["mul"] < 0.75 * mul8
+    assert p["tree"] > p["acc_add"] > p["weights"] > 0
