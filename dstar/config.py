@@ -118,7 +118,7 @@ class Config:
     attn_slots: int = _hw(4)    # layer/head slots of the attention engine (step counter, mask, R)
     # Keys per cycle of the softmax unit (a power of two dividing group; 0: the largest of 4, 2, 1
     # that divides group and m_tile * n_arrays, see softmax_keys_per_cycle).
-    softmax_lanes: int = _hw(1)
+    softmax_lanes: int = _hw(0)
     # --- workload run (dstar analyze) ---
     workload: Workload = Workload.DIGITS  # the bundled DiT that runs (Workload)
     steps: int = 50             # DDIM steps

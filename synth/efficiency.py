@@ -257,7 +257,9 @@ def format_text(rep: dict) -> str:
                  f"accumulator memory share, {mac['pe_logic_um2_per_mac']:.0f} um2 logic only "
                  f"({mac['macs']} MACs); Bit Fusion's fixed 8-bit PE: {lo:.0f}-{hi:.0f} um2 "
                  f"(45 nm); this flow's lone 8x8 multiplier: {mac['mul8x8_um2']:.0f} um2")
-    c = rep["ceiling"]
+    c = rep.get("ceiling")                    # reports before the ceiling have none
+    if not c:
+        return "\n".join(lines)
     p = c["parts_um2"]
     lines.append(f"ceiling of any nibble-lane array (lone parts: lane multiplier {p['mul']:.0f}, "
                  f"weights {p['weights']:.0f}, column tree {p['tree']:.0f} and adder "

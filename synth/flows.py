@@ -21,8 +21,8 @@ module of the file either flattened into it or blackboxed (see ``synth_module``)
     flattened before LUT mapping: the flow of whole tops for nextpnr (``dstar.synth.report``).
 ``xc7``
     ``synth_xilinx -family xc7 -nodsp -flatten``: LUT1..6, CARRY4, MUXF7/8, FD*, RAMB18/36
-    (this and both ECP5 flows run ``splitnets`` before LUT mapping, a workaround for Yosys
-    issue #4349).
+    (every FPGA flow runs ``splitnets`` before LUT mapping, a workaround for Yosys issue
+    #4349).
 
 Memories on the cmos target: a memory of at least ``SRAM_MIN_DEPTH`` words stays a ``$mem_v2``
 cell and is costed as an SRAM macro (``sram_cost``); smaller ones (FIFO storage) are mapped to
@@ -134,10 +134,12 @@ TARGETS: dict[SynthTarget, Target] = {t.name: t for t in (
            f"memory_map t:$mem_v2 r:SIZE<{SRAM_MIN_DEPTH} %i; opt -full; techmap; opt -fast; "
            "dfflegalize -cell $_DFF_P_ 01; abc -g cmos4; opt_clean",
            _CMOS_KINDS, "generic CMOS gates (abc -g cmos4), DFFs, SRAM macros"),
-    Target(SynthTarget.ICE40, "synth_ice40 -top {top}", _FPGA_KINDS, "iCE40, no DSP"),
-    # splitnets before LUT mapping (ECP5, 7-series): works around Yosys issue #4349 (abc9
-    # reintegration asserts `count_id(wire->name) == 0` on the encoder); it splits multi-bit
-    # wires into single bits and does not change the logic.
+    # splitnets before LUT mapping (every FPGA flow): works around Yosys issue #4349 (abc9
+    # reintegration asserts `count_id(wire->name) == 0` on the encoder, and on iCE40 on the
+    # attention engine's block lists); it splits multi-bit wires into single bits and does not
+    # change the logic.
+    Target(SynthTarget.ICE40, "synth_ice40 -top {top} -run :map_luts; splitnets; "
+           "synth_ice40 -top {top} -run map_luts:", _FPGA_KINDS, "iCE40, no DSP"),
     Target(SynthTarget.ECP5, "synth_ecp5 -top {top} -nodsp -run :map_luts; splitnets; "
            "synth_ecp5 -top {top} -nodsp -run map_luts:", _FPGA_KINDS, "ECP5, no DSP"),
     # With DSPs, products with a factor under DSP_MIN_WIDTH bits stay in LUTs: synth_ecp5 gives

@@ -39,8 +39,9 @@ def test_bad_values_are_named(field, value, words):
 
 def test_softmax_lanes_follow_the_group():
     assert preset("default").replace(softmax_lanes=16).softmax_lanes == 16
-    assert preset("default").softmax_keys_per_cycle == 1
-    assert preset("default").replace(softmax_lanes=0).softmax_keys_per_cycle == 4   # auto
+    assert preset("default").softmax_lanes == 0                      # auto by default
+    assert preset("default").softmax_keys_per_cycle == 4
+    assert preset("default").replace(softmax_lanes=1).softmax_keys_per_cycle == 1
     assert preset("tiny").replace(m_tile=3, softmax_lanes=0).softmax_keys_per_cycle == 2
     with pytest.raises(ConfigError, match="dividing group=8, got 16"):
         preset("default").replace(group=8, softmax_lanes=16)
