@@ -99,8 +99,8 @@ def run_bundled(cfg, model: DiT | None = None, quality: bool = False, progress=N
 
 
 #: Config fields ``run_sweep`` may vary: the accuracy/work knobs of both mechanisms.
-SWEEP_FIELDS = ("theta", "refresh_attn", "refresh_linear", "tau", "lattice_bits", "block_q",
-                "block_k")
+SWEEP_FIELDS = ("theta", "refresh_attn", "refresh_linear", "tau", "lattice_bits", "refine_max",
+                "refine_at", "block_q", "block_k")
 #: Which mechanism a sweep point runs where (to separate their effects): ``linears`` is
 #: ``dstar`` (default), ``w8a8`` or ``float``; ``attention`` is ``dstar`` (default) or ``float``.
 SWEEP_MODES = {"linears": ("dstar", "w8a8", "float"), "attention": ("dstar", "float")}
@@ -274,7 +274,9 @@ def format_table(rep: dict) -> str:
     if c:
         lines.append(f"config: G={c['group']} e_max={c['e_max']} tau={c['tau']} "
                      f"refresh_linear={c['refresh_linear']} state_bits={c['state_bits']} "
-                     f"lattice_bits={c['lattice_bits']}")
+                     f"lattice_bits={c['lattice_bits']}"
+                     + (f" refine_max={c['refine_max']} refine_at={c['refine_at']}"
+                        if c.get("refine_max") else ""))
     lines.append("")
     hdr = f"{'layer':<8}{'ZERO':>8}{'LOW':>8}{'HIGH':>8}{'low-bit':>9}{'passes':>8}" \
           f"{'ideal x':>9}{'lockstep x':>11}{'clipped':>9}"

@@ -475,8 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", action="append", metavar="FIELD=V1,V2",
                    help="trade-off sweep of DSTAR (both mechanisms) over config values; repeat "
                         "for a grid (fields: theta, refresh_attn, refresh_linear, tau, "
-                        "lattice_bits, block_q, block_k; linears=dstar,w8a8,float and "
-                        "attention=dstar,float run one "
+                        "lattice_bits, refine_max, refine_at, block_q, block_k; "
+                        "linears=dstar,w8a8,float and attention=dstar,float run one "
                         "mechanism alone)")
     p.set_defaults(func=cmd_analyze)
 

@@ -107,6 +107,11 @@ class Config:
     refresh_linear: int = 0     # key step every N steps (0: only the first step)
     state_bits: int = _hw(16)   # width of the stored reconstruction Xs_int
     lattice_bits: int = 1       # extra fraction bits of the activation lattice (0: spec, max/127)
+    # Power-of-two refinement of a token's lattice between key steps (golden model only so far):
+    # at most refine_max halvings; a token's lattice halves while its peak is at most refine_at
+    # of the key step's range 127 * 2**lattice_bits (golden.difflinear.lattice_refinements).
+    refine_max: int = 0
+    refine_at: float = 0.85
     # --- sparse attention reuse (spec section 4) ---
     block_q: int = _hw(16)
     block_k: int = _hw(16)
@@ -177,6 +182,9 @@ class Config:
             raise ConfigError(f"state_bits={self.state_bits} is too narrow for e_max={self.e_max}: "
                               "the rounding margin would eat half the state range")
         self._range("lattice_bits", 0, 8)
+        self._range("refine_max", 0, 8)
+        if not 0.0 < self.refine_at <= 1.0:
+            raise ConfigError(f"refine_at must be in (0, 1], got {self.refine_at!r}")
         if 127 << self.lattice_bits > self.target_max:
             raise ConfigError(f"lattice_bits={self.lattice_bits} puts a key step's values "
                               f"(up to {127 << self.lattice_bits}) beyond the state's "

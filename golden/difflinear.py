@@ -8,6 +8,12 @@ violation raises ``InvariantError``. The invariant is checked in exact integers 
 test: ``Y_int . r == Xs_int . (W_q . r)`` for ``CHECK_VECTORS`` fixed random sign vectors ``r``
 (a wrong row escapes each vector with probability at most 1/2; a single wrong element never
 escapes), which costs ``O(N (K + M))`` a step instead of a second ``O(N K M)`` product.
+
+Lattice refinement (``Config.refine_max`` > 0): before a delta step, a token whose values have
+shrunk since its key step gets a finer lattice, by powers of two, exactly: ``d[n] /= 2**k``,
+``Xs_int[n] <<= k``, ``Y_int[n] <<= k`` (``lattice_refinements`` gives ``k``), so the invariant
+holds and the float output is unchanged, while the new targets land on the finer lattice. The
+lattice never coarsens between key steps (that would not be exact).
 """
 
 import functools
@@ -16,10 +22,11 @@ import zlib
 import numpy as np
 
 from .encoder import Encoded, encode, encode_narrow
-from .quant import exact_dtype, quantize_weights, to_lattice_float, token_lattice
+from .quant import amax_rows, exact_dtype, quantize_weights, to_lattice_float, token_lattice
 from .stats import count_encoded
 
-__all__ = ["DiffLinear", "InvariantError", "StepResult", "encode_step", "CHECK_VECTORS"]
+__all__ = ["DiffLinear", "InvariantError", "StepResult", "encode_step", "lattice_refinements",
+           "CHECK_VECTORS"]
 
 #: Random sign vectors of the invariant check.
 CHECK_VECTORS = 4
@@ -31,13 +38,35 @@ class InvariantError(AssertionError):
     """The golden model broke one of its own invariants (a bug, never a user error)."""
 
 
+def lattice_refinements(peak, refined, xs_peak, cfg) -> np.ndarray:
+    """Halvings ``k`` (int64 ``(N,)``) of each token's lattice before a delta step: while the
+    token's ``peak`` (``max|X[n]| / d[n]``, float, on its current lattice) times ``2**k`` is at
+    most ``cfg.refine_at * 127 * 2**cfg.lattice_bits``, its halvings since the key step
+    (``refined + k``) stay within ``cfg.refine_max`` and the doubled state peak
+    (``xs_peak << (k + 1)``) within ``cfg.state_max``, ``k`` grows by one. All-zero rows
+    (``peak == 0``) keep their lattice."""
+    limit = cfg.refine_at * (127 << cfg.lattice_bits)
+    peak = np.asarray(peak, np.float64)
+    k = np.zeros(peak.shape, np.int64)
+    for _ in range(cfg.refine_max):
+        more = ((peak * 2.0 ** k <= limit) & (peak > 0) & (refined + k < cfg.refine_max)
+                & ((xs_peak << (k + 1)) <= cfg.state_max))
+        if not more.any():
+            break
+        k += more
+    return k
+
+
 class StepResult:
     """One step's output ``y`` (float64 ``(N, M)``), clipped target ``X_int`` ``(N, K)``, whether
     it was a key step, the ``stats.count_encoded`` counts of its encoded difference and that
-    difference ``enc`` (an ``Encoded``, joined from the layer's row chunks when first read)."""
+    difference ``enc`` (an ``Encoded``, joined from the layer's row chunks when first read);
+    ``refine``: each token's lattice halvings before this step (int64 ``(N,)``, zeros on key
+    steps and without refinement)."""
 
-    def __init__(self, y, parts: list[Encoded], target, key: bool, counts):
+    def __init__(self, y, parts: list[Encoded], target, key: bool, counts, refine=None):
         self.y, self.target, self.key, self.counts = y, target, key, counts
+        self.refine = np.zeros(len(y), np.int64) if refine is None else refine
         self._parts = parts
 
     @functools.cached_property
@@ -68,6 +97,7 @@ class DiffLinear:
         if k % cfg.group:
             raise ValueError(f"{name}: K={k} is not a multiple of group={cfg.group}")
         self.d = self.xs = self._y = None
+        self.refined = None                   # halvings of each token's lattice since its key
         self.steps_done = 0
         # The check's vectors are fixed per layer name, so a run is reproducible.
         rng = np.random.default_rng(zlib.crc32(name.encode()))
@@ -105,10 +135,14 @@ class DiffLinear:
             raise ValueError(f"{self.name}: {x.shape[0]} rows, but the state holds "
                              f"{self.xs.shape[0]}")
         cfg = self.cfg
+        refine = None
         if key:
             self.d = token_lattice(x, cfg.lattice_bits)
             self.xs = np.zeros(x.shape, dtype=np.int64)
             self._y = np.zeros((x.shape[0], self.w_q.shape[1]), dtype=np.float64)
+            self.refined = np.zeros(x.shape[0], np.int64)
+        elif cfg.refine_max:
+            refine = self._refine(x)
         n, m = x.shape[0], self.w_q.shape[1]
         target = np.empty(x.shape, np.int64)
         xs = np.empty(x.shape, np.int64)       # a new state array: callers may keep the old
@@ -122,7 +156,20 @@ class DiffLinear:
             counts = counts + count_encoded(enc)
         self.xs = xs
         self.steps_done += 1
-        return StepResult(y=y, parts=parts, target=target, key=key, counts=counts)
+        return StepResult(y=y, parts=parts, target=target, key=key, counts=counts, refine=refine)
+
+    def _refine(self, x) -> np.ndarray:
+        """Refine the lattice of the tokens ``lattice_refinements`` picks (module docstring);
+        returns the halvings."""
+        xs_peak = np.maximum(self.xs.max(axis=1), -self.xs.min(axis=1))
+        k = lattice_refinements(amax_rows(x) / self.d, self.refined, xs_peak, self.cfg)
+        if k.any():
+            scale = np.ldexp(1.0, k)              # exact powers of two
+            self.d = self.d / scale
+            self.xs = self.xs << k[:, None]
+            self._y *= scale[:, None]             # exact: |Y_int| stays within acc_bound
+            self.refined = self.refined + k
+        return k
 
     def _rows(self, x, c, target, xs, y):
         """One step on the rows ``c``: fills ``target``, the new state ``xs`` and ``y`` (views

@@ -3,8 +3,8 @@ and the dense W8A8 reference every speedup and accuracy figure is measured again
 
 import numpy as np
 
-__all__ = ["quantize_weights", "token_lattice", "to_lattice", "to_lattice_float", "exact_dtype",
-           "exact_matmul", "exact_matmul_float", "w8a8_linear", "LATTICE_LIMIT"]
+__all__ = ["quantize_weights", "amax_rows", "token_lattice", "to_lattice", "to_lattice_float",
+           "exact_dtype", "exact_matmul", "exact_matmul_float", "w8a8_linear", "LATTICE_LIMIT"]
 
 #: Largest magnitude ``to_lattice`` returns: beyond it values are clipped (in float, before the
 #: cast, so that no value wraps). Every consumer clips far tighter (INT8, ``Config.target_max``).
@@ -35,7 +35,7 @@ def quantize_weights(w):
     return np.ascontiguousarray(w_q.T), s_w
 
 
-def _amax_rows(x):
+def amax_rows(x):
     """``max|x[n, :]|`` per row as float64 (exact: computed in ``x``'s own float type); a
     non-finite value anywhere is refused (``ValueError``, naming it)."""
     x = np.asarray(x)
@@ -51,7 +51,7 @@ def token_lattice(x, extra_bits: int = 0):
     """Per-token step ``d[n] = max|x[n, :]| / (127 * 2**extra_bits)`` (1 for an all-zero row),
     float64 ``(N,)``. ``extra_bits = 0`` is spec section 2's INT8 lattice; DSTAR's differential
     layers may use a finer one (``Config.lattice_bits``), as their state is wider than INT8."""
-    amax = _amax_rows(x)
+    amax = amax_rows(x)
     return np.where(amax > 0, amax / (127.0 * (1 << extra_bits)), 1.0)
 
 

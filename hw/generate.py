@@ -178,6 +178,10 @@ def check_buildable(cfg, *, attention: bool = True) -> dict:
     ``attention``), without elaborating anything: the geometries' checks and the size bound
     ``MAX_MEMORY_WORDS``. The one buildability check of dstar (``dstar config`` runs it too).
     Returns the size estimate: ``{"memory_words": n, "memory_words_limit": MAX_MEMORY_WORDS}``."""
+    if cfg.refine_max:
+        raise ConfigError(f"refine_max={cfg.refine_max}: lattice refinement is in the golden "
+                          "model only; the RTL does not shift a token's state and accumulators "
+                          "yet (refine_max = 0 builds)")
     mems = Geometry(cfg).memories()
     if attention and TOPS[cfg.datapath].attention:
         for name, words in AttentionGeometry(cfg).memories().items():

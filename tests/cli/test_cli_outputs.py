@@ -80,6 +80,16 @@ def test_config_shows_the_generated_size():
     assert check_buildable(preset("tiny").replace(datapath="dense"))["memory_words"] == 2816
 
 
+def test_generate_refuses_lattice_refinement(capsys, tmp_path):
+    """Lattice refinement is in the golden model only: generating it is refused in one line,
+    and nothing is written."""
+    code, _, err = run(capsys, "generate", "--preset", "tiny", "--set", "refine_max=2", "-o",
+                       str(tmp_path / "rtl"))
+    assert code != 0 and not (tmp_path / "rtl").exists()
+    assert "refine_max=2: lattice refinement is in the golden model only" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
 def test_generate_replaces_the_folder_whole(capsys, tmp_path):
     """A dense run into a folder of an earlier DSTAR run leaves no stale ``dstar_attention.v``;
     the files get the umask's modes, and no temporary or lock is left inside the folder."""

@@ -28,6 +28,8 @@ def test_presets_are_valid_and_named():
     ("k_tile", 24, "k_tile=24"), ("steps", 0, "steps"),
     ("cfg_scale", 0.5, "cfg_scale"), ("max_k", 100, "max_k=100"), ("group", "16", "group"),
     ("tau", True, "tau"), ("n_arrays", 0, "n_arrays"), ("lattice_bits", 9, "lattice_bits"),
+    ("refine_max", 9, r"^refine_max must be \[0, 8\], got 9$"),
+    ("refine_at", 0.0, r"^refine_at must be in \(0, 1\], got 0.0$"),
     ("softmax_lanes", -2, "^softmax_lanes must be a power of two dividing group=16, got -2$"),
     ("softmax_lanes", 3, "^softmax_lanes must be a power of two dividing group=16, got 3$"),
     ("softmax_lanes", 32, "^softmax_lanes must be a power of two dividing group=16, got 32$"),
@@ -133,7 +135,8 @@ def test_dense_is_a_datapath_not_a_packing(tmp_path):
 def test_hardware_fields_exclude_the_run():
     cfg = preset("default")
     hw, run = cfg.hardware(), cfg.run_params()
-    assert set(run) == {"refresh_linear", "lattice_bits", "theta", "refresh_attn", "steps",
+    assert set(run) == {"refresh_linear", "lattice_bits", "refine_max", "refine_at", "theta",
+                        "refresh_attn", "steps",
                         "samples", "cfg_scale", "seed", "workload"}
     assert {"group", "k_tile", "packing", "datapath", "weight_store", "head_dim"} <= set(hw)
     assert not set(hw) & set(run) and {**hw, **run} == cfg.to_dict()

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from dstar.config import preset
-from dstar.golden.difflinear import DiffLinear, InvariantError
+from dstar.golden.difflinear import DiffLinear, InvariantError, lattice_refinements
 from dstar.golden.quant import quantize_weights, to_lattice, token_lattice, w8a8_linear
 
 
@@ -114,3 +114,57 @@ def test_finer_lattice():
         assert np.abs(layer.xs).max() > 127 * (1 << lb) // 2
         errs.append(err)
     assert errs[1] < errs[0] / 8
+
+
+def test_lattice_refinements_rule():
+    """Halvings while the peak times ``2**k`` stays within ``refine_at`` of the key range, up to
+    ``refine_max`` since the key step, within the state's range; zero rows keep their lattice."""
+    cfg = preset("default").replace(lattice_bits=0, refine_max=3, refine_at=0.5)
+    limit = 0.5 * 127
+    peak = np.array([127.0, limit, limit + 0.1, limit / 2, limit / 64, 0.0, limit / 8])
+    refined = np.array([0, 0, 0, 0, 0, 0, 2])
+    xs_peak = np.zeros(7, np.int64)
+    k = lattice_refinements(peak, refined, xs_peak, cfg)
+    assert k.tolist() == [0, 1, 0, 2, 3, 0, 1]
+    # The doubled state must fit: a state peak of state_max // 2 allows one halving, not two.
+    big = np.array([cfg.state_max // 2, cfg.state_max // 2 + 1])
+    assert lattice_refinements(np.array([1.0, 1.0]), np.zeros(2, np.int64), big,
+                               cfg).tolist() == [1, 0]
+    assert not lattice_refinements(peak, refined, xs_peak, cfg.replace(refine_max=0)).any()
+
+
+def test_refinement_is_exact_and_follows_shrinking_tokens():
+    """A token whose values shrink gets a finer lattice by powers of two: the invariant holds
+    on every step (also checked inside), the state tracks the targets exactly (tau 0, groups
+    not clipped), the float output stays that of the reconstruction, and the shrunk tokens'
+    reconstruction is closer to float than on the fixed lattice; tokens that do not shrink
+    keep their lattice."""
+    rng = np.random.default_rng(7)
+    w = rng.normal(size=(24, 32))
+    x0 = rng.normal(size=(6, 32))
+    shrink = np.array([1.0, 1.0, 0.5, 0.3, 0.1, 0.02])      # per token, by the last step
+    xs = [x0 * (1 + (shrink[:, None] - 1) * s / 4) + 0.01 * rng.normal(size=x0.shape)
+          for s in range(5)]
+    errs = {}
+    for rmax in (0, 4):
+        cfg = preset("default").replace(lattice_bits=0, refine_max=rmax, refine_at=0.85)
+        layer = DiffLinear(w, None, cfg)
+        total = []
+        for s, x in enumerate(xs):
+            res = layer(x, s)
+            assert np.array_equal(layer.y_int, layer.xs @ layer.w_q)
+            # tau 0: exact wherever a group needed no shift beyond INT8 (clipped groups round).
+            err = (res.target - layer.xs).reshape(len(x), -1, cfg.group)
+            assert not err[~res.enc.clipped].any()
+            # The output is the reconstruction's, on the (refined) lattice.
+            ref = (layer.xs * layer.d[:, None]) @ (layer.w_q * layer.s_w).astype(np.float64)
+            assert np.allclose(res.y, ref, rtol=1e-12, atol=1e-12)
+            if s == 0 or not rmax:
+                assert not res.refine.any()
+            total.append(float(((layer.xs * layer.d[:, None] - x)[3:] ** 2).sum()))
+        errs[rmax] = sum(total[1:])
+        if rmax:
+            assert layer.refined[:2].tolist() == [0, 0] and (layer.refined[3:] > 0).all()
+            assert layer.refined.max() <= rmax
+            assert np.allclose(layer.d, token_lattice(xs[0]) / 2.0 ** layer.refined)
+    assert errs[4] < errs[0] / 4
