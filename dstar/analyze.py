@@ -212,12 +212,12 @@ def format_sweep(rep: dict) -> str:
              f"{rep['target'].get('worst_sample_gap_vs_w8a8_db', '-')} dB) at <= "
              f"{rep['target']['blocks_computed_fraction_reuse_steps']:.0%} blocks on reuse "
              "steps", ""]
-    lines.append("".join(f"{f:>15}" for f in fields)
+    lines.append(f"{'#':>3}" + "".join(f"{f:>15}" for f in fields)
                  + f"{'PSNR dB':>9}{'gap dB':>8}{'worst':>7}{'blocks':>8}{'reuse':>8}"
                  + f"{'lin x':>7}  target")
-    for r in rep["points"]:
+    for i, r in enumerate(rep["points"], start=1):      # "#": the point's label on --plot
         reuse = r["blocks_computed_fraction_reuse_steps"]
-        lines.append("".join(f"{r[f]!s:>15}" for f in fields)
+        lines.append(f"{i:>3}" + "".join(f"{r[f]!s:>15}" for f in fields)
                      + f"{r['psnr_vs_fp32_db']:>9.2f}{r['psnr_gap_vs_w8a8_db']:>8.2f}"
                      + f"{r.get('worst_sample_gap_vs_w8a8_db', float('nan')):>7.2f}"
                      + f"{r['blocks_computed_fraction']:>8.3f}"

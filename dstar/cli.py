@@ -207,6 +207,10 @@ def cmd_analyze(args) -> int:
         check_output_file(args.output, "--output")
     if png:
         check_output_file(png, "--png")
+    if args.plot is not None:
+        if not args.sweep:
+            raise UserError("--plot draws a sweep's PSNR vs work: it needs --sweep")
+        check_output_file(args.plot, "--plot")
     if args.sweep:
         if args.trace is not None:
             raise UserError("--sweep runs the bundled DiT; it cannot be combined with --trace")
@@ -216,7 +220,15 @@ def cmd_analyze(args) -> int:
         except ConfigError as e:
             raise UserError(f"--sweep: {e}") from None
         rep = analyze.run_sweep(cfg, grid, progress=_progress(args.quiet))
+        if args.plot is not None:
+            rep["plot"] = str(args.plot)
         print(_dump(rep) if args.json else analyze.format_sweep(rep), flush=True)
+        if args.plot is not None:
+            from .plot import sweep_png
+            # Drawn from the JSON as printed, so that the stored report redraws the same file.
+            write_atomic(args.plot, sweep_png(json.loads(_dump(rep))))
+            if not args.json:
+                print(f"PSNR vs work plot (points by row number): {args.plot}")
     elif args.trace is not None:
         from dstar.golden.trace import load_trace
         # The trace fixes the run: options of the bundled run would be silently ignored.
@@ -478,6 +490,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "lattice_bits, refine_max, refine_at, block_q, block_k; "
                         "linears=dstar,w8a8,float and attention=dstar,float run one "
                         "mechanism alone)")
+    p.add_argument("--plot", type=Path, metavar="FILE.png",
+                   help="with --sweep: also write its PSNR vs work (attention blocks computed "
+                        "on reuse steps) as a PNG plot")
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("trace", help="record the bundled DiT's FP32 run as a trace file")

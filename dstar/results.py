@@ -30,6 +30,7 @@ def _formatter(module: str, name: str) -> Callable[[dict], str]:
 
 
 _analyze_text = _formatter("dstar.analyze", "format_table")
+_sweep_text = _formatter("dstar.analyze", "format_sweep")
 _synth_text = _formatter("dstar.synth.tables", "format_table")
 _cycles_text = _formatter("dstar.sim.bench", "format_report")
 _attention_text = _formatter("dstar.sim.bench_attention", "format_report")
@@ -64,6 +65,17 @@ RESULTS: dict[str, Result] = {
         "The same run on the DiT of natural-image crops (`--workload photos`); its samples are "
         "measured against held-out crops. Sample grid rows: FP32, W8A8, DSTAR.",
         ("samples_photos.png",)),
+    "analyze_sweep": Result(
+        "Accuracy vs attention work: a sweep of `theta` and `refresh_attn`",
+        ("analyze", "--sweep", "theta=0.6,0.8", "--sweep", "refresh_attn=2,3,4", "--json",
+         "--quiet", "--plot", "docs/results/sweep.png"),
+        _sweep_text,
+        "DSTAR (both mechanisms) on the digit DiT's default run at each point of the grid: PSNR "
+        "vs FP32 and its gap to dense W8A8 against the fraction of attention blocks computed on "
+        "reuse steps. Plot: one point per table row (numbered as in `#`), filled where it meets "
+        "the target; lines at the W8A8 PSNR, at W8A8 minus the allowed gap (`TARGET`) and at "
+        "the target's block fraction.",
+        ("sweep.png",)),
     "synth_tiny": Result(
         "Area per block (`tiny` preset)",
         ("synth", "--preset", "tiny", "--target", "cmos", "--reuse", "--json"),

@@ -49,6 +49,20 @@ def test_a_failing_command_writes_nothing(tmp_path, monkeypatch):
 
 
 
+def test_the_sweep_entry_writes_its_plot_beside_its_json_and_renders_unmeasured(tmp_path):
+    entry = RESULTS["analyze_sweep"]
+    argv = list(entry.argv)
+    assert argv[0] == "analyze" and "--sweep" in argv and "--json" in argv
+    assert entry.images == ("sweep.png",)
+    assert argv[argv.index("--plot") + 1] == "docs/results/sweep.png"
+    assert entry.text.__name__ == "text" and entry.about
+    page = results.render(tmp_path)          # nothing measured: the entry says how to run it
+    assert f"## {entry.title}" in page
+    assert "Not measured yet: `dstar results --run analyze_sweep`" in page
+    assert "sweep.png" not in page.split("## " + entry.title)[1].split("\n## ")[0].replace(
+        "--plot docs/results/sweep.png", "")
+
+
 def test_the_workloads_table_puts_each_reports_figures_in_its_column():
     def rep(z, psnr):
         return {"per_layer_type": {"fc1": {"zero_fraction": z, "low_fraction": 0.5,
