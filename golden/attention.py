@@ -238,7 +238,13 @@ def _attend(q, k, v, m, sh, mask=None, theta=None, *, block_q, block_k, frac_bit
         mass = out["mass"][c] = block_mass(w, lsum, block_q, block_k)
         sel = out["mask"][c] = select_blocks(mass, theta, row_max_blocks(s, block_q, block_k))
         unsel = expand_mask(~sel, n, nk, block_q, block_k)
-        w, lsum = softmax_exp_float(s, mf[c], shf[c], unsel, **sm)
+        if block_k % group == 0:
+            # The mask holds each row's max and whole exponent groups, so the masked softmax
+            # is the full one's weights on the selected keys (ATTENTION.md step 3).
+            np.copyto(w, 0.0, where=unsel)
+            lsum = w.sum(axis=-1)
+        else:
+            w, lsum = softmax_exp_float(s, mf[c], shf[c], unsel, **sm)
         out["o_sel"][c] = pv(w, lsum.astype(np.int64), c)
     return {name: a.reshape(lead + a.shape[1:]) for name, a in out.items()}
 
