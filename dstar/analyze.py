@@ -30,11 +30,19 @@ def _dstar_block(stats: OpStats) -> dict:
     per_step = []
     for s in sorted(stats.counts):
         sm = OpStats.summary(stats.total(step=s))
-        per_step.append({"step": s, **{k: sm[k] if sm[k] is None else round(sm[k], 6) for k in
-                                       ("zero_fraction", "low_fraction", "high_fraction",
-                                        "mean_passes", "ops_ratio_vs_w8a8",
-                                        "lockstep_ops_ratio_vs_w8a8")}})
+        by_type = {t: _rounded(OpStats.summary(stats.total(step=s, layer_type=t)), _CLASSES)
+                   for t in stats.types}
+        per_step.append({"step": s, **_rounded(sm, _CLASSES + (
+            "mean_passes", "ops_ratio_vs_w8a8", "lockstep_ops_ratio_vs_w8a8")),
+            "per_layer_type": by_type})
     return tot, per_type, per_step
+
+
+_CLASSES = ("zero_fraction", "low_fraction", "high_fraction")
+
+
+def _rounded(summary: dict, keys) -> dict:
+    return {k: summary[k] if summary[k] is None else round(summary[k], 6) for k in keys}
 
 
 def run_bundled(cfg, model: DiT | None = None, quality: bool = False, progress=None,

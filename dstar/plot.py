@@ -10,6 +10,18 @@ import math
 import numpy as np
 
 from .png import png_bytes
+from .raster import (
+    BLACK,
+    DARK,
+    LIGHT,
+    MARKER_RADIUS,
+    WHITE,
+    draw_text,
+    hline,
+    marker,
+    text_width,
+    vline,
+)
 
 __all__ = ["Axes", "sweep_axes", "to_pixel", "sweep_image", "sweep_png", "draw_text",
            "WIDTH", "HEIGHT"]
@@ -17,76 +29,6 @@ __all__ = ["Axes", "sweep_axes", "to_pixel", "sweep_image", "sweep_png", "draw_t
 WIDTH, HEIGHT = 560, 360
 #: The plot area's edges in pixels (left, top, right, bottom).
 LEFT, TOP, RIGHT, BOTTOM = 64, 36, WIDTH - 24, HEIGHT - 52
-BLACK, DARK, MID, LIGHT, WHITE = 0, 64, 128, 224, 255
-MARKER_RADIUS = 5
-FONT_SCALE = 2
-
-_GLYPHS = {
-    "0": "###|#.#|#.#|#.#|###", "1": ".#.|##.|.#.|.#.|###", "2": "###|..#|###|#..|###",
-    "3": "###|..#|.##|..#|###", "4": "#.#|#.#|###|..#|..#", "5": "###|#..|###|..#|###",
-    "6": "###|#..|###|#.#|###", "7": "###|..#|.#.|.#.|.#.", "8": "###|#.#|###|#.#|###",
-    "9": "###|#.#|###|..#|###", ".": "...|...|...|...|.#.", "-": "...|...|###|...|...",
-    " ": "...|...|...|...|...", "%": "#.#|..#|.#.|#..|#.#", "(": ".#.|#..|#..|#..|.#.",
-    ")": ".#.|..#|..#|..#|.#.", ":": "...|.#.|...|.#.|...", ",": "...|...|...|.#.|#..",
-    "A": ".#.|#.#|###|#.#|#.#", "B": "##.|#.#|##.|#.#|##.", "C": ".##|#..|#..|#..|.##",
-    "D": "##.|#.#|#.#|#.#|##.", "E": "###|#..|##.|#..|###", "F": "###|#..|##.|#..|#..",
-    "G": ".##|#..|#.#|#.#|.##", "H": "#.#|#.#|###|#.#|#.#", "I": "###|.#.|.#.|.#.|###",
-    "K": "#.#|#.#|##.|#.#|#.#", "L": "#..|#..|#..|#..|###", "M": "#.#|###|###|#.#|#.#",
-    "N": "##.|#.#|#.#|#.#|#.#", "O": ".#.|#.#|#.#|#.#|.#.", "P": "##.|#.#|##.|#..|#..",
-    "R": "##.|#.#|##.|#.#|#.#", "S": ".##|#..|.#.|..#|##.", "T": "###|.#.|.#.|.#.|.#.",
-    "U": "#.#|#.#|#.#|#.#|###", "V": "#.#|#.#|#.#|#.#|.#.", "W": "#.#|#.#|###|###|#.#",
-    "X": "#.#|#.#|.#.|#.#|#.#", "Y": "#.#|#.#|.#.|.#.|.#.",
-}
-_FONT = {c: np.array([[ch == "#" for ch in row] for row in g.split("|")])
-         for c, g in _GLYPHS.items()}
-
-
-def text_width(text: str, scale: int = FONT_SCALE) -> int:
-    return max(len(text) * 4 * scale - scale, 0)
-
-
-def draw_text(img, x: int, y: int, text: str, value: int = BLACK,
-              scale: int = FONT_SCALE) -> None:
-    """Draw ``text`` (digits, capitals and a few signs) with its top-left corner at column
-    ``x``, row ``y``; what falls outside the image is clipped."""
-    for i, ch in enumerate(text.upper()):
-        if ch not in _FONT:
-            raise ValueError(f"no glyph for {ch!r}")
-        g = np.kron(_FONT[ch], np.ones((scale, scale), dtype=bool))
-        rows, cols = np.nonzero(g)
-        _put(img, rows + y, cols + x + i * 4 * scale, value)
-
-
-def _put(img, rows, cols, value) -> None:
-    rows, cols = np.asarray(rows), np.asarray(cols)
-    ok = (rows >= 0) & (rows < img.shape[0]) & (cols >= 0) & (cols < img.shape[1])
-    img[rows[ok], cols[ok]] = value
-
-
-def _hline(img, row, c0, c1, value, dash=0) -> None:
-    cols = np.arange(min(c0, c1), max(c0, c1) + 1)
-    if dash:
-        cols = cols[(cols - cols[0]) % (2 * dash) < dash]
-    _put(img, np.full_like(cols, row), cols, value)
-
-
-def _vline(img, col, r0, r1, value, dash=0) -> None:
-    rows = np.arange(min(r0, r1), max(r0, r1) + 1)
-    if dash:
-        rows = rows[(rows - rows[0]) % (2 * dash) < dash]
-    _put(img, rows, np.full_like(rows, col), value)
-
-
-def _marker(img, col, row, filled: bool, r: int = MARKER_RADIUS) -> None:
-    """A disc (``filled``) or a ring of radius ``r`` centred on the pixel (``col``, ``row``)."""
-    dr, dc = np.mgrid[-r:r + 1, -r:r + 1]
-    d2 = dr * dr + dc * dc
-    keep = d2 <= r * r + r if filled else (d2 <= r * r + r) & (d2 > (r - 2) * (r - 2) + r - 2)
-    if not filled:      # a hollow marker hides what it covers: it is a ring on white
-        _put(img, dr[d2 <= r * r + r] + row, dc[d2 <= r * r + r] + col, WHITE)
-    _put(img, dr[keep] + row, dc[keep] + col, BLACK)
-
-
 class Axes:
     """The data ranges of the plot area: ``x0..x1`` (work fraction) and ``y0..y1`` (dB), with
     the ``y`` ticks every ``ystep`` dB."""
@@ -157,18 +99,18 @@ def _frame(img, ax: Axes) -> None:
     """Axes, ticks, tick labels and axis titles."""
     for v in ax.yticks():
         _, r = to_pixel(ax, ax.x0, v)
-        _hline(img, r, LEFT + 1, RIGHT, LIGHT)
-        _hline(img, r, LEFT - 5, LEFT, BLACK)
+        hline(img, r, LEFT + 1, RIGHT, LIGHT)
+        hline(img, r, LEFT - 5, LEFT, BLACK)
         s = _tick_label(v, ax.ystep)
         draw_text(img, LEFT - 8 - text_width(s), r - 5, s)
     for i in range(5):
         c, _ = to_pixel(ax, i / 4, ax.y0)
-        _vline(img, c, TOP, BOTTOM - 1, LIGHT)
-        _vline(img, c, BOTTOM, BOTTOM + 5, BLACK)
+        vline(img, c, TOP, BOTTOM - 1, LIGHT)
+        vline(img, c, BOTTOM, BOTTOM + 5, BLACK)
         s = f"{25 * i}%"
         draw_text(img, c - text_width(s) // 2, BOTTOM + 9, s)
-    _hline(img, BOTTOM, LEFT, RIGHT, BLACK)
-    _vline(img, LEFT, TOP, BOTTOM, BLACK)
+    hline(img, BOTTOM, LEFT, RIGHT, BLACK)
+    vline(img, LEFT, TOP, BOTTOM, BLACK)
     title = "ATTENTION BLOCKS COMPUTED ON REUSE STEPS"
     draw_text(img, (LEFT + RIGHT - text_width(title)) // 2, HEIGHT - 18, title)
     draw_text(img, 8, 10, "PSNR VS FP32 (DB)")
@@ -183,13 +125,13 @@ def _references(img, ax: Axes, rep: dict) -> None:
     for level, name, dash in ((w8, "W8A8", 0), (floor, "TARGET", 4)):
         if level is not None:
             _, r = to_pixel(ax, ax.x0, level)
-            _hline(img, r, LEFT + 1, RIGHT, DARK, dash)
+            hline(img, r, LEFT + 1, RIGHT, DARK, dash)
             draw_text(img, RIGHT - text_width(name) - 2, r - 13 if dash == 0 else r + 4, name,
                       DARK)
     work = _finite((rep.get("target") or {}).get("blocks_computed_fraction_reuse_steps"))
     if work is not None:
         c, _ = to_pixel(ax, work, ax.y0)
-        _vline(img, c, TOP, BOTTOM - 1, DARK, 4)
+        vline(img, c, TOP, BOTTOM - 1, DARK, 4)
 
 
 def sweep_image(rep: dict) -> np.ndarray:
@@ -202,7 +144,7 @@ def sweep_image(rep: dict) -> np.ndarray:
     _references(img, ax, rep)
     for i, p in enumerate(rep["points"], start=1):
         c, r = to_pixel(ax, _work(p), p.get("psnr_vs_fp32_db"))
-        _marker(img, c, r, bool(p.get("meets_target")))
+        marker(img, c, r, bool(p.get("meets_target")))
         label, dx = str(i), MARKER_RADIUS + 2
         left = c + dx + text_width(label) >= WIDTH        # no room on the right: the left
         draw_text(img, c - dx - text_width(label) if left else c + dx, r - MARKER_RADIUS - 10,

@@ -92,6 +92,11 @@ RESULTS: dict[str, Result] = {
         "packing strategy the speedup over the lean dense INT8 datapath of the same peak 8-bit "
         "rate, the fraction of the ideal reached, the PE-lane utilization and the idle lane "
         "cycles by cause (`dstar.sim.cycle_model`)."),
+    "bench_cycles_photos": Result(
+        "Linear-datapath cycles on the natural-image DiT",
+        ("bench", "cycles", "--workload", "photos", "--json"),
+        _cycles_text,
+        "The same run on the DiT of natural-image crops (`--workload photos`)."),
     "bench_attention": Result(
         "Attention-engine cycles on the bundled DiT",
         ("bench", "attention", "--json"),
@@ -131,14 +136,22 @@ def _cell(v, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
 
-def workloads_table(reps: dict[str, dict]) -> str:
-    """The workloads side by side (``{workload: analyze report}``): element fractions per layer
-    type, the element-level ideal, PSNRs vs FP32 and the attention blocks computed."""
+#: The analyze and bench-cycles entries of each workload, in the side-by-side column order.
+WORKLOAD_ENTRIES = {"digits": ("analyze", "bench_cycles"),
+                    "photos": ("analyze_photos", "bench_cycles_photos")}
+
+
+def workloads_table(reps: dict[str, dict], cycles: dict[str, dict] | None = None) -> str:
+    """The workloads side by side (``{workload: analyze report}``, and ``{workload: bench cycles
+    report}`` where measured): element fractions per layer type, the element-level ideal and
+    the packings' ratios, the hardware speedup over the lean dense INT8 datapath (cycle model),
+    PSNRs vs FP32 and the attention blocks computed."""
     names = list(reps)
+    cycles = cycles or {}
     rows = [("| figure | " + " | ".join(names) + " |"), "|---|" + "---|" * len(names)]
 
-    def row(label, fmt, *path):
-        rows.append(f"| {label} | " + " | ".join(_cell(_pick(reps[n], *path), fmt)
+    def row(label, fmt, *path, src=reps):
+        rows.append(f"| {label} | " + " | ".join(_cell(_pick(src.get(n), *path), fmt)
                                                  for n in names) + " |")
 
     for t in ("qkv", "proj", "fc1", "fc2"):
@@ -147,6 +160,10 @@ def workloads_table(reps: dict[str, dict]) -> str:
                        for c in ("zero", "low", "high")) for n in names) + " |")
     row("nibble passes vs W8A8, element-level ideal", ".2f", "ops_ratio_vs_w8a8")
     row("nibble passes vs W8A8, lockstep", ".2f", "lockstep_ops_ratio_vs_w8a8")
+    if cycles:
+        for p in ("compact", "lockstep"):
+            row(f"cycles vs lean dense INT8, {p} datapath (cycle model, default preset)", ".2f",
+                "total", "strategies", p, "speedup_vs_dense", src=cycles)
     row("PSNR vs FP32, W8A8 (dB)", ".2f", "w8a8", "psnr_vs_fp32_db")
     row("PSNR vs FP32, DSTAR linears (dB)", ".2f", "dstar_linear_only", "psnr_vs_fp32_db")
     row("PSNR vs FP32, attention reuse (dB)", ".2f", "attention", "psnr_vs_fp32_db")
@@ -156,13 +173,97 @@ def workloads_table(reps: dict[str, dict]) -> str:
     return "\n".join(rows)
 
 
-#: Sections that put several entries' figures side by side: (title, entries, formatter of
-#: ``{entry: result}``); shown before the entries, with the entries that are measured.
+def _phases(n_steps: int) -> list[tuple[str, range]]:
+    """The key step 0, then the other steps of a run in quarters (as whole steps)."""
+    out = [("step 0", range(0, 1))]
+    edges = [1 + round(i * (n_steps - 1) / 4) for i in range(5)]
+    for a, b in zip(edges, edges[1:], strict=False):
+        if b > a:
+            out.append((f"steps {a}-{b - 1}", range(a, b)))
+    return out
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def temporal_table(reps: dict[str, dict]) -> str:
+    """How the temporal statistics differ between workloads (``{workload: analyze report}``):
+    the ZERO fraction of each layer type over the phases of the run (the mean of its steps'
+    fractions: every step encodes as many elements), and the attention blocks computed on the
+    phase's reuse steps."""
+    n = max(int(r.get("steps") or 1) for r in reps.values())
+    phases = _phases(n)
+    rows = ["| figure | workload | " + " | ".join(p for p, _ in phases) + " | all steps |",
+            "|---|---|" + "---|" * (len(phases) + 1)]
+    for t in ("qkv", "proj", "fc1", "fc2"):
+        for w, rep in reps.items():
+            by_step = {e["step"]: _pick(e, "per_layer_type", t, "zero_fraction")
+                       for e in rep.get("per_step", [])}
+            cells = [_mean(by_step.get(s) for s in steps) for _, steps in phases]
+            cells.append(_pick(rep, "per_layer_type", t, "zero_fraction"))
+            rows.append(f"| {t} ZERO | {w} | " + " | ".join(_cell(v, ".3f") for v in cells)
+                        + " |")
+    for w, rep in reps.items():
+        att = {e["step"]: e for e in _pick(rep, "attention", "per_step") or []}
+        cells = [_mean(att[s]["blocks_computed"] for s in steps
+                       if s in att and not att[s]["key"]) for _, steps in phases]
+        cells.append(_pick(rep, "attention", "blocks_computed_fraction_reuse_steps"))
+        rows.append(f"| attention blocks computed, reuse steps | {w} | "
+                    + " | ".join(_cell(v, ".3f") for v in cells) + " |")
+    return "\n".join(rows)
+
+
+def _by_workload(have: dict[str, dict], which: int) -> dict[str, dict]:
+    return {w: have[e[which]] for w, e in WORKLOAD_ENTRIES.items() if e[which] in have}
+
+
+def _workloads_summary(have: dict[str, dict]) -> str:
+    analyze = _by_workload(have, 0)
+    grids = " ".join(f"![{w} samples](results/{RESULTS[e[0]].images[0]})"
+                     for w, e in WORKLOAD_ENTRIES.items() if e[0] in have)
+    return "\n".join([
+        workloads_table(analyze, _by_workload(have, 1)), "",
+        "Sample grids (rows: FP32, W8A8, DSTAR; digits left, photos right):", "", grids, "",
+        "### Temporal statistics", "",
+        "How much of each step's difference is zero, per layer type, as the run goes (`dstar "
+        "analyze` `per_step`); the plot shows every step.", "",
+        temporal_table(analyze), "", f"![ZERO fraction per step]({TEMPORAL_IMAGE})"])
+
+
+def _temporal_png(have: dict[str, dict]) -> bytes:
+    from .plot_steps import steps_png
+    return steps_png(_by_workload(have, 0))
+
+
+#: Where the page's generated plot of the temporal statistics goes (relative to docs/).
+TEMPORAL_IMAGE = "results/temporal.png"
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A section that puts several entries' figures side by side, shown before the entries
+    when at least ``needs`` of them are measured: ``text`` renders ``{entry: result}``;
+    ``images`` maps a file under docs/ to a function of the same dict giving its bytes."""
+    title: str
+    entries: tuple[str, ...]
+    text: Callable[[dict], str]
+    needs: tuple[str, ...] = ()
+    images: tuple[tuple[str, Callable[[dict], bytes]], ...] = ()
+
+
 SUMMARIES = (
-    ("Both workloads side by side", ("analyze", "analyze_photos"),
-     lambda reps: workloads_table({"digits" if k == "analyze" else "photos": v
-                                   for k, v in reps.items()})),
+    Summary("Both workloads side by side",
+            tuple(e for pair in WORKLOAD_ENTRIES.values() for e in pair), _workloads_summary,
+            needs=tuple(e[0] for e in WORKLOAD_ENTRIES.values()),
+            images=((TEMPORAL_IMAGE, _temporal_png),)),
 )
+
+
+def _measured(d: Path, names) -> dict[str, dict]:
+    return {n: json.loads((d / f"{n}.json").read_text())["result"] for n in names
+            if (d / f"{n}.json").is_file()}
 
 
 def results_dir(root: Path | None = None) -> Path:
@@ -207,12 +308,11 @@ def render(root: Path | None = None) -> str:
            "Generated by `dstar results` from the JSON files in `docs/results/`; each section "
            "names the command that measured it and the commit it ran on. Do not edit by hand: "
            "re-run a section with `dstar results --run NAME`, then `dstar results`.", ""]
-    for title, names, fmt in SUMMARIES:
-        have = {n: json.loads((d / f"{n}.json").read_text())["result"] for n in names
-                if (d / f"{n}.json").is_file()}
-        if have:
-            out += [f"## {title}", "", f"From the sections {', '.join(map(repr, have))} "
-                    "below.", "", fmt(have), ""]
+    for summ in SUMMARIES:
+        have = _measured(d, summ.entries)
+        if all(n in have for n in summ.needs):
+            out += [f"## {summ.title}", "", f"From the sections {', '.join(map(repr, have))} "
+                    "below.", "", summ.text(have), ""]
     for name, entry in RESULTS.items():
         out += [f"## {entry.title}", ""]
         if entry.about:
@@ -230,6 +330,14 @@ def render(root: Path | None = None) -> str:
 
 
 def write_page(root: Path | None = None) -> Path:
-    path = (Path(root) if root else Path.cwd()) / "docs" / "results.md"
+    """Write ``docs/results.md`` and the summaries' generated images (each atomically)."""
+    docs = (Path(root) if root else Path.cwd()) / "docs"
+    for summ in SUMMARIES:
+        have = _measured(results_dir(root), summ.entries)
+        if all(n in have for n in summ.needs):
+            for rel, make in summ.images:
+                (docs / rel).parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(docs / rel, make(have))
+    path = docs / "results.md"
     write_atomic(path, render(root))
     return path

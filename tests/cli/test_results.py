@@ -75,3 +75,68 @@ def test_the_workloads_table_puts_each_reports_figures_in_its_column():
     assert "| qkv: ZERO / LOW / HIGH | - / - / - | - / - / - |" in lines
     assert "| nibble passes vs W8A8, element-level ideal | 3.25 | 3.12 |" in lines
     assert "| PSNR vs FP32, W8A8 (dB) | 47.50 | 40.00 |" in lines
+
+
+def _stepped(zero_by_step, blocks_by_step):
+    """An analyze-like report of ``len(zero_by_step)`` steps: fc1's ZERO fraction per step and
+    the attention blocks computed per step (None: a key step)."""
+    n = len(zero_by_step)
+    return {"steps": n,
+            "per_step": [{"step": s, "per_layer_type": {"fc1": {"zero_fraction": z}}}
+                         for s, z in enumerate(zero_by_step)],
+            "per_layer_type": {"fc1": {"zero_fraction": sum(zero_by_step) / n}},
+            "attention": {"per_step": [{"step": s, "key": b is None,
+                                        "blocks_computed": 1.0 if b is None else b}
+                                       for s, b in enumerate(blocks_by_step)],
+                          "blocks_computed_fraction_reuse_steps": 0.5}}
+
+
+def test_the_temporal_table_averages_each_phase_of_the_run():
+    # 9 steps: step 0, then quarters 1-2, 3-4, 5-6, 7-8
+    rep = _stepped([0.0, 0.5, 0.7, 0.4, 0.2, 0.1, 0.3, 0.0, 0.2],
+                   [None, 0.5, None, 0.25, None, 0.5, None, 0.75, None])
+    lines = results.temporal_table({"digits": rep}).splitlines()
+    assert lines[0] == ("| figure | workload | step 0 | steps 1-2 | steps 3-4 | steps 5-6 | "
+                        "steps 7-8 | all steps |")
+    assert "| fc1 ZERO | digits | 0.000 | 0.600 | 0.300 | 0.200 | 0.100 | 0.267 |" in lines
+    assert "| qkv ZERO | digits | - | - | - | - | - | - |" in lines
+    # only the reuse steps count for attention; step 0 has none
+    assert ("| attention blocks computed, reuse steps | digits | - | 0.500 | 0.250 | 0.500 | "
+            "0.750 | 0.500 |") in lines
+
+
+def test_the_temporal_plot_draws_each_workloads_panel_from_its_report():
+    from dstar import plot_steps
+    reps = {"digits": _stepped([0.0, 1.0, 1.0, 1.0], [None] * 4),
+            "photos": _stepped([0.0, 0.0, 0.0, 0.0], [None] * 4)}
+    img = plot_steps.steps_image(reps)
+    assert img.shape == (plot_steps.HEIGHT, 2 * plot_steps.PANEL_WIDTH)
+    value = plot_steps.STYLES["fc1"][0]
+    top = plot_steps.to_pixel(4, 2, 1.0)          # digits: the line at 100 % over steps 1-3
+    assert img[top[1], top[0]] == value
+    assert img[top[1], top[0] + plot_steps.PANEL_WIDTH] != value     # photos: at 0 %
+    low = plot_steps.to_pixel(4, 2, 0.0)
+    assert img[low[1], low[0] + plot_steps.PANEL_WIDTH] == value
+    assert plot_steps.steps_png(json.loads(json.dumps(reps))) == plot_steps.steps_png(reps)
+
+
+def test_write_page_writes_the_summary_plot_once_both_workloads_are_measured(tmp_path,
+                                                                             monkeypatch):
+    import dataclasses
+    monkeypatch.setattr(results, "RESULTS", {n: dataclasses.replace(r, text=lambda rep: "-")
+                                             for n, r in RESULTS.items()})
+    d = results.results_dir(tmp_path)
+    d.mkdir(parents=True)
+    rep = _stepped([0.0, 0.5, 0.5], [None, 0.5, None])
+    (d / "analyze.json").write_text(json.dumps({"command": "x", "commit": "c", "date": "d",
+                                                "result": rep}))
+    results.write_page(tmp_path)
+    assert not (tmp_path / "docs" / results.TEMPORAL_IMAGE).exists()   # photos not measured
+    assert "## Both workloads side by side" not in (tmp_path / "docs" / "results.md").read_text()
+    (d / "analyze_photos.json").write_text(json.dumps({"command": "x", "commit": "c",
+                                                       "date": "d", "result": rep}))
+    results.write_page(tmp_path)
+    page = (tmp_path / "docs" / "results.md").read_text()
+    assert "### Temporal statistics" in page and results.TEMPORAL_IMAGE in page
+    png = (tmp_path / "docs" / results.TEMPORAL_IMAGE).read_bytes()
+    assert png.startswith(b"\x89PNG")
