@@ -290,8 +290,10 @@ def cmd_generate(args) -> int:
     cfg = _config(args)
     out = check_output_dir(args.output)
     check_buildable(cfg)
+    if args.accelerator and cfg.datapath != Datapath.DSTAR:
+        raise UserError(f"--accelerator needs datapath=dstar, not {cfg.datapath}")
     with atomic_dir(out, owned=OUTPUTS) as tmp:
-        files, _ = build(cfg)
+        files, _ = build(cfg, accelerator=args.accelerator)
         for name, text in files.items():
             (tmp / name).write_text(text)
     *tops, params = (str(out / f) for f in files)
@@ -519,6 +521,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--datapath", choices=[v.value for v in Datapath],
                    help="dstar, int8 for the lean dense INT8 (W8A8) baseline top, or dense for "
                    "the heavier dense INT8 top")
+    p.add_argument("--accelerator", action="store_true",
+                   help="also the accelerator top (dstar.v: both blocks on shared PE arrays "
+                   "behind a command stream; its manifest under 'accelerator')")
     p.add_argument("-o", "--output", type=Path, required=True, help="output directory")
     p.set_defaults(func=cmd_generate)
 

@@ -24,19 +24,20 @@ from dstar.config import Config, ConfigError, Datapath
 from dstar.outputs import write_atomic
 
 from .dense import DenseLinearLayer
-from .geometry import AttentionGeometry, Geometry
+from .geometry import COUNTER_BITS, AttentionGeometry, Geometry
 from .int8 import Int8LinearLayer
 from .linear import LinearLayer
 
 __all__ = ["generate", "build", "check_buildable", "generate_block", "manifest",
-           "attention_manifest", "top_of", "TOP_NAME", "ATTN_TOP_NAME", "OUTPUTS", "Tops", "TOPS",
-           "MAX_MEMORY_WORDS"]
+           "attention_manifest", "accelerator_manifest", "top_of", "TOP_NAME", "ATTN_TOP_NAME",
+           "ACCEL_TOP_NAME", "OUTPUTS", "Tops", "TOPS", "MAX_MEMORY_WORDS"]
 
 TOP_NAME = "dstar_linear"
 ATTN_TOP_NAME = "dstar_attention"
+ACCEL_TOP_NAME = "dstar"
 SCHEMA_VERSION = 1
 #: Every file ``generate`` may write into its folder (a run removes those it no longer makes).
-OUTPUTS = (f"{TOP_NAME}.v", f"{ATTN_TOP_NAME}.v", "params.json")
+OUTPUTS = (f"{TOP_NAME}.v", f"{ATTN_TOP_NAME}.v", f"{ACCEL_TOP_NAME}.v", "params.json")
 #: Memory words of all tops beyond which ``check_buildable`` refuses a configuration: the
 #: Verilog spells out every word's initial value, so its size, the generation time and the
 #: generator's memory grow with it (the default preset has about 115 000).
@@ -46,7 +47,7 @@ MAX_MEMORY_WORDS = 1 << 20
 def _fields(layout, prefix="", base=0):
     """Flatten a layout into leaf fields (dotted names, ``[i]`` for array elements)."""
     out = []
-    if isinstance(layout, data.StructLayout):
+    if isinstance(layout, data.StructLayout | data.UnionLayout):   # a union's at offset 0
         for name, fld in layout:
             out += _fields(fld.shape, f"{prefix}{name}.", base + fld.offset)
         return out
@@ -153,6 +154,59 @@ def attention_manifest(cfg, top=None) -> dict:
     }
 
 
+def accelerator_manifest(cfg, top=None) -> dict:
+    """The manifest of the accelerator top (``dstar.hw.accelerator.Accelerator``; ``top``: one
+    already built): everything a driver needs, in any language. Ports (clock ``clk`` and
+    reset ``rst``, synchronous, active high, included), the command word's and every
+    memory word's layout (``layouts``: ``command`` and each memory by name), the opcodes, the
+    memories (id, depth, per-array, access, read latency, address rule), the ``din`` /
+    ``dout`` beat width and the counters ``READ_COUNTERS`` sends, in order."""
+    from . import accelerator as acc
+
+    top = top if top is not None else acc.Accelerator(cfg)
+    words = acc.memory_words(cfg)
+    depths = acc.memory_depths(cfg)
+    rules = {
+        "TARGET": "token * n_kt_max + kt (elements kt*k_tile ..; clipped to +-target_max)",
+        "STATE": "token * n_kt_max + kt",
+        "WEIGHTS": "k * n_mt_max + mt, array sub: columns (mt * n_arrays + sub) * m_tile ..",
+        "Y": "token * n_mt_max + mt, array sub: columns (mt * n_arrays + sub) * m_tile ..",
+        "Q": "i * rows_q + r (elements r*group ..)",
+        "KT": "d * n_kc + kc, array sub: keys kc*block_cols + sub*m_tile ..",
+        "V": "j * n_cp + cp, array sub: columns cp*block_cols + sub*m_tile ..",
+        "MS": "i", "O": "i * head_dim + d", "RES": "(slot * n_max + i) * head_dim + d",
+        "MASK": "slot * nqb + I, bit J: key block J selected for query block I",
+    }
+    mems = {}
+    for mm in acc.Mem:
+        access = ("rw" if mm in acc._WRITABLE and mm in acc._READABLE else
+                  "w" if mm in acc._WRITABLE else "r")
+        mems[mm.name] = {"id": int(mm), "depth": depths[mm.name],
+                         "per_array": mm in acc._PER_ARRAY, "access": access,
+                         "address": rules[mm.name]}
+    lin = top.linear_geometry
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "top": ACCEL_TOP_NAME,
+        "verilog": f"{ACCEL_TOP_NAME}.v",
+        "clock": {"port": "clk", "edge": "rising"},
+        "reset": {"port": "rst", "synchronous": True, "active": "high"},
+        "config": cfg.hardware(),
+        "derived": cfg.derived(),
+        "geometry": lin.to_dict(),
+        "attention_geometry": top.attention_geometry.to_dict(),
+        "ports": _ports(top),
+        "layouts": _layouts({"command": acc.command_layout(cfg), **words}),
+        "opcodes": {op.name: int(op) for op in acc.Opcode},
+        "memories": mems,
+        "data_bits": acc.data_bits(cfg),
+        "read_latency": "a READ's words leave on dout in address order; the first no earlier "
+                        "than 2 cycles after the command is taken",
+        "counters": list(acc.COUNTERS),
+        "counter_bits": COUNTER_BITS,
+    }
+
+
 def generate_block(component: wiring.Component, name: str, cfg, layouts_: dict,
                    outdir) -> dict:
     """Write a sub-block (e.g. the dispatcher alone, for stream-level testbenches) as
@@ -196,12 +250,18 @@ def check_buildable(cfg, *, attention: bool = True) -> dict:
     return {"memory_words": total, "memory_words_limit": MAX_MEMORY_WORDS}
 
 
-def build(cfg, *, attention: bool = True) -> tuple[dict[str, str], dict]:
+def build(cfg, *, attention: bool = True, accelerator: bool = False
+          ) -> tuple[dict[str, str], dict]:
     """Elaborate and convert every top of ``cfg`` (after ``check_buildable``) without writing
-    anything: ``({file name: text}, manifest)``, the files ``generate`` writes."""
+    anything: ``({file name: text}, manifest)``, the files ``generate`` writes. With
+    ``accelerator`` also the accelerator top (``dstar.hw.accelerator``, ``dstar.v``; its
+    manifest under ``accelerator``; DSTAR datapath only)."""
     from .attention import AttentionEngine
 
     check_buildable(cfg, attention=attention)
+    if accelerator and not TOPS[cfg.datapath].attention:
+        raise ConfigError(f"datapath={cfg.datapath}: the accelerator top needs the DSTAR "
+                          "datapath (its attention engine runs on the nibble lanes)")
     top = top_of(cfg)
     att = AttentionEngine(cfg) if attention and TOPS[cfg.datapath].attention else None
     man = manifest(cfg, top)
@@ -210,19 +270,27 @@ def build(cfg, *, attention: bool = True) -> tuple[dict[str, str], dict]:
     if att is not None:
         man["attention"] = attention_manifest(cfg, att)
         files[f"{ATTN_TOP_NAME}.v"] = verilog.convert(att, name=ATTN_TOP_NAME, emit_src=False)
+    if accelerator:
+        from .accelerator import Accelerator
+
+        acc = Accelerator(cfg)
+        man["accelerator"] = accelerator_manifest(cfg, acc)
+        files[f"{ACCEL_TOP_NAME}.v"] = verilog.convert(acc, name=ACCEL_TOP_NAME, emit_src=False,
+                                                       ports=_port_signals(acc))
     files["params.json"] = json.dumps(man, indent=1, sort_keys=True) + "\n"
     return files, man
 
 
-def generate(cfg, outdir, *, attention: bool = True) -> dict:
+def generate(cfg, outdir, *, attention: bool = True, accelerator: bool = False) -> dict:
     """Write ``<outdir>/dstar_linear.v`` and (with ``attention``) ``<outdir>/dstar_attention.v``
     (no source paths: byte-identical across runs and checkouts) and ``<outdir>/params.json``
     (the attention engine's part under ``attention``); return the manifest. Which tops:
     ``TOPS[cfg.datapath]`` (the dense INT8 datapaths have no attention engine). Everything is
     built and checked before the first file is written; each file is written whole
     (``write_atomic``), and files of ``OUTPUTS`` this run does not make are removed. Other files
-    in ``outdir`` are left alone (``dstar generate`` replaces the folder whole instead)."""
-    files, man = build(cfg, attention=attention)
+    in ``outdir`` are left alone (``dstar generate`` replaces the folder whole instead).
+    ``accelerator``: also ``dstar.v``, the accelerator top (``build``)."""
+    files, man = build(cfg, attention=attention, accelerator=accelerator)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():

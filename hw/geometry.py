@@ -382,8 +382,13 @@ class SoftmaxGeometry:
 class AttentionGeometry:
     """Sizes of the attention engine of one head: the PE array's linear ``Geometry`` (``lin``),
     the memories, the tile and block counts and the widths of ``golden/ATTENTION.md``.
-    Raises ``ConfigError`` for a configuration it cannot map."""
+    Raises ``ConfigError`` for a configuration it cannot map.
+
+    ``shared``: the engine runs on PE arrays it shares with the linear datapath
+    (``dstar.hw.accelerator``), so the accumulator banks are also sized to hold the linear
+    layer's ``Y`` (``Geometry(cfg).y_depth`` words across the four banks)."""
     cfg: Config
+    shared: bool = False
 
     #: Sequencer cycles from a tile phase's last lane op until the PE array's last reduction
     #: is seen written: op -> psum queued -> reduction -> accumulator written -> seen.
@@ -498,7 +503,10 @@ class AttentionGeometry:
         """Address bits of an accumulator bank: the logits (``block_q * n_kc`` words) or the
         PV sums ``S`` and ``U`` (``2 * block_q * n_cp``) of one query block."""
         bq = self.cfg.block_q
-        return max(1, (max(bq * self.n_kc, 2 * bq * self.n_cp) - 1).bit_length())
+        own = max(1, (max(bq * self.n_kc, 2 * bq * self.n_cp) - 1).bit_length())
+        if not self.shared:
+            return own
+        return max(own, (-(-Geometry(self.cfg).y_depth // 4) - 1).bit_length())
 
     def logit_base(self, parity):
         """The logits of a query block of ``parity`` in the accumulators (bank ``parity``);

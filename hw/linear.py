@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 
 from .dispatcher import bundle_layout, make_dispatcher
 from .encoder import DeltaEncoder, row_layouts
-from .geometry import COUNTER_BITS, Geometry, uwidth
+from .geometry import COUNTER_BITS, AttentionGeometry, Geometry, uwidth
 from .layouts import (
     encoded_slice_layout,
     lane_op_layout,
@@ -19,7 +19,7 @@ from .layouts import (
     token_layout,
     weight_row_layout,
 )
-from .pe_array import PEArray, y_row_layout
+from .pe_array import PEArray, pe_array_signature, y_row_layout
 
 __all__ = ["LinearLayer", "load_tiles"]
 
@@ -55,10 +55,15 @@ class LinearLayer(wiring.Component):
     Reset stops a run and empties every queue; the memories keep their contents.
 
     Ports are flat vectors (no structs) so that cocotb drives them directly.
+
+    With ``shared`` the layer owns no PE arrays: it drives the ``pe`` members (one
+    ``pe_array_signature`` per array, of the geometry ``AttentionGeometry(cfg, shared=True).lin``)
+    and the arrays' owner (``dstar.hw.accelerator.Accelerator``) lends them.
     """
 
-    def __init__(self, cfg):
-        self._geo = geo = Geometry(cfg)
+    def __init__(self, cfg, *, shared: bool = False):
+        self._shared = shared
+        self._geo = geo = AttentionGeometry(cfg, shared=True).lin if shared else Geometry(cfg)
         t_l, s_l = row_layouts(geo)
         run, status, host_rows, host_wy = layer_ports(geo, t_l.size, y_row_layout(geo).size)
         super().__init__({
@@ -73,6 +78,8 @@ class LinearLayer(wiring.Component):
             "host_state_wdata": In(s_l.size),
             "host_state_rdata": Out(s_l.size),
             **host_wy,
+            **({"pe": Out(pe_array_signature(geo, driver=True)).array(cfg.n_arrays)}
+               if shared else {}),
         })
 
     @property
@@ -99,8 +106,8 @@ class LinearLayer(wiring.Component):
         m = Module()
         m.submodules.encoder = enc = DeltaEncoder(geo)
         m.submodules.dispatcher = disp = make_dispatcher(geo)
-        arrays = []
-        for a in range(cfg.n_arrays):
+        arrays = list(self.pe) if self._shared else []
+        for a in range(0 if self._shared else cfg.n_arrays):
             arr = PEArray(geo)
             m.submodules[f"array_{a}"] = arr
             arrays.append(arr)

@@ -15,12 +15,35 @@ from dstar.config import WeightStore
 from .geometry import Geometry, uwidth
 from .layouts import lane_op_layout, token_layout, weight_row_layout
 
-__all__ = ["PEArray", "y_row_layout", "lane_weights"]
+__all__ = ["PEArray", "pe_array_signature", "y_row_layout", "lane_weights"]
 
 
 def y_row_layout(geo: Geometry) -> data.ArrayLayout:
     """A word of the accumulator memory: ``m_tile`` signed ``acc_bits`` accumulators."""
     return data.ArrayLayout(signed(geo.acc_bits), geo.cfg.m_tile)
+
+
+def pe_array_signature(geo: Geometry, *, driver: bool = False,
+                       host_writes: bool = False) -> wiring.Signature:
+    """The signature of a ``PEArray`` of ``geo``; with ``driver``, of the side that drives it
+    (every member's direction reversed): what the arrays' users that do not own them
+    (``LinearLayer`` and ``AttentionEngine`` with ``shared``) take as members. (Written out
+    instead of ``.flip()``: Amaranth 0.5 cannot flatten a flipped signature's array members.)
+    ``host_writes`` adds the accumulators' host write port (``PEArray``)."""
+    fwd, back = (Out, In) if driver else (In, Out)
+    return wiring.Signature({
+        **({"host_y_we": fwd(1), "host_y_waddr": fwd(uwidth(geo.y_depth)),
+            "host_y_wdata": fwd(y_row_layout(geo))} if host_writes else {}),
+        "i_op": fwd(stream.Signature(lane_op_layout(geo), always_ready=True)).array(geo.lanes),
+        "i_token": fwd(stream.Signature(token_layout(geo))),
+        "i_wrow": fwd(stream.Signature(weight_row_layout(geo), always_ready=True)),
+        "o_pop": back(geo.lanes),
+        "o_pass_done": back(1),
+        "host_y_addr": fwd(uwidth(geo.y_depth)),
+        "host_y_rdata": back(y_row_layout(geo)),
+        **({"host_y2_addr": fwd(uwidth(geo.y_depth)),
+            "host_y2_rdata": back(y_row_layout(geo))} if geo.y_readers == 2 else {}),
+    })
 
 
 def lane_weights(m: Module, wrow, k_tile: int, m_tile: int, store: WeightStore, sels: list,
@@ -126,21 +149,16 @@ class PEArray(wiring.Component):
     host_y2_addr, host_y2_rdata :
         A second such reader (``geo.y_readers == 2``); where both address the same bank, the
         first is served.
+    host_y_we, host_y_waddr, host_y_wdata :
+        With ``host_writes``: writes the accumulator word at ``host_y_waddr`` (a saved ``Y``
+        restored), on the reduction's write port, while no slice is reduced (the owner's
+        contract: only while its layer is idle).
     """
 
-    def __init__(self, geo: Geometry):
+    def __init__(self, geo: Geometry, *, host_writes: bool = False):
         self._geo = geo
-        super().__init__({
-            "i_op": In(stream.Signature(lane_op_layout(geo), always_ready=True)).array(geo.lanes),
-            "i_token": In(stream.Signature(token_layout(geo))),
-            "i_wrow": In(stream.Signature(weight_row_layout(geo), always_ready=True)),
-            "o_pop": Out(geo.lanes),
-            "o_pass_done": Out(1),
-            "host_y_addr": In(uwidth(geo.y_depth)),
-            "host_y_rdata": Out(y_row_layout(geo)),
-            **({"host_y2_addr": In(uwidth(geo.y_depth)),
-                "host_y2_rdata": Out(y_row_layout(geo))} if geo.y_readers == 2 else {}),
-        })
+        self._host_writes = host_writes
+        super().__init__(pe_array_signature(geo, host_writes=host_writes))
 
     def elaborate(self, platform):
         geo, cfg = self._geo, self._geo.cfg
@@ -234,6 +252,10 @@ class PEArray(wiring.Component):
                          y_wr.en.eq(b_valid & bank_is(b_addr, k)), y_wr.addr.eq(b_addr[:bits])]
             for c in range(m_n):
                 m.d.comb += y_wr.data[c].eq(Mux(b_over, b_sum[c], b_rdata[c] + b_sum[c]))
+            if self._host_writes:
+                with m.If(~b_valid & self.host_y_we & bank_is(self.host_y_waddr, k)):
+                    m.d.comb += [y_wr.en.eq(1), y_wr.addr.eq(self.host_y_waddr[:bits]),
+                                 y_wr.data.eq(self.host_y_wdata)]
             if nb == 1:
                 m.d.comb += [b_rdata.eq(y_rd.data)] + [r.eq(y_rd.data) for _, r in readers]
             else:

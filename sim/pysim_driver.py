@@ -7,7 +7,7 @@ from dstar.hw.generate import manifest, top_of
 
 from .layer_io import LayerImage, run_step
 
-__all__ = ["simulate", "run_layer_pysim"]
+__all__ = ["simulate", "io_adapter", "run_layer_pysim"]
 
 
 def simulate(dut, *benches) -> None:
@@ -20,12 +20,15 @@ def simulate(dut, *benches) -> None:
     sim.run()
 
 
-def _io(ctx, dut):
+def io_adapter(ctx, dut):
+    """The three-call adapter (``set``, ``get``, ``tick``) of ``dstar.sim.layer_io`` on an
+    Amaranth testbench context: ports named as in the Verilog (``host_y_rdata__0``,
+    ``cmd__payload``: ``__`` between members, array indices as numbers)."""
     def port(name):
-        if "__" in name:
-            base, idx = name.rsplit("__", 1)
-            return getattr(dut, base)[int(idx)]
-        return getattr(dut, name)
+        obj = dut
+        for part in name.split("__"):
+            obj = obj[int(part)] if part.isdigit() else getattr(obj, part)
+        return obj.as_value() if hasattr(obj, "as_value") else obj
 
     def set_(name, value):
         ctx.set(port(name), value)
@@ -48,7 +51,7 @@ def run_layer_pysim(cfg, w_q, steps, state=None):
     outs = []
 
     async def bench(ctx):
-        io = _io(ctx, dut)
+        io = io_adapter(ctx, dut)
         for i, (target, key) in enumerate(steps):
             outs.append(await run_step(io, img, target, key=key, w_q=w_q if i == 0 else None,
                                        state=state if i == 0 else None))

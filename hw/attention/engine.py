@@ -14,7 +14,7 @@ from amaranth.lib.wiring import In, Out
 from dstar.config import Config
 
 from ..geometry import COUNTER_BITS, AttentionGeometry, uwidth
-from ..pe_array import PEArray
+from ..pe_array import PEArray, pe_array_signature
 from ..softmax import Normalizer, SoftmaxUnit
 from .block_list import BlockList, ListMode
 from .layouts import memory_layouts, p_word_layout
@@ -111,6 +111,11 @@ class AttentionEngine(wiring.Component):
     of ``golden/ATTENTION.md``; outputs are exact. Reset stops a run and forgets every slot's
     step counter; the memories (mask, residual, inputs, outputs) keep their contents.
 
+    With ``shared`` the engine owns no PE arrays: it drives the ``pe`` members (one
+    ``pe_array_signature`` per array, of ``AttentionGeometry(cfg, shared=True).lin``, whose
+    banks also hold a linear layer's accumulators) and the arrays' owner
+    (``dstar.hw.accelerator.Accelerator``) lends them.
+
     Host reads: ``host_o_rdata`` / ``host_res_rdata`` / ``host_mask_rdata`` show the word at
     ``host_o_addr`` / ``host_res_addr`` one cycle after the address (the mask in the same
     cycle), valid only while ``busy`` is low: O and R share the engine's read ports.
@@ -122,8 +127,9 @@ class AttentionEngine(wiring.Component):
     choice: a testbench packs words through the manifest's field lists).
     """
 
-    def __init__(self, cfg: Config):
-        self._ag = ag = AttentionGeometry(cfg)
+    def __init__(self, cfg: Config, *, shared: bool = False):
+        self._shared = shared
+        self._ag = ag = AttentionGeometry(cfg, shared=shared)
         lays = self.layouts()
         n_arr = cfg.n_arrays
         super().__init__({
@@ -153,6 +159,7 @@ class AttentionEngine(wiring.Component):
             "host_res_rdata": Out(Shape.cast(lays["res_word"]).width),
             "host_mask_addr": In(uwidth(ag.mask_depth)),
             "host_mask_rdata": Out(Shape.cast(lays["mask_word"]).width),
+            **({"pe": Out(pe_array_signature(ag.lin, driver=True)).array(n_arr)} if shared else {}),
         })
 
     @property
@@ -182,8 +189,8 @@ class AttentionEngine(wiring.Component):
             m.submodules[names[k]] = part
         tr, feed, ns = parts["tr"], parts["feed"], parts["ns"]
         bb = ag.bank_bits
-        arrays = []
-        for a in range(cfg.n_arrays):
+        arrays = list(self.pe) if self._shared else []
+        for a in range(0 if self._shared else cfg.n_arrays):
             arr = PEArray(ag.lin)
             m.submodules[f"array_{a}"] = arr
             arrays.append(arr)

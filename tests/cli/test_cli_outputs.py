@@ -90,6 +90,32 @@ def test_generate_refuses_lattice_refinement(capsys, tmp_path):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_generate_refuses_the_accelerator_top_without_the_dstar_datapath(capsys, tmp_path):
+    code, _, err = run(capsys, "generate", "--preset", "tiny", "--datapath", "int8",
+                       "--accelerator", "-o", str(tmp_path / "rtl"))
+    assert code != 0 and not (tmp_path / "rtl").exists()
+    assert err == "dstar: error: --accelerator needs datapath=dstar, not int8\n"
+
+
+def test_generate_writes_the_accelerator_top_and_its_manifest(capsys, tmp_path):
+    out_dir = tmp_path / "rtl"
+    code, text, _ = run(capsys, "generate", "--preset", "tiny", "--accelerator", "-o",
+                        str(out_dir))
+    assert code == 0 and f"{out_dir / 'dstar.v'}" in text
+    assert sorted(p.name for p in out_dir.iterdir()) == ["dstar.v", "dstar_attention.v",
+                                                         "dstar_linear.v", "params.json"]
+    man = json.loads((out_dir / "params.json").read_text())["accelerator"]
+    verilog = (out_dir / "dstar.v").read_text()
+    assert "module dstar(" in verilog
+    for name in man["ports"]:                      # every port of the manifest is in the top
+        assert f" {name}" in verilog, name
+    assert man["ports"]["cmd__payload"]["width"] == man["layouts"]["command"]["width"]
+    assert man["ports"]["din__payload"]["width"] == man["data_bits"]
+    assert man["reset"] == {"port": "rst", "synchronous": True, "active": "high"}
+    assert set(man["memories"]) == set(man["layouts"]) - {"command"}
+    assert man["opcodes"]["LOAD"] == 1 and man["counters"][0] == "commands"
+
+
 def test_generate_replaces_the_folder_whole(capsys, tmp_path):
     """A dense run into a folder of an earlier DSTAR run leaves no stale ``dstar_attention.v``;
     the files get the umask's modes, and no temporary or lock is left inside the folder."""
@@ -116,7 +142,7 @@ def test_an_interrupted_generate_leaves_the_earlier_run(capsys, tmp_path, monkey
     out_dir.mkdir()
     (out_dir / "params.json").write_text("earlier run")
 
-    def interrupted(cfg):
+    def interrupted(cfg, **kw):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(generate, "build", interrupted)

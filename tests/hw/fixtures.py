@@ -68,16 +68,18 @@ def run_icarus(out, top: str, test_module: str, env: dict, *, build: str = "icar
 
 
 def run_generated(cfg, out, top: str, test_module: str, cases: dict, env_prefix: str,
-                  cases_file: str = "cases.npz", *, build: str = "icarus") -> None:
+                  cases_file: str = "cases.npz", *, build: str = "icarus",
+                  accelerator: bool = False) -> None:
     """Generate ``cfg``'s Verilog in ``out`` (``dstar.hw.generate.generate``), save ``cases`` to
     ``out/cases_file`` and run the cocotb tests of ``test_module`` on ``top`` with
     ``run_icarus``; the testbench finds ``params.json`` in ``{env_prefix}_PARAMS`` and the cases
-    in ``{env_prefix}_CASES``. Skips the calling test without Icarus."""
+    in ``{env_prefix}_CASES``. Skips the calling test without Icarus. ``accelerator``: also
+    the accelerator top (``generate``'s)."""
     from dstar.hw.generate import generate
     from dstar.sim.case_files import save_cases
 
     need_iverilog()
-    generate(cfg, out)
+    generate(cfg, out, accelerator=accelerator)
     save_cases(out / cases_file, cases)
     run_icarus(out, top, test_module, {f"{env_prefix}_PARAMS": out / "params.json",
                                        f"{env_prefix}_CASES": out / cases_file}, build=build)

@@ -1,0 +1,436 @@
+"""The accelerator top: the differential linear datapath and the attention engine on shared PE
+arrays, driven by a command stream, with data streams in and out.
+
+Ref: dstar-spec.md section 5 (the top level and its command stream); the command set is
+``command_layout`` / ``Opcode`` / ``Mem``, listed in the manifest.
+"""
+
+import enum
+
+from amaranth import Cat, Const, Module, Mux, Shape, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from dstar.config import Config
+
+from .attention import AttentionEngine
+from .attention.layouts import memory_layouts
+from .encoder import row_layouts
+from .geometry import COUNTER_BITS, AttentionGeometry, uwidth
+from .layouts import weight_row_layout
+from .linear import LinearLayer
+from .pe_array import PEArray, y_row_layout
+
+__all__ = ["Accelerator", "Opcode", "Mem", "COUNTERS", "command_layout", "memory_words",
+           "memory_depths", "data_bits"]
+
+
+class Opcode(enum.IntEnum):
+    """What a command does (``command_layout``'s ``op``)."""
+    #: Nothing (counted as a command).
+    NOP = 0
+    #: ``args.mem``: the next ``count`` beats of ``din`` are words ``addr ..`` of memory
+    #: ``mem`` (``sub``: the array of a per-array memory). Targets are clipped to
+    #: ``+-target_max`` as they are written (counted in ``target_clipped``).
+    LOAD = 1
+    #: ``args.mem``: words ``addr .. addr + count - 1`` of memory ``mem`` go out on ``dout``,
+    #: one per beat, in address order.
+    READ = 2
+    #: ``args.linear``: one differential linear step (``LinearLayer``) of ``n_tokens`` rows
+    #: over ``n_kt`` x ``n_mt`` weight tiles, a linear key step if ``key``.
+    RUN_LINEAR = 3
+    #: ``args.attention``: one attention step (``AttentionEngine``) of ``n_tokens`` rows of
+    #: slot ``slot`` with ``theta_q`` and ``refresh``.
+    RUN_ATTENTION = 4
+    #: Forget every attention slot's step counter (the next call of each is a key step).
+    CLEAR_SLOTS = 5
+    #: The counters (``COUNTERS``, in that order) go out on ``dout``, one per beat.
+    READ_COUNTERS = 6
+    #: Clear the ``error`` flag (the ``errors`` counter keeps counting).
+    ACK_ERROR = 7
+
+
+class Mem(enum.IntEnum):
+    """The memories a ``LOAD`` or ``READ`` addresses (``args.mem.mem``); their word layouts and
+    depths are in the manifest (``memory_words``, ``memory_depths``)."""
+    TARGET = 0      # linear targets, write only
+    STATE = 1       # linear state
+    WEIGHTS = 2     # linear weights, per array (sub), write only
+    Y = 3           # linear accumulators, per array (sub): saved and restored between steps
+    Q = 4           # attention Q, write only
+    KT = 5          # attention K^T, per array (sub), write only
+    V = 6           # attention V, per array (sub), write only
+    MS = 7          # attention (m, sh) per query row, write only
+    O = 8           # attention output, read only  # noqa: E741
+    RES = 9         # attention residual cache, read only
+    MASK = 10       # attention masks, read only
+
+
+_WRITABLE = (Mem.TARGET, Mem.STATE, Mem.WEIGHTS, Mem.Y, Mem.Q, Mem.KT, Mem.V, Mem.MS)
+_READABLE = (Mem.STATE, Mem.Y, Mem.O, Mem.RES, Mem.MASK)
+_PER_ARRAY = (Mem.WEIGHTS, Mem.Y, Mem.KT, Mem.V)
+
+#: The counters ``READ_COUNTERS`` sends, in order (``COUNTER_BITS`` each, wrapping).
+COUNTERS = ("commands", "errors", "target_clipped",
+            "linear_cycles", "linear_stall_load", "linear_low", "linear_high", "linear_zero",
+            "attention_cycles", "attention_qk_tiles", "attention_pv_tiles", "attention_key")
+
+
+def _geometries(cfg: Config):
+    """The shared PE arrays' (linear) geometry and the attention engine's."""
+    ag = AttentionGeometry(cfg, shared=True)
+    return ag.lin, ag
+
+
+def memory_words(cfg: Config) -> dict:
+    """The word layout of each ``Mem``, by name."""
+    lin, ag = _geometries(cfg)
+    t_l, s_l = row_layouts(lin)
+    al = memory_layouts(ag)
+    return {Mem.TARGET.name: t_l, Mem.STATE.name: s_l,
+            Mem.WEIGHTS.name: weight_row_layout(lin).members["w"], Mem.Y.name: y_row_layout(lin),
+            Mem.Q.name: al["q_word"], Mem.KT.name: al["kt_word"], Mem.V.name: al["v_word"],
+            Mem.MS.name: al["ms_word"], Mem.O.name: al["o_word"], Mem.RES.name: al["res_word"],
+            Mem.MASK.name: al["mask_word"]}
+
+
+def memory_depths(cfg: Config) -> dict:
+    """Words of each ``Mem`` (per array for the per-array ones), by name."""
+    lin, ag = _geometries(cfg)
+    return {Mem.TARGET.name: lin.row_depth, Mem.STATE.name: lin.row_depth,
+            Mem.WEIGHTS.name: lin.weight_depth, Mem.Y.name: lin.y_depth,
+            Mem.Q.name: ag.q_depth, Mem.KT.name: ag.kt_depth, Mem.V.name: ag.v_depth,
+            Mem.MS.name: ag.n_max, Mem.O.name: ag.o_depth, Mem.RES.name: ag.res_depth,
+            Mem.MASK.name: ag.mask_depth}
+
+
+def data_bits(cfg: Config) -> int:
+    """Width of a ``din`` / ``dout`` beat: the widest memory word (or counter); a narrower
+    word sits in the low bits (the rest are zero on ``dout``, ignored on ``din``)."""
+    return max(COUNTER_BITS, *(Shape.cast(w).width for w in memory_words(cfg).values()))
+
+
+def command_layout(cfg: Config) -> data.StructLayout:
+    """A command: ``op`` (``Opcode``) and its arguments, one of ``args.mem`` (``LOAD``,
+    ``READ``), ``args.linear`` (``RUN_LINEAR``), ``args.attention`` (``RUN_ATTENTION``)."""
+    lin, ag = _geometries(cfg)
+    depth = max(memory_depths(cfg).values())
+    return data.StructLayout({
+        "op": unsigned(4),
+        "args": data.UnionLayout({
+            "mem": data.StructLayout({"mem": unsigned(4), "sub": unsigned(uwidth(cfg.n_arrays)),
+                                      "addr": unsigned(uwidth(depth)),
+                                      "count": unsigned(uwidth(depth + 1))}),
+            "linear": data.StructLayout({"n_tokens": unsigned(uwidth(cfg.max_tokens + 1)),
+                                         "n_kt": unsigned(uwidth(lin.n_kt_max + 1)),
+                                         "n_mt": unsigned(uwidth(lin.n_mt_max + 1)),
+                                         "key": unsigned(1)}),
+            "attention": data.StructLayout({"slot": unsigned(uwidth(cfg.attn_slots)),
+                                            "n_tokens": unsigned(uwidth(cfg.max_tokens + 1)),
+                                            "theta_q": unsigned(ag.theta_bits),
+                                            "refresh": unsigned(ag.REFRESH_BITS)}),
+        }),
+    })
+
+
+# Command-processor states (plain comparisons, no m.FSM: see hw.softmax on Icarus).
+_IDLE, _LOAD, _READ, _START, _RUN, _COUNT = range(6)
+#: Depth of the ``dout`` queue of ``READ``: reads are issued only into free entries, so a
+#: stalled ``dout`` loses nothing and a ready one takes a word per cycle.
+_OUT_DEPTH = 4
+
+
+class Accelerator(wiring.Component):
+    """DSTAR: ``LinearLayer`` and ``AttentionEngine`` on one set of ``n_arrays`` PE arrays
+    (``AttentionGeometry(cfg, shared=True).lin``), behind a command processor.
+
+    Members
+    -------
+    cmd : In(stream.Signature(command_layout(cfg)))
+        Commands (``Opcode``), taken one at a time: ``cmd.ready`` is high only while no
+        command is being executed. A command whose opcode is unknown or whose arguments are
+        out of range (a memory that cannot be loaded or read, an address range beyond its
+        depth, ``count`` 0, ``sub >= n_arrays`` for a per-array memory, ``n_tokens`` outside
+        ``1 .. max_tokens``, tiles beyond ``n_kt_max`` / ``n_mt_max``, ``slot >= attn_slots``)
+        is not executed: it sets ``error`` and counts in ``errors``.
+    din : In(stream.Signature(data_bits(cfg)))
+        The words of a ``LOAD``, one per beat (taken only during a ``LOAD``).
+    dout : Out(stream.Signature(data_bits(cfg)))
+        The words of a ``READ`` or ``READ_COUNTERS``, one per beat; back-pressure holds them.
+    busy : Out(1)
+        A command is being executed.
+    done : Out(1)
+        One-cycle pulse when a ``RUN_LINEAR`` or ``RUN_ATTENTION`` has finished.
+    error : Out(1)
+        A command was refused since reset or the last ``ACK_ERROR``.
+    key : Out(1)
+        The last attention step was an attention key step.
+
+    A run's parameters are captured when its command is taken. Memories keep their contents
+    across commands and reset; reset forgets the attention slots' step counters, like the
+    engine's reset. Latency: a command is taken in the cycle it is offered while idle; a
+    ``LOAD`` takes a beat per cycle; a ``READ`` issues a read per cycle while ``dout`` has room
+    (its first word one cycle after the command is taken, plus a cycle for ``dout``'s queue);
+    runs take the cycles of ``dstar.sim.cycle_model`` / ``dstar.sim.attention_cycles`` plus two
+    (start, done). Results are those of the blocks, exact.
+    """
+
+    def __init__(self, cfg: Config):
+        self._cfg = cfg
+        self._lin = LinearLayer(cfg, shared=True)
+        self._att = AttentionEngine(cfg, shared=True)
+        w = data_bits(cfg)
+        super().__init__({
+            "cmd": In(stream.Signature(command_layout(cfg))),
+            "din": In(stream.Signature(w)),
+            "dout": Out(stream.Signature(w)),
+            "busy": Out(1),
+            "done": Out(1),
+            "error": Out(1),
+            "key": Out(1),
+        })
+
+    @property
+    def config(self) -> Config:
+        return self._cfg
+
+    @property
+    def linear_geometry(self):
+        """The linear datapath's ``Geometry`` (that of the shared PE arrays)."""
+        return self._lin.geometry
+
+    @property
+    def attention_geometry(self) -> AttentionGeometry:
+        return self._att.geometry
+
+    def elaborate(self, platform):
+        cfg = self._cfg
+        m = Module()
+        m.submodules.linear = lin = self._lin
+        m.submodules.attention = att = self._att
+        geo = lin.geometry
+        mode_att = Signal()                 # which block owns the PE arrays
+        arrays = []
+        for a in range(cfg.n_arrays):
+            arr = PEArray(geo, host_writes=True)
+            m.submodules[f"array_{a}"] = arr
+            _share(m, arr, [lin.pe[a], att.pe[a]], mode_att)
+            arrays.append(arr)
+
+        depths = memory_depths(cfg)
+        cl = command_layout(cfg)
+        cmd = self.cmd.payload
+        state = Signal(range(6))
+        m.d.comb += self.busy.eq(state != _IDLE)
+
+        # Captured arguments of the command being executed.
+        mem, sub = Signal(4), Signal.like(cmd.args.mem.sub)
+        addr, left = Signal.like(cmd.args.mem.addr), Signal.like(cmd.args.mem.count)
+        l_args = Signal(cl.members["args"].members["linear"])
+        a_args = Signal(cl.members["args"].members["attention"])
+        is_att = Signal()
+
+        counters = {n: Signal(COUNTER_BITS, name=f"count_{n}") for n in COUNTERS[:3]}
+        m.d.comb += self.key.eq(att.key)
+
+        # ----- decoding and checking -----
+        op, ma = cmd.op, cmd.args.mem
+        ok = Signal()
+        in_range = Signal()
+        with m.Switch(ma.mem):
+            for mm in Mem:
+                with m.Case(mm):
+                    fits = ma.addr + ma.count <= depths[mm.name]
+                    m.d.comb += in_range.eq((ma.count != 0) & fits
+                                            & ((ma.sub < cfg.n_arrays) if mm in _PER_ARRAY
+                                               else (ma.sub == 0)))
+        la, aa = cmd.args.linear, cmd.args.attention
+        with m.Switch(op):
+            with m.Case(Opcode.LOAD):
+                m.d.comb += ok.eq(in_range & _member_of(ma.mem, _WRITABLE))
+            with m.Case(Opcode.READ):
+                m.d.comb += ok.eq(in_range & _member_of(ma.mem, _READABLE))
+            with m.Case(Opcode.RUN_LINEAR):
+                m.d.comb += ok.eq((la.n_tokens >= 1) & (la.n_tokens <= cfg.max_tokens)
+                                  & (la.n_kt <= geo.n_kt_max) & (la.n_mt <= geo.n_mt_max))
+            with m.Case(Opcode.RUN_ATTENTION):
+                m.d.comb += ok.eq((aa.n_tokens >= 1) & (aa.n_tokens <= cfg.max_tokens)
+                                  & (aa.slot < cfg.attn_slots))
+            with m.Case(Opcode.NOP, Opcode.CLEAR_SLOTS, Opcode.READ_COUNTERS, Opcode.ACK_ERROR):
+                m.d.comb += ok.eq(1)
+
+        take = Signal()
+        m.d.comb += [self.cmd.ready.eq(state == _IDLE), take.eq(self.cmd.valid & self.cmd.ready)]
+        with m.If(take):
+            m.d.sync += counters["commands"].eq(counters["commands"] + 1)
+            with m.If(~ok):
+                m.d.sync += [self.error.eq(1), counters["errors"].eq(counters["errors"] + 1)]
+            with m.Else():
+                m.d.sync += [mem.eq(ma.mem), sub.eq(ma.sub), addr.eq(ma.addr),
+                             left.eq(ma.count)]
+                with m.Switch(op):
+                    with m.Case(Opcode.LOAD):
+                        m.d.sync += state.eq(_LOAD)
+                    with m.Case(Opcode.READ):
+                        m.d.sync += [state.eq(_READ), mode_att.eq(0)]
+                    with m.Case(Opcode.RUN_LINEAR):
+                        m.d.sync += [state.eq(_START), l_args.eq(la), is_att.eq(0),
+                                     mode_att.eq(0)]
+                    with m.Case(Opcode.RUN_ATTENTION):
+                        m.d.sync += [state.eq(_START), a_args.eq(aa), is_att.eq(1),
+                                     mode_att.eq(1)]
+                    with m.Case(Opcode.READ_COUNTERS):
+                        m.d.sync += [state.eq(_COUNT), left.eq(len(COUNTERS)), addr.eq(0)]
+                    with m.Case(Opcode.ACK_ERROR):
+                        m.d.sync += self.error.eq(0)
+        m.d.comb += att.clear.eq(take & ok & (op == Opcode.CLEAR_SLOTS))
+
+        # ----- runs -----
+        m.d.comb += [lin.n_tokens.eq(l_args.n_tokens), lin.n_kt.eq(l_args.n_kt),
+                     lin.n_mt.eq(l_args.n_mt), lin.key.eq(l_args.key),
+                     att.slot.eq(a_args.slot), att.n_tokens.eq(a_args.n_tokens),
+                     att.theta_q.eq(a_args.theta_q), att.refresh.eq(a_args.refresh),
+                     lin.start.eq((state == _START) & ~is_att),
+                     att.start.eq((state == _START) & is_att)]
+        with m.If(state == _START):
+            m.d.sync += state.eq(_RUN)
+        with m.If((state == _RUN) & ~Mux(is_att, att.busy, lin.busy)):
+            m.d.sync += state.eq(_IDLE)
+            m.d.comb += self.done.eq(1)
+
+        # ----- loads -----
+        beat = Signal()
+        m.d.comb += [self.din.ready.eq(state == _LOAD), beat.eq(self.din.valid & self.din.ready)]
+        words = memory_words(cfg)
+        target = data.View(words[Mem.TARGET.name], self.din.payload[:words[Mem.TARGET.name].size])
+        clipped = Signal(words[Mem.TARGET.name])
+        n_clip = []
+        tmax = geo.cfg.target_max
+        for i, t in enumerate(target):
+            hi, lo = t > tmax, t < -tmax
+            m.d.comb += clipped[i].eq(Mux(hi, tmax, Mux(lo, -tmax, t)))
+            n_clip.append(hi | lo)
+        clip_count = Signal(range(len(n_clip) + 1))
+        m.d.comb += clip_count.eq(sum(c.as_unsigned() for c in n_clip))
+        with m.If(beat & (mem == Mem.TARGET)):
+            m.d.sync += counters["target_clipped"].eq(counters["target_clipped"] + clip_count)
+        one_hot = Signal(cfg.n_arrays)
+        m.d.comb += one_hot.eq(Const(1, cfg.n_arrays) << sub)
+        d = self.din.payload
+
+        def width(name):
+            return Shape.cast(words[name]).width
+
+        m.d.comb += [
+            lin.host_target_we.eq(beat & (mem == Mem.TARGET)),
+            lin.host_target_wdata.eq(clipped),
+            lin.host_state_we.eq(beat & (mem == Mem.STATE)),
+            lin.host_state_wdata.eq(d[:width("STATE")]),
+            lin.host_w_we.eq(Mux(beat & (mem == Mem.WEIGHTS), one_hot, 0)),
+            lin.host_w_wdata.eq(d[:width("WEIGHTS")]),
+            lin.host_w_addr.eq(addr),
+            att.host_addr.eq(addr),
+            att.host_q_we.eq(beat & (mem == Mem.Q)),
+            att.host_q_wdata.eq(d[:width("Q")]),
+            att.host_k_we.eq(Mux(beat & (mem == Mem.KT), one_hot, 0)),
+            att.host_k_wdata.eq(d[:width("KT")]),
+            att.host_v_we.eq(Mux(beat & (mem == Mem.V), one_hot, 0)),
+            att.host_v_wdata.eq(d[:width("V")]),
+            att.host_ms_we.eq(beat & (mem == Mem.MS)),
+            att.host_ms_wdata.eq(d[:width("MS")]),
+        ]
+        for a, arr in enumerate(arrays):          # a saved Y restored (the arrays' own port)
+            m.d.comb += [arr.host_y_we.eq(beat & (mem == Mem.Y) & (sub == a)),
+                         arr.host_y_waddr.eq(addr), arr.host_y_wdata.eq(d[:width("Y")])]
+        with m.If(beat):
+            m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+            with m.If(left == 1):
+                m.d.sync += state.eq(_IDLE)
+
+        # ----- reads: one memory read per cycle into free entries of the out queue -----
+        m.submodules.out_q = out_q = SyncFIFO(width=len(self.dout.payload), depth=_OUT_DEPTH)
+        inflight = Signal()
+        issue = Signal()
+        m.d.comb += issue.eq((state == _READ) & (left != 0)
+                             & (out_q.level + inflight < _OUT_DEPTH))
+        m.d.comb += [lin.host_row_addr.eq(addr), lin.host_y_addr.eq(addr),
+                     att.host_o_addr.eq(addr), att.host_res_addr.eq(addr),
+                     att.host_mask_addr.eq(addr)]
+        mask_q = Signal.like(att.host_mask_rdata)        # the mask's read, made one cycle late
+        m.d.sync += [inflight.eq(issue), mask_q.eq(att.host_mask_rdata)]
+        with m.If(issue):
+            m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+        r_mem, r_sub = Signal.like(mem), Signal.like(sub)
+        m.d.sync += [r_mem.eq(mem), r_sub.eq(sub)]
+        rdata = Signal(len(self.dout.payload))
+        y_rows = Cat(*(lin.host_y_rdata[a] for a in range(cfg.n_arrays)))
+        y_w = width("Y")
+        with m.Switch(r_mem):
+            with m.Case(Mem.STATE):
+                m.d.comb += rdata.eq(lin.host_state_rdata)
+            with m.Case(Mem.Y):
+                m.d.comb += rdata.eq(y_rows.word_select(r_sub, y_w))
+            with m.Case(Mem.O):
+                m.d.comb += rdata.eq(att.host_o_rdata.as_unsigned())
+            with m.Case(Mem.RES):
+                m.d.comb += rdata.eq(att.host_res_rdata.as_unsigned())
+            with m.Case(Mem.MASK):
+                m.d.comb += rdata.eq(mask_q)
+
+        # ----- counters out -----
+        values = [counters["commands"], counters["errors"], counters["target_clipped"],
+                  lin.cycles, lin.stall_load, lin.count_low, lin.count_high, lin.count_zero,
+                  att.cycles, att.count_qk, att.count_pv, att.key]
+        cval = Signal(COUNTER_BITS)
+        with m.Switch(addr):
+            for i, v in enumerate(values):
+                with m.Case(i):
+                    m.d.comb += cval.eq(v)
+        push_count = Signal()
+        m.d.comb += push_count.eq((state == _COUNT) & (left != 0) & out_q.w_rdy)
+        with m.If(push_count):
+            m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+
+        m.d.comb += [out_q.w_en.eq(inflight | push_count),
+                     out_q.w_data.eq(Mux(inflight, rdata, cval)),
+                     self.dout.valid.eq(out_q.r_rdy), self.dout.payload.eq(out_q.r_data),
+                     out_q.r_en.eq(self.dout.ready)]
+        with m.If(((state == _READ) | (state == _COUNT)) & (left == 0) & ~inflight):
+            m.d.sync += state.eq(_IDLE)
+        return m
+
+
+def _member_of(value, members) -> "Signal":
+    out = Const(0)
+    for mm in members:
+        out = out | (value == mm)
+    return out
+
+
+def _at(obj, path):
+    for p in path:
+        obj = obj[p] if isinstance(p, int) else getattr(obj, p)
+    return obj
+
+
+def _share(m, arr, owners, sel) -> None:
+    """Connect ``arr`` to the owner ``sel`` (an index) of ``owners``, interfaces of
+    ``pe_array_signature(..., driver=True)``: the array's inputs come from that owner, its
+    outputs reach that owner only (the others see zeros). Members the owners do not have (the
+    accumulators' host write port) are left to the caller."""
+    for path, member, value in arr.signature.flatten(arr):
+        v = value.as_value() if isinstance(value, data.View) else value
+        if not isinstance(v, Signal) or path[0] not in owners[0].signature.members:
+            continue                    # constants (an always-ready stream's ready), own ports
+        srcs = [_at(o, path) for o in owners]
+        srcs = [s.as_value() if isinstance(s, data.View) else s for s in srcs]
+        if member.flow == In:
+            with m.Switch(sel):
+                for i, s in enumerate(srcs):
+                    with m.Case(i):
+                        m.d.comb += v.eq(s)
+        else:
+            for i, s in enumerate(srcs):
+                m.d.comb += s.eq(Mux(sel == i, v, 0))
+

@@ -1,0 +1,207 @@
+"""The host side of the ``dstar`` accelerator top, from its manifest only: command words, the
+``cmd`` / ``din`` / ``dout`` stream handshakes and the memory images of a linear step and of an
+attention step.
+
+The driver talks to the design through the three-call adapter of ``dstar.sim.layer_io``
+(``set(name, int)``, ``get(name) -> int``, ``await tick()``) with ports named as in the
+Verilog (``cmd__payload``), so that the same code drives Amaranth's simulator and cocotb. The
+manifest is ``dstar.hw.generate.accelerator_manifest``'s.
+"""
+
+import numpy as np
+
+from .layer_io import LayerImage, pack_named
+
+__all__ = ["command", "send", "receive", "load", "read", "run", "counters", "LinearStep",
+           "AttentionStep"]
+
+
+def command(man: dict, op: str, **args) -> int:
+    """The ``cmd`` word of opcode ``op`` (a name of ``man["opcodes"]``) with the arguments of
+    its group (``mem``: ``mem`` (a name of ``man["memories"]``), ``sub``, ``addr``, ``count``;
+    ``linear``: ``n_tokens``, ``n_kt``, ``n_mt``, ``key``; ``attention``: ``slot``,
+    ``n_tokens``, ``theta_q``, ``refresh``)."""
+    group = {"LOAD": "mem", "READ": "mem", "RUN_LINEAR": "linear",
+             "RUN_ATTENTION": "attention"}.get(op)
+    fields = {"op": man["opcodes"][op]}
+    for name, value in args.items():
+        if group is None:
+            raise ValueError(f"{op} takes no arguments, got {name}")
+        if name == "mem" and isinstance(value, str):
+            value = man["memories"][value]["id"]
+        fields[f"args.{group}.{name}"] = int(value)
+    return pack_named(fields, man["layouts"]["command"])
+
+
+async def send(io, stream: str, beats, max_wait: int = 100_000) -> None:
+    """Offer ``beats`` on the input stream ``stream``, one per cycle while it is ready; a
+    ``TimeoutError`` if a beat waits ``max_wait`` cycles."""
+    set_, get, tick = io
+    set_(f"{stream}__valid", 1)
+    for i, beat in enumerate(beats):
+        set_(f"{stream}__payload", int(beat))
+        for _ in range(max_wait):
+            ready = get(f"{stream}__ready")          # a function of the top's state only
+            await tick()
+            if ready:
+                break
+        else:
+            set_(f"{stream}__valid", 0)
+            raise TimeoutError(f"{stream}: beat {i} not taken after {max_wait} cycles")
+    set_(f"{stream}__valid", 0)
+
+
+async def receive(io, stream: str, n: int, max_cycles: int = 1_000_000, stall=None) -> list:
+    """Take ``n`` beats of the output stream ``stream``; ``stall(i)`` true holds ``ready`` low
+    in cycle ``i`` (back-pressure)."""
+    set_, get, tick = io
+    out = []
+    for i in range(max_cycles):
+        if len(out) == n:
+            break
+        ready = 0 if stall is not None and stall(i) else 1
+        set_(f"{stream}__ready", ready)
+        valid, payload = get(f"{stream}__valid"), get(f"{stream}__payload")
+        await tick()
+        if valid and ready:
+            out.append(payload)
+    set_(f"{stream}__ready", 0)
+    if len(out) < n:
+        raise TimeoutError(f"{stream}: {len(out)} of {n} beats after {max_cycles} cycles")
+    return out
+
+
+async def load(io, man: dict, mem: str, words: dict[int, int], sub: int = 0) -> None:
+    """Write ``{address: word}`` into memory ``mem`` (array ``sub``), one ``LOAD`` per run of
+    consecutive addresses."""
+    for start, run_words in _runs(words):
+        await send(io, "cmd", [command(man, "LOAD", mem=mem, sub=sub, addr=start,
+                                       count=len(run_words))])
+        await send(io, "din", run_words)
+
+
+async def read(io, man: dict, mem: str, addrs, sub: int = 0, stall=None) -> dict[int, int]:
+    """``{address: word}`` of memory ``mem`` (array ``sub``) at ``addrs``."""
+    out = {}
+    for start, n in _ranges(sorted(set(addrs))):
+        await send(io, "cmd", [command(man, "READ", mem=mem, sub=sub, addr=start, count=n)])
+        for i, w in enumerate(await receive(io, "dout", n, stall=stall)):
+            out[start + i] = w
+    return out
+
+
+async def run(io, man: dict, op: str, max_cycles: int = 1_000_000, **args) -> int:
+    """Send a ``RUN_LINEAR`` or ``RUN_ATTENTION`` command and wait for ``done``; returns the
+    cycles from the command's acceptance to ``done``."""
+    _, get, tick = io
+    await send(io, "cmd", [command(man, op, **args)])
+    for i in range(max_cycles):
+        if get("done"):
+            await tick()
+            return i + 1
+        await tick()
+    raise TimeoutError(f"{op} not done after {max_cycles} cycles")
+
+
+async def counters(io, man: dict) -> dict[str, int]:
+    """The counters of ``READ_COUNTERS``, by name."""
+    await send(io, "cmd", [command(man, "READ_COUNTERS")])
+    names = man["counters"]
+    return dict(zip(names, await receive(io, "dout", len(names)), strict=True))
+
+
+def _runs(words: dict[int, int]):
+    addrs = sorted(words)
+    for start, n in _ranges(addrs):
+        yield start, [words[a] for a in range(start, start + n)]
+
+
+def _ranges(addrs):
+    i = 0
+    while i < len(addrs):
+        j = i
+        while j + 1 < len(addrs) and addrs[j + 1] == addrs[j] + 1:
+            j += 1
+        yield addrs[i], j - i + 1
+        i = j + 1
+
+
+class LinearStep:
+    """One differential linear layer (``K`` x ``M``, ``N`` tokens) on the accelerator: the
+    memory images of ``dstar.sim.layer_io.LayerImage`` with the accelerator's layouts."""
+
+    def __init__(self, man: dict, k: int, m: int, n: int):
+        self.man = man
+        self.img = LayerImage(_as_layer_manifest(man), k, m, n)
+
+    async def run(self, io, target, *, key: bool, w_q=None, state=None, y=None):
+        """Load (weights, state and ``Y`` if given: a layer's saved state and accumulators
+        restored; targets), run the step, read ``Y`` and the state (for the next step of this
+        layer to restore); returns ``(y, state)``."""
+        img, man = self.img, self.man
+        if w_q is not None:
+            for a, words in enumerate(img.weight_words(w_q)):
+                await load(io, man, "WEIGHTS", words, sub=a)
+        await load(io, man, "TARGET", img.row_words(target, "target"))
+        if state is not None:
+            await load(io, man, "STATE", img.row_words(state, "state"))
+        if y is not None:
+            for a, words in enumerate(img.y_words(y)):
+                await load(io, man, "Y", words, sub=a)
+        await run(io, man, "RUN_LINEAR", n_tokens=img.n, n_kt=img.n_kt, n_mt=img.n_mt,
+                  key=int(key))
+        rows = img.row_words(target, "target")
+        s_words = await read(io, man, "STATE", rows)
+        y_words = [await read(io, man, "Y", img.y_addrs(), sub=a) for a in range(img.n_arrays)]
+        return img.y_from(y_words), img.rows_from(s_words, "state")
+
+
+def _as_layer_manifest(man: dict) -> dict:
+    """The parts of the accelerator's manifest ``LayerImage`` reads, under its names."""
+    lays = man["layouts"]
+    return {"config": man["config"], "geometry": man["geometry"],
+            "layouts": {"target_row": lays["TARGET"], "state_row": lays["STATE"],
+                        "weight_row": lays["WEIGHTS"], "y_row": lays["Y"]}}
+
+
+
+class AttentionStep:
+    """One attention head (``N`` rows) on the accelerator: the memory images of
+    ``dstar.sim.tb_attention.HeadImage`` with the accelerator's layouts."""
+
+    def __init__(self, man: dict, n: int):
+        from .tb_attention import HeadImage
+
+        self.man = man
+        lays = man["layouts"]
+        self.img = HeadImage({"config": man["config"], "geometry": man["attention_geometry"],
+                              "layouts": {"q_word": lays["Q"], "kt_word": lays["KT"],
+                                          "v_word": lays["V"], "ms_word": lays["MS"],
+                                          "o_word": lays["O"], "res_word": lays["RES"]}}, n)
+
+    async def run(self, io, q, k, v, m, sh, *, slot: int, theta_q: int, refresh: int,
+                  stall=None):
+        """Load the head, run one step of ``slot``; returns ``(o, res, mask, counters)``: the
+        output and the slot's residual (N, Dh), its mask (nqb(N), nkb(N)) and the counters
+        (``counters``). ``stall``: ``dout`` back-pressure of the reads (``receive``)."""
+        img, man = self.img, self.man
+        await load(io, man, "Q", img.q_words(q))
+        for a, words in enumerate(img.k_words(k)):
+            await load(io, man, "KT", words, sub=a)
+        for a, words in enumerate(img.v_words(v)):
+            await load(io, man, "V", words, sub=a)
+        await load(io, man, "MS", img.ms_words(m, sh))
+        await run(io, man, "RUN_ATTENTION", slot=slot, n_tokens=img.n, theta_q=theta_q,
+                  refresh=refresh)
+        n, dh = img.n, img.dh
+        o_w = await read(io, man, "O", range(n * dh), stall=stall)
+        base = slot * img.n_max * dh
+        r_w = await read(io, man, "RES", range(base, base + n * dh), stall=stall)
+        o = np.array([img.o_from(o_w[a]) for a in range(n * dh)], np.int64).reshape(n, dh)
+        res = np.array([img.res_from(r_w[base + a]) for a in range(n * dh)],
+                       np.int64).reshape(n, dh)
+        nqb, nkb = -(-n // img.bq), -(-n // img.bk)
+        m_w = await read(io, man, "MASK", range(slot * img.nqb, slot * img.nqb + nqb))
+        mask = np.array([[(m_w[slot * img.nqb + i] >> j) & 1 for j in range(nkb)]
+                         for i in range(nqb)], dtype=bool)
+        return o, res, mask, await counters(io, man)
