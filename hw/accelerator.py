@@ -31,8 +31,8 @@ class Opcode(enum.IntEnum):
     #: Nothing (counted as a command).
     NOP = 0
     #: ``args.mem``: the next ``count`` beats of ``din`` are words ``addr ..`` of memory
-    #: ``mem`` (``sub``: the array of a per-array memory). Targets are clipped to
-    #: ``+-target_max`` as they are written (counted in ``target_clipped``).
+    #: ``mem``. Targets are clipped to ``+-target_max`` as they are written (counted in
+    #: ``target_clipped``).
     LOAD = 1
     #: ``args.mem``: words ``addr .. addr + count - 1`` of memory ``mem`` go out on ``dout``,
     #: one per beat, in address order.
@@ -53,14 +53,16 @@ class Opcode(enum.IntEnum):
 
 class Mem(enum.IntEnum):
     """The memories a ``LOAD`` or ``READ`` addresses (``args.mem.mem``); their word layouts and
-    depths are in the manifest (``memory_words``, ``memory_depths``)."""
+    depths are in the manifest (``memory_words``, ``memory_depths``). The arrays' memories
+    (weights, accumulators, K^T, V) are read and written all arrays at once: a word holds a
+    whole row of a column block, array ``a``'s ``m_tile`` values at element ``a * m_tile``."""
     TARGET = 0      # linear targets, write only
     STATE = 1       # linear state
-    WEIGHTS = 2     # linear weights, per array (sub), write only
-    Y = 3           # linear accumulators, per array (sub): saved and restored between steps
+    WEIGHTS = 2     # linear weights, write only
+    Y = 3           # linear accumulators: saved and restored between steps
     Q = 4           # attention Q, write only
-    KT = 5          # attention K^T, per array (sub), write only
-    V = 6           # attention V, per array (sub), write only
+    KT = 5          # attention K^T, write only
+    V = 6           # attention V, write only
     MS = 7          # attention (m, sh) per query row, write only
     O = 8           # attention output, read only  # noqa: E741
     RES = 9         # attention residual cache, read only
@@ -69,11 +71,11 @@ class Mem(enum.IntEnum):
 
 _WRITABLE = (Mem.TARGET, Mem.STATE, Mem.WEIGHTS, Mem.Y, Mem.Q, Mem.KT, Mem.V, Mem.MS)
 _READABLE = (Mem.STATE, Mem.Y, Mem.O, Mem.RES, Mem.MASK)
-_PER_ARRAY = (Mem.WEIGHTS, Mem.Y, Mem.KT, Mem.V)
 
 #: The counters ``READ_COUNTERS`` sends, in order (``COUNTER_BITS`` each, wrapping).
 COUNTERS = ("commands", "errors", "target_clipped",
             "linear_cycles", "linear_stall_load", "linear_low", "linear_high", "linear_zero",
+            "linear_clipped_groups", "linear_saturated_groups",
             "attention_cycles", "attention_qk_tiles", "attention_pv_tiles", "attention_key")
 
 
@@ -88,15 +90,22 @@ def memory_words(cfg: Config) -> dict:
     lin, ag = _geometries(cfg)
     t_l, s_l = row_layouts(lin)
     al = memory_layouts(ag)
+    bc = ag.block_cols
+
+    def block(per_array):           # every array's word of a per-array memory, side by side
+        return data.ArrayLayout(per_array.elem_shape, bc)
+
     return {Mem.TARGET.name: t_l, Mem.STATE.name: s_l,
-            Mem.WEIGHTS.name: weight_row_layout(lin).members["w"], Mem.Y.name: y_row_layout(lin),
-            Mem.Q.name: al["q_word"], Mem.KT.name: al["kt_word"], Mem.V.name: al["v_word"],
+            Mem.WEIGHTS.name: block(weight_row_layout(lin).members["w"]),
+            Mem.Y.name: block(y_row_layout(lin)),
+            Mem.Q.name: al["q_word"], Mem.KT.name: block(al["kt_word"]),
+            Mem.V.name: block(al["v_word"]),
             Mem.MS.name: al["ms_word"], Mem.O.name: al["o_word"], Mem.RES.name: al["res_word"],
             Mem.MASK.name: al["mask_word"]}
 
 
 def memory_depths(cfg: Config) -> dict:
-    """Words of each ``Mem`` (per array for the per-array ones), by name."""
+    """Words of each ``Mem``, by name."""
     lin, ag = _geometries(cfg)
     return {Mem.TARGET.name: lin.row_depth, Mem.STATE.name: lin.row_depth,
             Mem.WEIGHTS.name: lin.weight_depth, Mem.Y.name: lin.y_depth,
@@ -119,8 +128,7 @@ def command_layout(cfg: Config) -> data.StructLayout:
     return data.StructLayout({
         "op": unsigned(4),
         "args": data.UnionLayout({
-            "mem": data.StructLayout({"mem": unsigned(4), "sub": unsigned(uwidth(cfg.n_arrays)),
-                                      "addr": unsigned(uwidth(depth)),
+            "mem": data.StructLayout({"mem": unsigned(4), "addr": unsigned(uwidth(depth)),
                                       "count": unsigned(uwidth(depth + 1))}),
             "linear": data.StructLayout({"n_tokens": unsigned(uwidth(cfg.max_tokens + 1)),
                                          "n_kt": unsigned(uwidth(lin.n_kt_max + 1)),
@@ -151,7 +159,7 @@ class Accelerator(wiring.Component):
         Commands (``Opcode``), taken one at a time: ``cmd.ready`` is high only while no
         command is being executed. A command whose opcode is unknown or whose arguments are
         out of range (a memory that cannot be loaded or read, an address range beyond its
-        depth, ``count`` 0, ``sub >= n_arrays`` for a per-array memory, ``n_tokens`` outside
+        depth, ``count`` 0, ``n_tokens`` outside
         ``1 .. max_tokens``, tiles beyond ``n_kt_max`` / ``n_mt_max``, ``slot >= attn_slots``)
         is not executed: it sets ``error`` and counts in ``errors``.
     din : In(stream.Signature(data_bits(cfg)))
@@ -225,7 +233,7 @@ class Accelerator(wiring.Component):
         m.d.comb += self.busy.eq(state != _IDLE)
 
         # Captured arguments of the command being executed.
-        mem, sub = Signal(4), Signal.like(cmd.args.mem.sub)
+        mem = Signal(4)
         addr, left = Signal.like(cmd.args.mem.addr), Signal.like(cmd.args.mem.count)
         l_args = Signal(cl.members["args"].members["linear"])
         a_args = Signal(cl.members["args"].members["attention"])
@@ -241,10 +249,8 @@ class Accelerator(wiring.Component):
         with m.Switch(ma.mem):
             for mm in Mem:
                 with m.Case(mm):
-                    fits = ma.addr + ma.count <= depths[mm.name]
-                    m.d.comb += in_range.eq((ma.count != 0) & fits
-                                            & ((ma.sub < cfg.n_arrays) if mm in _PER_ARRAY
-                                               else (ma.sub == 0)))
+                    m.d.comb += in_range.eq((ma.count != 0)
+                                            & (ma.addr + ma.count <= depths[mm.name]))
         la, aa = cmd.args.linear, cmd.args.attention
         with m.Switch(op):
             with m.Case(Opcode.LOAD):
@@ -267,8 +273,7 @@ class Accelerator(wiring.Component):
             with m.If(~ok):
                 m.d.sync += [self.error.eq(1), counters["errors"].eq(counters["errors"] + 1)]
             with m.Else():
-                m.d.sync += [mem.eq(ma.mem), sub.eq(ma.sub), addr.eq(ma.addr),
-                             left.eq(ma.count)]
+                m.d.sync += [mem.eq(ma.mem), addr.eq(ma.addr), left.eq(ma.count)]
                 with m.Switch(op):
                     with m.Case(Opcode.LOAD):
                         m.d.sync += state.eq(_LOAD)
@@ -315,8 +320,7 @@ class Accelerator(wiring.Component):
         m.d.comb += clip_count.eq(sum(c.as_unsigned() for c in n_clip))
         with m.If(beat & (mem == Mem.TARGET)):
             m.d.sync += counters["target_clipped"].eq(counters["target_clipped"] + clip_count)
-        one_hot = Signal(cfg.n_arrays)
-        m.d.comb += one_hot.eq(Const(1, cfg.n_arrays) << sub)
+        every = Const((1 << cfg.n_arrays) - 1, cfg.n_arrays)
         d = self.din.payload
 
         def width(name):
@@ -327,22 +331,23 @@ class Accelerator(wiring.Component):
             lin.host_target_wdata.eq(clipped),
             lin.host_state_we.eq(beat & (mem == Mem.STATE)),
             lin.host_state_wdata.eq(d[:width("STATE")]),
-            lin.host_w_we.eq(Mux(beat & (mem == Mem.WEIGHTS), one_hot, 0)),
+            lin.host_w_we.eq(Mux(beat & (mem == Mem.WEIGHTS), every, 0)),
             lin.host_w_wdata.eq(d[:width("WEIGHTS")]),
             lin.host_w_addr.eq(addr),
             att.host_addr.eq(addr),
             att.host_q_we.eq(beat & (mem == Mem.Q)),
             att.host_q_wdata.eq(d[:width("Q")]),
-            att.host_k_we.eq(Mux(beat & (mem == Mem.KT), one_hot, 0)),
+            att.host_k_we.eq(Mux(beat & (mem == Mem.KT), every, 0)),
             att.host_k_wdata.eq(d[:width("KT")]),
-            att.host_v_we.eq(Mux(beat & (mem == Mem.V), one_hot, 0)),
+            att.host_v_we.eq(Mux(beat & (mem == Mem.V), every, 0)),
             att.host_v_wdata.eq(d[:width("V")]),
             att.host_ms_we.eq(beat & (mem == Mem.MS)),
             att.host_ms_wdata.eq(d[:width("MS")]),
         ]
+        y_row = y_row_layout(geo).size
         for a, arr in enumerate(arrays):          # a saved Y restored (the arrays' own port)
-            m.d.comb += [arr.host_y_we.eq(beat & (mem == Mem.Y) & (sub == a)),
-                         arr.host_y_waddr.eq(addr), arr.host_y_wdata.eq(d[:width("Y")])]
+            m.d.comb += [arr.host_y_we.eq(beat & (mem == Mem.Y)), arr.host_y_waddr.eq(addr),
+                         arr.host_y_wdata.eq(d.word_select(a, y_row))]
         with m.If(beat):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
             with m.If(left == 1):
@@ -361,16 +366,15 @@ class Accelerator(wiring.Component):
         m.d.sync += [inflight.eq(issue), mask_q.eq(att.host_mask_rdata)]
         with m.If(issue):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
-        r_mem, r_sub = Signal.like(mem), Signal.like(sub)
-        m.d.sync += [r_mem.eq(mem), r_sub.eq(sub)]
+        r_mem = Signal.like(mem)
+        m.d.sync += r_mem.eq(mem)
         rdata = Signal(len(self.dout.payload))
         y_rows = Cat(*(lin.host_y_rdata[a] for a in range(cfg.n_arrays)))
-        y_w = width("Y")
         with m.Switch(r_mem):
             with m.Case(Mem.STATE):
                 m.d.comb += rdata.eq(lin.host_state_rdata)
             with m.Case(Mem.Y):
-                m.d.comb += rdata.eq(y_rows.word_select(r_sub, y_w))
+                m.d.comb += rdata.eq(y_rows)
             with m.Case(Mem.O):
                 m.d.comb += rdata.eq(att.host_o_rdata.as_unsigned())
             with m.Case(Mem.RES):
@@ -381,6 +385,7 @@ class Accelerator(wiring.Component):
         # ----- counters out -----
         values = [counters["commands"], counters["errors"], counters["target_clipped"],
                   lin.cycles, lin.stall_load, lin.count_low, lin.count_high, lin.count_zero,
+                  lin.count_clipped, lin.count_saturated,
                   att.cycles, att.count_qk, att.count_pv, att.key]
         cval = Signal(COUNTER_BITS)
         with m.Switch(addr):

@@ -9,7 +9,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .geometry import Geometry, uwidth
+from .geometry import COUNTER_BITS, Geometry, uwidth
 from .layouts import encoded_slice_layout, slice_cmd_layout
 
 __all__ = ["DeltaEncoder", "row_layouts"]
@@ -44,6 +44,9 @@ class DeltaEncoder(wiring.Component):
         Slices to encode.
     o : Out(stream.Signature(encoded_slice_layout))
         Encoded slices, in command order, ``meta`` passed through.
+    clear, count_clipped, count_saturated :
+        The groups of committed slices (one per token slice and step) that were clipped (no
+        shift up to ``e_tol`` fits) and saturated (none fits), counted; ``clear`` zeroes them.
     host_* :
         Memory access from outside while no command is in flight: ``host_addr`` selects a
         word; ``host_target_we``/``host_state_we`` write ``host_*_wdata``; ``host_state_rdata``
@@ -67,6 +70,9 @@ class DeltaEncoder(wiring.Component):
             "host_state_we": In(1),
             "host_state_wdata": In(s_layout),
             "host_state_rdata": Out(s_layout),
+            "clear": In(1),
+            "count_clipped": Out(COUNTER_BITS),
+            "count_saturated": Out(COUNTER_BITS),
         })
 
     def elaborate(self, platform):
@@ -101,6 +107,7 @@ class DeltaEncoder(wiring.Component):
         # Stage 2: encode from the read data (held by the ports while the pipeline is frozen).
         enc = Signal(encoded_slice_layout(geo))
         new_state = Signal(s_layout)
+        clipped, saturated = [], []             # per group of the slice
         m.d.comb += enc.meta.eq(cmd1.meta)
         g_size = cfg.group
         for j in range(geo.slice_groups):
@@ -130,6 +137,9 @@ class DeltaEncoder(wiring.Component):
             for e in reversed(range(cfg.e_max + 1)):
                 sel = Mux(fit[e], e, sel)
             m.d.comb += [shift.eq(sel), enc.groups[j].shift.eq(shift)]
+            # Monotone fitting again: clipped iff no shift up to e_tol fits, saturated iff none.
+            clipped.append(~fit[cfg.e_tol])
+            saturated.append(~fit[cfg.e_max])
             for lane in range(g_size):
                 k = j * g_size + lane
                 picked = rss[lane][cfg.e_max]
@@ -147,6 +157,15 @@ class DeltaEncoder(wiring.Component):
         # State write-back: the engine's commit wins over the host (the host writes only while
         # the encoder is idle).
         commit = adv & v1 & cmd1.commit
+        # Each slice is committed once per step (its last column pass): the counts are the
+        # step's clipped and saturated groups, as dstar.golden.stats counts them.
+        with m.If(self.clear):
+            m.d.sync += [self.count_clipped.eq(0), self.count_saturated.eq(0)]
+        with m.Elif(commit):
+            m.d.sync += [
+                self.count_clipped.eq(self.count_clipped + sum(c.as_unsigned() for c in clipped)),
+                self.count_saturated.eq(self.count_saturated
+                                        + sum(c.as_unsigned() for c in saturated))]
         m.d.comb += [
             s_wr.en.eq(commit | self.host_state_we),
             s_wr.addr.eq(Mux(commit, addr1, self.host_addr)),

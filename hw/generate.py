@@ -159,7 +159,7 @@ def accelerator_manifest(cfg, top=None) -> dict:
     already built): everything a driver needs, in any language. Ports (clock ``clk`` and
     reset ``rst``, synchronous, active high, included), the command word's and every
     memory word's layout (``layouts``: ``command`` and each memory by name), the opcodes, the
-    memories (id, depth, per-array, access, read latency, address rule), the ``din`` /
+    memories (id, depth, access, address rule), the read latency, the ``din`` /
     ``dout`` beat width and the counters ``READ_COUNTERS`` sends, in order."""
     from . import accelerator as acc
 
@@ -169,11 +169,11 @@ def accelerator_manifest(cfg, top=None) -> dict:
     rules = {
         "TARGET": "token * n_kt_max + kt (elements kt*k_tile ..; clipped to +-target_max)",
         "STATE": "token * n_kt_max + kt",
-        "WEIGHTS": "k * n_mt_max + mt, array sub: columns (mt * n_arrays + sub) * m_tile ..",
-        "Y": "token * n_mt_max + mt, array sub: columns (mt * n_arrays + sub) * m_tile ..",
+        "WEIGHTS": "k * n_mt_max + mt (columns mt * block_cols ..)",
+        "Y": "token * n_mt_max + mt (columns mt * block_cols ..)",
         "Q": "i * rows_q + r (elements r*group ..)",
-        "KT": "d * n_kc + kc, array sub: keys kc*block_cols + sub*m_tile ..",
-        "V": "j * n_cp + cp, array sub: columns cp*block_cols + sub*m_tile ..",
+        "KT": "d * n_kc + kc (keys kc * block_cols ..)",
+        "V": "j * n_cp + cp (columns cp * block_cols ..)",
         "MS": "i", "O": "i * head_dim + d", "RES": "(slot * n_max + i) * head_dim + d",
         "MASK": "slot * nqb + I, bit J: key block J selected for query block I",
     }
@@ -181,8 +181,7 @@ def accelerator_manifest(cfg, top=None) -> dict:
     for mm in acc.Mem:
         access = ("rw" if mm in acc._WRITABLE and mm in acc._READABLE else
                   "w" if mm in acc._WRITABLE else "r")
-        mems[mm.name] = {"id": int(mm), "depth": depths[mm.name],
-                         "per_array": mm in acc._PER_ARRAY, "access": access,
+        mems[mm.name] = {"id": int(mm), "depth": depths[mm.name], "access": access,
                          "address": rules[mm.name]}
     lin = top.linear_geometry
     return {

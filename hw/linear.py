@@ -44,9 +44,11 @@ class LinearLayer(wiring.Component):
     step needs no memory clearing). Each tile is loaded at one row per cycle into the free half
     of the arrays' double buffer while the previous tile runs. ``busy`` falls once the last
     accumulator write is done; ``cycles`` then holds the cycles ``busy`` was high,
-    ``stall_load`` those in which the front end waited for a tile, and ``count_*`` the
-    dispatcher's lane-op counts (each op runs on every array at once, so they count once per
-    column block; all cleared by ``start``; ``dstar.sim.cycle_model`` predicts them all exactly).
+    ``stall_load`` those in which the front end waited for a tile, ``count_clipped`` /
+    ``count_saturated`` the step's clipped and saturated groups (``DeltaEncoder``), and
+    ``count_low`` / ``count_high`` / ``count_zero`` the dispatcher's lane-op counts (each op
+    runs on every array at once, so they count once per column block; all cleared by
+    ``start``; ``dstar.sim.cycle_model`` predicts them all exactly).
     Results are exact integers (no rounding or saturation beyond the encoder's, see
     ``DeltaEncoder``); host writes while ``busy`` are not allowed.
 
@@ -58,7 +60,9 @@ class LinearLayer(wiring.Component):
 
     With ``shared`` the layer owns no PE arrays: it drives the ``pe`` members (one
     ``pe_array_signature`` per array, of the geometry ``AttentionGeometry(cfg, shared=True).lin``)
-    and the arrays' owner (``dstar.hw.accelerator.Accelerator``) lends them.
+    and the arrays' owner (``dstar.hw.accelerator.Accelerator``) lends them; ``host_w_wdata``
+    is then a whole row of a column block (array ``a``'s ``m_tile`` weights at element
+    ``a * m_tile``), written into the arrays ``host_w_we`` selects.
     """
 
     def __init__(self, cfg, *, shared: bool = False):
@@ -66,6 +70,8 @@ class LinearLayer(wiring.Component):
         self._geo = geo = AttentionGeometry(cfg, shared=True).lin if shared else Geometry(cfg)
         t_l, s_l = row_layouts(geo)
         run, status, host_rows, host_wy = layer_ports(geo, t_l.size, y_row_layout(geo).size)
+        if shared:                  # a whole tile row per write: every array's m_tile weights
+            host_wy["host_w_wdata"] = In(8 * cfg.m_tile * cfg.n_arrays)
         super().__init__({
             **run,
             "key": In(1),
@@ -73,6 +79,8 @@ class LinearLayer(wiring.Component):
             "count_low": Out(COUNTER_BITS),
             "count_high": Out(COUNTER_BITS),
             "count_zero": Out(COUNTER_BITS),
+            "count_clipped": Out(COUNTER_BITS),
+            "count_saturated": Out(COUNTER_BITS),
             **host_rows,
             "host_state_we": In(1),
             "host_state_wdata": In(s_l.size),
@@ -184,7 +192,9 @@ class LinearLayer(wiring.Component):
                 m.d.sync += f_t.eq(f_t + 1)
 
         # --- start / done / counters ---
-        m.d.comb += [disp.clear.eq(self.start & ~run),
+        m.d.comb += [disp.clear.eq(self.start & ~run), enc.clear.eq(self.start & ~run),
+                     self.count_clipped.eq(enc.count_clipped),
+                     self.count_saturated.eq(enc.count_saturated),
                      self.count_low.eq(disp.count_low), self.count_high.eq(disp.count_high),
                      self.count_zero.eq(disp.count_zero)]
         run_control(m, self, arrays, run, self.start & ~run, n_pass, pending & ~(f_p < l_p), d_p,
@@ -262,8 +272,11 @@ def load_tiles(m, geo, top, arrays, run, n_pass, l_p, d_p, restart, unit_rows=No
                               + l_mt)
     for a, wm in enumerate(wmems):
         wr, rd = wm.write_port(), wm.read_port()
+        row_bits = 8 * cfg.m_tile       # a whole block row (shared tops) or one array's
+        wdata = (top.host_w_wdata.word_select(a, row_bits)
+                 if len(top.host_w_wdata) > row_bits else top.host_w_wdata)
         m.d.comb += [wr.en.eq(top.host_w_we[a]), wr.addr.eq(top.host_w_addr),
-                     wr.data.eq(top.host_w_wdata), rd.addr.eq(w_addr)]
+                     wr.data.eq(wdata), rd.addr.eq(w_addr)]
         arr = arrays[a]
         m.d.comb += [arr.i_wrow.valid.eq(w_valid), arr.i_wrow.payload.bank.eq(w_bank),
                      arr.i_wrow.payload.row.eq(w_row), arr.i_wrow.payload.w.eq(rd.data)]

@@ -10,7 +10,7 @@ manifest is ``dstar.hw.generate.accelerator_manifest``'s.
 
 import numpy as np
 
-from .layer_io import LayerImage, pack_named
+from .layer_io import LayerImage, pack, pack_named, unpack
 
 __all__ = ["command", "send", "receive", "load", "read", "run", "counters", "LinearStep",
            "AttentionStep"]
@@ -18,7 +18,7 @@ __all__ = ["command", "send", "receive", "load", "read", "run", "counters", "Lin
 
 def command(man: dict, op: str, **args) -> int:
     """The ``cmd`` word of opcode ``op`` (a name of ``man["opcodes"]``) with the arguments of
-    its group (``mem``: ``mem`` (a name of ``man["memories"]``), ``sub``, ``addr``, ``count``;
+    its group (``mem``: ``mem`` (a name of ``man["memories"]``), ``addr``, ``count``;
     ``linear``: ``n_tokens``, ``n_kt``, ``n_mt``, ``key``; ``attention``: ``slot``,
     ``n_tokens``, ``theta_q``, ``refresh``)."""
     group = {"LOAD": "mem", "READ": "mem", "RUN_LINEAR": "linear",
@@ -71,20 +71,19 @@ async def receive(io, stream: str, n: int, max_cycles: int = 1_000_000, stall=No
     return out
 
 
-async def load(io, man: dict, mem: str, words: dict[int, int], sub: int = 0) -> None:
-    """Write ``{address: word}`` into memory ``mem`` (array ``sub``), one ``LOAD`` per run of
-    consecutive addresses."""
+async def load(io, man: dict, mem: str, words: dict[int, int]) -> None:
+    """Write ``{address: word}`` into memory ``mem``, one ``LOAD`` per run of consecutive
+    addresses."""
     for start, run_words in _runs(words):
-        await send(io, "cmd", [command(man, "LOAD", mem=mem, sub=sub, addr=start,
-                                       count=len(run_words))])
+        await send(io, "cmd", [command(man, "LOAD", mem=mem, addr=start, count=len(run_words))])
         await send(io, "din", run_words)
 
 
-async def read(io, man: dict, mem: str, addrs, sub: int = 0, stall=None) -> dict[int, int]:
-    """``{address: word}`` of memory ``mem`` (array ``sub``) at ``addrs``."""
+async def read(io, man: dict, mem: str, addrs, stall=None) -> dict[int, int]:
+    """``{address: word}`` of memory ``mem`` at ``addrs``."""
     out = {}
     for start, n in _ranges(sorted(set(addrs))):
-        await send(io, "cmd", [command(man, "READ", mem=mem, sub=sub, addr=start, count=n)])
+        await send(io, "cmd", [command(man, "READ", mem=mem, addr=start, count=n)])
         for i, w in enumerate(await receive(io, "dout", n, stall=stall)):
             out[start + i] = w
     return out
@@ -128,11 +127,39 @@ def _ranges(addrs):
 
 class LinearStep:
     """One differential linear layer (``K`` x ``M``, ``N`` tokens) on the accelerator: the
-    memory images of ``dstar.sim.layer_io.LayerImage`` with the accelerator's layouts."""
+    target and state words of ``dstar.sim.layer_io.LayerImage``; weights and accumulators a
+    whole row of a column block per word."""
 
     def __init__(self, man: dict, k: int, m: int, n: int):
         self.man = man
         self.img = LayerImage(_as_layer_manifest(man), k, m, n)
+        self.bc = man["attention_geometry"]["block_cols"]
+
+    def _blocks(self, a, rows: int, layout: str) -> dict[int, int]:
+        """``a`` (rows, <= n_mt * block_cols) -> {row * n_mt_max + mt: word of block mt}."""
+        img, bc = self.img, self.bc
+        pad = np.zeros((rows, img.n_mt * bc), dtype=np.int64)
+        pad[:, :a.shape[1]] = a
+        lay = self.man["layouts"][layout]
+        return {r * img.n_mt_max + mt: pack(pad[r, mt * bc:(mt + 1) * bc], lay)
+                for r in range(rows) for mt in range(img.n_mt)}
+
+    def weight_words(self, w_q) -> dict[int, int]:
+        """``w_q`` (K, M) INT8 -> {address: weights word}."""
+        return self._blocks(np.asarray(w_q), self.img.k, "WEIGHTS")
+
+    def y_words(self, y) -> dict[int, int]:
+        """``y`` (N, M) -> {address: accumulator word} (a saved Y, to restore)."""
+        return self._blocks(np.asarray(y), self.img.n, "Y")
+
+    def y_from(self, words: dict[int, int]) -> np.ndarray:
+        img, bc = self.img, self.bc
+        lay = self.man["layouts"]["Y"]
+        y = np.zeros((img.n, img.n_mt * bc), dtype=np.int64)
+        for t in range(img.n):
+            for mt in range(img.n_mt):
+                y[t, mt * bc:(mt + 1) * bc] = unpack(words[t * img.n_mt_max + mt], lay)
+        return y[:, :img.m]
 
     async def run(self, io, target, *, key: bool, w_q=None, state=None, y=None):
         """Load (weights, state and ``Y`` if given: a layer's saved state and accumulators
@@ -140,28 +167,25 @@ class LinearStep:
         layer to restore); returns ``(y, state)``."""
         img, man = self.img, self.man
         if w_q is not None:
-            for a, words in enumerate(img.weight_words(w_q)):
-                await load(io, man, "WEIGHTS", words, sub=a)
+            await load(io, man, "WEIGHTS", self.weight_words(w_q))
         await load(io, man, "TARGET", img.row_words(target, "target"))
         if state is not None:
             await load(io, man, "STATE", img.row_words(state, "state"))
         if y is not None:
-            for a, words in enumerate(img.y_words(y)):
-                await load(io, man, "Y", words, sub=a)
+            await load(io, man, "Y", self.y_words(y))
         await run(io, man, "RUN_LINEAR", n_tokens=img.n, n_kt=img.n_kt, n_mt=img.n_mt,
                   key=int(key))
         rows = img.row_words(target, "target")
         s_words = await read(io, man, "STATE", rows)
-        y_words = [await read(io, man, "Y", img.y_addrs(), sub=a) for a in range(img.n_arrays)]
-        return img.y_from(y_words), img.rows_from(s_words, "state")
+        y_words = await read(io, man, "Y", img.y_addrs())
+        return self.y_from(y_words), img.rows_from(s_words, "state")
 
 
 def _as_layer_manifest(man: dict) -> dict:
     """The parts of the accelerator's manifest ``LayerImage`` reads, under its names."""
     lays = man["layouts"]
     return {"config": man["config"], "geometry": man["geometry"],
-            "layouts": {"target_row": lays["TARGET"], "state_row": lays["STATE"],
-                        "weight_row": lays["WEIGHTS"], "y_row": lays["Y"]}}
+            "layouts": {"target_row": lays["TARGET"], "state_row": lays["STATE"]}}
 
 
 
@@ -175,9 +199,30 @@ class AttentionStep:
         self.man = man
         lays = man["layouts"]
         self.img = HeadImage({"config": man["config"], "geometry": man["attention_geometry"],
-                              "layouts": {"q_word": lays["Q"], "kt_word": lays["KT"],
-                                          "v_word": lays["V"], "ms_word": lays["MS"],
+                              "layouts": {"q_word": lays["Q"], "ms_word": lays["MS"],
                                           "o_word": lays["O"], "res_word": lays["RES"]}}, n)
+
+    def k_words(self, k) -> dict[int, int]:
+        """K (N, Dh) -> {d * n_kc + kc: word of K^T, keys kc * block_cols ..}."""
+        img = self.img
+        k = img._check("k", k, (img.n, img.dh))
+        pad = np.zeros((img.n_kc * img.bc, img.dh), dtype=np.int64)
+        pad[:img.n] = k
+        lay = self.man["layouts"]["KT"]
+        return {d * img.n_kc + kc: pack(pad[kc * img.bc:(kc + 1) * img.bc, d], lay)
+                for d in range(img.dh) for kc in range(-(-img.n // img.bc))}
+
+    def v_words(self, v) -> dict[int, int]:
+        """V (N, Dh) -> {j * n_cp + cp: word, columns cp * block_cols ..} (rows up to the next
+        lane group)."""
+        img = self.img
+        v = img._check("v", v, (img.n, img.dh))
+        n_up = -(-img.n // img.g) * img.g
+        pad = np.zeros((n_up, img.n_cp * img.bc), dtype=np.int64)
+        pad[:img.n, :img.dh] = v
+        lay = self.man["layouts"]["V"]
+        return {j * img.n_cp + cp: pack(pad[j, cp * img.bc:(cp + 1) * img.bc], lay)
+                for j in range(n_up) for cp in range(img.n_cp)}
 
     async def run(self, io, q, k, v, m, sh, *, slot: int, theta_q: int, refresh: int,
                   stall=None):
@@ -186,10 +231,8 @@ class AttentionStep:
         (``counters``). ``stall``: ``dout`` back-pressure of the reads (``receive``)."""
         img, man = self.img, self.man
         await load(io, man, "Q", img.q_words(q))
-        for a, words in enumerate(img.k_words(k)):
-            await load(io, man, "KT", words, sub=a)
-        for a, words in enumerate(img.v_words(v)):
-            await load(io, man, "V", words, sub=a)
+        await load(io, man, "KT", self.k_words(k))
+        await load(io, man, "V", self.v_words(v))
         await load(io, man, "MS", img.ms_words(m, sh))
         await run(io, man, "RUN_ATTENTION", slot=slot, n_tokens=img.n, theta_q=theta_q,
                   refresh=refresh)

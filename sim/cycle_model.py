@@ -67,6 +67,8 @@ class CycleReport:
     count_zero: int
     lanes: int
     account: dict = field(default_factory=dict)
+    count_clipped: int = 0          # the step's clipped and saturated groups (the encoder's)
+    count_saturated: int = 0
 
     @property
     def useful(self) -> int:
@@ -80,7 +82,13 @@ class CycleReport:
     def counters(self) -> dict:
         return {"cycles": self.cycles, "stall_load": self.stall_load,
                 "count_low": self.count_low, "count_high": self.count_high,
-                "count_zero": self.count_zero}
+                "count_zero": self.count_zero, "count_clipped": self.count_clipped,
+                "count_saturated": self.count_saturated}
+
+
+def group_flags(enc) -> tuple[int, int]:
+    """The clipped and saturated groups of an encoded step (the encoder's counters)."""
+    return int(np.count_nonzero(enc.clipped)), int(np.count_nonzero(enc.saturated))
 
 
 def slice_costs(enc, geo, n_kt: int):
@@ -163,7 +171,8 @@ def predict_batch(cfg, encs, k: int, m: int) -> list[CycleReport]:
         w_lo, w_hi = ev["w_lo"][:, b], ev["w_hi"][:, b]
         stall = int(np.maximum(w_hi - w_lo, 0).sum())
         acct = account(geo, ev, b, cycles, lows[b] + highs[b])
-        rep = CycleReport(cycles, stall, lows[b], highs[b], acct["zero"], g_n, acct)
+        rep = CycleReport(cycles, stall, lows[b], highs[b], acct["zero"], g_n, acct,
+                          *group_flags(encs[b]))
         assert rep.useful + sum(acct.values()) == g_n * cycles, "unaccounted lane cycles"
         reps.append(rep)
     return reps

@@ -19,7 +19,7 @@ import numpy as np
 
 from dstar.config import Packing
 from dstar.golden.encoder import HIGH
-from dstar.sim.cycle_model import CycleReport
+from dstar.sim.cycle_model import CycleReport, group_flags
 
 __all__ = ["predict", "slice_masks", "LANE_QUEUES"]
 
@@ -290,6 +290,7 @@ def predict(cfg, enc, k: int, m: int, max_cycles: int = 50_000_000) -> CycleRepo
             d_p += 1
             if d_p == n_pass:
                 run = False
-    rep = CycleReport(cycles, stall_load, cnt_low, cnt_high, cnt_zero, g_n, acct)
+    rep = CycleReport(cycles, stall_load, cnt_low, cnt_high, cnt_zero, g_n, acct,
+                      *group_flags(enc))
     assert rep.useful + sum(acct.values()) == g_n * cycles, "unaccounted lane cycles"
     return rep

@@ -82,18 +82,6 @@ class LayerImage:
     def y_addrs(self):
         return [t * self.n_mt_max + mt for t in range(self.n) for mt in range(self.n_mt)]
 
-    def y_words(self, y) -> list[dict[int, int]]:
-        """``y`` (N, M) integers -> per array {address: accumulator word} (``y_from``'s
-        inverse; columns beyond M are zero)."""
-        lay = self.man["layouts"]["y_row"]
-        bc = self.m_tile * self.n_arrays
-        pad = np.zeros((self.n, self.n_mt * bc), dtype=np.int64)
-        pad[:, :self.m] = y
-        return [{t * self.n_mt_max + mt: pack(pad[t, mt * bc + a * self.m_tile:
-                                                 mt * bc + (a + 1) * self.m_tile], lay)
-                 for t in range(self.n) for mt in range(self.n_mt)}
-                for a in range(self.n_arrays)]
-
     def y_from(self, words: list[dict[int, int]]) -> np.ndarray:
         lay = self.man["layouts"]["y_row"]
         bc = self.m_tile * self.n_arrays
@@ -138,7 +126,8 @@ class StepOutcome:
 
 
 #: The counter ports a layer top may have, in report order (``counters()`` of the cycle models).
-COUNTERS = ("cycles", "stall_load", "count_low", "count_high", "count_zero")
+COUNTERS = ("cycles", "stall_load", "count_low", "count_high", "count_zero", "count_clipped",
+            "count_saturated")
 
 
 async def run_step(io, img: LayerImage, target, *, key: bool, w_q=None, state=None,

@@ -6,9 +6,9 @@ It reads ``DSTAR_ACC_PARAMS`` (the manifest JSON) and ``DSTAR_ACC_CASES`` (an ``
 under keys ``s{i}_*``: a linear step (``kind`` 0: ``target`` (N, K), ``key``, ``m`` and
 optionally ``w`` (weights to load), ``state`` and ``y`` (a saved state and Y to restore);
 expected ``y_out``, ``xs_out`` and the cycle model's ``counters``: cycles, stall_load, low,
-high, zero) or an attention step (``kind`` 1: ``q``, ``k``, ``v``, ``m``, ``sh``, ``slot``,
-``theta_q``, ``refresh``; expected ``o``, ``r``, ``mask``, ``key`` and ``counters``: cycles,
-QK^T tiles, PV tiles). Integers are compared with equality.
+high, zero, clipped and saturated groups) or an attention step (``kind`` 1: ``q``, ``k``,
+``v``, ``m``, ``sh``, ``slot``, ``theta_q``, ``refresh``; expected ``o``, ``r``, ``mask``,
+``key`` and ``counters``: cycles, QK^T tiles, PV tiles). Integers are compared with equality.
 """
 
 import numpy as np
@@ -19,7 +19,7 @@ __all__ = ["LINEAR_COUNTERS", "ATTENTION_COUNTERS", "run_case"]
 
 #: The manifest's counters a linear / attention step's expected ``counters`` stand for.
 LINEAR_COUNTERS = ("linear_cycles", "linear_stall_load", "linear_low", "linear_high",
-                   "linear_zero")
+                   "linear_zero", "linear_clipped_groups", "linear_saturated_groups")
 ATTENTION_COUNTERS = ("attention_cycles", "attention_qk_tiles", "attention_pv_tiles")
 
 

@@ -114,7 +114,9 @@ class AttentionEngine(wiring.Component):
     With ``shared`` the engine owns no PE arrays: it drives the ``pe`` members (one
     ``pe_array_signature`` per array, of ``AttentionGeometry(cfg, shared=True).lin``, whose
     banks also hold a linear layer's accumulators) and the arrays' owner
-    (``dstar.hw.accelerator.Accelerator``) lends them.
+    (``dstar.hw.accelerator.Accelerator``) lends them; ``host_k_wdata`` / ``host_v_wdata`` then
+    hold every array's word (array ``a``'s at word ``a``), written into the arrays
+    ``host_k_we`` / ``host_v_we`` select.
 
     Host reads: ``host_o_rdata`` / ``host_res_rdata`` / ``host_mask_rdata`` show the word at
     ``host_o_addr`` / ``host_res_addr`` one cycle after the address (the mask in the same
@@ -148,9 +150,9 @@ class AttentionEngine(wiring.Component):
             "host_q_we": In(1),
             "host_q_wdata": In(lays["q_word"].size),
             "host_k_we": In(n_arr),
-            "host_k_wdata": In(lays["kt_word"].size),
+            "host_k_wdata": In(lays["kt_word"].size * (n_arr if shared else 1)),
             "host_v_we": In(n_arr),
-            "host_v_wdata": In(lays["v_word"].size),
+            "host_v_wdata": In(lays["v_word"].size * (n_arr if shared else 1)),
             "host_ms_we": In(1),
             "host_ms_wdata": In(lays["ms_word"].size),
             "host_o_addr": In(uwidth(ag.o_depth)),
@@ -259,10 +261,13 @@ class AttentionEngine(wiring.Component):
             km = memory(f"kt_{a}", lays["kt_word"], ag.kt_depth)
             vm = memory(f"v_{a}", lays["v_word"], ag.v_depth)
             kw, vw = km.write_port(), vm.write_port()
+            kd, vd = self.host_k_wdata, self.host_v_wdata
+            if self._shared:        # every array's word in one write, array a's at slice a
+                kd = kd.word_select(a, lays["kt_word"].size)
+                vd = vd.word_select(a, lays["v_word"].size)
             m.d.comb += [kw.en.eq(self.host_k_we[a]), kw.addr.eq(self.host_addr),
-                         kw.data.eq(self.host_k_wdata),
-                         vw.en.eq(self.host_v_we[a]), vw.addr.eq(self.host_addr),
-                         vw.data.eq(self.host_v_wdata)]
+                         kw.data.eq(kd), vw.en.eq(self.host_v_we[a]), vw.addr.eq(self.host_addr),
+                         vw.data.eq(vd)]
             kt_rd.append(km.read_port())
             v_rd.append(vm.read_port())
         m.d.comb += [q_wr.en.eq(self.host_q_we), q_wr.addr.eq(self.host_addr),

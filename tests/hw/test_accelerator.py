@@ -86,13 +86,14 @@ def test_refused_commands_set_error_count_and_are_not_executed(cfg):
     async def body(io, man):
         _, get, tick = io
         depth = man["memories"]["Q"]["depth"]
+        depth_s = man["memories"]["STATE"]["depth"]
         bad = [
             command(man, "NOP") | (15 << 0),                                 # unknown opcode
             command(man, "LOAD", mem="Q", addr=depth - 1, count=2),          # past the end
             command(man, "LOAD", mem="Q", addr=0, count=0),                  # empty
             command(man, "LOAD", mem="O", addr=0, count=1),                  # read only
             command(man, "READ", mem="WEIGHTS", addr=0, count=1),            # write only
-            command(man, "READ", mem="STATE", sub=1, addr=0, count=1),       # not per array
+            command(man, "READ", mem="STATE", addr=depth_s - 1, count=2),    # past the end
             command(man, "RUN_LINEAR", n_tokens=0, n_kt=1, n_mt=1),
             command(man, "RUN_LINEAR", n_tokens=cfg.max_tokens + 1, n_kt=1, n_mt=1),
             command(man, "RUN_ATTENTION", slot=cfg.attn_slots - 1, n_tokens=0),
