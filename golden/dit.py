@@ -47,7 +47,7 @@ def pos_embed_2d(dim: int, grid: int) -> np.ndarray:
     return emb.astype(np.float32)
 
 
-__all__ += ["DiT", "LINEAR_TYPES", "load_weights", "bundled_weights_path", "ATTN_SUFFIX"]
+__all__ += ["DiT", "drive", "LINEAR_TYPES", "load_weights", "bundled_weights_path", "ATTN_SUFFIX"]
 
 LINEAR_TYPES = ("qkv", "proj", "fc1", "fc2")
 _LAYER_PATHS = {"qkv": "attn.qkv", "proj": "attn.proj", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
@@ -129,6 +129,18 @@ def float_attention(name, q, k, v, step):
     return out
 
 
+def drive(ops, linear, attention, step):
+    """Run a generator of accelerator operations (``DiT.block_ops``) with the hooks ``linear``
+    and ``attention`` at sampling step ``step``; returns the generator's result."""
+    try:
+        op = next(ops)
+        while True:
+            hook = linear if op[0] == "linear" else attention
+            op = ops.send(hook(*op[1:], step))
+    except StopIteration as done:
+        return done.value
+
+
 class DiT:
     """NumPy DiT forward pass with pluggable per-token linear layers and attention.
 
@@ -190,6 +202,35 @@ class DiT:
         h = _silu(self._lin("t_embedder.mlp.0", emb))
         return self._lin("t_embedder.mlp.2", h)
 
+    def block_ops(self, i, h, sc):
+        """Block ``i`` on the hidden states ``h`` ``(B, N, D)`` with the conditioning ``sc``
+        (``silu(c)``, ``(B, D)``), as a generator of its accelerator operations: it yields
+        ``("linear", name, x, w, b)`` (``x`` ``(rows, K)``) and ``("attention", name, q, k, v)``
+        (``(B, H, N, Dh)``), is sent each one's result, and returns the block's output. Everything
+        between them (adaLN modulation, LayerNorm, GELU, the gated residual adds) runs here in
+        float32 (``drive`` runs it with hooks; ``dstar.sim.host`` on the accelerator)."""
+        s, w = self.shape, self.w
+        b, n, dim = h.shape
+        heads, dh = s.heads, dim // s.heads
+        pre = f"blocks.{i}"
+        mod = self._lin(f"{pre}.adaLN_modulation.1", sc)
+        sh1, sc1, g1, sh2, sc2, g2 = np.split(mod, 6, axis=1)
+
+        def lin(path, a):
+            name = f"{pre}.{path}"
+            out = yield ("linear", name, a.reshape(-1, a.shape[-1]), w[name + ".weight"],
+                         w[name + ".bias"])
+            return np.asarray(out, dtype=np.float32).reshape(*a.shape[:-1], -1)
+
+        a = _modulate(_layernorm(h), sh1, sc1)
+        qkv = (yield from lin("attn.qkv", a)).reshape(b, n, 3, heads, dh).transpose(2, 0, 3, 1, 4)
+        o = yield ("attention", f"{pre}.{ATTN_SUFFIX}", qkv[0], qkv[1], qkv[2])
+        o = np.asarray(o, dtype=np.float32).transpose(0, 2, 1, 3).reshape(b, n, dim)
+        h = h + g1[:, None, :] * (yield from lin("attn.proj", o))
+        a = _modulate(_layernorm(h), sh2, sc2)
+        f1 = yield from lin("mlp.fc1", a)
+        return h + g2[:, None, :] * (yield from lin("mlp.fc2", _gelu_tanh(f1)))
+
     def forward(self, x, t, y, *, linear=float_linear, attention=float_attention, step=0):
         """Predict epsilon for images ``x`` ``(B, C, H, W)`` at timesteps ``t`` with labels ``y``
         (``num_classes`` is the null label of classifier-free guidance)."""
@@ -199,26 +240,8 @@ class DiT:
         h = self.patchify(x) @ kw.T + w["x_embedder.proj.bias"] + self.pos_embed
         c = self.embed_timestep(t) + w["y_embedder.embedding_table.weight"][np.asarray(y)]
         sc = _silu(c)
-        b, n, dim = h.shape
-        heads, dh = s.heads, dim // s.heads
         for i in range(s.depth):
-            pre = f"blocks.{i}"
-            mod = self._lin(f"{pre}.adaLN_modulation.1", sc)
-            sh1, sc1, g1, sh2, sc2, g2 = np.split(mod, 6, axis=1)
-
-            def lin(path, a, pre=pre):
-                name = f"{pre}.{path}"
-                out = linear(name, a.reshape(-1, a.shape[-1]), w[name + ".weight"],
-                             w[name + ".bias"], step)
-                return np.asarray(out, dtype=np.float32).reshape(*a.shape[:-1], -1)
-
-            a = _modulate(_layernorm(h), sh1, sc1)
-            qkv = lin("attn.qkv", a).reshape(b, n, 3, heads, dh).transpose(2, 0, 3, 1, 4)
-            o = attention(f"{pre}.{ATTN_SUFFIX}", qkv[0], qkv[1], qkv[2], step)
-            o = np.asarray(o, dtype=np.float32).transpose(0, 2, 1, 3).reshape(b, n, dim)
-            h = h + g1[:, None, :] * lin("attn.proj", o)
-            a = _modulate(_layernorm(h), sh2, sc2)
-            h = h + g2[:, None, :] * lin("mlp.fc2", _gelu_tanh(lin("mlp.fc1", a)))
+            h = drive(self.block_ops(i, h, sc), linear, attention, step)
         fm = self._lin("final_layer.adaLN_modulation.1", sc)
         shift, scale = np.split(fm, 2, axis=1)
         out = self._lin("final_layer.linear", _modulate(_layernorm(h), shift, scale))

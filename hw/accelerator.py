@@ -6,6 +6,7 @@ Ref: dstar-spec.md section 5 (the top level and its command stream); the command
 """
 
 import enum
+from types import SimpleNamespace
 
 from amaranth import Cat, Const, Module, Mux, Shape, Signal, unsigned
 from amaranth.lib import data, stream, wiring
@@ -218,40 +219,41 @@ class Accelerator(wiring.Component):
         m.submodules.linear = lin = self._lin
         m.submodules.attention = att = self._att
         geo = lin.geometry
-        mode_att = Signal()                 # which block owns the PE arrays
-        arrays = []
+        cl = command_layout(cfg)
+        cmd = self.cmd.payload
+        # The state shared by the parts: the command processor's state, the captured
+        # arguments of the command being executed, the top's own counters.
+        st = SimpleNamespace(
+            lin=lin, att=att, geo=geo, mode_att=Signal(), state=Signal(range(6)),
+            mem=Signal(4), addr=Signal.like(cmd.args.mem.addr),
+            left=Signal.like(cmd.args.mem.count),
+            l_args=Signal(cl.members["args"].members["linear"]),
+            a_args=Signal(cl.members["args"].members["attention"]), is_att=Signal(),
+            counters={n: Signal(COUNTER_BITS, name=f"count_{n}") for n in COUNTERS[:3]},
+            arrays=[])
         for a in range(cfg.n_arrays):
             arr = PEArray(geo, host_writes=True)
             m.submodules[f"array_{a}"] = arr
-            _share(m, arr, [lin.pe[a], att.pe[a]], mode_att)
-            arrays.append(arr)
+            _share(m, arr, [lin.pe[a], att.pe[a]], st.mode_att)
+            st.arrays.append(arr)
+        m.d.comb += [self.busy.eq(st.state != _IDLE), self.key.eq(att.key)]
+        self._commands(m, st)
+        self._runs(m, st)
+        self._loads(m, st)
+        self._reads(m, st)
+        return m
 
-        depths = memory_depths(cfg)
-        cl = command_layout(cfg)
+    def _command_ok(self, m, st) -> Signal:
+        """Whether the offered command may be executed (the class docstring's rules)."""
+        cfg, geo, depths = self._cfg, st.geo, memory_depths(self._cfg)
         cmd = self.cmd.payload
-        state = Signal(range(6))
-        m.d.comb += self.busy.eq(state != _IDLE)
-
-        # Captured arguments of the command being executed.
-        mem = Signal(4)
-        addr, left = Signal.like(cmd.args.mem.addr), Signal.like(cmd.args.mem.count)
-        l_args = Signal(cl.members["args"].members["linear"])
-        a_args = Signal(cl.members["args"].members["attention"])
-        is_att = Signal()
-
-        counters = {n: Signal(COUNTER_BITS, name=f"count_{n}") for n in COUNTERS[:3]}
-        m.d.comb += self.key.eq(att.key)
-
-        # ----- decoding and checking -----
-        op, ma = cmd.op, cmd.args.mem
-        ok = Signal()
-        in_range = Signal()
+        op, ma, la, aa = cmd.op, cmd.args.mem, cmd.args.linear, cmd.args.attention
+        ok, in_range = Signal(), Signal()
         with m.Switch(ma.mem):
             for mm in Mem:
                 with m.Case(mm):
                     m.d.comb += in_range.eq((ma.count != 0)
                                             & (ma.addr + ma.count <= depths[mm.name]))
-        la, aa = cmd.args.linear, cmd.args.attention
         with m.Switch(op):
             with m.Case(Opcode.LOAD):
                 m.d.comb += ok.eq(in_range & _member_of(ma.mem, _WRITABLE))
@@ -265,116 +267,133 @@ class Accelerator(wiring.Component):
                                   & (aa.slot < cfg.attn_slots))
             with m.Case(Opcode.NOP, Opcode.CLEAR_SLOTS, Opcode.READ_COUNTERS, Opcode.ACK_ERROR):
                 m.d.comb += ok.eq(1)
+        return ok
 
+    def _commands(self, m, st) -> None:
+        """Taking a command: checked, counted, its arguments captured, its state entered."""
+        cmd = self.cmd.payload
+        op, ma = cmd.op, cmd.args.mem
+        ok = self._command_ok(m, st)
+        cnt = st.counters
         take = Signal()
-        m.d.comb += [self.cmd.ready.eq(state == _IDLE), take.eq(self.cmd.valid & self.cmd.ready)]
+        m.d.comb += [self.cmd.ready.eq(st.state == _IDLE),
+                     take.eq(self.cmd.valid & self.cmd.ready)]
         with m.If(take):
-            m.d.sync += counters["commands"].eq(counters["commands"] + 1)
+            m.d.sync += cnt["commands"].eq(cnt["commands"] + 1)
             with m.If(~ok):
-                m.d.sync += [self.error.eq(1), counters["errors"].eq(counters["errors"] + 1)]
+                m.d.sync += [self.error.eq(1), cnt["errors"].eq(cnt["errors"] + 1)]
             with m.Else():
-                m.d.sync += [mem.eq(ma.mem), addr.eq(ma.addr), left.eq(ma.count)]
+                m.d.sync += [st.mem.eq(ma.mem), st.addr.eq(ma.addr), st.left.eq(ma.count)]
                 with m.Switch(op):
                     with m.Case(Opcode.LOAD):
-                        m.d.sync += state.eq(_LOAD)
+                        m.d.sync += st.state.eq(_LOAD)
                     with m.Case(Opcode.READ):
-                        m.d.sync += [state.eq(_READ), mode_att.eq(0)]
+                        m.d.sync += [st.state.eq(_READ), st.mode_att.eq(0)]
                     with m.Case(Opcode.RUN_LINEAR):
-                        m.d.sync += [state.eq(_START), l_args.eq(la), is_att.eq(0),
-                                     mode_att.eq(0)]
+                        m.d.sync += [st.state.eq(_START), st.l_args.eq(cmd.args.linear),
+                                     st.is_att.eq(0), st.mode_att.eq(0)]
                     with m.Case(Opcode.RUN_ATTENTION):
-                        m.d.sync += [state.eq(_START), a_args.eq(aa), is_att.eq(1),
-                                     mode_att.eq(1)]
+                        m.d.sync += [st.state.eq(_START), st.a_args.eq(cmd.args.attention),
+                                     st.is_att.eq(1), st.mode_att.eq(1)]
                     with m.Case(Opcode.READ_COUNTERS):
-                        m.d.sync += [state.eq(_COUNT), left.eq(len(COUNTERS)), addr.eq(0)]
+                        m.d.sync += [st.state.eq(_COUNT), st.left.eq(len(COUNTERS)),
+                                     st.addr.eq(0)]
                     with m.Case(Opcode.ACK_ERROR):
                         m.d.sync += self.error.eq(0)
-        m.d.comb += att.clear.eq(take & ok & (op == Opcode.CLEAR_SLOTS))
+        m.d.comb += st.att.clear.eq(take & ok & (op == Opcode.CLEAR_SLOTS))
 
-        # ----- runs -----
-        m.d.comb += [lin.n_tokens.eq(l_args.n_tokens), lin.n_kt.eq(l_args.n_kt),
-                     lin.n_mt.eq(l_args.n_mt), lin.key.eq(l_args.key),
-                     att.slot.eq(a_args.slot), att.n_tokens.eq(a_args.n_tokens),
-                     att.theta_q.eq(a_args.theta_q), att.refresh.eq(a_args.refresh),
-                     lin.start.eq((state == _START) & ~is_att),
-                     att.start.eq((state == _START) & is_att)]
-        with m.If(state == _START):
-            m.d.sync += state.eq(_RUN)
-        with m.If((state == _RUN) & ~Mux(is_att, att.busy, lin.busy)):
-            m.d.sync += state.eq(_IDLE)
+    def _runs(self, m, st) -> None:
+        """A run: its block started from the captured arguments, ``done`` when it is idle."""
+        lin, att, la, aa = st.lin, st.att, st.l_args, st.a_args
+        start = st.state == _START
+        m.d.comb += [lin.n_tokens.eq(la.n_tokens), lin.n_kt.eq(la.n_kt),
+                     lin.n_mt.eq(la.n_mt), lin.key.eq(la.key),
+                     att.slot.eq(aa.slot), att.n_tokens.eq(aa.n_tokens),
+                     att.theta_q.eq(aa.theta_q), att.refresh.eq(aa.refresh),
+                     lin.start.eq(start & ~st.is_att), att.start.eq(start & st.is_att)]
+        with m.If(start):
+            m.d.sync += st.state.eq(_RUN)
+        with m.If((st.state == _RUN) & ~Mux(st.is_att, att.busy, lin.busy)):
+            m.d.sync += st.state.eq(_IDLE)
             m.d.comb += self.done.eq(1)
 
-        # ----- loads -----
+    def _loads(self, m, st) -> None:
+        """``LOAD``: a ``din`` beat a cycle into the memory's host write port (targets
+        clipped and counted; the arrays' words split among the arrays)."""
+        cfg, lin, att, mem, addr = self._cfg, st.lin, st.att, st.mem, st.addr
         beat = Signal()
-        m.d.comb += [self.din.ready.eq(state == _LOAD), beat.eq(self.din.valid & self.din.ready)]
+        m.d.comb += [self.din.ready.eq(st.state == _LOAD),
+                     beat.eq(self.din.valid & self.din.ready)]
         words = memory_words(cfg)
-        target = data.View(words[Mem.TARGET.name], self.din.payload[:words[Mem.TARGET.name].size])
-        clipped = Signal(words[Mem.TARGET.name])
+        d = self.din.payload
+        t_lay = words[Mem.TARGET.name]
+        clipped = Signal(t_lay)
         n_clip = []
-        tmax = geo.cfg.target_max
-        for i, t in enumerate(target):
+        tmax = cfg.target_max
+        for i, t in enumerate(data.View(t_lay, d[:t_lay.size])):
             hi, lo = t > tmax, t < -tmax
             m.d.comb += clipped[i].eq(Mux(hi, tmax, Mux(lo, -tmax, t)))
             n_clip.append(hi | lo)
         clip_count = Signal(range(len(n_clip) + 1))
         m.d.comb += clip_count.eq(sum(c.as_unsigned() for c in n_clip))
+        c_clip = st.counters["target_clipped"]
         with m.If(beat & (mem == Mem.TARGET)):
-            m.d.sync += counters["target_clipped"].eq(counters["target_clipped"] + clip_count)
+            m.d.sync += c_clip.eq(c_clip + clip_count)
         every = Const((1 << cfg.n_arrays) - 1, cfg.n_arrays)
-        d = self.din.payload
 
-        def width(name):
-            return Shape.cast(words[name]).width
+        def word(name):
+            return d[:Shape.cast(words[name]).width]
 
         m.d.comb += [
             lin.host_target_we.eq(beat & (mem == Mem.TARGET)),
             lin.host_target_wdata.eq(clipped),
             lin.host_state_we.eq(beat & (mem == Mem.STATE)),
-            lin.host_state_wdata.eq(d[:width("STATE")]),
+            lin.host_state_wdata.eq(word("STATE")),
             lin.host_w_we.eq(Mux(beat & (mem == Mem.WEIGHTS), every, 0)),
-            lin.host_w_wdata.eq(d[:width("WEIGHTS")]),
+            lin.host_w_wdata.eq(word("WEIGHTS")),
             lin.host_w_addr.eq(addr),
             att.host_addr.eq(addr),
             att.host_q_we.eq(beat & (mem == Mem.Q)),
-            att.host_q_wdata.eq(d[:width("Q")]),
+            att.host_q_wdata.eq(word("Q")),
             att.host_k_we.eq(Mux(beat & (mem == Mem.KT), every, 0)),
-            att.host_k_wdata.eq(d[:width("KT")]),
+            att.host_k_wdata.eq(word("KT")),
             att.host_v_we.eq(Mux(beat & (mem == Mem.V), every, 0)),
-            att.host_v_wdata.eq(d[:width("V")]),
+            att.host_v_wdata.eq(word("V")),
             att.host_ms_we.eq(beat & (mem == Mem.MS)),
-            att.host_ms_wdata.eq(d[:width("MS")]),
+            att.host_ms_wdata.eq(word("MS")),
         ]
-        y_row = y_row_layout(geo).size
-        for a, arr in enumerate(arrays):          # a saved Y restored (the arrays' own port)
+        y_row = y_row_layout(st.geo).size
+        for a, arr in enumerate(st.arrays):       # a saved Y restored (the arrays' own port)
             m.d.comb += [arr.host_y_we.eq(beat & (mem == Mem.Y)), arr.host_y_waddr.eq(addr),
                          arr.host_y_wdata.eq(d.word_select(a, y_row))]
         with m.If(beat):
-            m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
-            with m.If(left == 1):
-                m.d.sync += state.eq(_IDLE)
+            m.d.sync += [addr.eq(addr + 1), st.left.eq(st.left - 1)]
+            with m.If(st.left == 1):
+                m.d.sync += st.state.eq(_IDLE)
 
-        # ----- reads: one memory read per cycle into free entries of the out queue -----
+    def _reads(self, m, st) -> None:
+        """``READ`` and ``READ_COUNTERS``: words into the ``dout`` queue, a memory read issued
+        only into a free entry (reads are one cycle late; the mask's is delayed to match)."""
+        lin, att, addr, left = st.lin, st.att, st.addr, st.left
         m.submodules.out_q = out_q = SyncFIFO(width=len(self.dout.payload), depth=_OUT_DEPTH)
-        inflight = Signal()
-        issue = Signal()
-        m.d.comb += issue.eq((state == _READ) & (left != 0)
+        inflight, issue = Signal(), Signal()
+        m.d.comb += issue.eq((st.state == _READ) & (left != 0)
                              & (out_q.level + inflight < _OUT_DEPTH))
         m.d.comb += [lin.host_row_addr.eq(addr), lin.host_y_addr.eq(addr),
                      att.host_o_addr.eq(addr), att.host_res_addr.eq(addr),
                      att.host_mask_addr.eq(addr)]
-        mask_q = Signal.like(att.host_mask_rdata)        # the mask's read, made one cycle late
-        m.d.sync += [inflight.eq(issue), mask_q.eq(att.host_mask_rdata)]
+        mask_q = Signal.like(att.host_mask_rdata)
+        r_mem = Signal.like(st.mem)
+        m.d.sync += [inflight.eq(issue), mask_q.eq(att.host_mask_rdata), r_mem.eq(st.mem)]
         with m.If(issue):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
-        r_mem = Signal.like(mem)
-        m.d.sync += r_mem.eq(mem)
         rdata = Signal(len(self.dout.payload))
-        y_rows = Cat(*(lin.host_y_rdata[a] for a in range(cfg.n_arrays)))
         with m.Switch(r_mem):
             with m.Case(Mem.STATE):
                 m.d.comb += rdata.eq(lin.host_state_rdata)
             with m.Case(Mem.Y):
-                m.d.comb += rdata.eq(y_rows)
+                m.d.comb += rdata.eq(Cat(*(lin.host_y_rdata[a]
+                                           for a in range(self._cfg.n_arrays))))
             with m.Case(Mem.O):
                 m.d.comb += rdata.eq(att.host_o_rdata.as_unsigned())
             with m.Case(Mem.RES):
@@ -382,8 +401,8 @@ class Accelerator(wiring.Component):
             with m.Case(Mem.MASK):
                 m.d.comb += rdata.eq(mask_q)
 
-        # ----- counters out -----
-        values = [counters["commands"], counters["errors"], counters["target_clipped"],
+        c = st.counters
+        values = [c["commands"], c["errors"], c["target_clipped"],
                   lin.cycles, lin.stall_load, lin.count_low, lin.count_high, lin.count_zero,
                   lin.count_clipped, lin.count_saturated,
                   att.cycles, att.count_qk, att.count_pv, att.key]
@@ -393,17 +412,15 @@ class Accelerator(wiring.Component):
                 with m.Case(i):
                     m.d.comb += cval.eq(v)
         push_count = Signal()
-        m.d.comb += push_count.eq((state == _COUNT) & (left != 0) & out_q.w_rdy)
+        m.d.comb += push_count.eq((st.state == _COUNT) & (left != 0) & out_q.w_rdy)
         with m.If(push_count):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
-
         m.d.comb += [out_q.w_en.eq(inflight | push_count),
                      out_q.w_data.eq(Mux(inflight, rdata, cval)),
                      self.dout.valid.eq(out_q.r_rdy), self.dout.payload.eq(out_q.r_data),
                      out_q.r_en.eq(self.dout.ready)]
-        with m.If(((state == _READ) | (state == _COUNT)) & (left == 0) & ~inflight):
-            m.d.sync += state.eq(_IDLE)
-        return m
+        with m.If(((st.state == _READ) | (st.state == _COUNT)) & (left == 0) & ~inflight):
+            m.d.sync += st.state.eq(_IDLE)
 
 
 def _member_of(value, members) -> "Signal":

@@ -1,0 +1,192 @@
+"""The host side of a DiT block on the accelerator: the block's accelerator operations
+(``DiT.block_ops``: its four linears and its attention) become integer work for an *engine*,
+everything else (LayerNorm, adaLN modulation, GELU, the residual adds, the requantization of
+activations onto each layer's lattice and back) runs here in NumPy, exactly as the golden
+pipeline does (``dstar.golden.hooks.DStarLinears``, ``dstar.golden.attention.AttentionReuse``),
+so that the block's float output is the golden pipeline's bit for bit.
+
+Engines (async, so that the same host code runs inside a simulator's testbench):
+
+* ``GoldenEngine``: the accelerator's integer contract computed by the golden model;
+* ``AcceleratorEngine``: the accelerator top itself, through ``dstar.sim.accel_io`` on any
+  simulator's ``(set, get, tick)`` adapter. Rows beyond ``max_tokens`` run in chunks; each
+  layer's state and accumulators are saved and restored around other layers' steps, one
+  attention slot per (batch element, head).
+
+``BlockHost.step`` runs one block at one sampling step; ``run_sync`` runs a coroutine that
+never waits on a simulator (the golden engine) to its result.
+"""
+
+import math
+
+import numpy as np
+
+from dstar.golden.attention import (
+    key_step_head,
+    quantize_on,
+    quantize_per_head,
+    quantize_per_token,
+    reuse_step_head,
+    theta_fixed,
+)
+from dstar.golden.difflinear import encode_step
+from dstar.golden.quant import exact_matmul, quantize_weights, to_lattice_float, token_lattice
+from dstar.golden.softmax import logit_multiplier
+
+from .accel_io import AttentionStep, LinearStep
+
+__all__ = ["BlockHost", "GoldenEngine", "AcceleratorEngine", "run_sync"]
+
+
+def run_sync(coro):
+    """The result of a coroutine that never suspends (``BlockHost.step`` on ``GoldenEngine``)."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise RuntimeError("the coroutine waited on something: it needs an event loop")
+
+
+class GoldenEngine:
+    """The accelerator's integer work by the golden model: per layer the state and ``Y_int``
+    (``golden.difflinear.encode_step``), per attention slot the step counter, mask and
+    residual (``golden.attention.key_step_head`` / ``reuse_step_head``)."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.layers: dict[str, tuple] = {}
+        self.slots: dict[int, dict] = {}
+
+    async def linear(self, name: str, w_q, target, key: bool):
+        """One linear step of layer ``name``: ``Y_int`` (int64 ``(N, M)``)."""
+        if key or name not in self.layers:
+            xs = np.zeros_like(target)
+            y = np.zeros((target.shape[0], w_q.shape[1]), np.int64)
+        else:
+            xs, y = self.layers[name]
+        enc, xs = encode_step(target, xs, self.cfg)
+        y = y + exact_matmul(enc.decode(), w_q)
+        self.layers[name] = (xs, y)
+        return y
+
+    async def attention(self, slot: int, q, k, v, m, sh):
+        """One attention step of ``slot`` (its key step on its first call and every
+        ``refresh_attn`` calls): ``(O_int (N, Dh), key)``."""
+        cfg = self.cfg
+        kw = dict(block_q=cfg.block_q, block_k=cfg.block_k, frac_bits=cfg.attn_frac_bits,
+                  group=cfg.group, e_max=cfg.e_max)
+        st = self.slots.setdefault(slot, {"calls": 0})
+        r = cfg.refresh_attn
+        key = st["calls"] == 0 or (r > 0 and st["calls"] % r == 0)
+        st["calls"] += 1
+        if key:
+            res = key_step_head(q, k, v, m, sh, theta=cfg.theta, **kw)
+            st["mask"], st["r"] = res["mask"], res["r"]
+            return res["o_full"], True
+        return reuse_step_head(q, k, v, m, sh, st["mask"], st["r"], **kw), False
+
+
+class AcceleratorEngine:
+    """The accelerator top through ``dstar.sim.accel_io`` (``io``: a ``(set, get, tick)``
+    adapter of a reset design, ``man``: its manifest's ``accelerator`` section), attention at
+    ``cfg``'s ``theta`` and ``refresh_attn``."""
+
+    def __init__(self, io, man: dict, cfg):
+        self.io, self.man, self.cfg = io, man, cfg
+        self.max_rows = man["config"]["max_tokens"]
+        self.saved: dict[tuple, tuple] = {}       # (layer, chunk) -> (state, Y)
+        self.weights_of = None                    # the layer whose weights are loaded
+
+    async def linear(self, name: str, w_q, target, key: bool):
+        n, k = target.shape
+        ys = []
+        for c, r0 in enumerate(range(0, n, self.max_rows)):
+            rows = target[r0:r0 + self.max_rows]
+            step = LinearStep(self.man, k, w_q.shape[1], rows.shape[0])
+            state, y = (None, None) if key else self.saved[(name, c)]
+            w = w_q if self.weights_of != name else None
+            y_int, xs = await step.run(self.io, rows, key=key, w_q=w, state=state, y=y)
+            self.weights_of = name
+            self.saved[(name, c)] = (xs, y_int)
+            ys.append(y_int)
+        return np.concatenate(ys)
+
+    async def attention(self, slot: int, q, k, v, m, sh):
+        o, _, _, cnt = await AttentionStep(self.man, q.shape[0]).run(
+            self.io, q, k, v, m, sh, slot=slot, theta_q=theta_fixed(self.cfg.theta),
+            refresh=self.cfg.refresh_attn)
+        return o, bool(cnt["attention_key"])
+
+
+class BlockHost:
+    """The host of the accelerated blocks of a DiT: per linear layer its lattice (fixed at
+    its key steps, ``Config.refresh_linear``), per attention layer its V lattice; the float
+    conversions of ``DiffLinear`` and ``AttentionReuse``, the integer work on ``engine``."""
+
+    def __init__(self, cfg, model, engine):
+        self.cfg, self.model, self.engine = cfg, model, engine
+        self.lin: dict[str, dict] = {}
+        self.att: dict[str, dict] = {}
+
+    async def step(self, i: int, h, sc, step: int):
+        """Block ``i`` of ``model`` on ``h`` at sampling step ``step`` (``DiT.block_ops``)."""
+        ops = self.model.block_ops(i, h, sc)
+        try:
+            op = next(ops)
+            while True:
+                if op[0] == "linear":
+                    res = await self._linear(*op[1:], step)
+                else:
+                    res = await self._attention(*op[1:], step)
+                op = ops.send(res)
+        except StopIteration as done:
+            return done.value
+
+    def _is_key(self, st, step: int, refresh: int) -> bool:
+        return st.get("d") is None or step == 0 or (refresh > 0 and step % refresh == 0)
+
+    async def _linear(self, name, x, w, b, step):
+        cfg = self.cfg
+        st = self.lin.get(name)
+        if st is None:
+            w_q, s_w = quantize_weights(w)
+            st = self.lin[name] = {"w_q": w_q, "s_w": s_w, "d": None,
+                                   "b": None if b is None else np.asarray(b, np.float64)}
+        key = self._is_key(st, step, cfg.refresh_linear)
+        if key:
+            st["d"] = token_lattice(x, cfg.lattice_bits)
+        target = to_lattice_float(x, st["d"], cfg.target_max).astype(np.int64)
+        y_int = await self.engine.linear(name, st["w_q"], target, key)
+        y64 = y_int.astype(np.float64) * st["d"][:, None]       # DiffLinear's float output
+        y64 *= st["s_w"][None, :]
+        if st["b"] is not None:
+            y64 += st["b"]
+        return y64.astype(np.float32)
+
+    async def _attention(self, name, q, k, v, step):
+        cfg = self.cfg
+        q, k, v = (np.asarray(a) for a in (q, k, v))
+        st = self.att.setdefault(name, {"slot0": len(self.att) * q.shape[0] * q.shape[1]})
+        key = "s_v" not in st or step == 0 or (cfg.refresh_attn > 0
+                                               and step % cfg.refresh_attn == 0)
+        dh = q.shape[-1]
+        q_int, s_q = quantize_per_token(q)
+        k_int, s_k = quantize_per_head(k)
+        m, sh = logit_multiplier(s_q * s_k[..., None] / math.sqrt(dh), cfg.attn_frac_bits)
+        if key:
+            v_int, st["s_v"] = quantize_per_head(v)
+        else:
+            v_int, _ = quantize_on(v, st["s_v"])
+        o_int = np.empty(q.shape, np.int64)
+        nb, nh = q.shape[:2]
+        for bi in range(nb):
+            for hi in range(nh):
+                o_int[bi, hi], hw_key = await self.engine.attention(
+                    st["slot0"] + bi * nh + hi, q_int[bi, hi], k_int[bi, hi], v_int[bi, hi],
+                    m[bi, hi], sh[bi, hi])
+                if hw_key != key:
+                    raise RuntimeError(f"{name}: the engine's step kind ({hw_key}) differs "
+                                       f"from the host's ({key}) at step {step}")
+        scale = st["s_v"][..., None, None] / float(1 << cfg.attn_out_frac_bits)
+        return (o_int * scale).astype(np.float32)

@@ -1,0 +1,120 @@
+"""The host side of a DiT block (``dstar.sim.host``): with the golden engine, a block of the
+bundled DiT over a real sampling run equals the golden pipeline's block bit for bit; with the
+accelerator engine (the accelerator top on Amaranth's simulator), a whole block of a small DiT
+(its four linears, every head's attention) over a linear and attention key step and two more
+steps equals it too."""
+
+import numpy as np
+import pytest
+
+from dstar.config import preset
+from dstar.golden.attention import AttentionReuse
+from dstar.golden.dit import LINEAR_TYPES, DiT, DiTShape
+from dstar.golden.hooks import DStarLinears
+from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
+from dstar.hw.accelerator import Accelerator
+from dstar.hw.generate import accelerator_manifest
+from dstar.sim.host import AcceleratorEngine, BlockHost, GoldenEngine, run_sync
+from dstar.sim.pysim_driver import io_adapter, simulate
+
+
+class Tap(DiT):
+    """A DiT that records block ``block``'s inputs and output at every forward pass."""
+
+    def __init__(self, model: DiT, block: int):
+        super().__init__(model.shape, model.w)
+        self.block, self.records = block, []
+
+    def block_ops(self, i, h, sc):
+        out = yield from super().block_ops(i, h, sc)
+        if i == self.block:
+            self.records.append((h, sc, out))
+        return out
+
+
+def golden_records(cfg, model, block, steps, samples):
+    """Block ``block``'s (input, conditioning, output) at each step of the golden pipeline's
+    sampling run (DSTAR linears and attention reuse)."""
+    tap = Tap(model, block)
+    cfg = cfg.replace(steps=steps, samples=samples)
+    labels = sample_labels(samples, model.shape.num_classes)
+    ddim_sample(tap, labels, initial_noise(samples, model.shape, cfg.seed), steps,
+                cfg.cfg_scale, linear=DStarLinears(cfg, LINEAR_TYPES),
+                attention=AttentionReuse(cfg, measure=False))
+    return tap.records
+
+
+def test_the_golden_engine_reproduces_a_bundled_block():
+    cfg = preset("default")
+    model = DiT.bundled()
+    recs = golden_records(cfg, model, 3, steps=4, samples=1)
+    host = BlockHost(cfg, model, GoldenEngine(cfg))
+    for s, (h, sc, want) in enumerate(recs):
+        got = run_sync(host.step(3, h, sc, s))
+        assert got.dtype == want.dtype and np.array_equal(got, want), f"step {s}"
+
+
+def test_a_wrong_engine_is_seen():
+    """The comparison can fail: an engine one unit off in one accumulator changes the block."""
+    cfg = preset("default")
+    model = DiT.bundled()
+    (h, sc, want), = golden_records(cfg, model, 0, steps=1, samples=1)
+
+    class OffByOne(GoldenEngine):
+        async def linear(self, name, w_q, target, key):
+            y = await super().linear(name, w_q, target, key)
+            if name.endswith("fc2"):
+                y = y.copy()
+                y[0, 0] += 1
+            return y
+
+    got = run_sync(BlockHost(cfg, model, OffByOne(cfg)).step(0, h, sc, 0))
+    assert not np.array_equal(got, want)
+
+
+def small_dit(seed=5) -> DiT:
+    """A DiT of the bundled architecture at a size the ``tiny`` accelerator holds: 8 x 8
+    images in 2 x 2 patches (16 tokens), hidden 32, 2 heads of 16, MLP ratio 2, random
+    weights."""
+    s = DiTShape(image_size=8, hidden=32, depth=1, heads=2, mlp_ratio=2.0, num_classes=2,
+                 freq_dim=32)
+    rng = np.random.default_rng(seed)
+    h, m, p = s.hidden, s.mlp_hidden, s.patch
+    shapes = {"x_embedder.proj": (h, s.in_channels, p, p), "t_embedder.mlp.0": (h, s.freq_dim),
+              "t_embedder.mlp.2": (h, h), "final_layer.linear": (p * p * s.in_channels, h),
+              "final_layer.adaLN_modulation.1": (2 * h, h),
+              "blocks.0.attn.qkv": (3 * h, h), "blocks.0.attn.proj": (h, h),
+              "blocks.0.mlp.fc1": (m, h), "blocks.0.mlp.fc2": (h, m),
+              "blocks.0.adaLN_modulation.1": (6 * h, h)}
+    w = {}
+    for name, shape in shapes.items():
+        fan_in = int(np.prod(shape[1:]))
+        w[f"{name}.weight"] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
+        w[f"{name}.bias"] = (0.1 * rng.standard_normal(shape[0])).astype(np.float32)
+    w["y_embedder.embedding_table.weight"] = rng.standard_normal(
+        (s.num_classes + 1, h)).astype(np.float32)
+    return DiT(s, w)
+
+
+@pytest.fixture(scope="module")
+def small_cfg():
+    """``tiny`` with the small DiT's head size and its widest linear (qkv: 96 columns)."""
+    return preset("tiny").replace(head_dim=16, max_m=96)
+
+
+def test_a_whole_block_on_the_accelerator_equals_the_golden_block(small_cfg):
+    cfg, model = small_cfg, small_dit()
+    recs = golden_records(cfg, model, 0, steps=3, samples=1)   # CFG: batch 2, 32 rows
+    assert recs[0][0].shape == (2, 16, 32)
+    dut = Accelerator(cfg)
+    man = accelerator_manifest(cfg, dut)
+    got = []
+
+    async def bench(ctx):
+        host = BlockHost(cfg, model, AcceleratorEngine(io_adapter(ctx, dut), man, cfg))
+        for s, (h, sc, _) in enumerate(recs):
+            got.append(await host.step(0, h, sc, s))
+
+    simulate(dut, bench)
+    for s, (g, (_, _, want)) in enumerate(zip(got, recs, strict=True)):
+        assert np.array_equal(g, want), f"step {s}: {(g != want).sum()} values differ"
