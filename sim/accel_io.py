@@ -90,10 +90,15 @@ async def read(io, man: dict, mem: str, addrs, stall=None) -> dict[int, int]:
 
 
 async def run(io, man: dict, op: str, max_cycles: int = 1_000_000, **args) -> int:
-    """Send a ``RUN_LINEAR`` or ``RUN_ATTENTION`` command and wait for ``done``; returns the
-    cycles from the command's acceptance to ``done``."""
+    """Send a ``RUN_LINEAR`` or ``RUN_ATTENTION`` command and wait for ``done`` (through the
+    adapter's ``until`` where it has one, ``SimIO``); returns the cycles from the command's
+    acceptance to ``done`` where it counted them (``None`` with ``until``: the counters hold
+    the run's cycles)."""
     _, get, tick = io
     await send(io, "cmd", [command(man, op, **args)])
+    if getattr(io, "until", None) is not None:        # the simulator waits, not Python
+        await io.until("done")
+        return None
     for i in range(max_cycles):
         if get("done"):
             await tick()
@@ -225,10 +230,11 @@ class AttentionStep:
                 for j in range(n_up) for cp in range(img.n_cp)}
 
     async def run(self, io, q, k, v, m, sh, *, slot: int, theta_q: int, refresh: int,
-                  stall=None):
+                  stall=None, read_state: bool = True):
         """Load the head, run one step of ``slot``; returns ``(o, res, mask, counters)``: the
         output and the slot's residual (N, Dh), its mask (nqb(N), nkb(N)) and the counters
-        (``counters``). ``stall``: ``dout`` back-pressure of the reads (``receive``)."""
+        (``counters``); without ``read_state`` the residual and mask are not read (None).
+        ``stall``: ``dout`` back-pressure of the reads (``receive``)."""
         img, man = self.img, self.man
         await load(io, man, "Q", img.q_words(q))
         await load(io, man, "KT", self.k_words(k))
@@ -238,9 +244,11 @@ class AttentionStep:
                   refresh=refresh)
         n, dh = img.n, img.dh
         o_w = await read(io, man, "O", range(n * dh), stall=stall)
+        o = np.array([img.o_from(o_w[a]) for a in range(n * dh)], np.int64).reshape(n, dh)
+        if not read_state:
+            return o, None, None, await counters(io, man)
         base = slot * img.n_max * dh
         r_w = await read(io, man, "RES", range(base, base + n * dh), stall=stall)
-        o = np.array([img.o_from(o_w[a]) for a in range(n * dh)], np.int64).reshape(n, dh)
         res = np.array([img.res_from(r_w[base + a]) for a in range(n * dh)],
                        np.int64).reshape(n, dh)
         nqb, nkb = -(-n // img.bq), -(-n // img.bk)

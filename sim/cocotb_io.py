@@ -2,7 +2,9 @@
 ``dstar.sim.tb_attention``) over a cocotb handle of the generated Verilog, and the reset they start
 each case from."""
 
-from cocotb.triggers import FallingEdge
+from cocotb.triggers import FallingEdge, RisingEdge
+
+from dstar.sim.layer_io import SimIO
 
 __all__ = ["dut_io", "reset"]
 
@@ -20,7 +22,17 @@ def dut_io(dut):
     async def tick():
         await FallingEdge(dut.clk)
 
-    return set_, get, tick
+    async def until(name):
+        sig = getattr(dut, name)
+        while True:
+            if not int(sig.value):
+                await RisingEdge(sig)
+            await FallingEdge(dut.clk)       # settled: a glitch has gone again
+            if int(sig.value):
+                break
+        await FallingEdge(dut.clk)
+
+    return SimIO(set_, get, tick, until)
 
 
 async def reset(dut, io, ports: dict):

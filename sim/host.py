@@ -115,7 +115,7 @@ class AcceleratorEngine:
     async def attention(self, slot: int, q, k, v, m, sh):
         o, _, _, cnt = await AttentionStep(self.man, q.shape[0]).run(
             self.io, q, k, v, m, sh, slot=slot, theta_q=theta_fixed(self.cfg.theta),
-            refresh=self.cfg.refresh_attn)
+            refresh=self.cfg.refresh_attn, read_state=False)
         return o, bool(cnt["attention_key"])
 
 

@@ -8,7 +8,7 @@ to the design through a three-call adapter (``set(name, int)``, ``get(name) -> i
 
 import numpy as np
 
-__all__ = ["pack", "unpack", "pack_named", "unpack_named", "LayerImage", "run_step",
+__all__ = ["pack", "unpack", "pack_named", "unpack_named", "SimIO", "LayerImage", "run_step",
            "StepOutcome", "write_words", "start_and_wait", "COUNTERS"]
 
 
@@ -28,6 +28,17 @@ def unpack(word, layout) -> list[int]:
             v -= 1 << f["width"]
         out.append(v)
     return out
+
+
+class SimIO(tuple):
+    """The ``(set, get, tick)`` adapter, unpacked as those three, with an optional fourth call
+    ``await until(name)``: tick until the 1-bit port ``name`` has read 1 before a tick (as a
+    loop of ``get`` and ``tick`` would, without a call per cycle: a simulator's own trigger)."""
+
+    def __new__(cls, set_, get, tick, until=None):
+        io = super().__new__(cls, (set_, get, tick))
+        io.until = until
+        return io
 
 
 class LayerImage:

@@ -5,7 +5,7 @@ from amaranth.sim import Simulator
 
 from dstar.hw.generate import manifest, top_of
 
-from .layer_io import LayerImage, run_step
+from .layer_io import LayerImage, SimIO, run_step
 
 __all__ = ["simulate", "io_adapter", "run_layer_pysim"]
 
@@ -36,7 +36,10 @@ def io_adapter(ctx, dut):
     def get(name):
         return int(ctx.get(port(name)))
 
-    return set_, get, ctx.tick
+    async def until(name):
+        await ctx.tick().until(port(name))
+
+    return SimIO(set_, get, ctx.tick, until)
 
 
 def run_layer_pysim(cfg, w_q, steps, state=None):
