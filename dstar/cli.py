@@ -301,6 +301,28 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_run(args) -> int:
+    """Progress goes to stderr, the report to stdout; the run's files stay in its folder."""
+    from dstar.sim.simulators import Simulator
+
+    from .run import format_run, run_block
+    cfg = _config(args)
+    if cfg.datapath != Datapath.DSTAR:
+        raise UserError(f"dstar run needs datapath=dstar, not {cfg.datapath}")
+
+    def say(line):
+        if not args.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    try:
+        rep = run_block(cfg, sim=Simulator(args.sim), steps=args.run_steps, block=args.block,
+                        tokens=args.tokens, waves=args.waves, say=say)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    print(_dump(rep) if args.json else format_run(rep), flush=True)
+    return 0 if rep["bit_exact"] and rep["counters_equal"] else 1
+
+
 def cmd_synth(args) -> int:
     if args.board:
         if args.write_baseline:
@@ -526,6 +548,24 @@ def build_parser() -> argparse.ArgumentParser:
                    "behind a command stream; its manifest under 'accelerator')")
     p.add_argument("-o", "--output", type=Path, required=True, help="output directory")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("run", help="one block of the bundled DiT end to end on the generated "
+                       "accelerator top in an HDL simulator, checked against the golden model")
+    _add_config_args(p)
+    _add_workload_arg(p)
+    p.add_argument("--sim", choices=["icarus", "verilator"], default="verilator",
+                   help="the simulator (default: %(default)s; Icarus only for small configs)")
+    p.add_argument("--steps", dest="run_steps", type=_pos_int, default=3, metavar="N",
+                   help="sampling steps to run, from the first (default: %(default)s: the key "
+                        "step, a reuse step and an attention key step)")
+    p.add_argument("--block", type=_nonneg_int, default=0, help="which block (default: 0)")
+    p.add_argument("--tokens", type=_pos_int, metavar="N",
+                   help="the block on its first N tokens only (default: all)")
+    p.add_argument("--waves", action="store_true",
+                   help="record waveforms (also WAVES=1), under the run's build folder")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("synth", help="area, FPGA resources and Fmax (YoWASP Yosys/nextpnr)")
     _add_config_args(p)

@@ -66,12 +66,14 @@ class Mem(enum.IntEnum):
     V = 6           # attention V, write only
     MS = 7          # attention (m, sh) per query row, write only
     O = 8           # attention output, read only  # noqa: E741
-    RES = 9         # attention residual cache, read only
-    MASK = 10       # attention masks, read only
+    RES = 9         # attention residual caches: saved and restored with a slot
+    MASK = 10       # attention masks: saved and restored with a slot
+    SLOT = 11       # attention slots' step counters: saved and restored with a slot
 
 
-_WRITABLE = (Mem.TARGET, Mem.STATE, Mem.WEIGHTS, Mem.Y, Mem.Q, Mem.KT, Mem.V, Mem.MS)
-_READABLE = (Mem.STATE, Mem.Y, Mem.O, Mem.RES, Mem.MASK)
+_WRITABLE = (Mem.TARGET, Mem.STATE, Mem.WEIGHTS, Mem.Y, Mem.Q, Mem.KT, Mem.V, Mem.MS,
+             Mem.RES, Mem.MASK, Mem.SLOT)
+_READABLE = (Mem.STATE, Mem.Y, Mem.O, Mem.RES, Mem.MASK, Mem.SLOT)
 
 #: The counters ``READ_COUNTERS`` sends, in order (``COUNTER_BITS`` each, wrapping).
 COUNTERS = ("commands", "errors", "target_clipped",
@@ -102,7 +104,7 @@ def memory_words(cfg: Config) -> dict:
             Mem.Q.name: al["q_word"], Mem.KT.name: block(al["kt_word"]),
             Mem.V.name: block(al["v_word"]),
             Mem.MS.name: al["ms_word"], Mem.O.name: al["o_word"], Mem.RES.name: al["res_word"],
-            Mem.MASK.name: al["mask_word"]}
+            Mem.MASK.name: al["mask_word"], Mem.SLOT.name: al["slot_word"]}
 
 
 def memory_depths(cfg: Config) -> dict:
@@ -112,7 +114,7 @@ def memory_depths(cfg: Config) -> dict:
             Mem.WEIGHTS.name: lin.weight_depth, Mem.Y.name: lin.y_depth,
             Mem.Q.name: ag.q_depth, Mem.KT.name: ag.kt_depth, Mem.V.name: ag.v_depth,
             Mem.MS.name: ag.n_max, Mem.O.name: ag.o_depth, Mem.RES.name: ag.res_depth,
-            Mem.MASK.name: ag.mask_depth}
+            Mem.MASK.name: ag.mask_depth, Mem.SLOT.name: cfg.attn_slots}
 
 
 def data_bits(cfg: Config) -> int:
@@ -361,6 +363,12 @@ class Accelerator(wiring.Component):
             att.host_v_wdata.eq(word("V")),
             att.host_ms_we.eq(beat & (mem == Mem.MS)),
             att.host_ms_wdata.eq(word("MS")),
+            att.host_res_we.eq(beat & (mem == Mem.RES)),
+            att.host_res_wdata.eq(word("RES")),
+            att.host_mask_we.eq(beat & (mem == Mem.MASK)),
+            att.host_mask_wdata.eq(word("MASK")),
+            att.host_slot_we.eq(beat & (mem == Mem.SLOT)),
+            att.host_slot_wdata.eq(word("SLOT")),
         ]
         y_row = y_row_layout(st.geo).size
         for a, arr in enumerate(st.arrays):       # a saved Y restored (the arrays' own port)
@@ -373,7 +381,8 @@ class Accelerator(wiring.Component):
 
     def _reads(self, m, st) -> None:
         """``READ`` and ``READ_COUNTERS``: words into the ``dout`` queue, a memory read issued
-        only into a free entry (reads are one cycle late; the mask's is delayed to match)."""
+        only into a free entry (reads are one cycle late; the mask's and the slot counter's
+        are delayed to match)."""
         lin, att, addr, left = st.lin, st.att, st.addr, st.left
         m.submodules.out_q = out_q = SyncFIFO(width=len(self.dout.payload), depth=_OUT_DEPTH)
         inflight, issue = Signal(), Signal()
@@ -381,10 +390,12 @@ class Accelerator(wiring.Component):
                              & (out_q.level + inflight < _OUT_DEPTH))
         m.d.comb += [lin.host_row_addr.eq(addr), lin.host_y_addr.eq(addr),
                      att.host_o_addr.eq(addr), att.host_res_addr.eq(addr),
-                     att.host_mask_addr.eq(addr)]
+                     att.host_mask_addr.eq(addr), att.host_slot_addr.eq(addr)]
         mask_q = Signal.like(att.host_mask_rdata)
+        slot_q = Signal.like(att.host_slot_rdata)
         r_mem = Signal.like(st.mem)
-        m.d.sync += [inflight.eq(issue), mask_q.eq(att.host_mask_rdata), r_mem.eq(st.mem)]
+        m.d.sync += [inflight.eq(issue), mask_q.eq(att.host_mask_rdata),
+                     slot_q.eq(att.host_slot_rdata), r_mem.eq(st.mem)]
         with m.If(issue):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
         rdata = Signal(len(self.dout.payload))
@@ -400,6 +411,8 @@ class Accelerator(wiring.Component):
                 m.d.comb += rdata.eq(att.host_res_rdata.as_unsigned())
             with m.Case(Mem.MASK):
                 m.d.comb += rdata.eq(mask_q)
+            with m.Case(Mem.SLOT):
+                m.d.comb += rdata.eq(slot_q)
 
         c = st.counters
         values = [c["commands"], c["errors"], c["target_clipped"],

@@ -28,9 +28,9 @@ from .geometry import COUNTER_BITS, AttentionGeometry, Geometry
 from .int8 import Int8LinearLayer
 from .linear import LinearLayer
 
-__all__ = ["generate", "build", "check_buildable", "generate_block", "manifest",
-           "attention_manifest", "accelerator_manifest", "top_of", "TOP_NAME", "ATTN_TOP_NAME",
-           "ACCEL_TOP_NAME", "OUTPUTS", "Tops", "TOPS", "MAX_MEMORY_WORDS"]
+__all__ = ["generate", "build", "build_accelerator", "check_buildable", "generate_block",
+           "manifest", "attention_manifest", "accelerator_manifest", "top_of", "TOP_NAME",
+           "ATTN_TOP_NAME", "ACCEL_TOP_NAME", "OUTPUTS", "Tops", "TOPS", "MAX_MEMORY_WORDS"]
 
 TOP_NAME = "dstar_linear"
 ATTN_TOP_NAME = "dstar_attention"
@@ -40,7 +40,7 @@ SCHEMA_VERSION = 1
 OUTPUTS = (f"{TOP_NAME}.v", f"{ATTN_TOP_NAME}.v", f"{ACCEL_TOP_NAME}.v", "params.json")
 #: Memory words of all tops beyond which ``check_buildable`` refuses a configuration: the
 #: Verilog spells out every word's initial value, so its size, the generation time and the
-#: generator's memory grow with it (the default preset has about 115 000).
+#: generator's memory grow with it (the default preset has about 61 500).
 MAX_MEMORY_WORDS = 1 << 20
 
 
@@ -147,9 +147,10 @@ def attention_manifest(cfg, top=None) -> dict:
             "kt": "d * n_kc + kc, array a: keys kc*block_cols + a*m_tile ..",
             "v": "j * n_cp + cp, array a: columns cp*block_cols + a*m_tile ..",
             "ms": "i",
-            "o": "i * head_dim + d",
-            "res": "(slot * n_max + i) * head_dim + d",
+            "o": "i * n_cp + cp (columns cp*block_cols ..)",
+            "res": "(slot * n_max + i) * n_cp + cp (columns cp*block_cols ..)",
             "mask": "slot * nqb + I, bit J: key block J selected for query block I",
+            "slot": "slot (host_slot_addr to read, host_addr to write)",
         },
     }
 
@@ -174,8 +175,10 @@ def accelerator_manifest(cfg, top=None) -> dict:
         "Q": "i * rows_q + r (elements r*group ..)",
         "KT": "d * n_kc + kc (keys kc * block_cols ..)",
         "V": "j * n_cp + cp (columns cp * block_cols ..)",
-        "MS": "i", "O": "i * head_dim + d", "RES": "(slot * n_max + i) * head_dim + d",
+        "MS": "i", "O": "i * n_cp + cp (columns cp * block_cols ..)",
+        "RES": "(slot * n_max + i) * n_cp + cp (columns cp * block_cols ..)",
         "MASK": "slot * nqb + I, bit J: key block J selected for query block I",
+        "SLOT": "slot (valid: stepped since CLEAR_SLOTS or reset; phase: calls mod refresh)",
     }
     mems = {}
     for mm in acc.Mem:
@@ -270,14 +273,32 @@ def build(cfg, *, attention: bool = True, accelerator: bool = False
         man["attention"] = attention_manifest(cfg, att)
         files[f"{ATTN_TOP_NAME}.v"] = verilog.convert(att, name=ATTN_TOP_NAME, emit_src=False)
     if accelerator:
-        from .accelerator import Accelerator
-
-        acc = Accelerator(cfg)
-        man["accelerator"] = accelerator_manifest(cfg, acc)
-        files[f"{ACCEL_TOP_NAME}.v"] = verilog.convert(acc, name=ACCEL_TOP_NAME, emit_src=False,
-                                                       ports=_port_signals(acc))
+        man["accelerator"], files[f"{ACCEL_TOP_NAME}.v"] = _accelerator(cfg)
     files["params.json"] = json.dumps(man, indent=1, sort_keys=True) + "\n"
     return files, man
+
+
+def build_accelerator(cfg) -> tuple[dict[str, str], dict]:
+    """The accelerator top alone, as ``build`` makes it: ``({"dstar.v": ..., "params.json":
+    ...}, manifest)``, the manifest holding only ``schema_version`` and ``accelerator``."""
+    check_buildable(cfg)
+    if not TOPS[cfg.datapath].attention:
+        raise ConfigError(f"datapath={cfg.datapath}: the accelerator top needs the DSTAR "
+                          "datapath (its attention engine runs on the nibble lanes)")
+    section, text = _accelerator(cfg)
+    man = {"schema_version": SCHEMA_VERSION, "accelerator": section}
+    return ({f"{ACCEL_TOP_NAME}.v": text,
+             "params.json": json.dumps(man, indent=1, sort_keys=True) + "\n"}, man)
+
+
+def _accelerator(cfg) -> tuple[dict, str]:
+    """The accelerator top's manifest section and Verilog."""
+    from .accelerator import Accelerator
+
+    acc = Accelerator(cfg)
+    return accelerator_manifest(cfg, acc), verilog.convert(acc, name=ACCEL_TOP_NAME,
+                                                           emit_src=False,
+                                                           ports=_port_signals(acc))
 
 
 def generate(cfg, outdir, *, attention: bool = True, accelerator: bool = False) -> dict:

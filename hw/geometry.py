@@ -598,11 +598,13 @@ class AttentionGeometry:
 
     @property
     def o_depth(self) -> int:
-        return self.n_max * self.cfg.head_dim
+        """Output words: ``block_cols`` columns of a row each (row ``i``'s at ``i * n_cp``)."""
+        return self.n_max * self.n_cp
 
     @property
     def res_depth(self) -> int:
-        return self.cfg.attn_slots * self.n_max * self.cfg.head_dim
+        """Residual words, as the output's, per slot."""
+        return self.cfg.attn_slots * self.n_max * self.n_cp
 
     @property
     def mask_depth(self) -> int:
@@ -622,8 +624,9 @@ class AttentionGeometry:
 
     @property
     def host_addr_bits(self) -> int:
-        """The shared write address of the Q, K^T, V and ``(m, sh)`` memories."""
-        return uwidth(max(self.q_depth, self.kt_depth, self.v_depth, self.n_max))
+        """The shared host write address of the engine's memories."""
+        return uwidth(max(self.q_depth, self.kt_depth, self.v_depth, self.n_max,
+                          self.res_depth, self.mask_depth, self.cfg.attn_slots))
 
     def to_dict(self) -> dict:
         names = ["block_cols", "n_max", "rows_q", "n_kc", "n_cp", "n_kg", "nqb", "nkb",

@@ -242,17 +242,39 @@ class AttentionStep:
         await load(io, man, "MS", img.ms_words(m, sh))
         await run(io, man, "RUN_ATTENTION", slot=slot, n_tokens=img.n, theta_q=theta_q,
                   refresh=refresh)
-        n, dh = img.n, img.dh
-        o_w = await read(io, man, "O", range(n * dh), stall=stall)
-        o = np.array([img.o_from(o_w[a]) for a in range(n * dh)], np.int64).reshape(n, dh)
+        o = img.rows_from(await read(io, man, "O", img.o_addrs(), stall=stall), img.o_addrs(),
+                          "o_word")
         if not read_state:
             return o, None, None, await counters(io, man)
-        base = slot * img.n_max * dh
-        r_w = await read(io, man, "RES", range(base, base + n * dh), stall=stall)
-        res = np.array([img.res_from(r_w[base + a]) for a in range(n * dh)],
-                       np.int64).reshape(n, dh)
-        nqb, nkb = -(-n // img.bq), -(-n // img.bk)
-        m_w = await read(io, man, "MASK", range(slot * img.nqb, slot * img.nqb + nqb))
-        mask = np.array([[(m_w[slot * img.nqb + i] >> j) & 1 for j in range(nkb)]
-                         for i in range(nqb)], dtype=bool)
+        r_w = await read(io, man, "RES", img.res_addrs(slot), stall=stall)
+        res = img.rows_from(r_w, img.res_addrs(slot), "res_word")
+        nkb = -(-img.n // img.bk)
+        m_w = await read(io, man, "MASK", self.mask_addrs(slot))
+        mask = np.array([[(m_w[a] >> j) & 1 for j in range(nkb)]
+                         for a in self.mask_addrs(slot)], dtype=bool)
         return o, res, mask, await counters(io, man)
+
+    def mask_addrs(self, slot: int) -> range:
+        img = self.img
+        return range(slot * img.nqb, slot * img.nqb + -(-img.n // img.bq))
+
+    def slot_word(self, valid: bool, phase: int) -> int:
+        """A slot's step-counter word (``SLOT``): stepped since the last clear, calls modulo
+        ``refresh``."""
+        return pack_named({"valid": int(valid), "phase": phase}, self.man["layouts"]["SLOT"])
+
+    async def save_slot(self, io, slot: int, *, counter_only: bool = False) -> dict:
+        """Slot ``slot``'s state for ``N`` rows: ``{memory: {address: word}}`` of its step
+        counter and (unless ``counter_only``: its next step is a key step, which needs neither)
+        its residual cache and mask."""
+        man, img = self.man, self.img
+        saved = {"SLOT": await read(io, man, "SLOT", [slot])}
+        if not counter_only:
+            saved["RES"] = await read(io, man, "RES", img.res_addrs(slot))
+            saved["MASK"] = await read(io, man, "MASK", self.mask_addrs(slot))
+        return saved
+
+    async def restore_slot(self, io, saved: dict) -> None:
+        """Write back a ``save_slot`` image (into the slot it was read from)."""
+        for mem, words in saved.items():
+            await load(io, self.man, mem, words)

@@ -10,8 +10,9 @@ Engines (async, so that the same host code runs inside a simulator's testbench):
 * ``GoldenEngine``: the accelerator's integer contract computed by the golden model;
 * ``AcceleratorEngine``: the accelerator top itself, through ``dstar.sim.accel_io`` on any
   simulator's ``(set, get, tick)`` adapter. Rows beyond ``max_tokens`` run in chunks; each
-  layer's state and accumulators are saved and restored around other layers' steps, one
-  attention slot per (batch element, head).
+  layer's state and accumulators are saved and restored around other layers' steps; each
+  (batch element, head) has a host attention slot, kept in the top's slot ``host slot %
+  attn_slots`` and saved and restored when another host slot needs it.
 
 ``BlockHost.step`` runs one block at one sampling step; ``run_sync`` runs a coroutine that
 never waits on a simulator (the golden engine) to its result.
@@ -27,13 +28,14 @@ from dstar.golden.attention import (
     quantize_per_head,
     quantize_per_token,
     reuse_step_head,
+    select_blocks,
     theta_fixed,
 )
 from dstar.golden.difflinear import encode_step
 from dstar.golden.quant import exact_matmul, quantize_weights, to_lattice_float, token_lattice
 from dstar.golden.softmax import logit_multiplier
 
-from .accel_io import AttentionStep, LinearStep
+from .accel_io import AttentionStep, LinearStep, counters
 
 __all__ = ["BlockHost", "GoldenEngine", "AcceleratorEngine", "run_sync"]
 
@@ -51,7 +53,8 @@ def run_sync(coro):
 class GoldenEngine:
     """The accelerator's integer work by the golden model: per layer the state and ``Y_int``
     (``golden.difflinear.encode_step``), per attention slot the step counter, mask and
-    residual (``golden.attention.key_step_head`` / ``reuse_step_head``)."""
+    residual (``golden.attention.key_step_head`` / ``reuse_step_head``) and, after a key step,
+    the blocks its mass rule picked (``picks``)."""
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -83,6 +86,9 @@ class GoldenEngine:
         if key:
             res = key_step_head(q, k, v, m, sh, theta=cfg.theta, **kw)
             st["mask"], st["r"] = res["mask"], res["r"]
+            # The blocks the mass rule picked, before the row maxima's were added (what the
+            # attention cycle model needs besides the mask).
+            st["picks"] = select_blocks(res["mass"], cfg.theta).sum(axis=-1)
             return res["o_full"], True
         return reuse_step_head(q, k, v, m, sh, st["mask"], st["r"], **kw), False
 
@@ -90,13 +96,19 @@ class GoldenEngine:
 class AcceleratorEngine:
     """The accelerator top through ``dstar.sim.accel_io`` (``io``: a ``(set, get, tick)``
     adapter of a reset design, ``man``: its manifest's ``accelerator`` section), attention at
-    ``cfg``'s ``theta`` and ``refresh_attn``."""
+    ``cfg``'s ``theta`` and ``refresh_attn``. ``runs`` lists the counters (``READ_COUNTERS``,
+    by name) after each run command, in order."""
 
     def __init__(self, io, man: dict, cfg):
         self.io, self.man, self.cfg = io, man, cfg
+        self.runs: list[dict] = []
         self.max_rows = man["config"]["max_tokens"]
         self.saved: dict[tuple, tuple] = {}       # (layer, chunk) -> (state, Y)
         self.weights_of = None                    # the layer whose weights are loaded
+        self.resident: dict[int, int] = {}        # the top's slot -> the host slot in it
+        self.parked: dict[int, dict] = {}         # host slot -> its saved state
+        self.rows: dict[int, int] = {}            # host slot -> its N
+        self.calls: dict[int, int] = {}           # host slot -> steps run
 
     async def linear(self, name: str, w_q, target, key: bool):
         n, k = target.shape
@@ -107,16 +119,39 @@ class AcceleratorEngine:
             state, y = (None, None) if key else self.saved[(name, c)]
             w = w_q if self.weights_of != name else None
             y_int, xs = await step.run(self.io, rows, key=key, w_q=w, state=state, y=y)
+            self.runs.append(await counters(self.io, self.man))
             self.weights_of = name
             self.saved[(name, c)] = (xs, y_int)
             ys.append(y_int)
         return np.concatenate(ys)
 
     async def attention(self, slot: int, q, k, v, m, sh):
-        o, _, _, cnt = await AttentionStep(self.man, q.shape[0]).run(
-            self.io, q, k, v, m, sh, slot=slot, theta_q=theta_fixed(self.cfg.theta),
+        """One attention step of the host's slot ``slot`` on the top's slot ``slot %
+        attn_slots``, whose state (step counter, residual, mask) is saved and restored when
+        another host slot had it."""
+        phys = slot % self.man["config"]["attn_slots"]
+        step = AttentionStep(self.man, q.shape[0])
+        owner = self.resident.get(phys)
+        if owner != slot:
+            if owner is not None:
+                self.parked[owner] = await AttentionStep(self.man, self.rows[owner]).save_slot(
+                    self.io, phys, counter_only=self._next_is_key(owner))
+            saved = self.parked.pop(slot, None)
+            if saved is None:                   # a fresh slot: its first step is a key step
+                saved = {"SLOT": {phys: step.slot_word(False, 0)}}
+            await step.restore_slot(self.io, saved)
+            self.resident[phys] = slot
+        o, _, _, cnt = await step.run(
+            self.io, q, k, v, m, sh, slot=phys, theta_q=theta_fixed(self.cfg.theta),
             refresh=self.cfg.refresh_attn, read_state=False)
+        self.runs.append(cnt)
+        self.rows[slot] = q.shape[0]
+        self.calls[slot] = self.calls.get(slot, 0) + 1
         return o, bool(cnt["attention_key"])
+
+    def _next_is_key(self, slot: int) -> bool:
+        r, c = self.cfg.refresh_attn, self.calls.get(slot, 0)
+        return c == 0 or (r > 0 and c % r == 0)
 
 
 class BlockHost:

@@ -75,11 +75,21 @@ class HeadImage:
         return {i: pack_named({"m": m[i], "sh": sh[i]}, self.lays["ms_word"])
                 for i in range(self.n)}
 
-    def o_from(self, word: int) -> int:
-        return unpack(word, self.lays["o_word"])[0]
+    def o_addrs(self) -> range:
+        """The output words of the ``N`` rows (``block_cols`` columns each)."""
+        return range(self.n * self.n_cp)
 
-    def res_from(self, word: int) -> int:
-        return unpack(word, self.lays["res_word"])[0]
+    def res_addrs(self, slot: int) -> range:
+        """The residual words of slot ``slot``'s ``N`` rows."""
+        base = slot * self.n_max * self.n_cp
+        return range(base, base + self.n * self.n_cp)
+
+    def rows_from(self, words: dict[int, int], addrs: range, layout: str) -> np.ndarray:
+        """(N, Dh) from ``{address: word}`` at ``addrs`` (``o_addrs`` or ``res_addrs``) of
+        words ``layout`` (``o_word`` or ``res_word``)."""
+        lay = self.lays[layout]
+        flat = np.concatenate([unpack(words[a], lay) for a in addrs]).astype(np.int64)
+        return flat.reshape(self.n, self.n_cp * self.bc)[:, :self.dh]
 
 
 class HeadOutcome:
@@ -109,20 +119,21 @@ async def run_head(io, img: HeadImage, q, k, v, m, sh, *, slot: int = 0,
     await start_and_wait(io, max_cycles, "attention step")
     counters = {c: get(c) for c in ("cycles", "count_qk", "count_pv")}
     key = bool(get("key"))
-    n, dh = img.n, img.dh
-    o = np.zeros((n, dh), dtype=np.int64)
-    for a in range(n * dh):
+    n = img.n
+    o_w = {}
+    for a in img.o_addrs():
         set_("host_o_addr", a)
         await tick()
-        o.flat[a] = img.o_from(get("host_o_rdata"))
+        o_w[a] = get("host_o_rdata")
+    o = img.rows_from(o_w, img.o_addrs(), "o_word")
     res = mask = None
     if read_res:
-        res = np.zeros((n, dh), dtype=np.int64)
-        base = slot * img.n_max * dh
-        for a in range(n * dh):
-            set_("host_res_addr", base + a)
+        r_w = {}
+        for a in img.res_addrs(slot):
+            set_("host_res_addr", a)
             await tick()
-            res.flat[a] = img.res_from(get("host_res_rdata"))
+            r_w[a] = get("host_res_rdata")
+        res = img.rows_from(r_w, img.res_addrs(slot), "res_word")
         nqb, nkb = -(-n // img.bq), -(-n // img.bk)
         mask = np.zeros((nqb, nkb), dtype=bool)
         for i in range(nqb):

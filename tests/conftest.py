@@ -40,7 +40,7 @@ def tier_of(path: Path) -> str:
     if folder not in TIERS:
         raise pytest.UsageError(f"{path}: test files live in a package folder of tests/ "
                                 f"({', '.join(TIERS)}), which gives their tier")
-    if folder == "hw" and Path(path).stem.endswith("_icarus"):
+    if folder == "hw" and Path(path).stem.endswith(("_icarus", "_verilator")):
         return "cocotb"
     return TIERS[folder]
 

@@ -7,7 +7,7 @@ Ref: dstar-spec.md sections 4 and 5 ("Attention-reuse controller"); the bit-exac
 from types import SimpleNamespace
 
 from amaranth import Array, Cat, Module, Mux, Shape, Signal
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -52,7 +52,15 @@ class AttentionEngine(wiring.Component):
       ``kc * m_tile * n_arrays + a * m_tile ..``;
     * V, one per array (reduction = keys, columns = ``d``): address ``j * n_cp + cp``, array
       ``a`` holding ``d = cp * m_tile * n_arrays + a * m_tile ..``;
-    * ``(m, sh)`` per query row, address ``i``.
+    * ``(m, sh)`` per query row, address ``i``;
+    * a slot's residual cache, mask and step counter (``host_res_we`` / ``host_mask_we`` /
+      ``host_slot_we``, whole words at ``host_addr``): a slot saved (read) and restored, so
+      that ``attn_slots`` slots serve more heads.
+
+    Host reads (while ``busy`` is low): the output ``O`` (words of ``block_cols`` columns,
+    row ``i``'s columns ``cp * block_cols ..`` at ``i * n_cp + cp``), the residual cache (as
+    ``O``, slot ``s``'s from ``s * max_tokens * n_cp``), the masks (``s * nqb + I``) and a
+    slot's step counter (``host_slot_addr``).
 
     ``start`` (while idle; ignored unless ``1 <= n_tokens <= max_tokens``) runs ``n_tokens``
     (``N``) rows of slot ``slot`` with ``theta_q = rint(theta * 2**16)`` (``1 .. 2**16``;
@@ -118,9 +126,10 @@ class AttentionEngine(wiring.Component):
     hold every array's word (array ``a``'s at word ``a``), written into the arrays
     ``host_k_we`` / ``host_v_we`` select.
 
-    Host reads: ``host_o_rdata`` / ``host_res_rdata`` / ``host_mask_rdata`` show the word at
-    ``host_o_addr`` / ``host_res_addr`` one cycle after the address (the mask in the same
-    cycle), valid only while ``busy`` is low: O and R share the engine's read ports.
+    Host reads: ``host_o_rdata`` / ``host_res_rdata`` / ``host_mask_rdata`` /
+    ``host_slot_rdata`` show the word at ``host_o_addr`` / ``host_res_addr`` one cycle after
+    the address (the mask and the slot counter in the same cycle), valid only while ``busy``
+    is low: O and R share the engine's read ports.
 
     The engine's parts: ``TileRunner`` (QK^T and PV tiles), ``BlockList`` (the blocks a
     phase runs over), ``SoftmaxFeed`` (logits to the softmax unit, P words, block sums and
@@ -155,12 +164,20 @@ class AttentionEngine(wiring.Component):
             "host_v_wdata": In(lays["v_word"].size * (n_arr if shared else 1)),
             "host_ms_we": In(1),
             "host_ms_wdata": In(lays["ms_word"].size),
+            "host_res_we": In(1),
+            "host_res_wdata": In(Shape.cast(lays["res_word"]).width),
+            "host_mask_we": In(1),
+            "host_mask_wdata": In(Shape.cast(lays["mask_word"]).width),
+            "host_slot_we": In(1),
+            "host_slot_wdata": In(Shape.cast(lays["slot_word"]).width),
             "host_o_addr": In(uwidth(ag.o_depth)),
             "host_o_rdata": Out(Shape.cast(lays["o_word"]).width),
             "host_res_addr": In(uwidth(ag.res_depth)),
             "host_res_rdata": Out(Shape.cast(lays["res_word"]).width),
             "host_mask_addr": In(uwidth(ag.mask_depth)),
             "host_mask_rdata": Out(Shape.cast(lays["mask_word"]).width),
+            "host_slot_addr": In(uwidth(cfg.attn_slots)),
+            "host_slot_rdata": Out(Shape.cast(lays["slot_word"]).width),
             **({"pe": Out(pe_array_signature(ag.lin, driver=True)).array(n_arr)} if shared else {}),
         })
 
@@ -237,9 +254,16 @@ class AttentionEngine(wiring.Component):
                      mem["r_rd"].addr.eq(Mux(run, ns.r_raddr, self.host_res_addr)),
                      ns.r_rdata.eq(mem["r_rd"].data),
                      mem["o_wr"].addr.eq(ns.o_waddr), mem["o_wr"].en.eq(ns.o_we),
-                     mem["o_wr"].data.eq(ns.o_wdata),
-                     mem["r_wr"].addr.eq(ns.r_waddr), mem["r_wr"].en.eq(ns.r_we),
-                     mem["r_wr"].data.eq(ns.r_wdata)]
+                     mem["o_wr"].data.eq(Cat(*[ns.o_wdata] * ag.block_cols))]
+        # The residual cache: the normalization's element writes while a step runs, the
+        # host's whole words (a slot restored) while idle.
+        with m.If(run):
+            m.d.comb += [mem["r_wr"].addr.eq(ns.r_waddr), mem["r_wr"].en.eq(ns.r_we),
+                         mem["r_wr"].data.eq(Cat(*[ns.r_wdata] * ag.block_cols))]
+        with m.Else():
+            m.d.comb += [mem["r_wr"].addr.eq(self.host_addr),
+                         mem["r_wr"].en.eq(Mux(self.host_res_we, (1 << ag.block_cols) - 1, 0)),
+                         mem["r_wr"].data.eq(self.host_res_wdata)]
         return m
 
     def _memories(self, m) -> dict:
@@ -281,8 +305,8 @@ class AttentionEngine(wiring.Component):
         k_host = k_mem.read_port(domain="comb")
         out = {"q_rd": q_rd, "ms_rd": ms_rd, "kt_rd": kt_rd, "v_rd": v_rd,
                "p_wr": p_mem.write_port(), "p_rd": p_mem.read_port(),
-               "o_wr": o_mem.write_port(), "o_rd": o_mem.read_port(),
-               "r_wr": r_mem.write_port(), "r_rd": r_mem.read_port(),
+               "o_wr": o_mem.write_port(granularity=1), "o_rd": o_mem.read_port(),
+               "r_wr": r_mem.write_port(granularity=1), "r_rd": r_mem.read_port(),
                "k_wr": k_mem.write_port(),
                # The mask words of the current and of the next query block.
                "k_rd_c": k_mem.read_port(domain="comb"), "k_rd_a": k_mem.read_port(domain="comb")}
@@ -324,13 +348,7 @@ class AttentionEngine(wiring.Component):
         in_x, in_y = Signal(), Signal()
         m.d.comb += [in_x.eq(phase == _X), in_y.eq(phase == _Y)]
 
-        # Slot step counters: valid since clear, calls modulo refresh.
-        s_valid = Array(Signal(name=f"slot_valid{s}") for s in range(cfg.attn_slots))
-        s_phase = Array(Signal(ag.REFRESH_BITS, name=f"slot_phase{s}")
-                        for s in range(cfg.attn_slots))
-        with m.If(self.clear & ~run):
-            for s in range(cfg.attn_slots):
-                m.d.sync += [s_valid[s].eq(0), s_phase[s].eq(0)]
+        s_valid, s_phase = self._slot_counters(m, run)
 
         with m.If(run):
             m.d.sync += self.cycles.eq(self.cycles + 1)
@@ -356,7 +374,7 @@ class AttentionEngine(wiring.Component):
                      lst_c.mask.eq(mem["k_rd_c"].data), lst_a.mask.eq(mem["k_rd_a"].data),
                      lst_c.n_tokens.eq(n_tok), lst_a.n_tokens.eq(n_tok), lst_c.mode.eq(c_mode),
                      lst_a.mode.eq(Mux(key, ListMode.ALL, ListMode.SELECTED)),
-                     k_wr.addr.eq(mrow + qb)]
+                     k_wr.addr.eq(Mux(run, mrow + qb, self.host_addr))]
         m.d.comb += [
             tr.active.eq(in_x & (a_st == _A_TILES) | in_y & (v_st == _V_TILES)),
             tr.sel_j.eq(Mux(in_x, lst_a.sel_j.as_value(), lst_c.sel_j.as_value())),
@@ -430,7 +448,10 @@ class AttentionEngine(wiring.Component):
         forced = 0
         for i in range(bq):
             forced = forced | Mux(i < rows, feed.max_block[i], 0)
-        m.d.comb += [mask.eq(sel.mask | forced), k_wr.data.eq(mask)]
+        m.d.comb += [mask.eq(sel.mask | forced),
+                     k_wr.data.eq(Mux(run, mask, self.host_mask_wdata))]
+        with m.If(~run & self.host_mask_we):
+            m.d.comb += k_wr.en.eq(1)
         with m.If((m_st == _M_SEL) & sel.done):
             m.d.comb += [k_wr.en.eq(1), rcp.start.eq(1)]
             m.d.sync += [sel_mask.eq(mask), m_st.eq(_M_DONE), kind.eq(_KEY)]
@@ -443,6 +464,28 @@ class AttentionEngine(wiring.Component):
 
         self._phase_y(m, SimpleNamespace(**{k: v for k, v in locals().items() if k != "self"}))
         return {"run": run, "par": par, "n_par": n_par}
+
+    def _slot_counters(self, m, run):
+        """The slots' step counters (valid since clear, calls modulo refresh), cleared by
+        ``clear`` and saved and restored by the host (with the slot's residual and mask, to
+        run more heads than there are slots) while no step runs."""
+        ag = self._ag
+        cfg = ag.cfg
+        s_valid = Array(Signal(name=f"slot_valid{s}") for s in range(cfg.attn_slots))
+        s_phase = Array(Signal(ag.REFRESH_BITS, name=f"slot_phase{s}")
+                        for s in range(cfg.attn_slots))
+        with m.If(self.clear & ~run):
+            for s in range(cfg.attn_slots):
+                m.d.sync += [s_valid[s].eq(0), s_phase[s].eq(0)]
+        slot_w = data.View(self.layouts()["slot_word"], self.host_slot_wdata)
+        with m.If(self.host_slot_we & ~run):
+            with m.Switch(self.host_addr):
+                for s in range(cfg.attn_slots):
+                    with m.Case(s):
+                        m.d.sync += [s_valid[s].eq(slot_w.valid), s_phase[s].eq(slot_w.phase)]
+        m.d.comb += self.host_slot_rdata.eq(Cat(s_valid[self.host_slot_addr],
+                                                s_phase[self.host_slot_addr]))
+        return s_valid, s_phase
 
     def _phase_y(self, m, s) -> None:
         """Phase Y (PV of block I while the normalization of block I - 1 finishes) and the

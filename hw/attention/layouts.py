@@ -36,15 +36,18 @@ def block_list_layouts(ag: AttentionGeometry) -> tuple[data.ArrayLayout, data.Ar
 
 def memory_layouts(ag: AttentionGeometry) -> dict:
     """The host-visible memory words, by name: Q (``G`` INT8), K^T and V (``m_tile`` INT8),
-    ``(m, sh)``, the output ``O``, the residual ``R`` and the mask (bit ``J``: key block
-    ``J``)."""
-    g, mt = ag.cfg.group, ag.cfg.m_tile
+    ``(m, sh)``, the output ``O`` and the residual ``R`` (``block_cols`` columns of a row each),
+    the mask (bit ``J``: key block ``J``) and a slot's step counter (``valid``: stepped since
+    the last clear; ``phase``: its calls modulo ``refresh``)."""
+    g, mt, bc = ag.cfg.group, ag.cfg.m_tile, ag.block_cols
     return {
         "q_word": data.ArrayLayout(signed(8), g),
         "kt_word": data.ArrayLayout(signed(8), mt),
         "v_word": data.ArrayLayout(signed(8), mt),
         "ms_word": ms_layout(),
-        "o_word": signed(ag.out_bits),
-        "res_word": signed(ag.res_bits),
+        "o_word": data.ArrayLayout(signed(ag.out_bits), bc),
+        "res_word": data.ArrayLayout(signed(ag.res_bits), bc),
         "mask_word": unsigned(ag.nkb),
+        "slot_word": data.StructLayout({"valid": unsigned(1),
+                                        "phase": unsigned(ag.REFRESH_BITS)}),
     }

@@ -42,9 +42,11 @@ class NormStage(wiring.Component):
     every PV sum of ``source`` (``NormSource``: the words at ``s_base + i * n_cp + cp``, or
     those plus the words at ``u_base + ...``) goes with its row's ``(r, L)`` (looked up by ``row``)
     through the engine's ``Normalizer`` (``o_norm`` / ``i_norm``), one per cycle, in the order
-    ``i``, then ``d``. Output ``d`` of row ``i`` (``O``) is written by ``out_mode`` (``OutMode``) at
-    ``i * head_dim + d`` of the output memory and by ``res_mode`` (``ResMode``) at ``slot * n_max *
-    head_dim + i * head_dim + d`` of the residual cache, from the words read there:
+    ``i``, then ``d``. Output ``d`` of row ``i`` (``O``) is written by ``out_mode``
+    (``OutMode``) into element ``d % block_cols`` of word ``i * n_cp + d // block_cols`` of the
+    output memory and by ``res_mode`` (``ResMode``) into that element of word ``slot * n_max *
+    n_cp + i * n_cp + d // block_cols`` of the residual cache, from the element read there (the
+    memories' words are ``block_cols`` elements with a write enable each):
 
     * key step: ``S`` (selected tiles, their own reciprocals) with ``res_mode = NEG`` (``R =
       -O_sel``), then ``S + U`` with ``out_mode = NEW``, ``res_mode = ADD`` (``O_full``, ``R +=
@@ -73,9 +75,10 @@ class NormStage(wiring.Component):
     o_norm : Out(stream.Signature(norm_in_layout)), i_norm : In(stream.Signature(norm_out_layout))
         To and from the ``Normalizer`` (``i_norm`` is always ready).
     o_waddr, o_we, o_wdata : Out
-        Output memory.
+        Output memory: ``o_we`` one enable per element, ``o_wdata`` the element (for each).
     r_raddr, r_waddr, r_we, r_wdata : Out; r_rdata : In
-        Residual cache (one cycle of read latency).
+        Residual cache (one cycle of read latency; ``r_rdata`` the whole word), enables and
+        element as the output's.
     busy : Out(1)
     """
 
@@ -102,12 +105,12 @@ class NormStage(wiring.Component):
             "o_norm": Out(stream.Signature(norm_in_layout(ag.pv_acc_bits, ag.n_max, cfg.e_max))),
             "i_norm": In(stream.Signature(norm_out_layout(ag.softmax.out_bits))),
             "o_waddr": Out(uwidth(ag.o_depth)),
-            "o_we": Out(1),
+            "o_we": Out(ag.block_cols),
             "o_wdata": Out(signed(ag.out_bits)),
             "r_raddr": Out(uwidth(ag.res_depth)),
-            "r_rdata": In(signed(ag.res_bits)),
+            "r_rdata": In(data.ArrayLayout(signed(ag.res_bits), ag.block_cols)),
             "r_waddr": Out(uwidth(ag.res_depth)),
-            "r_we": Out(1),
+            "r_we": Out(ag.block_cols),
             "r_wdata": Out(signed(ag.res_bits)),
             "busy": Out(1),
         })
@@ -130,7 +133,7 @@ class NormStage(wiring.Component):
         n_cp = Signal(range(ag.n_cp + 1))
         n_a = Signal(range(n_arr))
         n_col = Signal(range(mt))
-        n_oaddr = Signal(uwidth(ag.o_depth + 1))
+        n_oaddr = Signal(uwidth(ag.o_depth + 1))     # the word of row i, columns cp * bc ..
         # S + U: the cycle before a word's first output reads its S word (fetched).
         fetch, fetched = Signal(), Signal()
         m.d.comb += fetch.eq(n_on & (src == NormSource.S_PLUS_U) & (n_a == 0) & (n_col == 0)
@@ -141,13 +144,17 @@ class NormStage(wiring.Component):
         i1 = Signal(range(bq))
         a1, col1 = Signal.like(n_a), Signal.like(n_col)
         oa1, oa2, oa3 = (Signal.like(n_oaddr, name=f"oaddr{k}") for k in (1, 2, 3))
+        el0 = Signal(range(ag.block_cols))        # the element of the word: column d % bc
+        m.d.comb += el0.eq(n_a * mt + n_col)
+        el1, el2, el3 = (Signal.like(el0, name=f"el{k}") for k in (1, 2, 3))
         word = Signal.like(self.y_addr)
         m.d.comb += [word.eq(n_i * ag.n_cp + n_cp),
                      self.y_addr.eq(Mux(fetch | (src == NormSource.S), s_base, u_base) + word)]
         fetch1 = Signal()
         s_word = Signal.like(self.y_data)
         m.d.sync += [fetch1.eq(fetch), v1.eq(emit), i1.eq(n_i), a1.eq(n_a), col1.eq(n_col),
-                     oa1.eq(n_oaddr), v2.eq(v1), oa2.eq(oa1), oa3.eq(oa2)]
+                     oa1.eq(n_oaddr), v2.eq(v1), oa2.eq(oa1), oa3.eq(oa2),
+                     el1.eq(el0), el2.eq(el1), el3.eq(el2)]
         with m.If(fetch1):
             m.d.sync += s_word.eq(self.y_data)
         acc = Array(self.y_data[a][col1] for a in range(n_arr))[a1]
@@ -158,19 +165,24 @@ class NormStage(wiring.Component):
                      n_in.payload.r.eq(self.r), n_in.payload.big_l.eq(self.big_l),
                      n_out.ready.eq(1)]
         res_base = Signal(uwidth(ag.res_depth + 1))
-        m.d.comb += res_base.eq(slot * (ag.n_max * dh))
+        m.d.comb += res_base.eq(slot * (ag.n_max * ag.n_cp))
         o_new = n_out.payload.o
+        r_old = Signal(signed(ag.res_bits))
+        onehot = Signal(ag.block_cols)
+        m.d.comb += [r_old.eq(self.r_rdata[el3]), onehot.eq(1 << el3)]
         m.d.comb += [self.r_raddr.eq(res_base + oa2),
                      self.o_waddr.eq(oa3), self.r_waddr.eq(res_base + oa3),
-                     self.o_we.eq(n_out.valid & (out != OutMode.NONE)),
-                     self.o_wdata.eq(Mux(out == OutMode.O_PLUS_R, o_new + self.r_rdata, o_new)),
-                     self.r_we.eq(n_out.valid & (res != ResMode.NONE)),
+                     self.o_we.eq(Mux(n_out.valid & (out != OutMode.NONE), onehot, 0)),
+                     self.o_wdata.eq(Mux(out == OutMode.O_PLUS_R, o_new + r_old, o_new)),
+                     self.r_we.eq(Mux(n_out.valid & (res != ResMode.NONE), onehot, 0)),
                      self.busy.eq(n_on | v1 | v2 | n_out.valid)]
-        m.d.comb += self.r_wdata.eq(Mux(res == ResMode.NEG, -o_new, self.r_rdata + o_new))
+        m.d.comb += self.r_wdata.eq(Mux(res == ResMode.NEG, -o_new, r_old + o_new))
         with m.If(fetch):
             m.d.sync += fetched.eq(1)
+        with m.If(emit & ((n_a == n_arr - 1) & (n_col == mt - 1) | (n_d == dh - 1))):
+            m.d.sync += n_oaddr.eq(n_oaddr + 1)      # the word's last column, or the row's
         with m.If(emit):
-            m.d.sync += [n_oaddr.eq(n_oaddr + 1), n_d.eq(n_d + 1),
+            m.d.sync += [n_d.eq(n_d + 1),
                          n_col.eq(Mux(n_col == mt - 1, 0, n_col + 1))]
             with m.If(n_col == mt - 1):
                 m.d.sync += n_a.eq(Mux(n_a == n_arr - 1, 0, n_a + 1))
@@ -183,7 +195,7 @@ class NormStage(wiring.Component):
                     m.d.sync += n_on.eq(0)
         with m.If(self.start):
             m.d.sync += [n_on.eq(1), n_i.eq(0), n_d.eq(0), n_cp.eq(0), n_a.eq(0), n_col.eq(0),
-                         fetched.eq(0), n_oaddr.eq(self.base_i * dh),
+                         fetched.eq(0), n_oaddr.eq(self.base_i * ag.n_cp),
                          src.eq(self.source), out.eq(self.out_mode), res.eq(self.res_mode),
                          s_base.eq(self.s_base), u_base.eq(self.u_base), rows.eq(self.rows),
                          slot.eq(self.slot)]

@@ -48,7 +48,7 @@ def test_generate_refuses_an_unwritable_parent(capsys, tmp_path, monkeypatch):
 @pytest.mark.parametrize("bad,msg", [
     ("block_k=1024", "block_k=1024 must be <= k_tile=32"),
     ("max_k=65536", "limit 1048576; the largest: weights"),
-    ("attn_slots=4096", "limit 1048576; the largest: attention residual cache"),
+    ("attn_slots=4096 max_tokens=128", "limit 1048576; the largest: attention residual cache"),
 ])
 def test_config_and_generate_refuse_the_same_unbuildable_config(capsys, tmp_path, bad, msg):
     """One buildability check: ``dstar config`` refuses what ``dstar generate`` would, with the
@@ -74,8 +74,8 @@ def test_config_shows_the_generated_size():
     from dstar.hw.generate import MAX_MEMORY_WORDS, check_buildable
 
     size = check_buildable(preset("tiny"))
-    assert size == {"memory_words": 9672, "memory_words_limit": MAX_MEMORY_WORDS}
-    assert check_buildable(preset("default"))["memory_words"] == 99904
+    assert size == {"memory_words": 5192, "memory_words_limit": MAX_MEMORY_WORDS}
+    assert check_buildable(preset("default"))["memory_words"] == 61504
     # Without the attention engine (the dense baseline) the estimate is the linear top's alone.
     assert check_buildable(preset("tiny").replace(datapath="dense"))["memory_words"] == 2816
 

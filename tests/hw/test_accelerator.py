@@ -139,3 +139,42 @@ def test_reads_lose_no_word_under_back_pressure(cfg):
 
     assert run_bench(cfg, body) == [words[a] for a in range(len(words))]
 
+
+
+def test_a_slot_saved_and_restored_resumes_its_reuse_steps(cfg):
+    """Head A's key step in slot 0, head B's key step in the same slot (after A's residual,
+    mask and step counter were read out and the counter cleared: ``SLOT`` valid 0 makes the
+    next step a key step), then A's state loaded back: A's reuse step is the golden reuse step
+    of A, as if B had never run."""
+    from dstar.sim.accel_io import AttentionStep, load
+    from tests.hw.cases.attention import int_calls, random_step
+
+    rng = np.random.default_rng(24)
+    n = 32
+    steps_a = [random_step(rng, n, cfg.head_dim, sink=4) for _ in range(2)]
+    steps_b = [random_step(rng, n, cfg.head_dim, sink=4)]
+    calls_a, exp_a = int_calls(cfg, steps_a, theta=0.5, refresh=2)
+    calls_b, exp_b = int_calls(cfg, steps_b, theta=0.5, refresh=2)
+
+    async def body(io, man):
+        step = AttentionStep(man, n)
+
+        async def go(c):
+            return await step.run(io, *(c[k] for k in ("q", "k", "v", "m", "sh")), slot=0,
+                                  theta_q=c["theta_q"], refresh=c["refresh"])
+        out = [await go(calls_a[0])]
+        saved = await step.save_slot(io, 0)
+        await load(io, man, "SLOT", {0: step.slot_word(False, 0)})     # B: a fresh head
+        out.append(await go(calls_b[0]))
+        await step.restore_slot(io, saved)
+        out.append(await go(calls_a[1]))
+        await load(io, man, "SLOT", {0: step.slot_word(False, 0)})
+        out.append(await go(calls_a[1]))
+        return out
+
+    (o_a0, *_, c0), (o_b, *_, c1), (o_a1, r_a1, mask_a1, c2), (_, _, _, c3) = run_bench(cfg, body)
+    assert np.array_equal(o_a0, exp_a[0]["o"]) and c0["attention_key"] == 1
+    assert np.array_equal(o_b, exp_b[0]["o"]) and c1["attention_key"] == 1
+    assert c2["attention_key"] == 0 and np.array_equal(o_a1, exp_a[1]["o"])
+    assert np.array_equal(r_a1, exp_a[1]["r"]) and np.array_equal(mask_a1, exp_a[1]["mask"])
+    assert c3["attention_key"] == 1 and c3["errors"] == 0

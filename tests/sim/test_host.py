@@ -1,8 +1,8 @@
 """The host side of a DiT block (``dstar.sim.host``): with the golden engine, a block of the
 bundled DiT over a real sampling run equals the golden pipeline's block bit for bit; with the
 accelerator engine (the accelerator top on Amaranth's simulator), a whole block of a small DiT
-(its four linears, every head's attention) over a linear and attention key step and two more
-steps equals it too."""
+(its four linears, every head's attention, two heads to a slot of the top) over a linear and
+attention key step and two more steps equals it too."""
 
 import numpy as np
 import pytest
@@ -14,6 +14,7 @@ from dstar.golden.hooks import DStarLinears
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
 from dstar.hw.accelerator import Accelerator
 from dstar.hw.generate import accelerator_manifest
+from dstar.sim.block_run import CheckedEngine, block_inputs, check_fits, golden_block
 from dstar.sim.host import AcceleratorEngine, BlockHost, GoldenEngine, run_sync
 from dstar.sim.pysim_driver import io_adapter, simulate
 
@@ -52,6 +53,35 @@ def test_the_golden_engine_reproduces_a_bundled_block():
     for s, (h, sc, want) in enumerate(recs):
         got = run_sync(host.step(3, h, sc, s))
         assert got.dtype == want.dtype and np.array_equal(got, want), f"step {s}"
+
+
+def test_the_run_reference_is_the_pipelines_block():
+    """``dstar run``'s inputs and reference outputs (``block_inputs``, ``golden_block``) are the
+    golden pipeline's block inputs and outputs, and a cut to the first tokens is a block of
+    its own (the same operations on fewer rows)."""
+    cfg = preset("default").replace(steps=3)
+    model = DiT.bundled()
+    recs = golden_records(cfg, model, 2, steps=3, samples=1)
+    inputs = block_inputs(cfg, model, 2, steps=3)
+    for (h, sc), (h_r, sc_r, _) in zip(inputs, recs, strict=True):
+        assert np.array_equal(h, h_r) and np.array_equal(sc, sc_r)
+    for out, (_, _, want) in zip(golden_block(cfg, model, 2, inputs), recs, strict=True):
+        assert np.array_equal(out, want)
+    cut = block_inputs(cfg, model, 2, steps=2, tokens=8)
+    assert [h.shape for h, _ in cut] == [(2, 8, 128)] * 2
+    host = BlockHost(cfg, model, GoldenEngine(cfg))
+    for s, ((h, sc), want) in enumerate(zip(cut, golden_block(cfg, model, 2, cut), strict=True)):
+        assert np.array_equal(run_sync(host.step(2, h, sc, s)), want)
+
+
+def test_a_block_that_does_not_fit_is_refused():
+    shape = DiT.bundled().shape
+    check_fits(preset("default"), shape)
+    with pytest.raises(ValueError, match=r"max_m = 64 .* needs max_m >= 512"):
+        check_fits(preset("tiny").replace(max_k=512, head_dim=32), shape)
+    with pytest.raises(ValueError, match=r"max_tokens = 32 .* needs max_tokens >= 256"):
+        check_fits(preset("tiny").replace(max_k=512, max_m=512, head_dim=32), shape)
+    check_fits(preset("tiny").replace(max_k=512, max_m=512, head_dim=32), shape, tokens=16)
 
 
 def test_a_wrong_engine_is_seen():
@@ -98,8 +128,10 @@ def small_dit(seed=5) -> DiT:
 
 @pytest.fixture(scope="module")
 def small_cfg():
-    """``tiny`` with the small DiT's head size and its widest linear (qkv: 96 columns)."""
-    return preset("tiny").replace(head_dim=16, max_m=96)
+    """``tiny`` with the small DiT's head size and its widest linear (qkv: 96 columns), and
+    half as many attention slots as the block has heads (batch 2 x 2 heads), so that the host
+    saves and restores slots."""
+    return preset("tiny").replace(head_dim=16, max_m=96, attn_slots=2)
 
 
 def test_a_whole_block_on_the_accelerator_equals_the_golden_block(small_cfg):
@@ -110,11 +142,25 @@ def test_a_whole_block_on_the_accelerator_equals_the_golden_block(small_cfg):
     man = accelerator_manifest(cfg, dut)
     got = []
 
+    engine = None
+
     async def bench(ctx):
-        host = BlockHost(cfg, model, AcceleratorEngine(io_adapter(ctx, dut), man, cfg))
+        nonlocal engine
+        engine = CheckedEngine(AcceleratorEngine(io_adapter(ctx, dut), man, cfg), cfg)
+        host = BlockHost(cfg, model, engine)
         for s, (h, sc, _) in enumerate(recs):
+            engine.step = s
             got.append(await host.step(0, h, sc, s))
+            engine.finish()
 
     simulate(dut, bench)
     for s, (g, (_, _, want)) in enumerate(zip(got, recs, strict=True)):
         assert np.array_equal(g, want), f"step {s}: {(g != want).sum()} values differ"
+    # Every operation was checked on its own too: its integers against the golden model's,
+    # the top's counters against the cycle models'.
+    assert [(r["step"], r["op"]) for r in engine.ops] == [
+        (s, op) for s in range(3) for op in ("qkv", "attention", "proj", "fc1", "fc2")]
+    for r in engine.ops:
+        assert r["bit_exact"], r
+        assert r["counters"] == r["predicted"], r
+    assert [r["key"] for r in engine.ops if r["op"] == "attention"] == [True, False, True]

@@ -1,0 +1,178 @@
+"""``dstar run``: a configuration's accelerator top generated, compiled for an HDL simulator
+and run on one block of the bundled DiT over the first steps of a real sampling run, every
+operation checked against the golden model and the cycle models (``dstar.sim.block_run``,
+``dstar.sim.tb_run``).
+
+Everything goes to one folder under the build root, ``run/<config hash>``: the Verilog and
+manifest (generated once per configuration: the output is deterministic), the simulator's build
+(its own make decides what to recompile), the plan and results of the last run (``plan.json``,
+``inputs.npz``, ``progress.log``, ``ops.json``, ``outputs.npz``, ``run.json``), the tools'
+logs and, with ``waves``, the waveforms.
+"""
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from dstar.golden.dit import DiT
+from dstar.hw.generate import ACCEL_TOP_NAME, build_accelerator
+from dstar.outputs import write_atomic
+from dstar.paths import build_dir
+from dstar.sim import simulators
+from dstar.sim.block_run import (
+    block_inputs,
+    check_fits,
+    check_request,
+    golden_block,
+    summarize,
+)
+from dstar.sim.simulators import Simulator
+from dstar.synth.report import config_hash, preset_name
+
+__all__ = ["run_block", "run_folder", "format_run"]
+
+TESTBENCH = "dstar.sim.tb_run"
+
+
+def run_folder(cfg) -> Path:
+    return build_dir("run", config_hash(cfg))
+
+
+def _generate(cfg, folder: Path, say) -> None:
+    """``dstar.v`` and ``params.json`` in ``folder`` unless they are already this
+    configuration's."""
+    params = folder / "params.json"
+    if params.is_file() and (folder / f"{ACCEL_TOP_NAME}.v").is_file():
+        try:
+            if json.loads(params.read_text())["accelerator"]["config"] == cfg.hardware():
+                say(f"reusing {folder / ACCEL_TOP_NAME}.v")
+                return
+        except (ValueError, KeyError):
+            pass
+    say("generating the accelerator top (about 2 minutes on the default preset) ...")
+    t0 = time.perf_counter()
+    files, _ = build_accelerator(cfg)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        write_atomic(folder / name, text)
+    say(f"wrote {folder / ACCEL_TOP_NAME}.v in {time.perf_counter() - t0:.0f} s")
+
+
+def _follow(path: Path, stop: threading.Event, say) -> None:
+    """Print the lines ``path`` gets until ``stop`` is set (the testbench's progress)."""
+    pos = 0
+    while True:
+        done = stop.wait(0.5)
+        if path.is_file():
+            with open(path) as f:
+                f.seek(pos)
+                text = f.read()
+            end = text.rfind("\n") + 1
+            for line in text[:end].splitlines():
+                say(line)
+            pos += len(text[:end].encode())
+        if done:
+            return
+
+
+def run_block(cfg, *, sim: Simulator, steps: int = 3, block: int = 0,
+              tokens: int | None = None, waves: bool = False, say=print) -> dict:
+    """Run block ``block`` of the bundled DiT of ``cfg.workload`` on ``cfg``'s accelerator top
+    on ``sim`` over steps ``0 .. steps - 1`` (``tokens``: the first tokens only; ``waves``, or
+    ``WAVES=1``: with waveforms, in the run's folder); returns the
+    report (``summarize``'s, with the run's settings, its folder and files and wall time).
+    ``say`` gets the progress lines. ``ValueError`` for a configuration that cannot run it."""
+    t_start = time.perf_counter()
+    waves = simulators.waves_requested(waves)
+    model = DiT.bundled(cfg.workload)
+    check_request(cfg, model.shape, block, steps, tokens)
+    check_fits(cfg, model.shape, tokens)
+    reason = simulators.missing(sim)
+    if reason is not None:
+        raise ValueError(f"--sim {sim}: {reason}")
+    folder = run_folder(cfg)
+    _generate(cfg, folder, say)
+    say("computing the block's inputs and the golden outputs ...")
+    inputs = block_inputs(cfg, model, block, steps, tokens)
+    want = golden_block(cfg, model, block, inputs)
+    write_atomic(folder / "plan.json", json.dumps(
+        {"config": cfg.to_dict(), "block": block, "workload": str(cfg.workload.value)}) + "\n")
+    arrays = {**{f"h{s}": h for s, (h, _) in enumerate(inputs)},
+              **{f"sc{s}": sc for s, (_, sc) in enumerate(inputs)}}
+    _savez(folder / "inputs.npz", arrays)
+    for stale in ("progress.log", "ops.json", "outputs.npz", "run.json"):
+        (folder / stale).unlink(missing_ok=True)
+    build = folder / (f"{sim}-waves" if waves else str(sim))
+    say(f"compiling for {sim} in {build} (log: build.log; minutes the first time) ...")
+    t0 = time.perf_counter()
+    runner = simulators.build(sim, folder / f"{ACCEL_TOP_NAME}.v", ACCEL_TOP_NAME, build,
+                              waves=waves, log_file=folder / "build.log")
+    t_build = time.perf_counter() - t0
+    say(f"compiled in {t_build:.0f} s; running {steps} steps of block {block} "
+        f"({inputs[0][0].shape[0]} x {inputs[0][0].shape[1]} tokens) ...")
+    stop = threading.Event()
+    follower = threading.Thread(target=_follow, args=(folder / "progress.log", stop, say))
+    follower.start()
+    t0 = time.perf_counter()
+    try:
+        simulators.test(runner, ACCEL_TOP_NAME, TESTBENCH, build, folder,
+                        {"DSTAR_RUN_DIR": folder}, waves=waves, log_file=folder / "sim.log")
+    finally:
+        stop.set()
+        follower.join()
+    t_sim = time.perf_counter() - t0
+    if not (folder / "outputs.npz").is_file():
+        raise RuntimeError(f"the simulation ended without results; see {folder / 'sim.log'}")
+    ops = json.loads((folder / "ops.json").read_text())
+    with np.load(folder / "outputs.npz") as z:
+        got = [z[f"out{s}"] for s in range(steps)]
+    equal = [bool(g.dtype == w.dtype and np.array_equal(g, w))
+             for g, w in zip(got, want, strict=True)]
+    rep = {"preset": preset_name(cfg), "sim": str(sim), "block": block,
+           "tokens": int(inputs[0][0].shape[1]), "batch": int(inputs[0][0].shape[0]),
+           **summarize(ops, equal),
+           "folder": str(folder), "results": str(folder / "run.json"),
+           "waves": (str(simulators.waves_file(sim, ACCEL_TOP_NAME, build, folder))
+                     if waves else None),
+           "seconds": {"build": round(t_build, 1), "simulation": round(t_sim, 1),
+                       "total": round(time.perf_counter() - t_start, 1)}}
+    write_atomic(folder / "run.json", json.dumps(rep, indent=1) + "\n")
+    return rep
+
+
+def _savez(path: Path, arrays: dict) -> None:
+    tmp = path.with_name(path.stem + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    tmp.replace(path)
+
+
+def format_run(rep: dict) -> str:
+    """The report as a table: cycles per operation beside the cycle models'."""
+    lines = [f"dstar run: preset {rep['preset']}, {rep['sim']}, block {rep['block']}, "
+             f"{rep['steps']} steps, batch {rep['batch']} x {rep['tokens']} tokens",
+             f"{'operation':<10} {'runs':>5} {'cycles':>12} {'model':>12}  result"]
+    for op, d in rep["per_op"].items():
+        same = "=" if d["counters_equal"] else "counters differ"
+        ok = "bit-exact" if d["bit_exact"] else "DIFFERS"
+        lines.append(f"{op:<10} {d['runs']:>5} {d['cycles']:>12,} {d['predicted_cycles']:>12,}"
+                     f"  {ok}, {same}")
+    lines.append(f"{'total':<10} {'':>5} {rep['cycles']:>12,} {rep['predicted_cycles']:>12,}")
+    el = rep["elements"]
+    lines.append(f"linear elements: {el['zero']:.1%} skipped (ZERO), {el['low']:.1%} 4-bit "
+                 f"(LOW), {el['high']:.1%} 8-bit (HIGH)")
+    if rep["attention_blocks_computed"] is not None:
+        lines.append(f"attention blocks computed on reuse steps: "
+                     f"{rep['attention_blocks_computed']:.1%}")
+    same = "equal to" if all(rep["outputs_equal"]) else "DIFFERENT from"
+    lines.append(f"block output at every step {same} the golden pipeline's; "
+                 f"{'bit-exact' if rep['bit_exact'] else 'NOT bit-exact'}")
+    sec = rep["seconds"]
+    lines.append(f"time: compile {sec['build']:.0f} s, simulation {sec['simulation']:.0f} s, "
+                 f"total {sec['total']:.0f} s")
+    lines.append(f"results: {rep['results']}")
+    if rep["waves"]:
+        lines.append(f"waveforms: {rep['waves']}")
+    return "\n".join(lines)

@@ -1,0 +1,243 @@
+"""One block of a bundled DiT on the accelerator top, end to end (``dstar run``): the block's
+inputs at the first steps of a real sampling run, the golden pipeline's outputs for them, and
+an engine that runs the accelerator and checks every operation against the golden model and the
+cycle models as it goes.
+
+* ``block_inputs``: block ``i``'s input and conditioning at steps ``0 .. steps - 1`` of the
+  golden pipeline's sampling run (DSTAR linears and attention reuse), optionally its first
+  ``tokens`` tokens only (a shorter block for quick runs);
+* ``golden_block``: the golden pipeline's output of the block for those inputs (its hooks,
+  fresh, step after step);
+* ``CheckedEngine``: ``AcceleratorEngine`` with ``GoldenEngine`` beside it; per run command
+  the integer results compared with equality and the counters with the cycle models'
+  predictions (``dstar.sim.cycle_model``, ``dstar.sim.attention_cycles``); ``ops`` lists one
+  record per operation;
+* ``summarize``: the records and the block outputs' comparison as ``dstar run`` reports them.
+"""
+
+import numpy as np
+
+from dstar.golden.attention import AttentionReuse, theta_fixed
+from dstar.golden.difflinear import encode_step
+from dstar.golden.dit import ATTN_SUFFIX, LINEAR_TYPES, DiT, drive
+from dstar.golden.encoder import HIGH, LOW, ZERO
+from dstar.golden.hooks import DStarLinears
+from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
+
+from .attention_cycles import predict as predict_attention
+from .cycle_model import predict as predict_linear
+from .host import GoldenEngine
+
+__all__ = ["block_inputs", "check_request", "check_fits", "golden_block", "CheckedEngine",
+           "op_kind", "summarize", "LINEAR_COUNTERS", "ATTENTION_COUNTERS"]
+
+#: The manifest's counters of a linear / attention run, and the cycle models' names for them.
+LINEAR_COUNTERS = {"linear_cycles": "cycles", "linear_stall_load": "stall_load",
+                   "linear_low": "count_low", "linear_high": "count_high",
+                   "linear_zero": "count_zero", "linear_clipped_groups": "count_clipped",
+                   "linear_saturated_groups": "count_saturated"}
+ATTENTION_COUNTERS = {"attention_cycles": "cycles", "attention_qk_tiles": "count_qk",
+                      "attention_pv_tiles": "count_pv"}
+
+
+class _Enough(Exception):
+    """Raised to end a sampling run after the steps that were asked for."""
+
+
+class _Tap(DiT):
+    def __init__(self, model: DiT, block: int):
+        super().__init__(model.shape, model.w)
+        self.block, self.records = block, []
+
+    def block_ops(self, i, h, sc):
+        if i == self.block:
+            self.records.append((np.array(h), np.array(sc)))
+        return (yield from super().block_ops(i, h, sc))
+
+
+def block_inputs(cfg, model: DiT, block: int, steps: int, tokens: int | None = None):
+    """``[(h, sc)]``: block ``block``'s input ``(B, N, D)`` and conditioning ``(B, D)`` at
+    steps ``0 .. steps - 1`` of the golden pipeline's sampling run of ``cfg`` (its first
+    sample, ``cfg.steps`` steps; with guidance a batch of two), ``h`` cut to its first
+    ``tokens`` tokens if given."""
+    check_request(cfg, model.shape, block, steps, tokens)
+    tap = _Tap(model, block)
+
+    def enough(i, _t):
+        if i == steps:
+            raise _Enough
+
+    try:
+        ddim_sample(tap, sample_labels(1, model.shape.num_classes),
+                    initial_noise(1, model.shape, cfg.seed), cfg.steps, cfg.cfg_scale,
+                    linear=DStarLinears(cfg, LINEAR_TYPES),
+                    attention=AttentionReuse(cfg, measure=False), on_step=enough)
+    except _Enough:
+        pass
+    return [(h[:, :tokens] if tokens is not None else h, sc) for h, sc in tap.records]
+
+
+def check_request(cfg, shape, block: int, steps: int, tokens: int | None = None) -> None:
+    """Raise ``ValueError`` naming the bad value of a request for ``block_inputs``."""
+    if not 0 <= block < shape.depth:
+        raise ValueError(f"block must be in [0, {shape.depth - 1}], got {block}")
+    if not 1 <= steps <= cfg.steps:
+        raise ValueError(f"steps must be in [1, {cfg.steps}] (the sampling run's), got {steps}")
+    if tokens is not None and not 1 <= tokens <= shape.tokens:
+        raise ValueError(f"tokens must be in [1, {shape.tokens}], got {tokens}")
+
+
+def check_fits(cfg, shape, tokens: int | None = None) -> None:
+    """Raise ``ValueError`` naming the first configuration field that cannot hold a block of a
+    DiT of ``shape`` (``golden.dit.DiTShape``) on ``tokens`` tokens (default: all)."""
+    d, mlp, heads = shape.hidden, shape.mlp_hidden, shape.heads
+    n = shape.tokens if tokens is None else tokens
+    needs = [("head_dim", cfg.head_dim == d // heads, f"= {d // heads} (hidden {d} / {heads} "
+              "heads)"),
+             ("max_k", cfg.max_k >= max(d, mlp), f">= {max(d, mlp)} (fc2: {mlp} x {d})"),
+             ("max_m", cfg.max_m >= max(3 * d, mlp), f">= {max(3 * d, mlp)} (qkv: {d} x "
+              f"{3 * d}, fc1: {d} x {mlp})"),
+             ("max_tokens", cfg.max_tokens >= n, f">= {n} (the tokens of an attention head; "
+              "fewer with --tokens)")]
+    for name, ok, want in needs:
+        if not ok:
+            raise ValueError(f"{name} = {getattr(cfg, name)} cannot run the block: it needs "
+                             f"{name} {want}")
+
+
+def golden_block(cfg, model: DiT, block: int, inputs) -> list[np.ndarray]:
+    """The golden pipeline's output of block ``block`` for ``inputs`` (``block_inputs``), its
+    hooks (DSTAR linears, attention reuse) fresh at the first and kept across the steps."""
+    lin, att = DStarLinears(cfg, LINEAR_TYPES), AttentionReuse(cfg, measure=False)
+    return [drive(model.block_ops(block, h, sc), lin, att, s)
+            for s, (h, sc) in enumerate(inputs)]
+
+
+def op_kind(name: str) -> str:
+    """The operation of a layer name: a linear type (``qkv``, ``proj``, ``fc1``, ``fc2``) or
+    ``attention``."""
+    last = name.rsplit(".", 1)[-1]
+    return "attention" if last == ATTN_SUFFIX else last
+
+
+class CheckedEngine:
+    """``hw`` (an ``AcceleratorEngine``) checked run by run: each operation also runs on a
+    ``GoldenEngine`` and the cycle models, and ``ops`` gets a record of it (``step``, ``op``,
+    ``layer``, ``key``, ``bit_exact``, ``counters`` (the top's, summed over its runs) and
+    ``predicted`` (the models'), ``elements`` (ZERO / LOW / HIGH, linears) or ``tiles``
+    (QK^T tiles of a dense pass, attention)). ``step`` is the sampling step the caller is in;
+    ``on_op(record)`` is called after each operation."""
+
+    def __init__(self, hw, cfg, on_op=None):
+        self.hw, self.cfg, self.on_op = hw, cfg, on_op
+        self.golden = GoldenEngine(cfg)
+        self.ops: list[dict] = []
+        self.step = 0
+        self._heads: dict | None = None
+
+    def _record(self, rec):
+        self.ops.append(rec)
+        if self.on_op is not None:
+            self.on_op(rec)
+
+    async def linear(self, name, w_q, target, key):
+        self._flush_heads()
+        cfg = self.cfg
+        prev = self.golden.layers.get(name)
+        xs0 = np.zeros_like(target) if key or prev is None else prev[0]
+        want = await self.golden.linear(name, w_q, target, key)
+        first = len(self.hw.runs)
+        got = await self.hw.linear(name, w_q, target, key)
+        runs = self.hw.runs[first:]
+        k, m = w_q.shape
+        rows = self.hw.max_rows
+        predicted = dict.fromkeys(LINEAR_COUNTERS, 0)
+        elements = {"zero": 0, "low": 0, "high": 0}
+        for r0 in range(0, target.shape[0], rows):
+            enc, _ = encode_step(target[r0:r0 + rows], xs0[r0:r0 + rows], cfg)
+            rep = predict_linear(cfg, enc, k, m).counters()
+            for c, model_name in LINEAR_COUNTERS.items():
+                predicted[c] += rep[model_name]
+            for cls, kind in ((ZERO, "zero"), (LOW, "low"), (HIGH, "high")):
+                elements[kind] += int(np.count_nonzero(enc.cls == cls))
+        self._record({"step": self.step, "op": op_kind(name), "layer": name, "key": bool(key),
+                      "rows": int(target.shape[0]), "bit_exact": bool(np.array_equal(got, want)),
+                      "counters": {c: sum(r[c] for r in runs) for c in LINEAR_COUNTERS},
+                      "predicted": predicted, "elements": elements})
+        return got
+
+    async def attention(self, slot, q, k, v, m, sh):
+        cfg = self.cfg
+        want, key = await self.golden.attention(slot, q, k, v, m, sh)
+        st = self.golden.slots[slot]
+        got, hw_key = await self.hw.attention(slot, q, k, v, m, sh)
+        cnt = self.hw.runs[-1]
+        n = q.shape[0]
+        pred = predict_attention(cfg, n, st["mask"], key, theta_fixed(cfg.theta),
+                                 st["picks"] if key else None).counters()
+        nqb, nkb = -(-n // cfg.block_q), -(-n // cfg.block_k)
+        h = self._heads
+        if h is None:
+            h = self._heads = {"step": self.step, "op": "attention", "key": bool(key),
+                               "heads": 0, "bit_exact": True,
+                               "counters": dict.fromkeys(ATTENTION_COUNTERS, 0),
+                               "predicted": dict.fromkeys(ATTENTION_COUNTERS, 0),
+                               "tiles": 0}
+        h["heads"] += 1
+        h["bit_exact"] &= bool(np.array_equal(got, want)) and hw_key == key
+        h["tiles"] += nqb * nkb
+        for c, model_name in ATTENTION_COUNTERS.items():
+            h["counters"][c] += cnt[c]
+            h["predicted"][c] += pred[model_name]
+        return got, hw_key
+
+    def _flush_heads(self):
+        """The heads of one attention layer make one record, closed by the next linear."""
+        if self._heads is not None:
+            rec, self._heads = self._heads, None
+            self._record(rec)
+
+    def finish(self) -> None:
+        """Close the last record (call after the block's last operation)."""
+        self._flush_heads()
+
+
+def summarize(ops: list[dict], outputs_equal: list[bool]) -> dict:
+    """``dstar run``'s figures from ``CheckedEngine.ops`` and, per step, whether the block's
+    float output equalled the golden pipeline's: cycles and predicted cycles in total and per
+    operation (``per_op``: ``qkv``, ``attention``, ``proj``, ``fc1``, ``fc2``), the linears'
+    element mix, the attention tiles computed (reuse steps: the fraction of a dense pass)."""
+    def cycles(rec, which):
+        return sum(v for c, v in rec[which].items() if c.endswith("_cycles"))
+
+    per_op: dict[str, dict] = {}
+    for rec in ops:
+        d = per_op.setdefault(rec["op"], {"cycles": 0, "predicted_cycles": 0, "runs": 0,
+                                          "bit_exact": True, "counters_equal": True})
+        d["cycles"] += cycles(rec, "counters")
+        d["predicted_cycles"] += cycles(rec, "predicted")
+        d["runs"] += 1
+        d["bit_exact"] &= rec["bit_exact"]
+        d["counters_equal"] &= rec["counters"] == rec["predicted"]
+    el = {"zero": 0, "low": 0, "high": 0}
+    tiles = {"reuse_tiles": 0, "reuse_dense_tiles": 0}
+    for rec in ops:
+        if rec["op"] != "attention":
+            for kind in el:
+                el[kind] += rec["elements"][kind]
+        elif not rec["key"]:
+            tiles["reuse_tiles"] += rec["counters"]["attention_qk_tiles"]
+            tiles["reuse_dense_tiles"] += rec["tiles"]
+    n_el = sum(el.values()) or 1
+    return {
+        "steps": len(outputs_equal),
+        "cycles": sum(d["cycles"] for d in per_op.values()),
+        "predicted_cycles": sum(d["predicted_cycles"] for d in per_op.values()),
+        "bit_exact": all(outputs_equal) and all(d["bit_exact"] for d in per_op.values()),
+        "counters_equal": all(d["counters_equal"] for d in per_op.values()),
+        "outputs_equal": outputs_equal,
+        "per_op": per_op,
+        "elements": {k: v / n_el for k, v in el.items()},
+        "attention_blocks_computed": (tiles["reuse_tiles"] / tiles["reuse_dense_tiles"]
+                                      if tiles["reuse_dense_tiles"] else None),
+    }

