@@ -36,6 +36,7 @@ _cycles_text = _formatter("dstar.sim.bench", "format_report")
 _attention_text = _formatter("dstar.sim.bench_attention", "format_report")
 _golden_text = _formatter("dstar.sim.bench_golden", "format_report")
 _efficiency_text = _formatter("dstar.synth.efficiency", "format_text")
+_run_text = _formatter("dstar.run", "format_summary")
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,15 @@ RESULTS: dict[str, Result] = {
         "CMOS areas at 45 nm (Yosys estimate) of the PE arrays and of the whole linear "
         "datapath, per strategy; TPA = throughput per area relative to the lean `int8` "
         "datapath (`dstar.synth.efficiency`)."),
+    "run": Result(
+        "A DiT block end to end on the RTL",
+        ("run", "--json", "--quiet"),
+        _run_text,
+        "`dstar run` with its defaults: the default preset's accelerator top (`dstar.v`) on "
+        "Verilator, block 0 of the digit DiT (guidance batch of 2 x 256 tokens) over the first "
+        "three steps of the default sampling run, every operation checked against the golden "
+        "model and the cycle models as it ran; the runs' cycles per operation beside the "
+        "models', and the wall time on the machine that ran it (`dstar.run`)."),
     "bench_golden": Result(
         "Golden-model speed",
         ("bench", "golden", "--json", "--samples", "2"),

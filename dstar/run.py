@@ -32,7 +32,7 @@ from dstar.sim.block_run import (
 from dstar.sim.simulators import Simulator
 from dstar.synth.report import config_hash, preset_name
 
-__all__ = ["run_block", "run_folder", "format_run"]
+__all__ = ["run_block", "run_folder", "format_run", "format_summary"]
 
 TESTBENCH = "dstar.sim.tb_run"
 
@@ -103,7 +103,7 @@ def run_block(cfg, *, sim: Simulator, steps: int = 3, block: int = 0,
     arrays = {**{f"h{s}": h for s, (h, _) in enumerate(inputs)},
               **{f"sc{s}": sc for s, (_, sc) in enumerate(inputs)}}
     _savez(folder / "inputs.npz", arrays)
-    for stale in ("progress.log", "ops.json", "outputs.npz", "run.json"):
+    for stale in ("progress.log", "ops.json", "clock.json", "outputs.npz", "run.json"):
         (folder / stale).unlink(missing_ok=True)
     build = folder / (f"{sim}-waves" if waves else str(sim))
     say(f"compiling for {sim} in {build} (log: build.log; minutes the first time) ...")
@@ -134,6 +134,8 @@ def run_block(cfg, *, sim: Simulator, steps: int = 3, block: int = 0,
     rep = {"preset": preset_name(cfg), "sim": str(sim), "block": block,
            "tokens": int(inputs[0][0].shape[1]), "batch": int(inputs[0][0].shape[0]),
            **summarize(ops, equal),
+           # Every simulated cycle of the steps: the runs' and the host's loads and reads.
+           "clock_cycles": json.loads((folder / "clock.json").read_text())["clock_cycles"],
            "folder": str(folder), "results": str(folder / "run.json"),
            "waves": (str(simulators.waves_file(sim, ACCEL_TOP_NAME, build, folder))
                      if waves else None),
@@ -149,7 +151,12 @@ def _savez(path: Path, arrays: dict) -> None:
     tmp.replace(path)
 
 
-def format_run(rep: dict) -> str:
+def format_summary(rep: dict) -> str:
+    """``format_run`` without the run's file paths (for the results page)."""
+    return format_run(rep, paths=False)
+
+
+def format_run(rep: dict, paths: bool = True) -> str:
     """The report as a table: cycles per operation beside the cycle models'."""
     lines = [f"dstar run: preset {rep['preset']}, {rep['sim']}, block {rep['block']}, "
              f"{rep['steps']} steps, batch {rep['batch']} x {rep['tokens']} tokens",
@@ -160,6 +167,8 @@ def format_run(rep: dict) -> str:
         lines.append(f"{op:<10} {d['runs']:>5} {d['cycles']:>12,} {d['predicted_cycles']:>12,}"
                      f"  {ok}, {same}")
     lines.append(f"{'total':<10} {'':>5} {rep['cycles']:>12,} {rep['predicted_cycles']:>12,}")
+    lines.append(f"cycles are the runs'; with the host's loads and reads the steps took "
+                 f"{rep['clock_cycles']:,} cycles")
     el = rep["elements"]
     lines.append(f"linear elements: {el['zero']:.1%} skipped (ZERO), {el['low']:.1%} 4-bit "
                  f"(LOW), {el['high']:.1%} 8-bit (HIGH)")
@@ -172,7 +181,8 @@ def format_run(rep: dict) -> str:
     sec = rep["seconds"]
     lines.append(f"time: compile {sec['build']:.0f} s, simulation {sec['simulation']:.0f} s, "
                  f"total {sec['total']:.0f} s")
-    lines.append(f"results: {rep['results']}")
-    if rep["waves"]:
-        lines.append(f"waveforms: {rep['waves']}")
+    if paths:
+        lines.append(f"results: {rep['results']}")
+        if rep["waves"]:
+            lines.append(f"waveforms: {rep['waves']}")
     return "\n".join(lines)

@@ -12,6 +12,9 @@ SUDO=""
 PY="${PYTHON:-$(command -v python3.11 || command -v python3)}"
 need=()
 command -v iverilog >/dev/null 2>&1 || need+=(iverilog)
+# Verilator's FST waveform writer (dstar run --waves) compiles against LZ4 and zlib.
+[ -f /usr/include/lz4.h ] || need+=(liblz4-dev)
+[ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
 # Debian's own Python needs its venv module and, for cocotb (which embeds Python), the shared
 # libpython; pyenv-style builds bring both.
 "$PY" -c "import ensurepip, venv" >/dev/null 2>&1 || need+=(python3-venv)

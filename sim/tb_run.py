@@ -4,7 +4,8 @@ step after step, through ``dstar.sim.host.BlockHost`` with a ``dstar.sim.block_r
 It reads the folder ``DSTAR_RUN_DIR``: ``params.json`` (the manifest), ``plan.json`` (``config``:
 the full configuration, ``block``, ``workload``) and ``inputs.npz`` (``h{s}``, ``sc{s}`` per
 step ``s``: ``block_run.block_inputs``). It writes there, each file whole: ``progress.log``
-(a line per operation, as it goes), ``ops.json`` (``CheckedEngine.ops``) and ``outputs.npz``
+(a line per operation, as it goes), ``ops.json`` (``CheckedEngine.ops``), ``clock.json`` (the
+plan's cycles, host traffic included) and ``outputs.npz``
 (the block's output ``out{s}`` per step). The comparison with the golden pipeline's outputs is
 the caller's (``dstar run``); the test fails if any operation differed from the golden model or
 the cycle models.
@@ -37,8 +38,10 @@ def describe(rec: dict) -> str:
             f"{cyc} cycles {same} model {pred}, {ok}")
 
 
-async def run_plan(io, folder: Path, log=print) -> list[dict]:
-    """Run the plan of ``folder`` on the design behind ``io`` (reset); returns the records."""
+async def run_plan(io, folder: Path, log=print, clock=None) -> list[dict]:
+    """Run the plan of ``folder`` on the design behind ``io`` (reset); returns the records.
+    ``clock()``: the simulator's cycle count, for ``clock.json`` (``clock_cycles``: every cycle
+    of the plan, the runs' and the host traffic's)."""
     with open(folder / "params.json") as f:
         man = json.load(f)["accelerator"]
     with open(folder / "plan.json") as f:
@@ -55,6 +58,7 @@ async def run_plan(io, folder: Path, log=print) -> list[dict]:
         progress.write(line + "\n")
         log(line)
 
+    start = clock() if clock is not None else None
     engine = CheckedEngine(AcceleratorEngine(io, man, cfg), cfg, on_op=on_op)
     host = BlockHost(cfg, model, engine)
     outs = {}
@@ -65,6 +69,9 @@ async def run_plan(io, folder: Path, log=print) -> list[dict]:
             engine.finish()
     finally:
         progress.close()
+    if clock is not None:
+        write_atomic(folder / "clock.json",
+                     json.dumps({"clock_cycles": int(clock() - start)}) + "\n")
     write_atomic(folder / "ops.json", json.dumps(engine.ops, indent=1) + "\n")
     tmp = folder / "outputs.tmp.npz"
     np.savez(tmp, **outs)
@@ -76,10 +83,13 @@ async def run_plan(io, folder: Path, log=print) -> list[dict]:
 try:
     import cocotb
     from cocotb.clock import Clock
+    from cocotb.utils import get_sim_time
 
     from dstar.sim.cocotb_io import dut_io, reset
 except ImportError:                         # the runner is usable without cocotb
     cocotb = None
+
+CLOCK_NS = 10
 
 
 if cocotb is not None:
@@ -87,12 +97,13 @@ if cocotb is not None:
     async def test_block(dut):
         """The plan of ``DSTAR_RUN_DIR`` on a freshly reset design; fails if an operation's
         integers or counters differ from the golden model's and the cycle models'."""
-        Clock(dut.clk, 10, unit="ns").start()
+        Clock(dut.clk, CLOCK_NS, unit="ns").start()
         folder = Path(os.environ["DSTAR_RUN_DIR"])
         with open(folder / "params.json") as f:
             ports = json.load(f)["accelerator"]["ports"]
         io = dut_io(dut)
         await reset(dut, io, ports)
-        ops = await run_plan(io, folder, cocotb.log.info)
+        ops = await run_plan(io, folder, cocotb.log.info,
+                             clock=lambda: get_sim_time("ns") // CLOCK_NS)
         bad = [describe(r) for r in ops if not r["bit_exact"] or r["counters"] != r["predicted"]]
         assert not bad, "; ".join(bad)

@@ -16,6 +16,14 @@ names differ only in a trailing ``_<n>`` are instances of one block kind (``arra
 Logic is not optimized across block boundaries (as in a hierarchical ASIC flow), so totals are
 slightly above a flat synthesis of the whole top.
 
+Accelerator top (``dstar.v``, ``hw.accelerator``, with ``accelerator``): the same split one
+level further down, since its children are the linear datapath and the attention engine
+themselves: the shared PE arrays (``array_<n>``), the children of ``linear`` and of
+``attention`` by kind, ``linear`` and ``attention`` with their children blackboxed
+(``sequencer``, ``attention_controller``), and the top with its children blackboxed
+(``command_processor``: command decoding, the arrays' sharing muxes, the ``dout`` queue, the
+counters). These blocks carry ``part = "accelerator"`` and report names ``accelerator.<kind>``.
+
 Attention engine: the configuration's ``dstar_attention.v`` (``hw.attention``, written beside the
 linear top unless the configuration is the dense baseline) is split the same way: its
 ``softmax`` and ``normalizer`` blocks, and ``attention_controller`` (the engine's top with every
@@ -36,7 +44,8 @@ from dstar.config import Config
 from . import fmax_runs
 from .flows import synth_module, verilog_modules
 
-__all__ = ["BLOCK_KINDS", "SEQUENCER", "ATTN_CONTROLLER", "generate_verilog", "blocks",
+__all__ = ["BLOCK_KINDS", "SEQUENCER", "ATTN_CONTROLLER", "COMMAND_PROCESSOR", "ACCEL_PREFIX",
+           "generate_verilog", "blocks", "accelerator_blocks",
            "synth_blocks"]
 
 #: Report names of the block kinds (instance name without ``_<n>`` -> kind).
@@ -45,16 +54,26 @@ BLOCK_KINDS = {"array": "pe_array", "encoder": "encoder", "dispatcher": "dispatc
 SEQUENCER = "sequencer"
 #: The attention engine's top with its blocks blackboxed.
 ATTN_CONTROLLER = "attention_controller"
+#: The accelerator top with its blocks blackboxed, and the prefix of its blocks' report names.
+COMMAND_PROCESSOR = "command_processor"
+ACCEL_PREFIX = "accelerator."
+#: The accelerator top's children that are themselves split into blocks, and the name of
+#: each one's own logic (the child with its children blackboxed).
+_ACCEL_SPLIT = {"linear": SEQUENCER, "attention": ATTN_CONTROLLER}
 
 
-def generate_verilog(cfg: Config, outdir: Path, attention: bool = True) -> tuple[Path, dict]:
+def generate_verilog(cfg: Config, outdir: Path, attention: bool = True,
+                     accelerator: bool = False) -> tuple[Path, dict]:
     """Write the configuration's Verilog and ``params.json`` into ``outdir`` (the attention
-    engine's too, with ``attention``, if the datapath has one); files whose content is
-    unchanged are left alone (their age lets ``reuse`` trust earlier results)."""
-    from dstar.hw.generate import generate
+    engine's too, with ``attention``, and the accelerator top, with ``accelerator``, if the
+    datapath has them); files whose content is unchanged are left alone (their age lets
+    ``reuse`` trust earlier results)."""
+    from dstar.hw.generate import TOPS, generate
     outdir = Path(outdir)
     fresh = outdir.with_name(outdir.name + ".new")
-    man = generate(cfg, fresh, attention=attention)
+    has = TOPS[cfg.datapath].attention
+    man = generate(cfg, fresh, attention=attention and has,
+                   accelerator=accelerator and attention and has)
     outdir.mkdir(parents=True, exist_ok=True)
     for f in sorted(fresh.iterdir()):
         old = outdir / f.name
@@ -97,22 +116,50 @@ def blocks(verilog: Path, top: str, attention: Path | None = None) -> list[dict]
     return out
 
 
+def accelerator_blocks(verilog: Path) -> list[dict]:
+    """The blocks of the accelerator top in ``verilog`` (``dstar.v``), as ``blocks`` lists
+    them, each with ``part = "accelerator"``, ``verilog`` and a kind ``accelerator.<kind>``."""
+    top = Path(verilog).stem
+    kids, groups = _children(verilog, top)
+    out = []
+
+    def add(kind, mods, blackbox=()):
+        out.append({"kind": ACCEL_PREFIX + kind, "module": sorted(mods, key=_natural)[0],
+                    "instances": len(mods), "verilog": verilog, "part": "accelerator",
+                    **({"blackbox": tuple(blackbox)} if blackbox else {})})
+
+    for kind, mods in groups.items():
+        if kind in _ACCEL_SPLIT:
+            sub_kids, sub_groups = _children(verilog, mods[0])
+            for sub, sub_mods in sub_groups.items():
+                add(sub, sub_mods)
+            add(_ACCEL_SPLIT[kind], mods, sub_kids)
+        else:
+            add(kind, mods)
+    add(COMMAND_PROCESSOR, [top], kids)
+    return out
+
+
 def _natural(name: str):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
 def synth_blocks(cfg: Config, targets: tuple, fmax: tuple, outdir: Path, jobs: int,
-                 reuse: bool, skipped: dict | None = None, attention: bool = True):
+                 reuse: bool, skipped: dict | None = None, attention: bool = True,
+                 accelerator: bool = False):
     """Generate ``cfg`` into ``<outdir>/rtl`` (without the attention engine unless
-    ``attention``) and synthesize its blocks for ``targets`` (and
+    ``attention``; with the accelerator top if ``accelerator`` and the datapath has one) and
+    synthesize its blocks for ``targets`` (and
     the netlists ``fmax`` needs, ``dstar.synth.fmax_runs``); returns ``(top, verilog,
     modules)``, ``modules[kind]`` holding ``module``, ``instances``, ``part`` and per-target
     counts per instance. The whole top is synthesized for nextpnr only if its PE arrays fit the
     device's MULT18X18D; otherwise ``skipped["top"]`` says why."""
-    verilog, man = generate_verilog(cfg, outdir / "rtl", attention)
+    verilog, man = generate_verilog(cfg, outdir / "rtl", attention, accelerator)
     top = man["top"]
     att = man.get("attention")
     blks = blocks(verilog, top, verilog.parent / att["verilog"] if att else None)
+    if "accelerator" in man:
+        blks += accelerator_blocks(verilog.parent / man["accelerator"]["verilog"])
     fdir = outdir / "fmax"
 
     def work(job):

@@ -15,7 +15,9 @@ the whole top (``flat_total=True`` runs that for comparison). The cmos target ke
 at least ``SRAM_MIN_DEPTH`` words as SRAM macros; ``memories`` lists them with their area.
 The attention engine's blocks carry ``part = "attention"``; ``targets`` stays the linear
 datapath (what ``area_ratio`` compares with the dense baseline), ``attention.targets`` sums the
-engine's modules and ``accelerator.targets`` is the sum of both.
+engine's modules (its PE arrays left out: they are the linear datapath's). The accelerator
+top's blocks (``dstar.v``: both on one set of PE arrays behind the command processor) carry
+``part = "accelerator"`` and sum into ``accelerator.targets``: the area of the one top.
 
 Dense baseline (``dense``): the same per-block synthesis of the configuration with
 ``datapath = "int8"`` (``hw.int8``, the lean dense INT8 datapath: weight-stationary 8x8 MACs at
@@ -32,7 +34,7 @@ from dstar.config import PRESETS, Config, Datapath
 from dstar.paths import build_dir
 
 from . import fmax as _fmax
-from .blocks import ATTN_CONTROLLER, synth_blocks
+from .blocks import ACCEL_PREFIX, ATTN_CONTROLLER, COMMAND_PROCESSOR, synth_blocks
 from .flows import AREA_TARGETS, CMOS_ASSUMPTIONS, TARGETS, synth_module, yosys_version
 from .fmax_runs import FMAX_BLOCKS, FMAX_FLOW, run_fmax
 
@@ -74,9 +76,10 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
 
     ``targets[t]``: the totals of target ``t`` (``dstar.synth.flows.summarize`` keys, summed over
     the top's blocks x instances; ``fmax_mhz`` on ``FMAX_FLOW`` when ``fmax``). ``modules[kind]``:
-    the block kind's ``module``, ``instances``, ``part`` (``linear`` or ``attention``) and
+    the block kind's ``module``, ``instances``, ``part`` (``linear``, ``attention`` or
+    ``accelerator``) and
     per-target counts *per instance*. ``attention`` / ``accelerator``: the engine's totals and
-    the sum of both parts (see the module docstring). ``memories``: the SRAM macros of the cmos
+    the accelerator top's (see the module docstring). ``memories``: the SRAM macros of the cmos
     target. ``fmax`` (``True`` for both, or a tuple naming ``"pe_array"``
     and/or ``"top"``): nextpnr results of the PE array block and of the flat top, each nextpnr
     run stopped after ``fmax_timeout_min`` minutes if given.
@@ -102,7 +105,7 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
     t0 = time.monotonic()
     skipped: dict = {}
     top, verilog, modules = synth_blocks(cfg, targets, fmax, outdir, jobs, reuse,
-                                           skipped=skipped)
+                                           skipped=skipped, accelerator=True)
     totals = {t: _total(modules, t) for t in targets}
 
     report = {
@@ -122,7 +125,10 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
         report["attention"] = {"top": man_attention_top(modules),
                                "targets": {t: _total(modules, t, "attention") for t in targets},
                                "pe_arrays": "shared with the linear datapath (counted there)"}
-        report["accelerator"] = {"targets": {t: _total(modules, t, None) for t in targets}}
+    if any(mod["part"] == "accelerator" for mod in modules.values()):
+        report["accelerator"] = {"top": modules[ACCEL_PREFIX + COMMAND_PROCESSOR]["module"],
+                                 "targets": {t: _total(modules, t, "accelerator")
+                                             for t in targets}}
     if dense:
         dcfg = cfg.replace(datapath=Datapath.INT8)
         _, _, dmods = synth_blocks(dcfg, targets, (), outdir / "dense", jobs, reuse)

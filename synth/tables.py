@@ -63,8 +63,12 @@ def _totals(report: dict) -> list[str]:
 
 def _parts(report: dict) -> list[str]:
     lines = []
+    # Reports made before the accelerator top was synthesized summed the two parts instead.
+    acc = ("Accelerator top (dstar.v: both on shared PE arrays, behind the command "
+           "processor):" if "top" in report.get("accelerator", {}) else
+           "Accelerator (linear datapath + attention engine):")
     for part, title in (("attention", "Attention engine (without the PE arrays it shares):"),
-                        ("accelerator", "Accelerator (linear datapath + attention engine):")):
+                        ("accelerator", acc)):
         if report.get(part):
             rows = [_total_row(t, tot, None) for t, tot in report[part]["targets"].items()]
             lines += ["", title] + _grid(_HEAD, rows)
@@ -100,8 +104,8 @@ def _modules(report: dict) -> list[str]:
     for kind, mod in report["modules"].items():
         for t, res in mod["targets"].items():
             label = f"{kind} x{mod['instances']}"
-            if mod.get("part", "linear") != "linear":
-                label = f"{mod['part']}: {label}"
+            if mod.get("part", "linear") == "attention":
+                label = f"attention: {label}"
             rows.append([label, t, res.get("cells"), res.get("luts"), res.get("ffs"),
                          res.get("brams"), res.get("transistors"), _area(res)])
     return ["", "Per module (per instance; 'xN': instances):"] + _grid(head, rows)

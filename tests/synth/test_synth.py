@@ -70,9 +70,8 @@ def test_tiny_area_within_baseline(tiny_report):
 def test_attention_engine_blocks(tiny_report):
     """The attention engine's blocks (softmax, normalizer, the engine's parts) and controller
     are synthesized from ``dstar_attention.v`` (its PE arrays are the linear datapath's, counted
-    once), summed into
-    ``attention``; ``accelerator`` is linear + attention; ``targets`` stays the linear part."""
-    mods = tiny_report["modules"]
+    once), summed into ``attention``; ``targets`` stays the linear part."""
+    mods = {k: m for k, m in tiny_report["modules"].items() if m["part"] != "accelerator"}
     att = {k for k, m in mods.items() if m["part"] == "attention"}
     assert att == {"softmax", "normalizer", "tile_runner", "softmax_feed", "mask_select", "norm",
                    "sel_recip", "block_list", "attention_controller"}
@@ -88,14 +87,37 @@ def test_attention_engine_blocks(tiny_report):
         a = tiny_report["attention"]["targets"]["cmos"][key]
         assert a == total(att, key) > 0
         assert tiny_report["targets"]["cmos"][key] == total(lin, key)
-        assert tiny_report["accelerator"]["targets"]["cmos"][key] == \
-            tiny_report["targets"]["cmos"][key] + a
     # The residual cache is an SRAM macro of the controller, with one read port (shared with
     # the host while the engine is idle).
     res = [mem for mem in tiny_report["memories"]
            if mem["module"] == "attention_controller" and mem["name"] == "res"]
     assert len(res) == 1 and res[0]["read_ports"] == 1
     assert "Attention engine" in format_table(tiny_report)
+@needs_yosys
+def test_the_accelerator_top_is_synthesized_block_by_block(tiny_report):
+    """``dstar.v`` (both blocks on one set of PE arrays behind the command processor) split a
+    level further down than the linear top: the shared arrays, the linear datapath's and the
+    attention engine's blocks, each one's own logic and the command processor; its totals are
+    the sum of those, and about the two parts' sum (it shares the arrays, adds the command
+    processor)."""
+    mods = {k.removeprefix("accelerator."): m for k, m in tiny_report["modules"].items()
+            if m["part"] == "accelerator"}
+    assert set(mods) == {"pe_array", "encoder", "dispatcher", "sequencer", "softmax",
+                         "normalizer", "tile_runner", "softmax_feed", "mask_select", "norm",
+                         "sel_recip", "block_list", "attention_controller", "out_q",
+                         "command_processor"}
+    assert mods["pe_array"]["instances"] == preset("tiny").n_arrays
+    assert mods["command_processor"]["module"] == tiny_report["accelerator"]["top"] == "dstar"
+    acc = tiny_report["accelerator"]["targets"]["cmos"]
+    for key in ("transistors", "cells", "ffs"):
+        assert acc[key] == sum(m["targets"]["cmos"][key] * m["instances"]
+                               for m in mods.values()) > 0
+    parts = (tiny_report["targets"]["cmos"]["transistors"]
+             + tiny_report["attention"]["targets"]["cmos"]["transistors"])
+    assert 0.8 * parts < acc["transistors"] < 1.5 * parts
+    assert "Accelerator top" in format_table(tiny_report)
+
+
 @needs_yosys
 def test_dense_baseline_and_area_ratio(tiny_report):
     """The lean dense INT8 baseline of the same tiles is synthesized block by block (PE arrays and
@@ -119,7 +141,7 @@ def test_synthesis_is_deterministic(tiny_report):
     rtl = BUILD / "tiny" / "rtl"
     again = BUILD / "tiny-again"
     code = ("import sys; from dstar.config import preset; from dstar.hw.generate import generate; "
-            "generate(preset('tiny'), sys.argv[1]); "
+            "generate(preset('tiny'), sys.argv[1], accelerator=True); "
             "generate(preset('tiny').replace(datapath='int8'), sys.argv[2])")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     subprocess.run([sys.executable, "-c", code, str(again / "rtl"), str(again / "dense")],
@@ -128,6 +150,7 @@ def test_synthesis_is_deterministic(tiny_report):
         assert (new / "dstar_linear.v").read_bytes() == (old / "dstar_linear.v").read_bytes()
         assert json.loads((new / "params.json").read_text()) == \
             json.loads((old / "params.json").read_text())
+    assert (again / "rtl" / "dstar.v").read_bytes() == (rtl / "dstar.v").read_bytes()
     for kind in ("sequencer",):         # the smallest block with logic and SRAM macros
         mod = tiny_report["modules"][kind]
         first = {k: v for k, v in mod["targets"]["cmos"].items() if k != "seconds"}
