@@ -29,7 +29,7 @@ from .cycle_model import predict as predict_linear
 from .host import GoldenEngine
 
 __all__ = ["block_inputs", "check_request", "check_fits", "golden_block", "CheckedEngine",
-           "op_kind", "summarize", "LINEAR_COUNTERS", "ATTENTION_COUNTERS"]
+           "op_kind", "run_cycles", "summarize", "LINEAR_COUNTERS", "ATTENTION_COUNTERS"]
 
 #: The manifest's counters of a linear / attention run, and the cycle models' names for them.
 LINEAR_COUNTERS = {"linear_cycles": "cycles", "linear_stall_load": "stall_load",
@@ -202,20 +202,22 @@ class CheckedEngine:
         self._flush_heads()
 
 
+def run_cycles(counters: dict) -> int:
+    """The cycles of a record's ``counters`` or ``predicted`` (its ``*_cycles`` entries)."""
+    return sum(v for c, v in counters.items() if c.endswith("_cycles"))
+
+
 def summarize(ops: list[dict], outputs_equal: list[bool]) -> dict:
     """``dstar run``'s figures from ``CheckedEngine.ops`` and, per step, whether the block's
     float output equalled the golden pipeline's: cycles and predicted cycles in total and per
     operation (``per_op``: ``qkv``, ``attention``, ``proj``, ``fc1``, ``fc2``), the linears'
     element mix, the attention tiles computed (reuse steps: the fraction of a dense pass)."""
-    def cycles(rec, which):
-        return sum(v for c, v in rec[which].items() if c.endswith("_cycles"))
-
     per_op: dict[str, dict] = {}
     for rec in ops:
         d = per_op.setdefault(rec["op"], {"cycles": 0, "predicted_cycles": 0, "runs": 0,
                                           "bit_exact": True, "counters_equal": True})
-        d["cycles"] += cycles(rec, "counters")
-        d["predicted_cycles"] += cycles(rec, "predicted")
+        d["cycles"] += run_cycles(rec["counters"])
+        d["predicted_cycles"] += run_cycles(rec["predicted"])
         d["runs"] += 1
         d["bit_exact"] &= rec["bit_exact"]
         d["counters_equal"] &= rec["counters"] == rec["predicted"]

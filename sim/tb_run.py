@@ -21,7 +21,7 @@ from dstar.config import Config
 from dstar.golden.dit import DiT
 from dstar.outputs import write_atomic
 
-from .block_run import CheckedEngine
+from .block_run import CheckedEngine, run_cycles
 from .host import AcceleratorEngine, BlockHost
 
 __all__ = ["run_plan", "describe"]
@@ -29,8 +29,7 @@ __all__ = ["run_plan", "describe"]
 
 def describe(rec: dict) -> str:
     """One progress line of an operation record."""
-    cyc = sum(v for c, v in rec["counters"].items() if c.endswith("_cycles"))
-    pred = sum(v for c, v in rec["predicted"].items() if c.endswith("_cycles"))
+    cyc, pred = run_cycles(rec["counters"]), run_cycles(rec["predicted"])
     what = f"{rec['heads']} heads" if rec["op"] == "attention" else f"{rec['rows']} rows"
     ok = "bit-exact" if rec["bit_exact"] else "DIFFERS from the golden model"
     same = "=" if rec["counters"] == rec["predicted"] else "!="
