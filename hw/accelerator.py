@@ -39,7 +39,8 @@ class Opcode(enum.IntEnum):
     #: one per beat, in address order.
     READ = 2
     #: ``args.linear``: one differential linear step (``LinearLayer``) of ``n_tokens`` rows
-    #: over ``n_kt`` x ``n_mt`` weight tiles, a linear key step if ``key``.
+    #: over ``n_kt`` x ``n_mt`` weight tiles stored from ``w_base`` on, a linear key step if
+    #: ``key``.
     RUN_LINEAR = 3
     #: ``args.attention``: one attention step (``AttentionEngine``) of ``n_tokens`` rows of
     #: slot ``slot`` with ``theta_q`` and ``refresh``.
@@ -136,7 +137,8 @@ def command_layout(cfg: Config) -> data.StructLayout:
             "linear": data.StructLayout({"n_tokens": unsigned(uwidth(cfg.max_tokens + 1)),
                                          "n_kt": unsigned(uwidth(lin.n_kt_max + 1)),
                                          "n_mt": unsigned(uwidth(lin.n_mt_max + 1)),
-                                         "key": unsigned(1)}),
+                                         "key": unsigned(1),
+                                         "w_base": unsigned(uwidth(lin.weight_depth))}),
             "attention": data.StructLayout({"slot": unsigned(uwidth(cfg.attn_slots)),
                                             "n_tokens": unsigned(uwidth(cfg.max_tokens + 1)),
                                             "theta_q": unsigned(ag.theta_bits),
@@ -163,7 +165,8 @@ class Accelerator(wiring.Component):
         command is being executed. A command whose opcode is unknown or whose arguments are
         out of range (a memory that cannot be loaded or read, an address range beyond its
         depth, ``count`` 0, ``n_tokens`` outside
-        ``1 .. max_tokens``, tiles beyond ``n_kt_max`` / ``n_mt_max``, ``slot >= attn_slots``)
+        ``1 .. max_tokens``, tiles beyond ``n_kt_max`` / ``n_mt_max``, weights beyond the
+        weight memory: ``w_base + n_kt * n_mt * k_tile > depth``, ``slot >= attn_slots``)
         is not executed: it sets ``error`` and counts in ``errors``.
     din : In(stream.Signature(data_bits(cfg)))
         The words of a ``LOAD``, one per beat (taken only during a ``LOAD``).
@@ -262,8 +265,10 @@ class Accelerator(wiring.Component):
             with m.Case(Opcode.READ):
                 m.d.comb += ok.eq(in_range & _member_of(ma.mem, _READABLE))
             with m.Case(Opcode.RUN_LINEAR):
+                span = la.n_kt * la.n_mt * cfg.k_tile       # the run's weight words
                 m.d.comb += ok.eq((la.n_tokens >= 1) & (la.n_tokens <= cfg.max_tokens)
-                                  & (la.n_kt <= geo.n_kt_max) & (la.n_mt <= geo.n_mt_max))
+                                  & (la.n_kt <= geo.n_kt_max) & (la.n_mt <= geo.n_mt_max)
+                                  & (la.w_base + span <= geo.weight_depth))
             with m.Case(Opcode.RUN_ATTENTION):
                 m.d.comb += ok.eq((aa.n_tokens >= 1) & (aa.n_tokens <= cfg.max_tokens)
                                   & (aa.slot < cfg.attn_slots))
@@ -309,7 +314,7 @@ class Accelerator(wiring.Component):
         lin, att, la, aa = st.lin, st.att, st.l_args, st.a_args
         start = st.state == _START
         m.d.comb += [lin.n_tokens.eq(la.n_tokens), lin.n_kt.eq(la.n_kt),
-                     lin.n_mt.eq(la.n_mt), lin.key.eq(la.key),
+                     lin.n_mt.eq(la.n_mt), lin.key.eq(la.key), lin.w_base.eq(la.w_base),
                      att.slot.eq(aa.slot), att.n_tokens.eq(aa.n_tokens),
                      att.theta_q.eq(aa.theta_q), att.refresh.eq(aa.refresh),
                      lin.start.eq(start & ~st.is_att), att.start.eq(start & st.is_att)]

@@ -170,7 +170,9 @@ def accelerator_manifest(cfg, top=None) -> dict:
     rules = {
         "TARGET": "token * n_kt_max + kt (elements kt*k_tile ..; clipped to +-target_max)",
         "STATE": "token * n_kt_max + kt",
-        "WEIGHTS": "k * n_mt_max + mt (columns mt * block_cols ..)",
+        "WEIGHTS": "w_base + (kt * n_mt + mt) * k_tile + r for row kt * k_tile + r, columns "
+                   "mt * block_cols .. (a run's n_kt * n_mt tiles in run order, K tiles outer; "
+                   "rows beyond K zero)",
         "Y": "token * n_mt_max + mt (columns mt * block_cols ..)",
         "Q": "i * rows_q + r (elements r*group ..)",
         "KT": "d * n_kc + kc (keys kc * block_cols ..)",

@@ -191,9 +191,9 @@ class Geometry:
 
     @property
     def weight_depth(self) -> int:
-        """Words of each array's weight memory: ``max_k * n_mt_max`` rows of ``m_tile`` INT8,
-        address ``k * n_mt_max + mt``."""
-        return self.cfg.max_k * self.n_mt_max
+        """Words of each array's weight memory: ``n_kt_max * n_mt_max`` tiles of ``k_tile``
+        rows of ``m_tile`` INT8 (``dstar.hw.linear.LinearLayer``'s address rule)."""
+        return self.n_kt_max * self.cfg.k_tile * self.n_mt_max
 
     @property
     def y_depth(self) -> int:

@@ -32,9 +32,11 @@ class LinearLayer(wiring.Component):
 
     * target and state: ``row_depth`` words of ``k_tile`` elements, address
       ``token * n_kt_max + kt`` (elements beyond K must be zero);
-    * weights, one memory per array: ``weight_depth`` words of ``m_tile`` INT8, address
-      ``k * n_mt_max + mt``, array ``a`` holding columns ``(mt * n_arrays + a) * m_tile ..``
-      (rows beyond K and columns beyond M must be zero);
+    * weights, one memory per array: ``weight_depth`` words of ``m_tile`` INT8, tile by tile
+      in the order a run loads them: row ``kt * k_tile + r`` of column block ``mt`` at address
+      ``w_base + (kt * n_mt + mt) * k_tile + r`` (``n_mt`` the run's; ``w_base`` 0 unless
+      ``shared``), array ``a`` holding columns ``(mt * n_arrays + a) * m_tile ..`` (rows beyond
+      K, up to ``n_kt * k_tile``, and columns beyond M must be zero);
     * accumulators, one per array: ``y_depth`` words of ``m_tile`` ``acc_bits`` integers,
       address ``token * n_mt_max + mt``.
 
@@ -62,7 +64,8 @@ class LinearLayer(wiring.Component):
     ``pe_array_signature`` per array, of the geometry ``AttentionGeometry(cfg, shared=True).lin``)
     and the arrays' owner (``dstar.hw.accelerator.Accelerator``) lends them; ``host_w_wdata``
     is then a whole row of a column block (array ``a``'s ``m_tile`` weights at element
-    ``a * m_tile``), written into the arrays ``host_w_we`` selects.
+    ``a * m_tile``), written into the arrays ``host_w_we`` selects, and ``w_base`` (read with
+    ``start``) places a run's weights, so that several layers' weights can stay loaded.
     """
 
     def __init__(self, cfg, *, shared: bool = False):
@@ -72,6 +75,7 @@ class LinearLayer(wiring.Component):
         run, status, host_rows, host_wy = layer_ports(geo, t_l.size, y_row_layout(geo).size)
         if shared:                  # a whole tile row per write: every array's m_tile weights
             host_wy["host_w_wdata"] = In(8 * cfg.m_tile * cfg.n_arrays)
+            run["w_base"] = In(uwidth(geo.weight_depth))
         super().__init__({
             **run,
             "key": In(1),
@@ -163,7 +167,8 @@ class LinearLayer(wiring.Component):
         l_p, f_p, d_p = Signal(pass_bits), Signal(pass_bits), Signal(pass_bits)
 
         # --- weight loader: tile l_p into bank l_p % 2 once pass l_p - 2 is done ---
-        load_tiles(m, geo, self, arrays, run, n_pass, l_p, d_p, self.start & ~run)
+        load_tiles(m, geo, self, arrays, run, n_pass, l_p, d_p, self.start & ~run,
+                   base=self.w_base if self._shared else 0)
 
         # --- front end: one slice command per cycle once its tile is loaded ---
         f_kt, f_mt = Signal(range(geo.n_kt_max + 1)), Signal(range(geo.n_mt_max + 1))
@@ -239,7 +244,7 @@ def layer_ports(geo: Geometry, target_bits: int, y_bits: int) -> tuple[dict, dic
     return run, status, host_rows, host_wy
 
 
-def load_tiles(m, geo, top, arrays, run, n_pass, l_p, d_p, restart, unit_rows=None):
+def load_tiles(m, geo, top, arrays, run, n_pass, l_p, d_p, restart, unit_rows=None, base=0):
     """The weight loader of the layer tops (``LinearLayer``, ``dstar.hw.dense.DenseLinearLayer``,
     ``dstar.hw.int8.Int8LinearLayer``).
 
@@ -250,7 +255,9 @@ def load_tiles(m, geo, top, arrays, run, n_pass, l_p, d_p, restart, unit_rows=No
     ``l_p - 2`` is done with its bank: ``d_p`` units done) and ``l_p < n_pass``; ``l_p``
     counts the units completely addressed. A unit is a whole tile (K tiles outer, ``top.n_mt``
     column blocks inner) unless ``unit_rows`` is given: then the tile's consecutive runs of
-    ``unit_rows`` rows, tile by tile. ``restart`` rewinds the loader to unit 0."""
+    ``unit_rows`` rows, tile by tile. The rows are read in address order from ``base``
+    (``LinearLayer``'s weight address rule). ``restart`` rewinds the loader to unit 0 and the
+    address to ``base``."""
     cfg = geo.cfg
     rows = cfg.k_tile if unit_rows is None else unit_rows
     wmems = []
@@ -260,16 +267,11 @@ def load_tiles(m, geo, top, arrays, run, n_pass, l_p, d_p, restart, unit_rows=No
         m.submodules[f"weights_{a}"] = wm
         wmems.append(wm)
     l_active = Signal()
-    l_kt, l_mt = Signal(range(geo.n_kt_max + 1)), Signal(range(geo.n_mt_max + 1))
     l_row = Signal(range(rows))
     w_valid, w_row, w_bank = Signal(), Signal.like(l_row), Signal()
+    # Tiles are stored in the order they are loaded, so the address is a counter (no
+    # multiplier, no tile indices).
     w_addr = Signal(range(geo.weight_depth))
-    if unit_rows is None:
-        m.d.comb += w_addr.eq((l_kt * cfg.k_tile + l_row) * geo.n_mt_max + l_mt)
-    else:
-        l_unit = Signal(range(cfg.k_tile // rows))
-        m.d.comb += w_addr.eq((l_kt * cfg.k_tile + l_unit * rows + l_row) * geo.n_mt_max
-                              + l_mt)
     for a, wm in enumerate(wmems):
         wr, rd = wm.write_port(), wm.read_port()
         row_bits = 8 * cfg.m_tile       # a whole block row (shared tops) or one array's
@@ -283,28 +285,11 @@ def load_tiles(m, geo, top, arrays, run, n_pass, l_p, d_p, restart, unit_rows=No
     m.d.sync += [w_valid.eq(l_active), w_row.eq(l_row), w_bank.eq(l_p[0])]
 
     with m.If(l_active):
-        m.d.sync += l_row.eq(l_row + 1)
+        m.d.sync += [l_row.eq(l_row + 1), w_addr.eq(w_addr + 1)]
         with m.If(l_row == rows - 1):
             m.d.sync += [l_active.eq(0), l_p.eq(l_p + 1), l_row.eq(0)]
-            if unit_rows is None:
-                _next_tile(m, top, l_kt, l_mt)
-            else:
-                with m.If(l_unit == cfg.k_tile // rows - 1):
-                    m.d.sync += l_unit.eq(0)
-                    _next_tile(m, top, l_kt, l_mt)
-                with m.Else():
-                    m.d.sync += l_unit.eq(l_unit + 1)
     with m.Elif(run & (l_p < n_pass) & (l_p < d_p + 2)):
         m.d.sync += l_active.eq(1)
     with m.If(restart):
-        m.d.sync += [l_p.eq(0), l_kt.eq(0), l_mt.eq(0), l_row.eq(0)]
-        if unit_rows is not None:
-            m.d.sync += l_unit.eq(0)
+        m.d.sync += [l_p.eq(0), l_row.eq(0), w_addr.eq(base)]
 
-
-def _next_tile(m, top, l_kt, l_mt):
-    """The loader's step to the next weight tile (column blocks inner)."""
-    with m.If(l_mt == top.n_mt - 1):
-        m.d.sync += [l_mt.eq(0), l_kt.eq(l_kt + 1)]
-    with m.Else():
-        m.d.sync += l_mt.eq(l_mt + 1)

@@ -19,7 +19,7 @@ __all__ = ["command", "send", "receive", "load", "read", "run", "counters", "Lin
 def command(man: dict, op: str, **args) -> int:
     """The ``cmd`` word of opcode ``op`` (a name of ``man["opcodes"]``) with the arguments of
     its group (``mem``: ``mem`` (a name of ``man["memories"]``), ``addr``, ``count``;
-    ``linear``: ``n_tokens``, ``n_kt``, ``n_mt``, ``key``; ``attention``: ``slot``,
+    ``linear``: ``n_tokens``, ``n_kt``, ``n_mt``, ``key``, ``w_base``; ``attention``: ``slot``,
     ``n_tokens``, ``theta_q``, ``refresh``)."""
     group = {"LOAD": "mem", "READ": "mem", "RUN_LINEAR": "linear",
              "RUN_ATTENTION": "attention"}.get(op)
@@ -140,22 +140,31 @@ class LinearStep:
         self.img = LayerImage(_as_layer_manifest(man), k, m, n)
         self.bc = man["attention_geometry"]["block_cols"]
 
-    def _blocks(self, a, rows: int, layout: str) -> dict[int, int]:
-        """``a`` (rows, <= n_mt * block_cols) -> {row * n_mt_max + mt: word of block mt}."""
+    def _blocks(self, a, rows: int, layout: str, addr) -> dict[int, int]:
+        """``a`` (<= rows, <= n_mt * block_cols) -> {addr(row, mt): word of block mt}."""
         img, bc = self.img, self.bc
         pad = np.zeros((rows, img.n_mt * bc), dtype=np.int64)
-        pad[:, :a.shape[1]] = a
+        pad[:a.shape[0], :a.shape[1]] = a
         lay = self.man["layouts"][layout]
-        return {r * img.n_mt_max + mt: pack(pad[r, mt * bc:(mt + 1) * bc], lay)
+        return {addr(r, mt): pack(pad[r, mt * bc:(mt + 1) * bc], lay)
                 for r in range(rows) for mt in range(img.n_mt)}
 
-    def weight_words(self, w_q) -> dict[int, int]:
-        """``w_q`` (K, M) INT8 -> {address: weights word}."""
-        return self._blocks(np.asarray(w_q), self.img.k, "WEIGHTS")
+    @property
+    def weight_span(self) -> int:
+        """Words the layer's weights take in the ``WEIGHTS`` memory."""
+        return self.img.weight_span
+
+    def weight_words(self, w_q, base: int = 0) -> dict[int, int]:
+        """``w_q`` (K, M) INT8 -> {address: weights word}, for a run with ``w_base = base``
+        (the rows beyond K of the last K tile included, as zeros)."""
+        img = self.img
+        return self._blocks(np.asarray(w_q), img.n_kt * img.k_tile, "WEIGHTS",
+                            lambda k, mt: img.weight_addr(k, mt, base))
 
     def y_words(self, y) -> dict[int, int]:
         """``y`` (N, M) -> {address: accumulator word} (a saved Y, to restore)."""
-        return self._blocks(np.asarray(y), self.img.n, "Y")
+        n_mt_max = self.img.n_mt_max
+        return self._blocks(np.asarray(y), self.img.n, "Y", lambda t, mt: t * n_mt_max + mt)
 
     def y_from(self, words: dict[int, int]) -> np.ndarray:
         img, bc = self.img, self.bc
@@ -166,20 +175,22 @@ class LinearStep:
                 y[t, mt * bc:(mt + 1) * bc] = unpack(words[t * img.n_mt_max + mt], lay)
         return y[:, :img.m]
 
-    async def run(self, io, target, *, key: bool, w_q=None, state=None, y=None):
-        """Load (weights, state and ``Y`` if given: a layer's saved state and accumulators
-        restored; targets), run the step, read ``Y`` and the state (for the next step of this
-        layer to restore); returns ``(y, state)``."""
+    async def run(self, io, target, *, key: bool, w_q=None, w_base: int = 0, state=None,
+                  y=None):
+        """Load (weights at ``w_base`` if given, state and ``Y`` if given: a layer's saved
+        state and accumulators restored; targets), run the step on the weights at ``w_base``,
+        read ``Y`` and the state (for the next step of this layer to restore); returns
+        ``(y, state)``."""
         img, man = self.img, self.man
         if w_q is not None:
-            await load(io, man, "WEIGHTS", self.weight_words(w_q))
+            await load(io, man, "WEIGHTS", self.weight_words(w_q, w_base))
         await load(io, man, "TARGET", img.row_words(target, "target"))
         if state is not None:
             await load(io, man, "STATE", img.row_words(state, "state"))
         if y is not None:
             await load(io, man, "Y", self.y_words(y))
         await run(io, man, "RUN_LINEAR", n_tokens=img.n, n_kt=img.n_kt, n_mt=img.n_mt,
-                  key=int(key))
+                  key=int(key), w_base=w_base)
         rows = img.row_words(target, "target")
         s_words = await read(io, man, "STATE", rows)
         y_words = await read(io, man, "Y", img.y_addrs())

@@ -10,7 +10,8 @@ Engines (async, so that the same host code runs inside a simulator's testbench):
 * ``GoldenEngine``: the accelerator's integer contract computed by the golden model;
 * ``AcceleratorEngine``: the accelerator top itself, through ``dstar.sim.accel_io`` on any
   simulator's ``(set, get, tick)`` adapter. Rows beyond ``max_tokens`` run in chunks; each
-  layer's state and accumulators are saved and restored around other layers' steps; each
+  layer's state and accumulators are saved and restored around other layers' steps, its
+  weights loaded once and kept while the weight memory has room for the others'; each
   (batch element, head) has a host attention slot, kept in the top's slot ``host slot %
   attn_slots`` and saved and restored when another host slot needs it.
 
@@ -104,7 +105,8 @@ class AcceleratorEngine:
         self.runs: list[dict] = []
         self.max_rows = man["config"]["max_tokens"]
         self.saved: dict[tuple, tuple] = {}       # (layer, chunk) -> (state, Y)
-        self.weights_of = None                    # the layer whose weights are loaded
+        self.w_base: dict[str, int] = {}          # layer -> where its weights are loaded
+        self.w_free = 0                           # the first weight word no layer holds
         self.resident: dict[int, int] = {}        # the top's slot -> the host slot in it
         self.parked: dict[int, dict] = {}         # host slot -> its saved state
         self.rows: dict[int, int] = {}            # host slot -> its N
@@ -117,13 +119,25 @@ class AcceleratorEngine:
             rows = target[r0:r0 + self.max_rows]
             step = LinearStep(self.man, k, w_q.shape[1], rows.shape[0])
             state, y = (None, None) if key else self.saved[(name, c)]
-            w = w_q if self.weights_of != name else None
-            y_int, xs = await step.run(self.io, rows, key=key, w_q=w, state=state, y=y)
+            w = None if name in self.w_base else w_q
+            y_int, xs = await step.run(self.io, rows, key=key, w_q=w,
+                                       w_base=self._weights_at(name, step.weight_span),
+                                       state=state, y=y)
             self.runs.append(await counters(self.io, self.man))
-            self.weights_of = name
             self.saved[(name, c)] = (xs, y_int)
             ys.append(y_int)
         return np.concatenate(ys)
+
+    def _weights_at(self, name: str, span: int) -> int:
+        """Where layer ``name``'s weights (``span`` words) are, or go: after the last layer
+        loaded, or, when the memory is full, from address 0 on again (the layers there
+        forgotten)."""
+        if name not in self.w_base:
+            if self.w_free + span > self.man["memories"]["WEIGHTS"]["depth"]:
+                self.w_base, self.w_free = {}, 0
+            self.w_base[name] = self.w_free
+            self.w_free += span
+        return self.w_base[name]
 
     async def attention(self, slot: int, q, k, v, m, sh):
         """One attention step of the host's slot ``slot`` on the top's slot ``slot %

@@ -74,19 +74,33 @@ class LayerImage:
                     words[t * self.n_kt_max + kt], lay)
         return out[:, :self.k]
 
+    @property
+    def weight_span(self) -> int:
+        """Words of the layer's weights in each array's memory: ``n_kt * n_mt`` tiles of
+        ``k_tile`` rows."""
+        return self.n_kt * self.n_mt * self.k_tile
+
+    def weight_addr(self, k: int, mt: int, base: int = 0) -> int:
+        """The address of row ``k`` of column block ``mt`` (the loader reads tiles in run
+        order: ``base + (kt * n_mt + mt) * k_tile + r``)."""
+        kt, r = divmod(k, self.k_tile)
+        return base + (kt * self.n_mt + mt) * self.k_tile + r
+
     def weight_words(self, w_q) -> list[dict[int, int]]:
-        """``w_q`` (K, M) INT8 -> per array {address: word}."""
+        """``w_q`` (K, M) INT8 -> per array {address: word}, the rows beyond K of the last K
+        tile included (as zeros)."""
         lay = self.man["layouts"]["weight_row"]
         bc = self.m_tile * self.n_arrays
-        pad = np.zeros((self.k, self.n_mt * bc), dtype=np.int64)
-        pad[:, :self.m] = w_q
+        rows = self.n_kt * self.k_tile
+        pad = np.zeros((rows, self.n_mt * bc), dtype=np.int64)
+        pad[:self.k, :self.m] = w_q
         out = []
         for a in range(self.n_arrays):
             words = {}
-            for k in range(self.k):
+            for k in range(rows):
                 for mt in range(self.n_mt):
                     c0 = mt * bc + a * self.m_tile
-                    words[k * self.n_mt_max + mt] = pack(pad[k, c0:c0 + self.m_tile], lay)
+                    words[self.weight_addr(k, mt)] = pack(pad[k, c0:c0 + self.m_tile], lay)
             out.append(words)
         return out
 

@@ -4,7 +4,8 @@
 It reads ``DSTAR_ACC_PARAMS`` (the manifest JSON) and ``DSTAR_ACC_CASES`` (an ``.npz`` of cases,
 ``dstar.sim.case_files``). A case is a script of steps on one freshly reset design, step ``i``
 under keys ``s{i}_*``: a linear step (``kind`` 0: ``target`` (N, K), ``key``, ``m`` and
-optionally ``w`` (weights to load), ``state`` and ``y`` (a saved state and Y to restore);
+optionally ``w_base`` (where its weights are: 0 if absent), ``w`` (weights to load there),
+``state`` and ``y`` (a saved state and Y to restore);
 expected ``y_out``, ``xs_out`` and the cycle model's ``counters``: cycles, stall_load, low,
 high, zero, clipped and saturated groups) or an attention step (``kind`` 1: ``q``, ``k``,
 ``v``, ``m``, ``sh``, ``slot``, ``theta_q``, ``refresh``; expected ``o``, ``r``, ``mask``,
@@ -33,7 +34,8 @@ async def run_case(io, man: dict, c: dict, log=None) -> list[str]:
             n, k = s["target"].shape
             step = LinearStep(man, k, int(s["m"]), n)
             y, xs = await step.run(io, s["target"], key=bool(s["key"]), w_q=s.get("w"),
-                                   state=s.get("state"), y=s.get("y"))
+                                   w_base=int(s.get("w_base", 0)), state=s.get("state"),
+                                   y=s.get("y"))
             cnt = await counters(io, man)
             got = [cnt[name] for name in LINEAR_COUNTERS]
             if not np.array_equal(y, s["y_out"]):

@@ -96,6 +96,8 @@ def test_refused_commands_set_error_count_and_are_not_executed(cfg):
             command(man, "READ", mem="STATE", addr=depth_s - 1, count=2),    # past the end
             command(man, "RUN_LINEAR", n_tokens=0, n_kt=1, n_mt=1),
             command(man, "RUN_LINEAR", n_tokens=cfg.max_tokens + 1, n_kt=1, n_mt=1),
+            command(man, "RUN_LINEAR", n_tokens=1, n_kt=1, n_mt=1,          # weights past
+                    w_base=man["memories"]["WEIGHTS"]["depth"] - cfg.k_tile + 1),   # the end
             command(man, "RUN_ATTENTION", slot=cfg.attn_slots - 1, n_tokens=0),
             command(man, "NOP") | (12 << 0),                                 # unknown opcode
         ]
@@ -117,10 +119,10 @@ def test_refused_commands_set_error_count_and_are_not_executed(cfg):
         return flags, ready_after, first, cleared, back, await counters(io, man)
 
     flags, ready_after, first, cleared, back, last = run_bench(cfg, body)
-    assert flags == [(1, 0)] * 10 and ready_after == 0
-    assert first["errors"] == 10 and first["commands"] == 11      # READ_COUNTERS included
+    assert flags == [(1, 0)] * 11 and ready_after == 0
+    assert first["errors"] == 11 and first["commands"] == 12      # READ_COUNTERS included
     assert first["linear_cycles"] == 0 and first["attention_cycles"] == 0
-    assert cleared == 0 and last["errors"] == 10
+    assert cleared == 0 and last["errors"] == 11
     assert back == {3: 0x1234}
 
 
