@@ -4,12 +4,13 @@ operation checked against the golden model and the cycle models (``dstar.sim.blo
 ``dstar.sim.tb_run``).
 
 Everything goes to one folder under the build root, ``run/<config hash>``: the Verilog and
-manifest (generated once per configuration: the output is deterministic), the simulator's build
-(its own make decides what to recompile), the plan and results of the last run (``plan.json``,
-``inputs.npz``, ``progress.log``, ``ops.json``, ``outputs.npz``, ``run.json``), the tools'
-logs and, with ``waves``, the waveforms.
+manifest (generated once per configuration and version of the generator: the output is
+deterministic), the simulator's build (its own make decides what to recompile), the plan and
+results of the last run (``plan.json``, ``inputs.npz``, ``progress.log``, ``ops.json``,
+``outputs.npz``, ``run.json``), the tools' logs and, with ``waves``, the waveforms.
 """
 
+import hashlib
 import json
 import threading
 import time
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+import dstar.config as config_module
+import dstar.hw as hw_package
 from dstar.golden.dit import DiT
 from dstar.hw.generate import ACCEL_TOP_NAME, build_accelerator
 from dstar.outputs import write_atomic
@@ -41,13 +44,26 @@ def run_folder(cfg) -> Path:
     return build_dir("run", config_hash(cfg))
 
 
+def _generator_digest() -> str:
+    """A digest of the sources the Verilog comes from (``dstar.hw`` and the configuration),
+    so that a folder's ``dstar.v`` from an earlier version of dstar is not reused."""
+    h = hashlib.sha256()
+    hw_root = Path(hw_package.__file__).parent
+    files = [*sorted(hw_root.rglob("*.py")), Path(config_module.__file__)]
+    for path in files:
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def _generate(cfg, folder: Path, say) -> None:
     """``dstar.v`` and ``params.json`` in ``folder`` unless they are already this
-    configuration's."""
-    params = folder / "params.json"
-    if params.is_file() and (folder / f"{ACCEL_TOP_NAME}.v").is_file():
+    configuration's, made by these sources (``generator.sha256``)."""
+    params, digest = folder / "params.json", _generator_digest()
+    stamp = folder / "generator.sha256"
+    if params.is_file() and (folder / f"{ACCEL_TOP_NAME}.v").is_file() and stamp.is_file():
         try:
-            if json.loads(params.read_text())["accelerator"]["config"] == cfg.hardware():
+            if (json.loads(params.read_text())["accelerator"]["config"] == cfg.hardware()
+                    and stamp.read_text().strip() == digest):
                 say(f"reusing {folder / ACCEL_TOP_NAME}.v")
                 return
         except (ValueError, KeyError):
@@ -56,8 +72,10 @@ def _generate(cfg, folder: Path, say) -> None:
     t0 = time.perf_counter()
     files, _ = build_accelerator(cfg)
     folder.mkdir(parents=True, exist_ok=True)
+    stamp.unlink(missing_ok=True)
     for name, text in files.items():
         write_atomic(folder / name, text)
+    write_atomic(stamp, digest + "\n")
     say(f"wrote {folder / ACCEL_TOP_NAME}.v in {time.perf_counter() - t0:.0f} s")
 
 

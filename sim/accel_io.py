@@ -93,9 +93,12 @@ async def run(io, man: dict, op: str, max_cycles: int = 1_000_000, **args) -> in
     """Send a ``RUN_LINEAR`` or ``RUN_ATTENTION`` command and wait for ``done`` (through the
     adapter's ``until`` where it has one, ``SimIO``); returns the cycles from the command's
     acceptance to ``done`` where it counted them (``None`` with ``until``: the counters hold
-    the run's cycles)."""
+    the run's cycles). ``ValueError`` if the top refuses the command (``error`` rises)."""
     _, get, tick = io
+    refused_before = get("error")
     await send(io, "cmd", [command(man, op, **args)])
+    if get("error") and not refused_before:          # it will never be done
+        raise ValueError(f"{op} {args}: refused by the top (error set)")
     if getattr(io, "until", None) is not None:        # the simulator waits, not Python
         await io.until("done")
         return None
