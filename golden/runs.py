@@ -1,9 +1,9 @@
 """The five sampling runs of the main job (``dstar analyze``) on the bundled DiT's default seeds:
 FP32, dense W8A8, DSTAR's differential linears, attention reuse alone, and both (``PATHS``).
 
-``run_path`` runs one; ``run_paths`` runs several, in this process or in forked worker
-processes of one BLAS thread each (the runs are independent; their results are bit for bit
-those of one process).
+``run_path`` runs one, on one BLAS thread; ``run_paths`` runs several, in this process or in
+forked worker processes (the runs are independent; their results are bit for bit those of one
+process, on any number of cores).
 """
 
 import concurrent.futures as cf
@@ -11,6 +11,8 @@ import multiprocessing as mp
 import os
 import queue as queue_mod
 import time
+
+from threadpoolctl import threadpool_limits
 
 from .attention import AttentionReuse
 from .dit import LINEAR_TYPES, DiT
@@ -49,8 +51,12 @@ def run_path(tag: str, cfg, model: DiT, progress=None) -> tuple:
     labels = sample_labels(cfg.samples, model.shape.num_classes)
     noise = initial_noise(cfg.samples, model.shape, cfg.seed)
     t0 = time.perf_counter()
-    out = ddim_sample(model, labels, noise, cfg.steps, cfg.cfg_scale, **hooks,
-                      on_step=(lambda i, t: progress(tag, i, cfg.steps)) if progress else None)
+    # One BLAS thread in every process: OpenBLAS's float sums depend on its thread count (on
+    # some CPUs), and a run's figures must not depend on the machine's cores or the workers.
+    with threadpool_limits(1):
+        out = ddim_sample(model, labels, noise, cfg.steps, cfg.cfg_scale, **hooks,
+                          on_step=(lambda i, t: progress(tag, i, cfg.steps)) if progress
+                          else None)
     seconds = time.perf_counter() - t0
     stats = (hooks["linear"].stats if tag == "dstar" else
              hooks["attention"].stats() if tag == "attention" else None)
@@ -68,8 +74,8 @@ def workers_for(workers: int | None) -> int:
 def run_paths(cfg, model: DiT, progress=None, workers: int | None = None,
               tags=PATHS) -> dict:
     """``run_path`` for each of ``tags``: ``{tag: (samples, seconds, stats)}``, in this process
-    (``workers`` 1, or where processes cannot fork) or in forked worker processes of one BLAS
-    thread each, their progress forwarded."""
+    (``workers`` 1, or where processes cannot fork) or in forked worker processes, their
+    progress forwarded."""
     n = min(workers_for(workers), len(tags))
     if n == 1 or "fork" not in mp.get_all_start_methods():
         return {tag: run_path(tag, cfg, model, progress) for tag in tags}
@@ -97,11 +103,6 @@ _WORKER: dict = {}
 
 
 def _worker_init(cfg, model, events):
-    try:                     # one BLAS thread per worker: the workers share the cores
-        from threadpoolctl import threadpool_limits
-        _WORKER["blas"] = threadpool_limits(1)
-    except ImportError:
-        pass
     _WORKER.update(cfg=cfg, model=model, events=events)
 
 
