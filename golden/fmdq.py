@@ -21,18 +21,20 @@ Slices: a ``b``-bit code is ``b / 2`` slices of 2 bits, ``q == sum_j slice_j * 4
 ``j < b/2 - 1`` is unsigned ``(q >> 2j) & 3`` in [0, 3], the top slice ``j = b/2 - 1`` is signed
 ``q >> 2j`` in [-2, 1]. Slice ``j`` of channel ``k`` weighs ``2**(p_k + 2j)``, its *total shift*.
 
-Schedule of a tile: its (channel, slice) pairs ordered by total shift, ties by channel; each run
-of equal total shift is cut into groups of ``LANES`` = 4 in that order (the last group of a run
-padded with empty lanes). One group is one PE cycle for the whole tile::
+Schedule of a tile: its channels are cut into sort *windows* of ``window`` consecutive channels
+(the quantization unit's sort network sorts one window at a time; ``window >= K``: one sort of
+the whole tile). Window by window, the (channel, slice) pairs are ordered by total shift, ties by
+channel; each run of equal total shift is cut into groups of ``LANES`` = 4 in that order (the
+last group of a run padded with empty lanes). One group is one PE cycle for the whole tile::
 
     Y[t, m] += (sum_i slice_i[t] * W_q[k_i, m]) << s       for every token t and column m
 
 so a tile costs ``groups`` cycles per column block, against ``K`` for dense INT8 (four slices of
-every channel on four lanes).
+every channel on four lanes). Windows change only how the groups are formed (more windows, more
+partly filled groups), never the result.
 """
 
-import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -103,6 +105,7 @@ class FmdqEncoded:
     clipped: np.ndarray
     saturated: np.ndarray
     token_tile: int
+    _groups: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_tiles(self) -> int:
@@ -122,21 +125,30 @@ class FmdqEncoded:
         """``slice_codes`` of every element: int64 ``(N, K, MAX_SLICES)``."""
         return slice_codes(self.q, self._per_row(self.width))
 
-    @functools.cached_property
-    def groups_per_tile(self) -> np.ndarray:
-        """PE cycles of each tile per column block (int64 ``(n_tiles,)``)."""
-        counts = _shift_counts(self.shift, self.width)
-        return ((counts + LANES - 1) // LANES).sum(axis=1)
+    def groups_per_tile(self, window: int) -> np.ndarray:
+        """PE cycles of each tile per column block with sort windows of ``window`` channels
+        (int64 ``(n_tiles,)``)."""
+        if window not in self._groups:
+            self._groups[window] = self._count_groups(window)
+        return self._groups[window]
 
-    def schedule(self, tile: int) -> Schedule:
-        return schedule_tile(self.shift[tile], self.width[tile])
+    def _count_groups(self, window: int) -> np.ndarray:
+        k = self.shift.shape[1]
+        total = np.zeros(self.n_tiles, np.int64)
+        for c in range(0, k, window):
+            counts = _shift_counts(self.shift[:, c:c + window], self.width[:, c:c + window])
+            total += ((counts + LANES - 1) // LANES).sum(axis=1)
+        return total
 
-    def stats(self) -> dict[str, int]:
+    def schedule(self, tile: int, window: int) -> Schedule:
+        return schedule_tile(self.shift[tile], self.width[tile], window)
+
+    def stats(self, window: int) -> dict[str, int]:
         """Integer counts: ``sub_channels``, ``skipped`` (width 0), ``width_bits`` (sum of the
         widths), ``slices`` (non-empty lanes issued), ``groups``, ``padding`` (empty lanes of
         partly filled groups, ``LANES * groups - slices``), ``dense_groups`` (dense INT8: ``K``
         per tile), ``clipped``, ``saturated``, and ``width_<b>`` sub-channels per width."""
-        groups = int(self.groups_per_tile.sum())
+        groups = int(self.groups_per_tile(window).sum())
         slices = int(self.width.sum()) // SLICE_BITS
         out = {"sub_channels": self.width.size, "skipped": int(np.count_nonzero(self.width == 0)),
                "width_bits": int(self.width.sum()), "slices": slices, "groups": groups,
@@ -199,11 +211,24 @@ def fmdq_encode(d, token_tile: int, e_max: int, tau: int) -> FmdqEncoded:
                        saturated=saturated, token_tile=token_tile)
 
 
-def schedule_tile(shift, width) -> Schedule:
+def schedule_tile(shift, width, window: int) -> Schedule:
     """The issue order of one tile's slices from its sub-channels' ``shift`` and ``width``
-    (int ``(K,)``): ordered by total shift, ties by channel, runs of equal total shift cut into
-    groups of ``LANES``."""
+    (int ``(K,)``): window by window of ``window`` channels, ordered by total shift, ties by
+    channel, runs of equal total shift cut into groups of ``LANES``."""
     shift, width = np.asarray(shift, np.int64), np.asarray(width, np.int64)
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    parts = [_schedule_window(shift[c:c + window], width[c:c + window], c)
+             for c in range(0, len(shift), window)]
+    if not parts:
+        parts = [_schedule_window(shift, width, 0)]
+    sched = Schedule(*(np.concatenate([getattr(p, f) for p in parts])
+                       for f in ("channel", "slice", "valid", "shift", "signed")))
+    return sched
+
+
+def _schedule_window(shift, width, base: int) -> Schedule:
+    """``schedule_tile`` of one window whose first channel is ``base``."""
     ch, sl = [], []
     for j in range(MAX_SLICES):
         live = np.flatnonzero(width > SLICE_BITS * j)
@@ -229,10 +254,10 @@ def schedule_tile(shift, width) -> Schedule:
                         empty.astype(bool))
     channel, slc, valid = np.array(lanes_c), np.array(lanes_s), np.array(lanes_v)
     signed = valid & (slc == width[channel] // SLICE_BITS - 1)
-    return Schedule(channel, slc, valid, np.array(shifts, np.int64), signed)
+    return Schedule(channel + base, slc, valid, np.array(shifts, np.int64), signed)
 
 
-def apply_schedule(enc: FmdqEncoded, w_q) -> np.ndarray:
+def apply_schedule(enc: FmdqEncoded, w_q, window: int) -> np.ndarray:
     """``W_q^T . decode(enc)`` computed as the PE array does, group by group per tile (the
     golden twin of the SIMD-4 array; int64 ``(N, M)``, equal to ``enc.decode() @ w_q``)."""
     w_q = np.asarray(w_q, np.int64)
@@ -240,7 +265,7 @@ def apply_schedule(enc: FmdqEncoded, w_q) -> np.ndarray:
     y = np.zeros((enc.q.shape[0], w_q.shape[1]), np.int64)
     for t in range(enc.n_tiles):
         rows = enc.tile_rows(t)
-        sched = enc.schedule(t)
+        sched = enc.schedule(t, window)
         for g in range(sched.groups):
             c, j, v = sched.channel[g], sched.slice[g], sched.valid[g]
             acts = sl[rows][:, c, j] * v                       # (tokens, LANES)
