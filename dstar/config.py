@@ -8,11 +8,13 @@ Derived quantities (accumulator width, target clip bound, ...) are properties, n
 they cannot disagree with the fields they derive from. Invalid values raise ``ConfigError`` with
 a message naming the field and the value.
 
-Closed choices are enums (``Datapath``, ``Packing``, ``WeightStore``, ``Workload``); TOML files
-and keyword arguments give them as their string values, which ``Config`` converts.
-``Config.hardware()`` is the part the hardware generator reads: the config hash, the manifest's
-``config`` section and the synthesis baselines cover only it, so a change of a run field leaves
-them alone.
+Closed choices are enums (``Datapath``, ``Packing``, ``WeightStore``, ``Workload``, ``Encoding``,
+``FmdqRule``); TOML files and keyword arguments give them as their string values, which
+``Config`` converts. ``Config.hardware()`` is the part the hardware generator reads: the config
+hash, the manifest's ``config`` section and the synthesis baselines cover only it, so a change of
+a run field leaves them alone. The FMDQ fields (``encoding`` and the fields only FMDQ reads) join
+it only when ``encoding = "fmdq"``: a v1 configuration's hash, and so its baselines, stay as they
+were before FMDQ existed.
 """
 
 import dataclasses
@@ -25,8 +27,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum, StrEnum
 from pathlib import Path
 
-__all__ = ["Config", "ConfigError", "Packing", "Datapath", "WeightStore", "Workload", "PRESETS",
-           "preset", "load_config", "bits_signed"]
+__all__ = ["Config", "ConfigError", "Packing", "Datapath", "WeightStore", "Workload", "Encoding",
+           "FmdqRule", "PRESETS", "preset", "load_config", "bits_signed"]
 
 
 class Packing(StrEnum):
@@ -81,9 +83,36 @@ class Workload(StrEnum):
     PHOTOS = "photos"
 
 
-def _hw(default):
-    """A field the hardware generator (``dstar.hw``) reads: part of ``Config.hardware()``."""
-    return field(default=default, metadata={"hw": True})
+class Encoding(StrEnum):
+    """How a differential linear layer codes its temporal difference (spec sections 3 and 7.2).
+    Registries keyed by it: ``dstar.golden.difflinear.ENCODINGS`` (the row step and its
+    statistics)."""
+
+    #: v1: a shift per group of ``group`` channels of a token, a class per element (ZERO, LOW,
+    #: HIGH: 0, 1 or 2 nibble passes; ``golden.encoder``), packed by ``packing``.
+    NIBBLE = "nibble"
+    #: v2, the paper's FMDQ: a shift and a width (0, 2, 4, 6, 8 bits) per sub-channel (one
+    #: channel over a tile of ``token_tile`` tokens), 2-bit slices sorted into SIMD-4 groups
+    #: (``golden.fmdq``).
+    FMDQ = "fmdq"
+
+
+class FmdqRule(StrEnum):
+    """How FMDQ chooses a sub-channel's shift and width (spec 7.2; registry:
+    ``dstar.golden.fmdq.RULES``)."""
+
+    #: v1's shift rule per sub-channel (the smallest shift whose codes fit INT8; lossless but for
+    #: the ``tau`` dead zone), the width the smallest that holds the codes.
+    LOSSLESS = "lossless"
+    #: The paper's: the width from the sub-channel's largest ``|D|`` against the thresholds
+    #: ``fmdq_thr0 * 4**n`` (2, 4, 6, 8 bits), the shift the smallest that fits that width.
+    MAGNITUDE = "magnitude"
+
+
+def _hw(default, only=None):
+    """A field the hardware generator (``dstar.hw``) reads: part of ``Config.hardware()``
+    (``only``: an ``Encoding`` the field belongs to; it joins ``hardware()`` only then)."""
+    return field(default=default, metadata={"hw": True, "only": only})
 
 
 class ConfigError(ValueError):
@@ -142,6 +171,12 @@ class Config:
     max_k: int = _hw(512)       # largest reduction dimension K a layer may have
     max_m: int = _hw(512)       # largest output dimension M
     max_tokens: int = _hw(256)  # largest number of token rows per layer run
+    # --- FMDQ (spec 7.2; golden model only so far: the tops implement encoding = "nibble") ---
+    encoding: Encoding = _hw(Encoding.NIBBLE, only=Encoding.FMDQ)  # difference coding (Encoding)
+    token_tile: int = _hw(64, only=Encoding.FMDQ)   # T: tokens of one sub-channel
+    sort_window: int = _hw(64, only=Encoding.FMDQ)  # channels the quantization unit sorts at once
+    fmdq_rule: FmdqRule = _hw(FmdqRule.LOSSLESS, only=Encoding.FMDQ)  # shift/width rule
+    fmdq_thr0: int = _hw(4, only=Encoding.FMDQ)     # magnitude rule: 2-bit threshold (lattice)
 
     def __post_init__(self):
         for name, want in _field_types().items():
@@ -226,6 +261,12 @@ class Config:
             raise ConfigError(f"max_k={self.max_k} must be a multiple of group={self.group}")
         self._range("max_m", 1, 1 << 16)
         self._range("max_tokens", 1, 1 << 20)
+        self._range("token_tile", 1, 4096)
+        self._range("sort_window", 1, 1 << 16)
+        self._range("fmdq_thr0", 1, 1 << 14)
+        if self.encoding is Encoding.FMDQ and self.token_tile > self.max_tokens:
+            raise ConfigError(f"token_tile={self.token_tile} must be <= max_tokens="
+                              f"{self.max_tokens} (a tile's tokens share one pass)")
         if self.acc_bits > 48:
             raise ConfigError(f"accumulator would need {self.acc_bits} bits (> 48) for "
                               f"max_k={self.max_k}, state_bits={self.state_bits}")

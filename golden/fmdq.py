@@ -7,10 +7,18 @@ fewer); a **sub-channel** is one channel over one tile's tokens, ``D[tile, k]``.
 
 Per sub-channel:
 
-* a shift ``p`` by v1's rule (``golden.encoder``), applied to the sub-channel's values: the
-  smallest ``p <= e_tol`` at which every ``round_shift(D, p)`` lies in INT8; failing that the
-  smallest ``p <= e_max`` that fits (the sub-channel is *clipped*); failing that ``e_max`` with the
-  codes saturated to INT8 (clipped and *saturated*);
+* a shift ``p`` by the precision rule (``RULES``, ``dstar.config.FmdqRule``):
+
+  - ``lossless`` (the default), v1's rule (``golden.encoder``) applied to the sub-channel's
+    values: the smallest ``p <= e_tol`` at which every ``round_shift(D, p)`` lies in INT8;
+    failing that the smallest ``p <= e_max`` that fits (the sub-channel is *clipped*); failing
+    that ``e_max`` with the codes saturated to INT8 (clipped and *saturated*);
+  - ``magnitude``, the paper's: ``a = max |D|`` over the sub-channel's values outside the dead
+    zone (``|D| > tau``) gives a width ``b0`` = 2, 4, 6 or 8 bits, the first whose threshold
+    ``thr0 * 4**(b0/2 - 1)`` is ``>= a`` (8 beyond ``16 * thr0``); ``p`` is the smallest shift
+    ``<= e_max`` at which those values' codes fit signed ``b0`` bits, else the smallest that fits
+    the next wider width (8 bits: v1's saturation at ``e_max``). The sub-channel is *clipped*
+    when ``p > e_tol`` (its rounding error may exceed ``tau``: the rule is lossy by design);
 * codes ``q = round_shift(D, p)`` (round half up), ``q = 0`` where ``|D| <= tau`` (dead zone);
 * a width ``b``: the smallest of ``WIDTHS`` = 0, 2, 4, 6, 8 whose signed range
   ``[-2**(b-1), 2**(b-1) - 1]`` holds every code of the sub-channel (``b = 0``: all codes are 0,
@@ -38,9 +46,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dstar.config import FmdqRule
+
 from .encoder import E_LIMIT, _check_range, _fit_bounds
 
-__all__ = ["LANES", "WIDTHS", "SLICE_BITS", "MAX_SLICES", "FmdqEncoded", "Schedule",
+__all__ = ["LANES", "WIDTHS", "SLICE_BITS", "MAX_SLICES", "FmdqEncoded", "Schedule", "RULES",
            "fmdq_encode", "width_of", "slice_codes", "schedule_tile", "apply_schedule"]
 
 #: Lanes of one SIMD-4 PE: slices multiplied and summed per cycle.
@@ -171,17 +181,21 @@ def _shift_counts(shift, width) -> np.ndarray:
     return counts
 
 
-def fmdq_encode(d, token_tile: int, e_max: int, tau: int) -> FmdqEncoded:
+def fmdq_encode(d, token_tile: int, e_max: int, tau: int, rule=FmdqRule.LOSSLESS,
+                thr0: int = 4) -> FmdqEncoded:
     """Encode a difference ``d`` (integers ``(N, K)``, ``|d| <= D_LIMIT``) per sub-channel of
-    ``token_tile`` tokens (module docstring)."""
+    ``token_tile`` tokens by the precision ``rule`` (``thr0``: the ``magnitude`` rule's 2-bit
+    threshold, lattice units; module docstring)."""
     d = np.asarray(d)
     if not np.issubdtype(d.dtype, np.integer) or d.dtype == np.bool_:
         raise TypeError(f"fmdq_encode needs an integer difference, got dtype {d.dtype}")
     if d.ndim != 2:
         raise ValueError(f"fmdq_encode needs a difference of shape (N, K), got {d.shape}")
-    if token_tile < 1 or not 0 <= e_max <= E_LIMIT or tau < 0:
-        raise ValueError(f"fmdq_encode needs token_tile >= 1, 0 <= e_max <= {E_LIMIT} and "
-                         f"tau >= 0, got token_tile={token_tile}, e_max={e_max}, tau={tau}")
+    if token_tile < 1 or not 0 <= e_max <= E_LIMIT or tau < 0 or thr0 < 1:
+        raise ValueError(f"fmdq_encode needs token_tile >= 1, 0 <= e_max <= {E_LIMIT}, "
+                         f"tau >= 0 and thr0 >= 1, got token_tile={token_tile}, e_max={e_max}, "
+                         f"tau={tau}, thr0={thr0}")
+    choose = RULES[FmdqRule(rule)]
     _check_range(d)
     d = d.astype(np.int64)
     n, k = d.shape
@@ -190,17 +204,10 @@ def fmdq_encode(d, token_tile: int, e_max: int, tau: int) -> FmdqEncoded:
     padded = np.zeros((n_tiles * token_tile, k), np.int64)
     padded[:n] = d
     tiles = padded.reshape(n_tiles, token_tile, k)
-    dmax, dmin = tiles.max(axis=1), tiles.min(axis=1)
     e_tol = 0
     while e_tol < e_max and (1 << e_tol) <= tau:
         e_tol += 1
-    hi_e, lo_e = _fit_bounds(e_max)
-    first_fit = np.zeros(dmax.shape, np.int64)
-    for e in range(e_max + 1):                # counts the shifts that do not fit (monotone)
-        first_fit += (dmax > hi_e[e]) | (-dmin > lo_e[e])
-    saturated = first_fit > e_max
-    clipped = first_fit > e_tol
-    shift = np.minimum(first_fit, e_max)
+    shift, clipped, saturated = choose(tiles, e_max, e_tol, tau, thr0)
     half = np.where(shift > 0, np.left_shift(1, np.maximum(shift - 1, 0)), 0)
     q = (tiles + half[:, None, :]) >> shift[:, None, :]
     np.clip(q, -128, 127, out=q)              # only saturated sub-channels reach the clip
@@ -209,6 +216,54 @@ def fmdq_encode(d, token_tile: int, e_max: int, tau: int) -> FmdqEncoded:
     width = width_of(q.max(axis=1), q.min(axis=1))
     return FmdqEncoded(q=q.reshape(-1, k)[:n], shift=shift, width=width, clipped=clipped,
                        saturated=saturated, token_tile=token_tile)
+
+
+def _first_fit(dmax, dmin, hi_e, lo_e) -> np.ndarray:
+    """Per sub-channel, the number of shifts ``e`` (of ``len(hi_e)``) at which a code leaves the
+    range bounded by ``hi_e[e]`` / ``lo_e[e]``: the first that fits, as the fit is monotone."""
+    first_fit = np.zeros(dmax.shape, np.int64)
+    for e in range(len(hi_e)):
+        first_fit += (dmax > hi_e[e]) | (-dmin > lo_e[e])
+    return first_fit
+
+
+def _lossless(tiles, e_max: int, e_tol: int, tau: int, thr0: int):
+    """v1's shift rule per sub-channel: ``(shift, clipped, saturated)`` ``(n_tiles, K)``."""
+    first_fit = _first_fit(tiles.max(axis=1), tiles.min(axis=1), *_fit_bounds(e_max))
+    saturated = first_fit > e_max
+    return np.minimum(first_fit, e_max), first_fit > e_tol, saturated
+
+
+def _width_bounds(e_max: int, w: int):
+    """``_fit_bounds`` for signed ``w``-bit codes: ``round_shift(d, e) <= 2**(w-1) - 1`` iff
+    ``d <= 2**(e+w-1) - 2**(e-1) - 1`` and ``>= -2**(w-1)`` iff ``-d <= 2**(e+w-1) + 2**(e-1)``
+    (``2**(w-1) - 1`` and ``2**(w-1)`` at e = 0); capped at int64's range."""
+    cap = np.iinfo(np.int64).max
+    hi = [(1 << (w - 1)) - 1] + [min((1 << (e + w - 1)) - (1 << (e - 1)) - 1, cap)
+                                 for e in range(1, e_max + 1)]
+    lo = [1 << (w - 1)] + [min((1 << (e + w - 1)) + (1 << (e - 1)), cap)
+                           for e in range(1, e_max + 1)]
+    return np.array(hi, np.int64), np.array(lo, np.int64)
+
+
+def _magnitude(tiles, e_max: int, e_tol: int, tau: int, thr0: int):
+    """The paper's rule (module docstring): ``(shift, clipped, saturated)`` ``(n_tiles, K)``."""
+    live = np.where(np.abs(tiles) > tau, tiles, 0) if tau else tiles
+    dmax, dmin = live.max(axis=1), live.min(axis=1)
+    a = np.maximum(dmax, -dmin)
+    want = 2 + 2 * sum((a > thr0 << (2 * n)).astype(np.int64) for n in range(3))
+    fit8 = _first_fit(dmax, dmin, *_fit_bounds(e_max))
+    saturated = fit8 > e_max
+    shift = np.minimum(fit8, e_max)
+    for w in (6, 4, 2):                      # the narrowest width >= want that fits wins
+        fit = _first_fit(dmax, dmin, *_width_bounds(e_max, w))
+        shift = np.where((want <= w) & (fit <= e_max), fit, shift)
+    return shift, (shift > e_tol) | saturated, saturated
+
+
+#: The shift rule of each ``FmdqRule``: ``(tiles (n_tiles, T, K), e_max, e_tol, tau, thr0) ->
+#: (shift, clipped, saturated)``, each ``(n_tiles, K)``.
+RULES = {FmdqRule.LOSSLESS: _lossless, FmdqRule.MAGNITUDE: _magnitude}
 
 
 def schedule_tile(shift, width, window: int) -> Schedule:
