@@ -1,0 +1,85 @@
+"""The regression's cases and coverage without a simulator (``dstar.sim.regress``,
+``dstar.sim.coverage``): a seed gives the same cases every time and other seeds other cases;
+every bin a case's data hits is a declared bin and every refusal it sends is one the top
+refuses; a case with a wrong expectation (``inject_mismatch``) no longer matches the golden
+model; the report counts failed cases and gives each a command line that reruns it."""
+
+import numpy as np
+import pytest
+
+from dstar.config import preset
+from dstar.hw.accelerator import Accelerator
+from dstar.hw.generate import accelerator_manifest
+from dstar.sim.coverage import REFUSALS, Coverage, bin_names, refusals
+from dstar.sim.regress import format_report, inject_mismatch, make_case, report
+
+
+@pytest.fixture(scope="module")
+def setup():
+    cfg = preset("tiny")
+    return cfg, accelerator_manifest(cfg, Accelerator(cfg))
+
+
+def _same(a, b) -> bool:
+    """Deep equality of case structures (dicts, lists, tuples, arrays, scalars)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    return a == b
+
+
+def test_a_seed_gives_the_same_cases(setup):
+    cfg, man = setup
+    for i in range(3):
+        assert _same(make_case(cfg, man, 11, i), make_case(cfg, man, 11, i))
+    assert not _same(make_case(cfg, man, 11, 0)["ops"], make_case(cfg, man, 12, 0)["ops"])
+    assert not _same(make_case(cfg, man, 11, 0)["ops"], make_case(cfg, man, 11, 1)["ops"])
+
+
+def test_cases_hit_declared_bins_and_send_every_refusal(setup):
+    cfg, man = setup
+    cov = Coverage(bin_names(cfg))
+    reasons = set()
+    for i in range(12):
+        for op in make_case(cfg, man, 3, i)["ops"]:
+            for name in op.get("bins", []):
+                cov.hit(name)                        # a KeyError for an undeclared bin
+            if op["kind"] == "refuse":
+                reasons.add(op["reason"])
+            for r in op.get("refuse_mid", []):
+                reasons.add(r[0])
+    assert cov.percent > 40 and "lin.key" not in cov.missed()
+    assert reasons == set(refusals(cfg))
+    # tiny's 4 slots fill the slot field: no command can name slot 4.
+    assert set(REFUSALS) - set(refusals(cfg)) == {"att_slot"}
+    with pytest.raises(KeyError, match="not a coverage bin"):
+        cov.hit("lin.nonsense")
+
+
+def test_an_injected_mismatch_changes_the_expectation(setup):
+    cfg, man = setup
+    case = make_case(cfg, man, 5, 0)
+    clean = make_case(cfg, man, 5, 0)
+    inject_mismatch(case)
+    diffs = [j for j, (a, b) in enumerate(zip(case["ops"], clean["ops"], strict=True))
+             if not _same(a, b)]
+    assert len(diffs) == 1
+
+
+def test_the_report_names_failed_cases_and_how_to_rerun_them(setup):
+    cfg, _ = setup
+    names = bin_names(cfg)
+    res = {"seed": 42, "first": 0, "cases": 10, "failed_cases": [3],
+           "failures": ["case 3: op 2 (linear): Y differs in 1 of 64 values"],
+           "hits": {names[0]: 5, names[1]: 1}, "seconds": 12.0}
+    rep = report(cfg, res, rerun="dstar regress --preset tiny",
+                 seconds={"build": 1.0, "simulation": 13.0, "total": 15.0})
+    assert rep["mismatches"] == 1 and rep["seed"] == 42 and rep["cases"] == 10
+    assert rep["rerun"] == ["dstar regress --preset tiny --seed 42 --case 3"]
+    assert rep["coverage"]["hit"] == 2 and rep["coverage"]["bins"] == len(names)
+    text = format_report(rep)
+    assert "seed 42 case 3: op 2 (linear): Y differs" in text
+    assert "rerun: dstar regress --preset tiny --seed 42 --case 3" in text
