@@ -1,6 +1,10 @@
 """``dstar analyze``: one sampling run of a bundled DiT (``--workload``) three ways (FP32, dense
 W8A8, DSTAR) on the same seeds, or the differential-linear analysis of a user trace.
 
+Both encodings of the differential linears are reported side by side whatever
+``Config.encoding`` is: v1's element mix (``nibble``) and FMDQ's widths, groups and speed-up
+over INT8 (``fmdq``, spec 7.2), the second from one more run of that encoding's linears alone.
+
 The result is one JSON-able dict; ``format_table`` renders it for people. PSNR compares final
 samples with the FP32 samples (peak-to-peak 2, images in [-1, 1]); the ops ratios are W8A8 nibble
 passes over DSTAR's on the linear layers (element-level ideal, and the ``lockstep`` packing).
@@ -11,9 +15,10 @@ import time
 
 import numpy as np
 
-from dstar.config import ConfigError
+from dstar.config import ConfigError, Encoding
 from dstar.golden.attention import AttentionReuse
 from dstar.golden.dit import LINEAR_TYPES, DiT
+from dstar.golden.fmdq_stats import FmdqStats
 from dstar.golden.hooks import DStarLinears, W8A8Linears, layer_type
 from dstar.golden.image_stats import psnr
 from dstar.golden.runs import MEASURE_BATCH, PATHS, run_paths, workers_for
@@ -41,6 +46,37 @@ def _dstar_block(stats: OpStats) -> dict:
 _CLASSES = ("zero_fraction", "low_fraction", "high_fraction")
 
 
+def fmdq_block(stats: FmdqStats) -> dict:
+    """FMDQ's figures of a run: the whole run's counts and ``FmdqStats.summary`` (``all``), per
+    layer type (``per_layer_type``) and the run's key step apart from the others
+    (``key_step``, ``delta_steps``: the first step codes whole activations)."""
+    first = min(stats.counts, default=0)
+    delta = [s for s in sorted(stats.counts) if s != first]
+
+    def fig(c):
+        return {**c, **_rounded(FmdqStats.summary(c), FmdqStats.summary(c).keys())}
+
+    sum_delta = {f: sum(stats.total(step=s)[f] for s in delta) for f in stats.FIELDS}
+    return {"all": fig(stats.total()),
+            "per_layer_type": {t: fig(stats.total(layer_type=t)) for t in stats.types},
+            "key_step": fig(stats.total(step=first)) if stats.counts else None,
+            "delta_steps": fig(sum_delta) if delta else None}
+
+
+def _fmdq_report(cfg, stats: FmdqStats, out, fp32, w8a8) -> dict:
+    """The ``fmdq`` section of a report: its settings, ``fmdq_block`` and the accuracy of the
+    FMDQ linears alone (``out``: their samples) vs FP32 and vs W8A8, pooled and per sample."""
+    gap = np.nan_to_num(sample_psnrs(w8a8, fp32) - sample_psnrs(out, fp32), nan=0.0)
+    db = psnr(out, fp32)
+    return {"token_tile": cfg.token_tile, "sort_window": cfg.sort_window,
+            "rule": str(cfg.fmdq_rule), "thr0": cfg.fmdq_thr0, "tau": cfg.tau,
+            "linears_psnr_vs_fp32_db": db, "psnr_gap_vs_w8a8_db": psnr(w8a8, fp32) - db,
+            "worst_sample_gap_vs_w8a8_db": float(gap.max()),
+            "meets_target": bool(db >= psnr(w8a8, fp32)
+                                 and gap.max() <= TARGET_FMDQ_SAMPLE_GAP_DB),
+            **fmdq_block(stats)}
+
+
 def _rounded(summary: dict, keys) -> dict:
     return {k: summary[k] if summary[k] is None else round(summary[k], 6) for k in keys}
 
@@ -59,12 +95,20 @@ def run_bundled(cfg, model: DiT | None = None, quality: bool = False, progress=N
     model = model or DiT.bundled(cfg.workload)
     labels = sample_labels(cfg.samples, model.shape.num_classes)
     t0 = time.perf_counter()
-    runs = run_paths(cfg, model, progress, workers)
+    fmdq = cfg.encoding is Encoding.FMDQ
+    other = "nibble-linear" if fmdq else "fmdq-linear"      # the other encoding's linears
+    runs = run_paths(cfg, model, progress, workers, tags=("dstar", other) + PATHS[1:])
     total = time.perf_counter() - t0
     timing = {tag: runs[tag][1] for tag in PATHS}
     fp32, w8a8, dstar_lin, attn, dstar = (runs[t][0] for t in ("fp32", "w8a8", "dstar-linear",
                                                                 "attention", "dstar"))
-    tot, per_type, per_step = _dstar_block(runs["dstar"][2])
+    # v1's element mix from a nibble run, FMDQ's figures from an FMDQ run, whichever is the
+    # configured encoding (that one with attention reuse, as before FMDQ existed).
+    tot, per_type, per_step = _dstar_block(runs[other if fmdq else "dstar"][2])
+    fmdq_rep = _fmdq_report(cfg.replace(encoding=Encoding.FMDQ),
+                            runs["dstar" if fmdq else other][2],
+                            dstar_lin if fmdq else runs[other][0], fp32, w8a8)
+    v1_lin = runs[other][0] if fmdq else dstar_lin
     ast = runs["attention"][2]
     samples = {"fp32": fp32, "w8a8": w8a8, "dstar": dstar}
     report = {
@@ -80,6 +124,12 @@ def run_bundled(cfg, model: DiT | None = None, quality: bool = False, progress=N
                   "steps_per_second": cfg.steps / timing["dstar"]},
         "dstar_linear_only": {"psnr_vs_fp32_db": psnr(dstar_lin, fp32),
                               "seconds": round(timing["dstar-linear"], 3)},
+        "encoding": str(cfg.encoding),
+        "nibble_linear_only": {"psnr_vs_fp32_db": psnr(v1_lin, fp32),
+                               "worst_sample_gap_vs_w8a8_db": float(np.nan_to_num(
+                                   sample_psnrs(w8a8, fp32) - sample_psnrs(v1_lin, fp32),
+                                   nan=0.0).max())},
+        "fmdq": {**fmdq_rep, "seconds": round(runs["dstar" if fmdq else other][1], 3)},
         "attention": {
             "psnr_vs_fp32_db": psnr(attn, fp32),
             "seconds": round(timing["attention"], 3),
@@ -106,9 +156,11 @@ def run_bundled(cfg, model: DiT | None = None, quality: bool = False, progress=N
     return report, samples
 
 
-#: Config fields ``run_sweep`` may vary: the accuracy/work knobs of both mechanisms.
+#: Config fields ``run_sweep`` may vary: the accuracy/work knobs of both mechanisms, and the
+#: encoding with FMDQ's own.
 SWEEP_FIELDS = ("theta", "refresh_attn", "refresh_linear", "tau", "lattice_bits", "refine_max",
-                "refine_at", "block_q", "block_k")
+                "refine_at", "block_q", "block_k", "encoding", "token_tile", "sort_window",
+                "fmdq_rule", "fmdq_thr0")
 #: Which mechanism a sweep point runs where (to separate their effects): ``linears`` is
 #: ``dstar`` (default), ``w8a8`` or ``float``; ``attention`` is ``dstar`` (default) or ``float``.
 SWEEP_MODES = {"linears": ("dstar", "w8a8", "float"), "attention": ("dstar", "float")}
@@ -118,6 +170,9 @@ SWEEP_MODES = {"linears": ("dstar", "w8a8", "float"), "attention": ("dstar", "fl
 #: own W8A8 PSNR, while computing at most ``TARGET_REUSE_BLOCKS`` of the attention blocks on
 #: reuse steps.
 TARGET_PSNR_GAP_DB, TARGET_SAMPLE_GAP_DB, TARGET_REUSE_BLOCKS = 0.5, 2.0, 0.5
+#: FMDQ's accuracy target (issue 28), its linears alone: final-sample PSNR vs FP32 at or above
+#: dense W8A8's, no sample more than ``TARGET_FMDQ_SAMPLE_GAP_DB`` under its own W8A8 PSNR.
+TARGET_FMDQ_SAMPLE_GAP_DB = 1.0
 
 
 def sample_psnrs(a, b) -> np.ndarray:
@@ -155,8 +210,10 @@ def run_sweep(cfg, grid: dict, model: DiT | None = None, progress=None) -> dict:
     of ``SWEEP_MODES`` to run one mechanism alone): one FP32 and one dense W8A8 run, then one
     run per point, all on the same seeds. Per point: PSNR
     vs FP32 and its gap to W8A8, the fraction of attention blocks computed (all steps and
-    reuse steps), the linear layers' element-level nibble-pass ratio vs W8A8, and whether the
-    point meets the target (gap <= 1 dB with <= 50 % of the blocks on reuse steps)."""
+    reuse steps), the linear layers' element-level nibble-pass ratio vs W8A8 (v1) or
+    ``fmdq_block`` (FMDQ: widths, groups, speed-up over INT8), whether the point meets the
+    target (``TARGET_*``) and the linears' target (``meets_linear_target``: PSNR at or above
+    W8A8's, no sample more than ``TARGET_FMDQ_SAMPLE_GAP_DB`` under its own)."""
     points = sweep_points(cfg, grid)
     model = model or DiT.bundled(cfg.workload)
     labels = sample_labels(cfg.samples, model.shape.num_classes)
@@ -187,13 +244,19 @@ def run_sweep(cfg, grid: dict, model: DiT | None = None, progress=None) -> dict:
         each = np.nan_to_num(w8a8_each - sample_psnrs(out, fp32), nan=0.0)
         worst = float(each.max())
         reuse = ast["blocks_computed_fraction_reuse"]
+        fmdq = dl is not None and c.encoding is Encoding.FMDQ
         rows.append({
             **pt, "psnr_vs_fp32_db": db, "psnr_gap_vs_w8a8_db": w8a8_db - db,
             "worst_sample_gap_vs_w8a8_db": worst,
             "blocks_computed_fraction": ast["blocks_computed_fraction"],
             "blocks_computed_fraction_reuse_steps": reuse,
+            "encoding": str(c.encoding),
             "ops_ratio_vs_w8a8": (OpStats.summary(dl.stats.total())["ops_ratio_vs_w8a8"]
-                                  if dl else None),
+                                  if dl is not None and not fmdq else None),
+            "fmdq": fmdq_block(dl.stats) if fmdq else None,
+            # FMDQ's target (issue 28) is for the linears (meaningful with attention=float).
+            "meets_linear_target": bool(dl is not None and db >= w8a8_db
+                                        and worst <= TARGET_FMDQ_SAMPLE_GAP_DB),
             # The target is for DSTAR as a whole: both mechanisms on.
             "meets_target": bool(dl is not None and at is not None
                                  and w8a8_db - db <= TARGET_PSNR_GAP_DB
@@ -207,7 +270,8 @@ def run_sweep(cfg, grid: dict, model: DiT | None = None, progress=None) -> dict:
             "w8a8": {"psnr_vs_fp32_db": w8a8_db},
             "target": {"psnr_gap_vs_w8a8_db": TARGET_PSNR_GAP_DB,
                        "worst_sample_gap_vs_w8a8_db": TARGET_SAMPLE_GAP_DB,
-                       "blocks_computed_fraction_reuse_steps": TARGET_REUSE_BLOCKS},
+                       "blocks_computed_fraction_reuse_steps": TARGET_REUSE_BLOCKS,
+                       "linear_worst_sample_gap_vs_w8a8_db": TARGET_FMDQ_SAMPLE_GAP_DB},
             "points": rows}
 
 
@@ -220,19 +284,31 @@ def format_sweep(rep: dict) -> str:
              f"{rep['target'].get('worst_sample_gap_vs_w8a8_db', '-')} dB) at <= "
              f"{rep['target']['blocks_computed_fraction_reuse_steps']:.0%} blocks on reuse "
              "steps", ""]
+    fm = any(r.get("fmdq") for r in rep["points"])
     lines.append(f"{'#':>3}" + "".join(f"{f:>15}" for f in fields)
                  + f"{'PSNR dB':>9}{'gap dB':>8}{'worst':>7}{'blocks':>8}{'reuse':>8}"
-                 + f"{'lin x':>7}  target")
+                 + f"{'lin x':>7}" + (f"{'bits':>6}{'pad':>6}{'skip':>6}" if fm else "")
+                 + "  target  linears")
     for i, r in enumerate(rep["points"], start=1):      # "#": the point's label on --plot
         reuse = r["blocks_computed_fraction_reuse_steps"]
+        fq = (r.get("fmdq") or {}).get("all")
+        ratio = fq["speedup_vs_int8"] if fq else r["ops_ratio_vs_w8a8"]
         lines.append(f"{i:>3}" + "".join(f"{r[f]!s:>15}" for f in fields)
                      + f"{r['psnr_vs_fp32_db']:>9.2f}{r['psnr_gap_vs_w8a8_db']:>8.2f}"
                      + f"{r.get('worst_sample_gap_vs_w8a8_db', float('nan')):>7.2f}"
                      + f"{r['blocks_computed_fraction']:>8.3f}"
                      + (f"{reuse:>8.3f}" if reuse is not None else f"{'-':>8}")
-                     + (f"{r['ops_ratio_vs_w8a8']:>7.2f}  " if r["ops_ratio_vs_w8a8"]
-                        else f"{'-':>7}  ")
-                     + ("meets" if r["meets_target"] else "-"))
+                     + (f"{ratio:>7.2f}" if ratio else f"{'-':>7}")
+                     + ((f"{fq['mean_width_bits']:>6.2f}{fq['padding_fraction']:>6.3f}"
+                         f"{fq['skipped_fraction']:>6.3f}" if fq else f"{'-':>6}" * 3)
+                        if fm else "")
+                     + ("  meets " if r["meets_target"] else "  -     ")
+                     + ("  meets" if r.get("meets_linear_target") else "  -"))
+    if fm:
+        lines.append("lin x: v1's element-level nibble passes vs W8A8, or FMDQ's SIMD-4 groups "
+                     "vs dense INT8's; bits: FMDQ's average width (skipped = 0 bits); pad: empty "
+                     "lanes of the groups; linears: PSNR >= W8A8, no sample "
+                     f"> {TARGET_FMDQ_SAMPLE_GAP_DB} dB under its own")
     return "\n".join(lines)
 
 
@@ -266,6 +342,40 @@ def _quality_lines(rep: dict) -> list[str]:
     out.append("samples vs held-out crops (W1 of per-image mean / std, power spectrum RMS dB):")
     out += [f"  {k:6s} {v['mean_w1']:.3f} / {v['std_w1']:.3f} / {v['spectrum_db']:.2f} dB"
             for k, v in q.items()]
+    return out
+
+
+def _fmdq_lines(rep: dict) -> list[str]:
+    """The FMDQ section of ``format_table`` (reports with an ``fmdq`` section)."""
+    f = rep.get("fmdq")
+    if not f:
+        return []
+    out = ["", f"FMDQ (spec 7.2; linears alone, float attention): T={f['token_tile']} "
+           f"sort_window={f['sort_window']} rule={f['rule']}"
+           + (f" thr0={f['thr0']}" if f["rule"] == "magnitude" else "") + f" tau={f['tau']}",
+           f"{'layer':<8}{'bits':>6}{'skipped':>9}{'INT2':>7}{'INT4':>7}{'INT6':>7}{'INT8':>7}"
+           f"{'groups':>8}{'x INT8':>8}{'padding':>9}{'clipped':>9}"]
+    rows = {**f["per_layer_type"], "all": f["all"], "key step": f["key_step"],
+            "others": f["delta_steps"]}
+    for name, s in rows.items():
+        if s is None:
+            continue
+        out.append(f"{name:<8}{s['mean_width_bits']:>6.2f}{s['skipped_fraction']:>9.3f}"
+                   + "".join(f"{s[f'width_{w}_fraction']:>7.3f}" for w in (2, 4, 6, 8))
+                   + f"{s['groups_per_tile_channel']:>8.3f}"
+                   + f"{_fmt(s['speedup_vs_int8'], 2):>8}{s['padding_fraction']:>9.3f}"
+                   + f"{s['clipped_fraction']:>9.4f}")
+    w8 = rep["w8a8"]["psnr_vs_fp32_db"]
+    v1 = rep.get("nibble_linear_only", {})
+    out.append(f"linears alone vs FP32 (PSNR, dB): W8A8 {_fmt(w8, 2)}   v1 (nibble) "
+               f"{_fmt(v1.get('psnr_vs_fp32_db'), 2)} (worst sample "
+               f"{_fmt(v1.get('worst_sample_gap_vs_w8a8_db'), 2)} dB under its W8A8)   FMDQ "
+               f"{_fmt(f['linears_psnr_vs_fp32_db'], 2)} (worst sample "
+               f"{_fmt(f['worst_sample_gap_vs_w8a8_db'], 2)} dB under its W8A8): "
+               + ("meets" if f["meets_target"] else "misses") + " the target (PSNR >= W8A8, "
+               f"no sample > {TARGET_FMDQ_SAMPLE_GAP_DB} dB under)")
+    out.append("bits: average width per sub-channel (skipped = 0); groups: SIMD-4 PE cycles per "
+               "dense INT8 cycle; x INT8: the speed-up; padding: empty lanes of the groups")
     return out
 
 
@@ -334,6 +444,7 @@ def format_table(rep: dict) -> str:
                          f"integer attention {_fmt(a['dense_int_rel_err_vs_float'], 4)})")
         for line in rep.get("hardware_fit", []):
             lines.append(f"does not fit the configured hardware: {line}")
+    lines += _fmdq_lines(rep)
     lines += _quality_lines(rep)
     lines.append("nibble passes vs dense W8A8: element-level "
                  f"{_fmt(rep['ops_ratio_vs_w8a8'], 2, 'x')}, lockstep "
@@ -436,6 +547,9 @@ def run_trace(cfg, trace, source: str = "trace", progress=None) -> dict:
     DSTAR's reuse (``attention``). Drift is invisible here: every step starts from the
     recorded float inputs. ``progress(phase, i, n)`` is called per layer."""
     from dstar.golden.trace import TraceError
+    if cfg.encoding is not Encoding.NIBBLE:
+        raise ConfigError(f"encoding = {cfg.encoding.value!r}: the trace analysis runs v1's "
+                          "encoding only (nibble) so far")
     types = layer_types_of(trace.linear_x)
     stats = OpStats(types)
     e = dict.fromkeys(("signal", "dstar", "w8a8", "act", "act_dstar", "act_w8a8"), 0.0)

@@ -375,7 +375,7 @@ PRESETS: dict[str, Config] = {
     "default": Config(),
     # Fast simulation: small tiles and memories, a short sampling run.
     "tiny": Config(k_tile=32, m_tile=4, n_arrays=2, lane_fifo_depth=4, max_k=128, max_m=64,
-                   max_tokens=32, steps=20, samples=4),
+                   max_tokens=32, steps=20, samples=4, token_tile=16, sort_window=32),
     # A slice of a real accelerator: 64 output columns (8 arrays of 8) served by one encoder
     # and dispatcher; for area and the cycle model (too big to simulate in the test tiers).
     "large": Config(n_arrays=8),

@@ -9,6 +9,11 @@ test: ``Y_int . r == Xs_int . (W_q . r)`` for ``CHECK_VECTORS`` fixed random sig
 (a wrong row escapes each vector with probability at most 1/2; a single wrong element never
 escapes), which costs ``O(N (K + M))`` a step instead of a second ``O(N K M)`` product.
 
+With ``Config.encoding = "fmdq"`` the difference is coded by ``golden.fmdq`` (spec 7.2) instead
+of v1's encoder: rows run in chunks of whole token tiles, the same invariants hold (sub-channels
+whose error may exceed ``tau`` are left out of the tolerance check, as clipped groups are), and
+the step's counts are ``golden.fmdq_stats``'. ``ENCODINGS`` holds each encoding's parts.
+
 Lattice refinement (``Config.refine_max`` > 0): before a delta step, a token whose values have
 shrunk since its key step gets a finer lattice, by powers of two, exactly: ``d[n] /= 2**k``,
 ``Xs_int[n] <<= k``, ``Y_int[n] <<= k`` (``lattice_refinements`` gives ``k``), so the invariant
@@ -18,15 +23,21 @@ lattice never coarsens between key steps (that would not be exact).
 
 import functools
 import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
+from dstar.config import Encoding
+
 from .encoder import Encoded, encode, encode_narrow
+from .fmdq import FmdqEncoded, fmdq_encode
+from .fmdq_stats import FmdqStats, count_fmdq
 from .quant import amax_rows, exact_dtype, quantize_weights, to_lattice_float, token_lattice
-from .stats import count_encoded
+from .stats import OpStats, count_encoded
 
 __all__ = ["DiffLinear", "InvariantError", "StepResult", "encode_step", "lattice_refinements",
-           "CHECK_VECTORS"]
+           "CHECK_VECTORS", "ENCODINGS", "Coding"]
 
 #: Random sign vectors of the invariant check.
 CHECK_VECTORS = 4
@@ -57,21 +68,74 @@ def lattice_refinements(peak, refined, xs_peak, cfg) -> np.ndarray:
     return k
 
 
+def _encode_nibble(diff, cfg):
+    """v1: ``(enc, decode(enc))``, the codes left int32 where they fit (the hot path)."""
+    enc = encode_narrow(diff, cfg.group, cfg.e_max, tau=cfg.tau)
+    q = enc.q                                 # int32 here (|diff| < 2**30, e_max <= 15)
+    dec = np.left_shift(q.reshape(q.shape[:-1] + (-1, cfg.group)),
+                        enc.shift.astype(q.dtype)[..., None]).reshape(q.shape)
+    return enc, dec
+
+
+def _lossy_nibble(enc: Encoded, cfg):
+    """Elements whose error may exceed ``tau`` (those of clipped groups), or ``None``."""
+    if not enc.clipped.any():
+        return None
+    return np.repeat(enc.clipped, cfg.group, axis=-1)
+
+
+def _encode_fmdq(diff, cfg):
+    """FMDQ: ``(enc, decode(enc))``, int64."""
+    enc = fmdq_encode(diff, cfg.token_tile, cfg.e_max, cfg.tau, cfg.fmdq_rule, cfg.fmdq_thr0)
+    return enc, enc.decode()
+
+
+def _lossy_fmdq(enc: FmdqEncoded, cfg):
+    """Elements whose error may exceed ``tau`` (those of clipped sub-channels), or ``None``."""
+    return enc._per_row(enc.clipped) if enc.clipped.any() else None
+
+
+@dataclass(frozen=True)
+class Coding:
+    """One ``Encoding``'s parts in a differential linear layer: ``encode(diff, cfg) -> (enc,
+    dec)``, ``lossy(enc, cfg)``: a bool ``(N, K)`` of the elements excluded from the ``tau``
+    check (or ``None``), ``count(enc, cfg)``: the step's counts, ``stats``: the class that
+    accumulates them, ``parts``: the encoded form's type (``concat`` joins row chunks),
+    ``rows``: the row chunks' granule (config field name, or ``None``: any)."""
+    encode: Callable
+    lossy: Callable
+    count: Callable
+    stats: type
+    parts: type
+    rows: str | None
+
+
+#: Each ``Encoding``'s parts (``Coding``).
+ENCODINGS = {
+    Encoding.NIBBLE: Coding(_encode_nibble, _lossy_nibble, lambda enc, cfg: count_encoded(enc),
+                            OpStats, Encoded, None),
+    Encoding.FMDQ: Coding(_encode_fmdq, _lossy_fmdq,
+                          lambda enc, cfg: count_fmdq(enc, cfg.sort_window), FmdqStats,
+                          FmdqEncoded, "token_tile"),
+}
+
+
 class StepResult:
     """One step's output ``y`` (float64 ``(N, M)``), clipped target ``X_int`` ``(N, K)``, whether
-    it was a key step, the ``stats.count_encoded`` counts of its encoded difference and that
-    difference ``enc`` (an ``Encoded``, joined from the layer's row chunks when first read);
+    it was a key step, the counts of its encoded difference (``Coding.count``: v1's
+    ``stats.count_encoded``, FMDQ's ``fmdq_stats.count_fmdq``) and that difference ``enc`` (an
+    ``Encoded`` or ``FmdqEncoded``, joined from the layer's row chunks when first read);
     ``refine``: each token's lattice halvings before this step (int64 ``(N,)``, zeros on key
     steps and without refinement)."""
 
-    def __init__(self, y, parts: list[Encoded], target, key: bool, counts, refine=None):
+    def __init__(self, y, parts: list, target, key: bool, counts, refine=None):
         self.y, self.target, self.key, self.counts = y, target, key, counts
         self.refine = np.zeros(len(y), np.int64) if refine is None else refine
         self._parts = parts
 
     @functools.cached_property
-    def enc(self) -> Encoded:
-        enc = Encoded.concat(self._parts)
+    def enc(self) -> Encoded | FmdqEncoded:
+        enc = type(self._parts[0]).concat(self._parts)
         enc.q = enc.q.astype(np.int64, copy=False)
         return enc
 
@@ -89,12 +153,13 @@ class DiffLinear:
 
     def __init__(self, w, b, cfg, name: str = "linear"):
         self.name, self.cfg = name, cfg
+        self.coding = ENCODINGS[cfg.encoding]
         self.w_q, self.s_w = quantize_weights(w)
         # Every operand of the float BLAS products in both float types (exact integers).
         self._w = {dt: self.w_q.astype(dt) for dt in (np.float32, np.float64)}
         self.bias = None if b is None else np.asarray(b, dtype=np.float64)
         k = self.w_q.shape[0]
-        if k % cfg.group:
+        if k % cfg.group and cfg.encoding is Encoding.NIBBLE:
             raise ValueError(f"{name}: K={k} is not a multiple of group={cfg.group}")
         self.d = self.xs = self._y = None
         self.refined = None                   # halvings of each token's lattice since its key
@@ -150,11 +215,14 @@ class DiffLinear:
         y = np.empty((n, m), dtype)
         parts, counts = [], 0
         rows = max(1, CHUNK_ELEMENTS // max(x.shape[1], m))
+        if self.coding.rows is not None:      # chunks of whole tiles (FMDQ: token_tile)
+            t = getattr(cfg, self.coding.rows)
+            rows = max(t, rows // t * t)
         for i in range(0, n, rows):
             c = slice(i, min(i + rows, n))
             enc = self._rows(x[c], c, target[c], xs[c], y[c])
             parts.append(enc)
-            counts = counts + count_encoded(enc)
+            counts = counts + self.coding.count(enc, cfg)
         self.xs = xs
         self.steps_done += 1
         return StepResult(y=y, parts=parts, target=target, key=key, counts=counts, refine=refine)
@@ -178,10 +246,7 @@ class DiffLinear:
         cfg = self.cfg
         np.copyto(target, to_lattice_float(x, self.d[c], cfg.target_max), casting="unsafe")
         diff = np.subtract(target, self.xs[c], dtype=self._diff_dtype, casting="unsafe")
-        enc = encode_narrow(diff, cfg.group, cfg.e_max, tau=cfg.tau)
-        q = enc.q                             # int32 here (|diff| < 2**30, e_max <= 15)
-        dec = np.left_shift(q.reshape(q.shape[:-1] + (-1, cfg.group)),
-                            enc.shift.astype(q.dtype)[..., None]).reshape(q.shape)
+        enc, dec = self.coding.encode(diff, cfg)
         y_int = self._y[c]
         # Every partial sum of a row is at most its L1 norm times max|W|: float32 BLAS (twice
         # the speed) is exact for most steps' small differences, float64 for the rest.
@@ -215,9 +280,9 @@ class DiffLinear:
             lhs, rhs = y_int.astype(np.int64) @ self._r, xs @ self._wr
         if not np.array_equal(lhs, rhs):
             raise InvariantError(f"{self.name}: Y_int != W_q^T . Xs_int")
-        if enc.clipped.any():                 # clipped groups may miss the target by more
-            err = err.copy()
-            err.reshape(enc.clipped.shape + (cfg.group,))[enc.clipped] = 0
+        lossy = self.coding.lossy(enc, cfg)   # clipped groups may miss the target by more
+        if lossy is not None:
+            err = np.where(lossy, 0, err)
         if _amax(err) > cfg.tau:
             raise InvariantError(f"{self.name}: closed-loop error exceeds tau={cfg.tau}")
 

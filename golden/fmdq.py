@@ -121,6 +121,18 @@ class FmdqEncoded:
     def n_tiles(self) -> int:
         return self.shift.shape[0]
 
+    @classmethod
+    def concat(cls, parts: list["FmdqEncoded"]) -> "FmdqEncoded":
+        """Encoded blocks of rows joined along the rows; every block but the last must hold
+        whole tiles (a multiple of ``token_tile`` rows)."""
+        if len(parts) == 1:
+            return parts[0]
+        t = parts[0].token_tile
+        if any(p.token_tile != t or p.q.shape[0] % t for p in parts[:-1]):
+            raise ValueError("FmdqEncoded.concat needs blocks of whole tiles of one token_tile")
+        return cls(*(np.concatenate([getattr(p, f) for p in parts])
+                     for f in ("q", "shift", "width", "clipped", "saturated")), token_tile=t)
+
     def tile_rows(self, tile: int) -> slice:
         return slice(tile * self.token_tile, min((tile + 1) * self.token_tile, self.q.shape[0]))
 

@@ -2,9 +2,8 @@
 
 import numpy as np
 
-from .difflinear import DiffLinear
+from .difflinear import ENCODINGS, DiffLinear
 from .quant import quantize_weights, w8a8_linear
-from .stats import OpStats
 
 __all__ = ["layer_type", "W8A8Linears", "DStarLinears"]
 
@@ -29,12 +28,14 @@ class W8A8Linears:
 
 
 class DStarLinears:
-    """One ``DiffLinear`` per layer name, created on first use; counts operations per step."""
+    """One ``DiffLinear`` per layer name, created on first use; counts operations per step
+    (``stats``: the ``cfg.encoding``'s, ``golden.stats.OpStats`` or
+    ``golden.fmdq_stats.FmdqStats``)."""
 
     def __init__(self, cfg, layer_types=("qkv", "proj", "fc1", "fc2"), on_result=None):
         self.cfg = cfg
         self.layers: dict[str, DiffLinear] = {}
-        self.stats = OpStats(layer_types)
+        self.stats = ENCODINGS[cfg.encoding].stats(layer_types)
         self.on_result = on_result
 
     def __call__(self, name, x, w, b, step):

@@ -14,12 +14,15 @@ import time
 
 from threadpoolctl import threadpool_limits
 
+from dstar.config import Encoding
+
 from .attention import AttentionReuse
 from .dit import LINEAR_TYPES, DiT
 from .hooks import DStarLinears, W8A8Linears
 from .sampler import ddim_sample, initial_noise, sample_labels
 
-__all__ = ["PATHS", "MEASURE_BATCH", "path_hooks", "run_path", "run_paths", "workers_for"]
+__all__ = ["PATHS", "ENCODING_PATHS", "MEASURE_BATCH", "path_hooks", "run_path", "run_paths",
+           "workers_for"]
 
 #: Batch elements (the first conditional samples) on which the attention-only run measures its
 #: error against float attention and dense integer attention: each needs an extra attention.
@@ -27,10 +30,16 @@ MEASURE_BATCH = 2
 
 #: The runs, in the order two workers take them: the longest first, FP32 beside it.
 PATHS = ("dstar", "fp32", "dstar-linear", "attention", "w8a8")
+#: Further runs ``path_hooks`` knows: each encoding's linears alone (``<encoding>-linear``, e.g.
+#: ``fmdq-linear``), whatever ``Config.encoding`` is, to show the encodings side by side.
+ENCODING_PATHS = tuple(f"{e.value}-linear" for e in Encoding)
 
 
 def path_hooks(tag: str, cfg) -> dict:
-    """The model hooks of one of ``PATHS``."""
+    """The model hooks of one of ``PATHS`` or ``ENCODING_PATHS``."""
+    if tag in ENCODING_PATHS:
+        enc = Encoding(tag.removesuffix("-linear"))
+        return {"linear": DStarLinears(cfg.replace(encoding=enc), LINEAR_TYPES)}
     if tag == "w8a8":
         return {"linear": W8A8Linears()}
     if tag == "dstar-linear":
@@ -45,8 +54,9 @@ def path_hooks(tag: str, cfg) -> dict:
 
 def run_path(tag: str, cfg, model: DiT, progress=None) -> tuple:
     """One sampling run (``tag`` in ``PATHS``) of ``cfg.samples`` images on ``cfg.seed``. Returns
-    ``(samples, seconds, stats)``: ``stats`` is the DSTAR linears' ``OpStats`` (``dstar``), the
-    attention hook's ``stats()`` (``attention``) or ``None``."""
+    ``(samples, seconds, stats)``: ``stats`` is the DSTAR linears' ``OpStats`` or ``FmdqStats``
+    (``dstar`` and ``ENCODING_PATHS``), the attention hook's ``stats()`` (``attention``) or
+    ``None``."""
     hooks = path_hooks(tag, cfg)
     labels = sample_labels(cfg.samples, model.shape.num_classes)
     noise = initial_noise(cfg.samples, model.shape, cfg.seed)
@@ -58,7 +68,7 @@ def run_path(tag: str, cfg, model: DiT, progress=None) -> tuple:
                           on_step=(lambda i, t: progress(tag, i, cfg.steps)) if progress
                           else None)
     seconds = time.perf_counter() - t0
-    stats = (hooks["linear"].stats if tag == "dstar" else
+    stats = (hooks["linear"].stats if tag == "dstar" or tag in ENCODING_PATHS else
              hooks["attention"].stats() if tag == "attention" else None)
     return out, seconds, stats
 

@@ -39,7 +39,10 @@ def count_encoded(enc: Encoded) -> np.ndarray:
 
 
 class OpStats:
-    """Accumulates ``count_encoded`` per (step, layer type)."""
+    """Accumulates ``count_encoded`` per (step, layer type) (``FIELDS``: the counts' names; a
+    subclass counts another encoding's, ``golden.fmdq_stats.FmdqStats``)."""
+
+    FIELDS = FIELDS
 
     def __init__(self, layer_types):
         self.types = list(layer_types)
@@ -50,16 +53,17 @@ class OpStats:
 
     def add_counts(self, step: int, layer_type: str, counts) -> None:
         """Add ``count_encoded`` counts already taken."""
-        row = self.counts.setdefault(step, np.zeros((len(self.types), len(FIELDS)), np.int64))
+        row = self.counts.setdefault(step, np.zeros((len(self.types), len(self.FIELDS)),
+                                                    np.int64))
         row[self.types.index(layer_type)] += counts
 
     def total(self, step=None, layer_type=None) -> dict[str, int]:
         steps = sorted(self.counts) if step is None else [step]
-        arr = sum((self.counts[s] for s in steps), np.zeros((len(self.types), len(FIELDS)),
+        arr = sum((self.counts[s] for s in steps), np.zeros((len(self.types), len(self.FIELDS)),
                                                             np.int64))
         if layer_type is not None:
             arr = arr[self.types.index(layer_type)][None]
-        return dict(zip(FIELDS, (int(v) for v in arr.sum(axis=0)), strict=True))
+        return dict(zip(self.FIELDS, (int(v) for v in arr.sum(axis=0)), strict=True))
 
     @staticmethod
     def summary(c: dict[str, int]) -> dict[str, float]:
