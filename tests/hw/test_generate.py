@@ -1,26 +1,51 @@
-"""Generation: byte-identical Verilog across runs, and a manifest that agrees with it."""
+"""Generation: byte-identical Verilog across runs, string-hash seeds and working directories,
+and a manifest that agrees with it."""
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 
 from dstar.config import preset
-from dstar.hw.generate import ATTN_TOP_NAME, TOP_NAME, generate
+from dstar.hw.generate import ACCEL_TOP_NAME, ATTN_TOP_NAME, OUTPUTS, TOP_NAME, generate
+
+
+def _generate_apart(tmp_path, argv, seeds=("1", "2")) -> list:
+    """``dstar generate argv -o out`` in one process per hash seed (``PYTHONHASHSEED``), all at
+    once, each in a working directory of its own and writing there (a relative ``-o``);
+    returns the output folders."""
+    runs = []
+    for seed in seeds:
+        cwd = tmp_path / f"cwd_{seed}"
+        cwd.mkdir()
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        runs.append((cwd / "out", subprocess.Popen(
+            [sys.executable, "-m", "dstar.cli", "generate", *argv, "-o", "out"], cwd=cwd,
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    for _, proc in runs:
+        out, _ = proc.communicate(timeout=900)
+        assert proc.returncode == 0, out
+    return [out for out, _ in runs]
 
 
 def test_generate_is_deterministic_and_manifest_matches(tmp_path):
+    """Two processes with different string-hash seeds, in different folders, write the same
+    bytes in every file (the accelerator top's included)."""
     cfg = preset("tiny").replace(packing="lockstep")
-    a, b = tmp_path / "a", tmp_path / "b"
-    man = generate(cfg, a)
-    generate(cfg, b)
-    va, vb = (d / f"{TOP_NAME}.v" for d in (a, b))
-    assert va.read_bytes() == vb.read_bytes()
-    attn_a, attn_b = (d / f"{ATTN_TOP_NAME}.v" for d in (a, b))
-    assert attn_a.read_bytes() == attn_b.read_bytes()
-    assert (a / "params.json").read_bytes() == (b / "params.json").read_bytes()
+    a, b = _generate_apart(tmp_path, ["--preset", "tiny", "--packing", "lockstep",
+                                      "--accelerator"])
+    assert sorted(p.name for p in a.iterdir()) == sorted(OUTPUTS)
+    for name in OUTPUTS:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    va = a / f"{TOP_NAME}.v"
+    attn_a = a / f"{ATTN_TOP_NAME}.v"
     text = va.read_text()
-    assert str(a) not in text and "src =" not in text             # no source paths
-    assert json.loads((a / "params.json").read_text()) == man
+    for v in (va, attn_a, a / f"{ACCEL_TOP_NAME}.v"):            # no source paths
+        assert str(tmp_path) not in v.read_text() and "src =" not in v.read_text()
+    man = json.loads((a / "params.json").read_text())
+    man.pop("accelerator")
     assert man["config"] == cfg.hardware() and man["derived"] == cfg.derived()
     assert {**man["config"], **man["run"]} == cfg.to_dict()
     # Every manifest port is a top-level port of that width and direction, and vice versa.
@@ -43,6 +68,7 @@ def test_generate_is_deterministic_and_manifest_matches(tmp_path):
     shutil.copytree(a, c)
     (c / "cases.npz").write_text("a testbench's")
     man_c = generate(cfg, c, attention=False)
+    assert json.loads((c / "params.json").read_text()) == man_c
     assert sorted(p.name for p in c.iterdir()) == ["cases.npz", f"{TOP_NAME}.v", "params.json"]
     assert (c / f"{TOP_NAME}.v").read_bytes() == va.read_bytes()
     assert "attention" not in man_c and {**man_c, "attention": att} == man
