@@ -1,0 +1,481 @@
+"""FMDQ quantization unit: a token tile's differences in, its sorted SIMD-4 slice groups out.
+
+Ref: dstar-spec.md sections 7.1, 7.2 and 7.4; the bit-exact contract is ``dstar.golden.fmdq``
+(``fmdq_encode`` for the shifts, widths and codes, ``schedule_tile`` for the issue order,
+``FmdqEncoded.slices`` for the slices). Design notes and measurements: docs/design/fmdq-qu.md.
+"""
+
+from amaranth import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from dstar.golden.encoder import _fit_bounds
+from dstar.golden.fmdq import LANES, MAX_SLICES, SLICE_BITS
+
+from ..geometry import COUNTER_BITS, uwidth
+from .layouts import slice_group_layout, total_shift_bits
+from .sorter import BitonicSorter, register_stages
+
+__all__ = ["DESCENDING", "qu_input_layout", "update_layout", "sort_entry_layout",
+           "default_buffers", "QuantUnit"]
+
+#: The schedule's order of total shifts (``golden.fmdq.schedule_tile``): False ascending, True
+#: descending (ties by channel either way). The sort key is the only thing it changes.
+DESCENDING = False
+
+#: Front-end pipeline registers: max extraction, width/shift decision, quantize and slice.
+FRONT_STAGES = 3
+
+
+def qu_input_layout(tokens: int, per_beat: int, diff_bits: int) -> data.StructLayout:
+    """One input beat: ``per_beat`` consecutive sub-channels of a tile (``d[i][t]``: channel
+    ``i`` of the beat, token ``t``, signed ``diff_bits``); ``last``: the tile's last beat."""
+    return data.StructLayout({
+        "d": data.ArrayLayout(data.ArrayLayout(signed(diff_bits), tokens), per_beat),
+        "last": unsigned(1),
+    })
+
+
+def update_layout(tokens: int, per_beat: int, channel_bits: int, e_max: int):
+    """The state update of one input beat: per sub-channel its shift ``p``, width ``b`` (bits),
+    clipped and saturated flags and codes ``q[t]`` (``Xs[t, channel + i] += q[t] << p``);
+    ``channel``: the beat's first channel; ``last``: the tile's last beat."""
+    sub = data.StructLayout({
+        "shift": unsigned(uwidth(e_max + 1)),
+        "width": unsigned(4),
+        "clipped": unsigned(1),
+        "saturated": unsigned(1),
+        "q": data.ArrayLayout(signed(8), tokens),
+    })
+    return data.StructLayout({
+        "channel": unsigned(channel_bits),
+        "sub": data.ArrayLayout(sub, per_beat),
+        "last": unsigned(1),
+    })
+
+
+def sort_entry_layout(window: int, e_max: int) -> data.StructLayout:
+    """One (channel, slice) entry of a window: the sort key is its low bits ``ch`` (the
+    tie-breaker), ``tkey`` (the total shift, or its complement for a descending order) and
+    ``invalid`` (a slice beyond its code's width: sorts after every real one)."""
+    return data.StructLayout({
+        "ch": unsigned(uwidth(window)),
+        "tkey": unsigned(total_shift_bits(e_max)),
+        "invalid": unsigned(1),
+        "j": unsigned(2),
+        "signed": unsigned(1),
+    })
+
+
+def _entry_key(e):
+    return Cat(e.ch, e.tkey, e.invalid)
+
+
+def default_buffers(window: int, per_beat: int, sort_latency: int) -> int:
+    """Code-buffer windows that keep the unit from waiting for a free buffer at full rate: one
+    being written, the ones in the sort network, one being packed, one whose last group waits
+    for the next window (``dstar.sim.fmdq_qu_cycles`` checks it)."""
+    beats = window // per_beat
+    return 3 + -(-(sort_latency + 2) // beats)
+
+
+class QuantUnit(wiring.Component):
+    """The FMDQ quantization unit (spec 7.2): per token tile, each sub-channel's shift, width
+    and codes exactly as ``golden.fmdq.fmdq_encode``, and its 2-bit slices issued as the groups
+    of ``golden.fmdq.schedule_tile(shift, width, window)``, one ``slice_group_layout`` payload
+    per group.
+
+    Input organisation: a beat is ``per_beat`` consecutive **sub-channels** (one channel over
+    the tile's ``tokens`` tokens, the column of the PE array's output for one output channel),
+    so every per-sub-channel decision is made as the beat passes, without a transpose or a
+    second pass over the tile. A tile is its channels in order from 0, ``last`` on its last
+    beat; a tile with fewer tokens than ``tokens`` gives its missing tokens as 0 (zeros change
+    no decision, as golden's padding rows), and channels past ``K`` in a last beat as 0 (width
+    0: they issue nothing; their update is 0).
+
+    Pipeline: (1) max extraction: per sub-channel the max and min of ``D`` (and of ``D`` with
+    the dead zone ``|D| <= tau`` set to 0); (2) decision: the shift ``p`` by v1's rule in closed
+    form (the smallest ``p <= e_max`` whose rounding of the extremes fits INT8; *clipped* if
+    ``p > e_tol``, *saturated* if none fits, then ``p = e_max``); (3) quantize:
+    ``q = (D + 2**(p-1)) >> p`` (round half up), saturated to INT8, 0 in the dead zone, and the
+    width: the smallest of 0, 2, 4, 6, 8 bits holding the rounded dead-zoned extremes (rounding
+    is monotone, so they bound every code). The codes go to a code buffer (``buffers`` windows
+    of ``window`` sub-channels) and the ``u`` update stream; each channel's ``4`` (channel,
+    slice) entries (total shift ``p + 2j``, slices beyond the width invalid) go to a collector.
+    (4) When a window is complete (``window / per_beat`` beats, or the tile's last beat), its
+    ``4 * window`` entries are sorted by (valid first, total shift, channel) in a pipelined
+    bitonic network (``BitonicSorter``, ``register_stages(4 * window, reg_every)`` cycles).
+    (5) Packing: a shift register walks the sorted window, each cycle taking the next up to 4
+    entries of equal total shift as one group; a one-group hold resolves ``last`` (the last
+    group of a window is held until the next window's first group or the tile's end is known,
+    so ``last`` marks the tile's last group even when its last windows are empty); then the
+    group's codes are read from the code buffer (one read port per lane) and its slices are
+    bits ``2j, 2j + 1`` of each token's code.
+
+    Output: padding lanes have ``valid = 0``, ``signed = 0``, channel = the window's first
+    channel and slices 0 (as ``schedule_tile``). A tile whose sub-channels are all width 0 has no
+    group in golden; the unit issues one empty group (every lane padding, shift 0, ``last``) so
+    that every tile ends with a ``last`` beat.
+
+    Latency: an input beat's update leaves ``FRONT_STAGES`` cycles after the beat is accepted
+    (when ``u`` is ready and the collector has room); a window's first group is offered
+    ``register_stages(4 * window) + 3`` cycles after its last beat's update at the earliest,
+    when the packer is free; ``dstar.sim.fmdq_qu_cycles`` gives every cycle with both outputs
+    always ready. Throughput: one input beat per cycle and one group per cycle; a window takes
+    ``window / per_beat`` input cycles and ``max(groups, 1)`` packing cycles, so groups leave
+    at one per cycle while a window's groups are at least its beats (otherwise the input is the
+    bound). Back-pressure: ``o`` stalls the packer and, once the sort network and the code
+    buffers are full, the front end; ``u`` stalls the front end; ``i.ready`` is low while the
+    front end is stalled. No beat is lost or duplicated on either output. Reset empties every
+    stage and the buffers' bookkeeping (not their contents) and zeroes the counters.
+
+    Members
+    -------
+    i : In(stream.Signature(qu_input_layout(tokens, per_beat, diff_bits)))
+    o : Out(stream.Signature(slice_group_layout(tokens, channel_bits, e_max)))
+    u : Out(stream.Signature(update_layout(tokens, per_beat, channel_bits, e_max)))
+        One update per input beat, in input order.
+    clear, count_clipped, count_saturated :
+        Sub-channels clipped and saturated, counted as their updates leave; ``clear`` zeroes
+        them.
+    """
+
+    def __init__(self, *, tokens: int, window: int, e_max: int, tau: int, diff_bits: int,
+                 channel_bits: int, per_beat: int = 1, buffers: int | None = None,
+                 reg_every: int = 1, descending: bool = DESCENDING):
+        if tokens < 1 or window < 1 or per_beat < 1 or window % per_beat:
+            raise ValueError(f"QuantUnit needs tokens, window >= 1 and per_beat dividing the "
+                             f"window, got {tokens}, {window}, {per_beat}")
+        if not 0 <= e_max <= 15 or tau < 0 or diff_bits < 2 or window > 1 << channel_bits:
+            raise ValueError(f"QuantUnit needs 0 <= e_max <= 15, tau >= 0, diff_bits >= 2 and "
+                             f"window <= 2**channel_bits, got {e_max}, {tau}, {diff_bits}, "
+                             f"{channel_bits}")
+        self.tokens, self.window, self.e_max, self.tau = tokens, window, e_max, tau
+        self.diff_bits, self.channel_bits, self.per_beat = diff_bits, channel_bits, per_beat
+        self.reg_every, self.descending = reg_every, descending
+        self.sort_latency = register_stages(window * MAX_SLICES, reg_every)
+        self.buffers = buffers or default_buffers(window, per_beat, self.sort_latency)
+        if self.buffers < 2:
+            raise ValueError("QuantUnit needs at least 2 code buffers (one window waits for "
+                             "the next to resolve its last group)")
+        e_tol = 0
+        while e_tol < e_max and (1 << e_tol) <= tau:
+            e_tol += 1
+        self.e_tol = e_tol
+        super().__init__({
+            "i": In(stream.Signature(qu_input_layout(tokens, per_beat, diff_bits))),
+            "o": Out(stream.Signature(slice_group_layout(tokens, channel_bits, e_max))),
+            "u": Out(stream.Signature(update_layout(tokens, per_beat, channel_bits, e_max))),
+            "clear": In(1),
+            "count_clipped": Out(COUNTER_BITS),
+            "count_saturated": Out(COUNTER_BITS),
+        })
+
+    # ----- front end: one beat of sub-channels per cycle -----
+
+    def _tree(self, m, vals, pick, name):
+        """Reduce ``vals`` pairwise with ``pick(a, b)`` (a balanced tree of comb signals)."""
+        level = 0
+        while len(vals) > 1:
+            nxt = []
+            for k in range(0, len(vals) - 1, 2):
+                s = Signal(vals[k].shape(), name=f"{name}_{level}_{k // 2}")
+                m.d.comb += s.eq(pick(vals[k], vals[k + 1]))
+                nxt.append(s)
+            if len(vals) % 2:
+                nxt.append(vals[-1])
+            vals, level = nxt, level + 1
+        return vals[0]
+
+    def _quantize(self, m, d, p, half, name):
+        """``sat8((d + half) >> p)``, round half up (``half = 2**(p-1)``, 0 at ``p = 0``)."""
+        s = Signal(signed(self.diff_bits + 1), name=f"{name}_sum")
+        r = Signal(signed(self.diff_bits + 1), name=f"{name}_rs")
+        q = Signal(signed(8), name=name)
+        m.d.comb += [s.eq(d + half), r.eq(s >> p),
+                     q.eq(Mux(r > 127, 127, Mux(r < -128, -128, r)))]
+        return q
+
+    def _dead(self, d):
+        return (d <= self.tau) & (d >= -self.tau)
+
+    def _front(self, m, fadv):
+        """Stages 1-3; returns the third stage's registers."""
+        S, T, db, e_max, tau = self.per_beat, self.tokens, self.diff_bits, self.e_max, self.tau
+        pb = uwidth(e_max + 1)
+        beat = self.i.payload
+        darr = data.ArrayLayout(data.ArrayLayout(signed(db), T), S)
+        ext = data.ArrayLayout(data.StructLayout({
+            "dmax": signed(db), "dmin": signed(db), "emax": signed(db), "emin": signed(db)}), S)
+
+        # Stage 1: max extraction.
+        v1, d1, x1, last1 = Signal(), Signal(darr), Signal(ext), Signal()
+        for i in range(S):
+            d = [beat.d[i][t] for t in range(T)]
+            dmax = self._tree(m, d, lambda a, b: Mux(a > b, a, b), f"dmax{i}")
+            dmin = self._tree(m, d, lambda a, b: Mux(a < b, a, b), f"dmin{i}")
+            if tau:
+                e = []
+                for t in range(T):
+                    s = Signal(signed(db), name=f"dz{i}_{t}")
+                    m.d.comb += s.eq(Mux(self._dead(d[t]), 0, d[t]))
+                    e.append(s)
+                emax = self._tree(m, e, lambda a, b: Mux(a > b, a, b), f"emax{i}")
+                emin = self._tree(m, e, lambda a, b: Mux(a < b, a, b), f"emin{i}")
+            else:
+                emax, emin = dmax, dmin
+            with m.If(fadv):
+                m.d.sync += [x1[i].dmax.eq(dmax), x1[i].dmin.eq(dmin), x1[i].emax.eq(emax),
+                             x1[i].emin.eq(emin)]
+        with m.If(fadv):
+            m.d.sync += [v1.eq(self.i.valid), d1.eq(beat.d), last1.eq(beat.last)]
+
+        # Stage 2: shift decision (round_shift's fit bounds in closed form, as golden).
+        hi_e, lo_e = _fit_bounds(e_max)
+        dec = data.ArrayLayout(data.StructLayout({
+            "p": unsigned(pb), "clipped": unsigned(1), "saturated": unsigned(1),
+            "emax": signed(db), "emin": signed(db)}), S)
+        v2, d2, x2, last2 = Signal(), Signal(darr), Signal(dec), Signal()
+        for i in range(S):
+            fit = []
+            for e in range(e_max + 1):
+                f = Signal(name=f"fit{i}_{e}")
+                m.d.comb += f.eq((x1[i].dmax <= int(hi_e[e])) & (x1[i].dmin >= -int(lo_e[e])))
+                fit.append(f)
+            sel = e_max
+            for e in reversed(range(e_max + 1)):      # fitting is monotone in e
+                sel = Mux(fit[e], e, sel)
+            with m.If(fadv):
+                m.d.sync += [x2[i].p.eq(sel), x2[i].clipped.eq(~fit[self.e_tol]),
+                             x2[i].saturated.eq(~fit[e_max]), x2[i].emax.eq(x1[i].emax),
+                             x2[i].emin.eq(x1[i].emin)]
+        with m.If(fadv):
+            m.d.sync += [v2.eq(v1), d2.eq(d1), last2.eq(last1)]
+
+        # Stage 3: quantize, width, codes.
+        quant = data.ArrayLayout(data.StructLayout({
+            "p": unsigned(pb), "n": unsigned(3), "clipped": unsigned(1),
+            "saturated": unsigned(1), "q": data.ArrayLayout(signed(8), T)}), S)
+        v3, x3, last3 = Signal(), Signal(quant), Signal()
+        for i in range(S):
+            p = x2[i].p
+            half = Signal(e_max + 1, name=f"half{i}")
+            m.d.comb += half.eq((Const(1, e_max + 2) << p)[1:])
+            qs = []
+            for t in range(T):
+                q = self._quantize(m, d2[i][t], p, half, f"q{i}_{t}")
+                qs.append(Mux(self._dead(d2[i][t]), 0, q) if tau else q)
+            qmax = self._quantize(m, x2[i].emax, p, half, f"qmax{i}")
+            qmin = self._quantize(m, x2[i].emin, p, half, f"qmin{i}")
+            n = MAX_SLICES
+            for k in reversed(range(1, MAX_SLICES)):      # slices = width / 2
+                w = SLICE_BITS * k
+                n = Mux((qmax <= (1 << (w - 1)) - 1) & (qmin >= -(1 << (w - 1))), k, n)
+            n = Mux((qmax == 0) & (qmin == 0), 0, n)
+            with m.If(fadv):
+                m.d.sync += [x3[i].p.eq(p), x3[i].n.eq(n), x3[i].clipped.eq(x2[i].clipped),
+                             x3[i].saturated.eq(x2[i].saturated)]
+                m.d.sync += [x3[i].q[t].eq(qs[t]) for t in range(T)]
+        with m.If(fadv):
+            m.d.sync += [v3.eq(v2), last3.eq(last2)]
+        return v3, x3, last3
+
+    # ----- the whole unit -----
+
+    def elaborate(self, platform):
+        m = Module()
+        S, T, W, e_max, nb = self.per_beat, self.tokens, self.window, self.e_max, self.buffers
+        beats, n_ent = W // S, W * MAX_SLICES
+        pb, sb = uwidth(e_max + 1), uwidth(nb)
+        tmax = e_max + SLICE_BITS * (MAX_SLICES - 1)
+        ent_l = sort_entry_layout(W, e_max)
+        tag_l = data.StructLayout({"slot": unsigned(sb), "base": unsigned(self.channel_bits),
+                                   "last": unsigned(1)})
+        m.submodules.sorter = srt = BitonicSorter(ent_l, n_ent, _entry_key, tag_l,
+                                                  self.reg_every)
+        code_l = data.ArrayLayout(data.ArrayLayout(unsigned(8), T), S)
+        m.submodules.codes = mem = Memory(shape=code_l, depth=nb * beats, init=[])
+        wr = mem.write_port()
+        rds = [mem.read_port() for _ in range(LANES)]
+
+        fadv = Signal()
+        v3, x3, last3 = self._front(m, fadv)
+
+        # ----- collector: code buffers, the window's entries, the update stream -----
+        busy = Signal(nb)
+        free_slot = Signal(sb)
+        sel = nb - 1
+        for s in reversed(range(nb)):
+            sel = Mux(~busy[s], s, sel)
+        m.d.comb += free_slot.eq(sel)
+        bidx = Signal(range(beats)) if beats > 1 else Const(0, 1)
+        base = Signal(self.channel_bits)
+        cur_slot = Signal(sb)
+        first = bidx == 0
+        slot = Signal(sb)
+        slot_ok, completing, fire = Signal(), Signal(), Signal()
+        m.d.comb += [
+            slot.eq(Mux(first, free_slot, cur_slot)),
+            slot_ok.eq(~first | ~busy.all()),
+            completing.eq((bidx == beats - 1) | last3),
+            self.u.valid.eq(v3 & slot_ok & (~completing | srt.i.ready)),
+            fire.eq(self.u.valid & self.u.ready),
+            srt.i.valid.eq(v3 & slot_ok & completing & self.u.ready),
+            fadv.eq(~v3 | fire),
+            self.i.ready.eq(fadv),
+        ]
+        u = self.u.payload
+        m.d.comb += [u.channel.eq(base + bidx * S), u.last.eq(last3)]
+        for i in range(S):
+            m.d.comb += [u.sub[i].shift.eq(x3[i].p), u.sub[i].width.eq(x3[i].n * SLICE_BITS),
+                         u.sub[i].clipped.eq(x3[i].clipped),
+                         u.sub[i].saturated.eq(x3[i].saturated), u.sub[i].q.eq(x3[i].q)]
+        m.d.comb += [wr.en.eq(fire), wr.addr.eq(slot * beats + bidx)]
+        m.d.comb += [wr.data[i][t].eq(x3[i].q[t].as_unsigned()) for i in range(S)
+                     for t in range(T)]
+
+        # Per channel of the window its shift and slice count: registers for the beats before
+        # the last, the completing beat's straight from stage 3 (a partial window's later
+        # channels are empty: the registers are cleared as a window leaves).
+        held = W - S
+        p_arr = Signal(data.ArrayLayout(unsigned(pb), max(held, 1)))
+        n_arr = Signal(data.ArrayLayout(unsigned(3), max(held, 1)))
+        for c in range(W):
+            here = bidx == c // S
+            p_c = Mux(here, x3[c % S].p, p_arr[c]) if c < held else x3[c % S].p
+            n_c = Mux(here, x3[c % S].n, n_arr[c]) if c < held else Mux(here, x3[c % S].n, 0)
+            for j in range(MAX_SLICES):
+                e = srt.i.payload.entries[c * MAX_SLICES + j]
+                total = p_c + SLICE_BITS * j
+                m.d.comb += [e.ch.eq(c), e.j.eq(j), e.signed.eq(n_c == j + 1),
+                             e.invalid.eq(n_c <= j),
+                             e.tkey.eq(tmax - total if self.descending else total)]
+        m.d.comb += [srt.i.payload.tag.slot.eq(slot), srt.i.payload.tag.base.eq(base),
+                     srt.i.payload.tag.last.eq(last3)]
+
+        alloc = Signal(nb)
+        with m.If(fire):
+            with m.If(first):
+                m.d.sync += cur_slot.eq(free_slot)
+                m.d.comb += alloc.eq(1 << free_slot)
+            with m.If(completing):
+                if beats > 1:
+                    m.d.sync += bidx.eq(0)
+                m.d.sync += [base.eq(Mux(last3, 0, base + W)), n_arr.eq(0)]
+            with m.Else():
+                if beats > 1:
+                    m.d.sync += bidx.eq(bidx + 1)
+                for c in range(held):
+                    with m.If(bidx == c // S):
+                        m.d.sync += [p_arr[c].eq(x3[c % S].p), n_arr[c].eq(x3[c % S].n)]
+        with m.If(self.clear):
+            m.d.sync += [self.count_clipped.eq(0), self.count_saturated.eq(0)]
+        with m.Elif(fire):
+            m.d.sync += [
+                self.count_clipped.eq(self.count_clipped
+                                      + sum(x3[i].clipped.as_unsigned() for i in range(S))),
+                self.count_saturated.eq(self.count_saturated
+                                        + sum(x3[i].saturated.as_unsigned() for i in range(S)))]
+
+        # ----- packer: a shift register over the sorted window -----
+        lane_l = data.StructLayout({"ch": unsigned(uwidth(W)), "j": unsigned(2),
+                                    "signed": unsigned(1), "valid": unsigned(1)})
+        cmd_l = data.StructLayout({
+            "lane": data.ArrayLayout(lane_l, LANES), "tkey": unsigned(total_shift_bits(e_max)),
+            "slot": unsigned(sb), "base": unsigned(self.channel_bits),
+            "free": unsigned(1),     # the window's last group: its buffer is free once read
+            "end": unsigned(1),      # the tile's last command
+            "marker": unsigned(1),   # no group: the tile's last window is empty
+        })
+        fv = Signal()
+        ents = Signal(data.ArrayLayout(ent_l, n_ent))
+        ftag = Signal(tag_l)
+        invalid = data.View(ent_l, Const(1 << ent_l["invalid"].offset, ent_l.size))
+
+        def ent(k):
+            return ents[k] if k < n_ent else invalid
+
+        ok = []
+        for k in range(LANES):
+            o_k = Signal(name=f"lane_ok{k}")
+            e_k = ent(k)
+            m.d.comb += o_k.eq(~e_k.invalid if k == 0
+                               else ~e_k.invalid & (e_k.tkey == ents[0].tkey))
+            ok.append(o_k)
+        count = Signal(range(LANES + 1))
+        m.d.comb += count.eq(sum(o.as_unsigned() for o in ok))
+        h_valid, eow = ok[0], Signal()
+        eow_sel = 1
+        for c in reversed(range(1, LANES + 1)):
+            eow_sel = Mux(count == c, ent(c).invalid, eow_sel)
+        m.d.comb += eow.eq(eow_sel)
+
+        cmd, cmd_valid, cmd_ready = Signal(cmd_l), Signal(), Signal()
+        m.d.comb += [
+            cmd_valid.eq(fv & (h_valid | ftag.last)),
+            cmd.tkey.eq(ents[0].tkey), cmd.slot.eq(ftag.slot), cmd.base.eq(ftag.base),
+            cmd.free.eq(h_valid & eow), cmd.end.eq(ftag.last & (eow | ~h_valid)),
+            cmd.marker.eq(~h_valid),
+        ]
+        for k in range(LANES):
+            e_k = ent(k)
+            m.d.comb += [cmd.lane[k].valid.eq(ok[k]), cmd.lane[k].ch.eq(Mux(ok[k], e_k.ch, 0)),
+                         cmd.lane[k].j.eq(Mux(ok[k], e_k.j, 0)),
+                         cmd.lane[k].signed.eq(ok[k] & e_k.signed)]
+        step, done = Signal(), Signal()
+        m.d.comb += [step.eq(fv & (~cmd_valid | cmd_ready)), done.eq(~h_valid | eow),
+                     srt.o.ready.eq(~fv | (step & done))]
+        with m.If(srt.o.ready):
+            m.d.sync += [fv.eq(srt.o.valid), ents.eq(srt.o.payload.entries),
+                         ftag.eq(srt.o.payload.tag)]
+        with m.Elif(step):
+            for i in range(n_ent):
+                shifted = Value.cast(ent(i + LANES))
+                for c in reversed(range(1, LANES)):
+                    shifted = Mux(count == c, Value.cast(ent(i + c)), shifted)
+                m.d.sync += ents[i].eq(shifted)
+        free_a = Signal(nb)
+        m.d.comb += free_a.eq(Mux(step & ~h_valid, 1 << ftag.slot, 0))
+
+        # ----- hold: a group waits for the next command (or is the tile's end) -----
+        hold, hv = Signal(cmd_l), Signal()
+        adv2 = Signal()
+        out_valid, out_last, out_fire, accept, merge = (Signal(name=n) for n in (
+            "out_valid", "out_last", "out_fire", "accept", "merge"))
+        m.d.comb += [
+            out_valid.eq(hv & (hold.end | cmd_valid)),
+            out_last.eq(hold.end | (cmd_valid & cmd.marker)),
+            out_fire.eq(out_valid & adv2),
+            cmd_ready.eq(~hv | out_fire),
+            accept.eq(cmd_valid & cmd_ready),
+            merge.eq(accept & cmd.marker & hv & ~hold.end),   # the marker ends hold's tile
+        ]
+        with m.If(accept & ~merge):
+            m.d.sync += [hold.eq(cmd), hv.eq(1)]
+        with m.Elif(out_fire):
+            m.d.sync += hv.eq(0)
+        free_b = Signal(nb)
+        m.d.comb += free_b.eq(Mux(out_fire & hold.free, 1 << hold.slot, 0))
+        m.d.sync += busy.eq((busy & ~free_a & ~free_b) | alloc)
+
+        # ----- read: the group's codes from the buffer, its slices to the output -----
+        rd_meta = Signal(cmd_l)
+        rd_last = Signal()
+        m.d.comb += adv2.eq(~self.o.valid | self.o.ready)
+        for k, rd in enumerate(rds):
+            m.d.comb += [rd.addr.eq(hold.slot * beats + hold.lane[k].ch // S), rd.en.eq(adv2)]
+        with m.If(adv2):
+            m.d.sync += [self.o.valid.eq(out_valid), rd_meta.eq(hold), rd_last.eq(out_last)]
+        o = self.o.payload
+        total = Signal(total_shift_bits(e_max))
+        m.d.comb += [total.eq(tmax - rd_meta.tkey if self.descending else rd_meta.tkey),
+                     o.shift.eq(Mux(rd_meta.marker, 0, total)), o.last.eq(rd_last)]
+        for k, rd in enumerate(rds):
+            ln = rd_meta.lane[k]
+            m.d.comb += [o.lane[k].channel.eq(Mux(rd_meta.marker, 0, rd_meta.base + ln.ch)),
+                         o.lane[k].signed.eq(ln.signed), o.lane[k].valid.eq(ln.valid)]
+            word = rd.data[ln.ch % S] if S > 1 else rd.data[0]
+            for t in range(T):
+                m.d.comb += o.act[t][k].eq(Mux(ln.valid, word[t].word_select(ln.j, 2), 0))
+        return m
