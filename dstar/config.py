@@ -336,13 +336,21 @@ class Config:
     def hardware(self) -> dict:
         """The fields the hardware generator reads (``to_dict`` form): what the config hash,
         the ``params.json`` ``config`` section and the synthesis baselines cover, so that a
-        change of a run field (``steps``, ``theta``, ...) leaves them alone."""
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.metadata.get("hw")}
+        change of a run field (``steps``, ``theta``, ...) leaves them alone. Fields of another
+        encoding than ``encoding`` (``_hw(only=...)``) are left out: they reach no hardware."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)
+                if f.metadata.get("hw") and f.metadata["only"] in (None, self.encoding)}
 
     def run_params(self) -> dict:
         """The other fields: the golden model's and the workload run's (``to_dict`` form)."""
         return {f.name: _plain(getattr(self, f.name)) for f in fields(self)
                 if not f.metadata.get("hw")}
+
+    def unused(self) -> dict:
+        """The hardware fields of another encoding (``to_dict`` form): in neither
+        ``hardware()`` nor ``run_params()``."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)
+                if f.metadata.get("hw") and f.metadata["only"] not in (None, self.encoding)}
 
     def derived(self) -> dict:
         return {"state_max": self.state_max, "target_max": self.target_max,

@@ -5,8 +5,10 @@ training registry, which needs PyTorch, is checked in ``tests/torch``)."""
 
 import pytest
 
-from dstar.config import Datapath, Packing, WeightStore, Workload
+from dstar.config import Datapath, Encoding, FmdqRule, Packing, WeightStore, Workload
+from dstar.golden.difflinear import ENCODINGS
 from dstar.golden.dispatch import STRATEGIES
+from dstar.golden.fmdq import RULES
 from dstar.golden.workloads import WORKLOADS
 from dstar.hw.dispatcher import DISPATCHERS
 from dstar.hw.generate import TOPS
@@ -26,6 +28,8 @@ REGISTRIES = [
     ("dstar.hw.pe_array.WEIGHT_STORES", WEIGHT_STORES, WeightStore),
     ("dstar.synth.flows.TARGETS", TARGETS, SynthTarget),
     ("dstar.golden.workloads.WORKLOADS", WORKLOADS, Workload),
+    ("dstar.golden.difflinear.ENCODINGS", ENCODINGS, Encoding),
+    ("dstar.golden.fmdq.RULES", RULES, FmdqRule),
 ]
 
 
