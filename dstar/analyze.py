@@ -70,6 +70,7 @@ def _fmdq_report(cfg, stats: FmdqStats, out, fp32, w8a8) -> dict:
     db = psnr(out, fp32)
     return {"token_tile": cfg.token_tile, "sort_window": cfg.sort_window,
             "rule": str(cfg.fmdq_rule), "thr0": cfg.fmdq_thr0, "tau": cfg.tau,
+            "lattice": str(cfg.fmdq_lattice), "lattice_bits": cfg.lattice_bits,
             "linears_psnr_vs_fp32_db": db, "psnr_gap_vs_w8a8_db": psnr(w8a8, fp32) - db,
             "worst_sample_gap_vs_w8a8_db": float(gap.max()),
             "meets_target": bool(db >= psnr(w8a8, fp32)
@@ -160,7 +161,7 @@ def run_bundled(cfg, model: DiT | None = None, quality: bool = False, progress=N
 #: encoding with FMDQ's own.
 SWEEP_FIELDS = ("theta", "refresh_attn", "refresh_linear", "tau", "lattice_bits", "refine_max",
                 "refine_at", "block_q", "block_k", "encoding", "token_tile", "sort_window",
-                "fmdq_rule", "fmdq_thr0")
+                "fmdq_rule", "fmdq_thr0", "fmdq_lattice")
 #: Which mechanism a sweep point runs where (to separate their effects): ``linears`` is
 #: ``dstar`` (default), ``w8a8`` or ``float``; ``attention`` is ``dstar`` (default) or ``float``.
 SWEEP_MODES = {"linears": ("dstar", "w8a8", "float"), "attention": ("dstar", "float")}
@@ -352,7 +353,8 @@ def _fmdq_lines(rep: dict) -> list[str]:
         return []
     out = ["", f"FMDQ (spec 7.2; linears alone, float attention): T={f['token_tile']} "
            f"sort_window={f['sort_window']} rule={f['rule']}"
-           + (f" thr0={f['thr0']}" if f["rule"] == "magnitude" else "") + f" tau={f['tau']}",
+           + (f" thr0={f['thr0']}" if f["rule"] == "magnitude" else "") + f" tau={f['tau']}"
+           + (f" lattice={f['lattice']}" if "lattice" in f else ""),
            f"{'layer':<8}{'bits':>6}{'skipped':>9}{'INT2':>7}{'INT4':>7}{'INT6':>7}{'INT8':>7}"
            f"{'groups':>8}{'x INT8':>8}{'padding':>9}{'clipped':>9}"]
     rows = {**f["per_layer_type"], "all": f["all"], "key step": f["key_step"],

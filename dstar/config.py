@@ -9,12 +9,12 @@ they cannot disagree with the fields they derive from. Invalid values raise ``Co
 a message naming the field and the value.
 
 Closed choices are enums (``Datapath``, ``Packing``, ``WeightStore``, ``Workload``, ``Encoding``,
-``FmdqRule``); TOML files and keyword arguments give them as their string values, which
-``Config`` converts. ``Config.hardware()`` is the part the hardware generator reads: the config
-hash, the manifest's ``config`` section and the synthesis baselines cover only it, so a change of
-a run field leaves them alone. The FMDQ fields (``encoding`` and the fields only FMDQ reads) join
-it only when ``encoding = "fmdq"``: a v1 configuration's hash, and so its baselines, stay as they
-were before FMDQ existed.
+``FmdqRule``, ``FmdqLattice``); TOML files and keyword arguments give them as their string
+values, which ``Config`` converts. ``Config.hardware()`` is the part the hardware generator
+reads: the config hash, the manifest's ``config`` section and the synthesis baselines cover only
+it, so a change of a run field leaves them alone. The FMDQ fields (``encoding`` and the fields
+only FMDQ reads) join it only when ``encoding = "fmdq"``: a v1 configuration's hash, and so its
+baselines, stay as they were before FMDQ existed.
 """
 
 import dataclasses
@@ -28,7 +28,7 @@ from enum import Enum, StrEnum
 from pathlib import Path
 
 __all__ = ["Config", "ConfigError", "Packing", "Datapath", "WeightStore", "Workload", "Encoding",
-           "FmdqRule", "PRESETS", "preset", "load_config", "bits_signed"]
+           "FmdqRule", "FmdqLattice", "PRESETS", "preset", "load_config", "bits_signed"]
 
 
 class Packing(StrEnum):
@@ -95,6 +95,17 @@ class Encoding(StrEnum):
     #: channel over a tile of ``token_tile`` tokens), 2-bit slices sorted into SIMD-4 groups
     #: (``golden.fmdq``).
     FMDQ = "fmdq"
+
+
+class FmdqLattice(StrEnum):
+    """The activation lattice of FMDQ's differential layers, set at key steps (registry:
+    ``dstar.golden.difflinear.LATTICES``). v1 (``encoding = "nibble"``) always uses ``TOKEN``."""
+
+    #: v1's: per token row ``d[n] = max|X[n, :]| / (127 * 2**lattice_bits)``.
+    TOKEN = "token"
+    #: One step for every row of the layer, ``max|X| / (127 * 2**lattice_bits)`` over the key
+    #: step's whole input: a static base (calibrated on the key step, not offline).
+    LAYER = "layer"
 
 
 class FmdqRule(StrEnum):
@@ -177,6 +188,7 @@ class Config:
     sort_window: int = _hw(64, only=Encoding.FMDQ)  # channels the quantization unit sorts at once
     fmdq_rule: FmdqRule = _hw(FmdqRule.LOSSLESS, only=Encoding.FMDQ)  # shift/width rule
     fmdq_thr0: int = _hw(4, only=Encoding.FMDQ)     # magnitude rule: 2-bit threshold (lattice)
+    fmdq_lattice: FmdqLattice = FmdqLattice.TOKEN   # FMDQ's activation lattice (host side)
 
     def __post_init__(self):
         for name, want in _field_types().items():

@@ -28,16 +28,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dstar.config import Encoding
+from dstar.config import Encoding, FmdqLattice
 
 from .encoder import Encoded, encode, encode_narrow
 from .fmdq import FmdqEncoded, fmdq_encode
 from .fmdq_stats import FmdqStats, count_fmdq
-from .quant import amax_rows, exact_dtype, quantize_weights, to_lattice_float, token_lattice
+from .quant import (
+    amax_rows,
+    exact_dtype,
+    layer_lattice,
+    quantize_weights,
+    to_lattice_float,
+    token_lattice,
+)
 from .stats import OpStats, count_encoded
 
 __all__ = ["DiffLinear", "InvariantError", "StepResult", "encode_step", "lattice_refinements",
-           "CHECK_VECTORS", "ENCODINGS", "Coding"]
+           "CHECK_VECTORS", "ENCODINGS", "Coding", "LATTICES"]
 
 #: Random sign vectors of the invariant check.
 CHECK_VECTORS = 4
@@ -118,6 +125,10 @@ ENCODINGS = {
                           lambda enc, cfg: count_fmdq(enc, cfg.sort_window), FmdqStats,
                           FmdqEncoded, "token_tile"),
 }
+
+
+#: Each ``FmdqLattice``'s key-step lattice: ``(x, extra_bits) -> d`` (float64 ``(N,)``).
+LATTICES = {FmdqLattice.TOKEN: token_lattice, FmdqLattice.LAYER: layer_lattice}
 
 
 class StepResult:
@@ -203,7 +214,9 @@ class DiffLinear:
         cfg = self.cfg
         refine = None
         if key:
-            self.d = token_lattice(x, cfg.lattice_bits)
+            lattice = (LATTICES[cfg.fmdq_lattice] if cfg.encoding is Encoding.FMDQ
+                       else token_lattice)
+            self.d = lattice(x, cfg.lattice_bits)
             self.xs = np.zeros(x.shape, dtype=np.int64)
             self._y = np.zeros((x.shape[0], self.w_q.shape[1]), dtype=np.float64)
             self.refined = np.zeros(x.shape[0], np.int64)

@@ -3,8 +3,9 @@ and the dense W8A8 reference every speedup and accuracy figure is measured again
 
 import numpy as np
 
-__all__ = ["quantize_weights", "amax_rows", "token_lattice", "to_lattice", "to_lattice_float",
-           "exact_dtype", "exact_matmul", "exact_matmul_float", "w8a8_linear", "LATTICE_LIMIT"]
+__all__ = ["quantize_weights", "amax_rows", "token_lattice", "layer_lattice", "to_lattice",
+           "to_lattice_float", "exact_dtype", "exact_matmul", "exact_matmul_float", "w8a8_linear",
+           "LATTICE_LIMIT"]
 
 #: Largest magnitude ``to_lattice`` returns: beyond it values are clipped (in float, before the
 #: cast, so that no value wraps). Every consumer clips far tighter (INT8, ``Config.target_max``).
@@ -53,6 +54,14 @@ def token_lattice(x, extra_bits: int = 0):
     layers may use a finer one (``Config.lattice_bits``), as their state is wider than INT8."""
     amax = amax_rows(x)
     return np.where(amax > 0, amax / (127.0 * (1 << extra_bits)), 1.0)
+
+
+def layer_lattice(x, extra_bits: int = 0):
+    """One step for every row: ``max|x| / (127 * 2**extra_bits)`` over the whole ``x`` (1 if it
+    is all zero), float64 ``(N,)``."""
+    amax = amax_rows(x)
+    top = float(amax.max(initial=0.0))
+    return np.full(amax.shape, top / (127.0 * (1 << extra_bits)) if top > 0 else 1.0)
 
 
 def to_lattice_float(x, d, limit):

@@ -5,8 +5,8 @@ training registry, which needs PyTorch, is checked in ``tests/torch``)."""
 
 import pytest
 
-from dstar.config import Datapath, Encoding, FmdqRule, Packing, WeightStore, Workload
-from dstar.golden.difflinear import ENCODINGS
+from dstar.config import Datapath, Encoding, FmdqLattice, FmdqRule, Packing, WeightStore, Workload
+from dstar.golden.difflinear import ENCODINGS, LATTICES
 from dstar.golden.dispatch import STRATEGIES
 from dstar.golden.fmdq import RULES
 from dstar.golden.workloads import WORKLOADS
@@ -30,6 +30,7 @@ REGISTRIES = [
     ("dstar.golden.workloads.WORKLOADS", WORKLOADS, Workload),
     ("dstar.golden.difflinear.ENCODINGS", ENCODINGS, Encoding),
     ("dstar.golden.fmdq.RULES", RULES, FmdqRule),
+    ("dstar.golden.difflinear.LATTICES", LATTICES, FmdqLattice),
 ]
 
 

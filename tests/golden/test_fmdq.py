@@ -297,3 +297,16 @@ def test_fmdq_fields_reach_the_hardware_only_with_fmdq():
     assert {"encoding", "token_tile", "sort_window", "fmdq_rule", "fmdq_thr0"} <= set(f.hardware())
     assert f.replace(token_tile=8).hardware() != f.hardware()
     assert {**f.hardware(), **f.run_params()} == f.to_dict() and not f.unused()
+
+
+def test_the_layer_lattice_is_one_step_for_every_row_and_fmdq_only():
+    rng = np.random.default_rng(4)
+    w, x = rng.normal(size=(16, 32)), rng.normal(size=(40, 32)) * rng.random(size=(40, 1))
+    layer = DiffLinear(w, None, _fmdq_cfg(fmdq_lattice="layer", lattice_bits=2))
+    for s in range(3):
+        layer(x + 0.01 * s, s)
+        assert np.array_equal(layer.y_int, layer.xs @ layer.w_q)
+    assert np.all(layer.d == np.abs(x).max() / (127 * 4))
+    v1 = DiffLinear(w, None, preset("default").replace(fmdq_lattice="layer"))
+    v1(x, 0)
+    assert np.allclose(v1.d, np.abs(x).max(axis=1) / 254)       # v1 keeps its token lattice
