@@ -301,6 +301,21 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_lint(args) -> int:
+    """Each warning outside the waivers on stdout, one line each; status 1 if there is one."""
+    from dstar.sim.lint import lint_config, missing_verilator
+
+    reason = missing_verilator()
+    if reason is not None:
+        raise UserError(reason)
+    found = lint_config(_config(args))
+    for top, warnings in found.items():
+        for w in warnings:
+            print(f"{top}: {w}")
+        print(f"{top}: {len(warnings)} warning(s)", file=sys.stderr)
+    return 1 if any(found.values()) else 0
+
+
 def cmd_run(args) -> int:
     """Progress goes to stderr, the report to stdout; the run's files stay in its folder."""
     from dstar.sim.simulators import Simulator
@@ -548,6 +563,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "behind a command stream; its manifest under 'accelerator')")
     p.add_argument("-o", "--output", type=Path, required=True, help="output directory")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("lint", help="verilator --lint-only -Wall on every generated top, "
+                       "outside the waivers of hw/lint.vlt")
+    _add_config_args(p)
+    p.set_defaults(func=cmd_lint)
 
     p = sub.add_parser("run", help="one block of the bundled DiT end to end on the generated "
                        "accelerator top in an HDL simulator, checked against the golden model")

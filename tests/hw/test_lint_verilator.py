@@ -113,3 +113,12 @@ def test_the_waivers_are_needed_and_commented(tmp_path):
 def test_a_verilator_error_raises():
     with pytest.raises(LintError, match="syntax error"):
         lint_text({"broken.v": "module broken(;\nendmodule\n"}, "broken")
+
+
+def test_dstar_lint(capsys):
+    """``dstar lint``: the warnings on stdout (none here), a count per top on stderr."""
+    from dstar.cli import main
+
+    assert main(["lint", "--preset", "tiny", "--set", "datapath=int8"]) == 0
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == f"{TOP_NAME}: 0 warning(s)\n"
