@@ -338,6 +338,58 @@ def cmd_run(args) -> int:
     return 0 if rep["bit_exact"] and rep["counters_equal"] else 1
 
 
+def _pos_float(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+    if not v > 0 or math.isinf(v):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {s!r}")
+    return v
+
+
+def cmd_regress(args) -> int:
+    """Progress goes to stderr, the report to stdout (and ``--output``); exit status 1 if any
+    case differed."""
+    import shlex
+
+    from dstar.sim.regress import format_report, regress
+
+    from .outputs import check_output_file
+    limits = [x for x in (args.cases, args.minutes) if x is not None]
+    if args.case is not None and limits:
+        raise UserError("--case reruns one case: it takes no --cases or --minutes")
+    if args.case is None and not limits:
+        raise UserError("give --cases N, --minutes M or --case I")
+    if args.case is not None and args.seed is None:
+        raise UserError(f"--case {args.case} needs the --seed of the run it comes from")
+    if args.preset is None and args.config is None:
+        args.preset = "tiny"
+    cfg = _config(args)
+    if cfg.datapath != Datapath.DSTAR:
+        raise UserError(f"dstar regress needs datapath=dstar, not {cfg.datapath}")
+    if args.output is not None:
+        check_output_file(args.output, "--output")
+    seed = args.seed if args.seed is not None else time.time_ns() % (1 << 31)
+    rerun = ["dstar", "regress", *(["--preset", args.preset] if args.preset else []),
+             *(["--config", str(args.config)] if args.config else []),
+             *(a for spec in args.set for a in ("--set", spec))]
+
+    def say(line):
+        if not args.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    say(f"dstar regress: seed {seed}")
+    try:
+        rep = regress(cfg, seed=seed, cases=1 if args.case is not None else args.cases,
+                      minutes=args.minutes, first=args.case or 0, inject=args.inject_mismatch,
+                      output=args.output, rerun=shlex.join(rerun), say=say)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    print(_dump(rep) if args.json else format_report(rep), flush=True)
+    return 1 if rep["mismatches"] else 0
+
+
 def cmd_synth(args) -> int:
     if args.board:
         if args.write_baseline:
@@ -526,7 +578,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", action="append", metavar="FIELD=V1,V2",
                    help="trade-off sweep of DSTAR (both mechanisms) over config values; repeat "
                         "for a grid (fields: theta, refresh_attn, refresh_linear, tau, "
-                        "lattice_bits, refine_max, refine_at, block_q, block_k; "
+                        "lattice_bits, refine_max, refine_at, block_q, block_k, encoding, "
+                        "token_tile, sort_window, fmdq_rule, fmdq_thr0, fmdq_lattice; "
                         "linears=dstar,w8a8,float and attention=dstar,float run one "
                         "mechanism alone)")
     p.add_argument("--plot", type=Path, metavar="FILE.png",
@@ -586,6 +639,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("regress", help="constrained-random cases on the generated accelerator "
+                       "top under Verilator, checked against the golden model, with coverage")
+    _add_config_args(p)
+    p.add_argument("--seed", type=_nonneg_int, help="the cases' seed (default: from the clock; "
+                   "printed, and in the report)")
+    p.add_argument("--cases", type=_pos_int, metavar="N", help="run N cases")
+    p.add_argument("--minutes", type=_pos_float, metavar="M",
+                   help="run for M minutes (with --cases: whichever ends first)")
+    p.add_argument("--case", type=_nonneg_int, metavar="I",
+                   help="rerun case I of --seed alone (what a failure's rerun line says)")
+    p.add_argument("--inject-mismatch", type=_nonneg_int, metavar="I",
+                   help="make case I's expected result wrong (to see a failure reported)")
+    p.add_argument("-o", "--output", type=Path, help="write the JSON report here (whole)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_regress)
 
     p = sub.add_parser("synth", help="area, FPGA resources and Fmax (YoWASP Yosys/nextpnr)")
     _add_config_args(p)
