@@ -31,15 +31,18 @@ Slices: a ``b``-bit code is ``b / 2`` slices of 2 bits, ``q == sum_j slice_j * 4
 
 Schedule of a tile: its channels are cut into sort *windows* of ``window`` consecutive channels
 (the quantization unit's sort network sorts one window at a time; ``window >= K``: one sort of
-the whole tile). Window by window, the (channel, slice) pairs are ordered by total shift, ties by
-channel; each run of equal total shift is cut into groups of ``LANES`` = 4 in that order (the
-last group of a run padded with empty lanes). One group is one PE cycle for the whole tile::
+the whole tile). Window by window, the (channel, slice) pairs are ordered by **descending** total
+shift, ties by ascending channel; each run of equal total shift is cut into groups of ``LANES`` =
+4 in that order (the last group of a run padded with empty lanes). One group is one PE cycle for
+the whole tile::
 
     Y[t, m] += (sum_i slice_i[t] * W_q[k_i, m]) << s       for every token t and column m
 
 so a tile costs ``groups`` cycles per column block, against ``K`` for dense INT8 (four slices of
 every channel on four lanes). Windows change only how the groups are formed (more windows, more
-partly filled groups), never the result.
+partly filled groups), never the result. The descending order lets the PE array accumulate a
+window in Horner form, ``acc = (acc << (s_prev - s)) + P`` with small steps ``s_prev - s``, and
+apply the window's last shift once when it writes the sum out.
 """
 
 from dataclasses import dataclass, field
@@ -280,8 +283,8 @@ RULES = {FmdqRule.LOSSLESS: _lossless, FmdqRule.MAGNITUDE: _magnitude}
 
 def schedule_tile(shift, width, window: int) -> Schedule:
     """The issue order of one tile's slices from its sub-channels' ``shift`` and ``width``
-    (int ``(K,)``): window by window of ``window`` channels, ordered by total shift, ties by
-    channel, runs of equal total shift cut into groups of ``LANES``."""
+    (int ``(K,)``): window by window of ``window`` channels, ordered by descending total shift,
+    ties by ascending channel, runs of equal total shift cut into groups of ``LANES``."""
     shift, width = np.asarray(shift, np.int64), np.asarray(width, np.int64)
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
@@ -303,10 +306,10 @@ def _schedule_window(shift, width, base: int) -> Schedule:
         sl.append(np.full(live.size, j, np.int64))
     ch, sl = np.concatenate(ch), np.concatenate(sl)
     total = shift[ch] + SLICE_BITS * sl
-    order = np.lexsort((ch, total))
+    order = np.lexsort((ch, -total))
     ch, sl, total = ch[order], sl[order], total[order]
     lanes_c, lanes_s, lanes_v, shifts = [], [], [], []
-    for s in np.unique(total):
+    for s in np.unique(total)[::-1]:
         run = np.flatnonzero(total == s)
         for g in range(0, run.size, LANES):
             idx = run[g:g + LANES]
