@@ -20,9 +20,9 @@ from .sorter import BitonicSorter, register_stages
 __all__ = ["DESCENDING", "qu_input_layout", "update_layout", "sort_entry_layout",
            "default_buffers", "QuantUnit"]
 
-#: The schedule's order of total shifts (``golden.fmdq.schedule_tile``): False ascending, True
-#: descending (ties by channel either way). The sort key is the only thing it changes.
-DESCENDING = False
+#: The schedule's order of total shifts (``golden.fmdq.schedule_tile``): True descending, False
+#: ascending (ties by ascending channel either way). The sort key is the only thing it changes.
+DESCENDING = True
 
 #: Front-end pipeline registers: max extraction, width/shift decision, quantize and slice.
 FRONT_STAGES = 3

@@ -2,26 +2,56 @@
 network against ``sorted``, and its cycle model (sim.fmdq_qu_cycles) against the RTL."""
 
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from amaranth import unsigned
 
-from dstar.golden.fmdq import fmdq_encode
-from dstar.hw.fmdq.quant_unit import QuantUnit
+from dstar.golden.fmdq import LANES, SLICE_BITS, Schedule, fmdq_encode
+from dstar.hw.fmdq.quant_unit import DESCENDING, QuantUnit
 from dstar.hw.fmdq.sorter import BitonicSorter, bitonic_network
+from dstar.sim.fmdq_qu_cycles import Window, predict, windows_of
 from dstar.sim.pysim_driver import simulate
-
 
 # ----- expected streams from golden -----
 
-def expected(d, qu):
+def schedule_ref(shift, width, window, descending):
+    """``golden.fmdq.schedule_tile`` with either order of total shifts (ties by channel), for
+    the unit's other sort direction (checked equal to golden's in golden's direction)."""
+    lanes = []
+    for c0 in range(0, len(shift), window):
+        pairs = sorted(((int(shift[c]) + SLICE_BITS * j) * (-1 if descending else 1), c, j)
+                       for c in range(c0, min(c0 + window, len(shift)))
+                       for j in range(int(width[c]) // SLICE_BITS))
+        run = []
+        for key, c, j in pairs + [(None, 0, 0)]:
+            if run and (key != run[0][0] or len(run) == LANES):
+                pad = LANES - len(run)
+                lanes.append((abs(run[0][0]), [(c_, j_, j_ == width[c_] // SLICE_BITS - 1, 1)
+                                               for _, c_, j_ in run] + [(c0, 0, 0, 0)] * pad))
+                run = []
+            run.append((key, c, j))
+    if not lanes:
+        e = np.zeros((0, LANES), np.int64)
+        return Schedule(e, e, e.astype(bool), np.zeros(0, np.int64), e.astype(bool))
+    arr = np.array([[ln for ln in g] for _, g in lanes], np.int64)     # (groups, LANES, 4)
+    return Schedule(arr[..., 0], arr[..., 1], arr[..., 3].astype(bool),
+                    np.array([s for s, _ in lanes], np.int64), arr[..., 2].astype(bool))
+
+
+def expected(d, qu, tau=None, descending=None):
     """Golden's groups and updates of one tile ``d`` (``(N, K)``, ``N <= tokens``) as the
-    unit's payloads: (groups, updates), plain tuples."""
+    unit's payloads: (groups, updates), plain tuples. The unit's sort direction is golden's
+    (``DESCENDING``) or, for the other one, ``schedule_ref``'s; ``tau`` and ``descending``
+    override the unit's (a mutant's expectation)."""
     T, S, W = qu.tokens, qu.per_beat, qu.window
+    tau = qu.tau if tau is None else tau
+    descending = qu.descending if descending is None else descending
     n, k = d.shape
-    enc = fmdq_encode(d, T, qu.e_max, qu.tau)
-    sched = enc.schedule(0, W)
+    enc = fmdq_encode(d, T, qu.e_max, tau)
+    sched = (enc.schedule(0, W) if descending == DESCENDING
+             else schedule_ref(enc.shift[0], enc.width[0], W, descending))
     sl = enc.slices()
     groups = []
     for g in range(sched.groups):
@@ -74,12 +104,12 @@ def update_of(p, T, S):
 
 
 def run_unit(qu, tiles, rng=None, p_valid=1.0, p_o=1.0, p_u=1.0):
-    """Feed ``tiles`` through ``qu``; return (groups with their o.valid cycle, updates, the
-    clipped/saturated counters at the end)."""
+    """Feed ``tiles`` through ``qu``; return (groups and updates with the cycle each was taken,
+    the clipped/saturated counters at the end)."""
     rng = rng or random.Random(0)
     beats = [b for d in tiles for b in beats_of(d, qu)]
     n_groups = sum(len(expected(d, qu)[0]) for d in tiles)
-    got_o, got_u, seen = [], [], []
+    got_o, got_u = [], []
     counters = []
 
     async def bench(ctx):
@@ -95,14 +125,12 @@ def run_unit(qu, tiles, rng=None, p_valid=1.0, p_o=1.0, p_u=1.0):
             (_, _, iv, ir, ov, orr, op, uv, ur, up) = await ctx.tick().sample(
                 qu.i.valid, qu.i.ready, qu.o.valid, qu.o.ready, qu.o.payload,
                 qu.u.valid, qu.u.ready, qu.u.payload)
-            if ov:
-                seen.append(cycle)
             if iv and ir:
                 i += 1
             if ov and orr:
                 got_o.append((group_of(op, qu.tokens), cycle))
             if uv and ur:
-                got_u.append(update_of(up, qu.tokens, qu.per_beat))
+                got_u.append((update_of(up, qu.tokens, qu.per_beat), cycle))
             cycle += 1
         for _ in range(10):                  # nothing more may come out
             ctx.set(qu.i.valid, 0)
@@ -116,18 +144,227 @@ def run_unit(qu, tiles, rng=None, p_valid=1.0, p_o=1.0, p_u=1.0):
     return got_o, got_u, counters
 
 
-def check(qu, tiles, **kw):
+def check(qu, tiles, want=None, **kw):
+    """Run ``tiles`` and compare every group, update and counter with golden (``want``:
+    ``expected``'s overrides); returns the cycles the groups and the updates were taken."""
+    want = want or {}
     got_o, got_u, counters = run_unit(qu, tiles, **kw)
     want_o, want_u = [], []
     clipped = saturated = 0
     for d in tiles:
-        g, u = expected(d, qu)
+        g, u = expected(d, qu, **want)
         want_o += g
         want_u += u
-        enc = fmdq_encode(d, qu.tokens, qu.e_max, qu.tau)
+        enc = fmdq_encode(d, qu.tokens, qu.e_max, want.get("tau", qu.tau))
         clipped += int(enc.clipped.sum())
         saturated += int(enc.saturated.sum())
     assert [g for g, _ in got_o] == want_o
-    assert got_u == want_u
+    assert [u for u, _ in got_u] == want_u
     assert counters == [clipped, saturated]
-    return got_o
+    return [c for _, c in got_o], [c for _, c in got_u]
+
+
+# ----- test data -----
+
+def mixed_tile(rng, n, k, diff_bits, zero_frac=0.2):
+    """A tile whose channels span every width: per channel a magnitude from 0 to the diff range
+    (some channels all zero, some constant, some one-signed)."""
+    top = (1 << (diff_bits - 1)) - 1
+    scales = np.array([0, 1, 2, 3, 8, 31, 127, 128, 300, 1000, top])
+    d = np.zeros((n, k), np.int64)
+    for c in range(k):
+        if rng.random() < zero_frac:
+            continue
+        s = int(rng.choice(scales))
+        kind = rng.integers(4)
+        if kind == 0:
+            col = rng.integers(-s, s + 1, size=n)
+        elif kind == 1:
+            col = np.full(n, rng.integers(-s, s + 1))
+        elif kind == 2:
+            col = rng.integers(0, s + 1, size=n)
+        else:
+            col = -rng.integers(0, s + 1, size=n)
+        d[:, c] = np.clip(col, -top - 1, top)
+    return d
+
+
+def adversarial_tiles(T, W, diff_bits, e_max, tau=0):
+    """All-zero, every width at shift 0, every shift, the largest shift, saturation, exact
+    fitting edges, empty windows first, in the middle and last."""
+    top = (1 << (diff_bits - 1)) - 1
+    k = 2 * W + 3
+    tiles = [np.zeros((T, k), np.int64)]                          # no group at all
+    widths = np.zeros((T, 2 * W), np.int64)
+    for c, v in enumerate([1, -2, 7, -8, 31, -32, 127, -128, -1, 2, 8, -9, 32, -33, 0, 3]):
+        widths[:, c % (2 * W)] = v if c < 2 * W else widths[:, c % (2 * W)]
+    tiles.append(widths)                                          # INT2, 4, 6, 8 at shift 0
+    big = np.zeros((T, k), np.int64)
+    big[0, :] = top                                               # saturated at e_max
+    big[-1, 1::2] = -top - 1
+    hi = 255 * (1 << (e_max - 1)) - 1 if e_max else 127           # fits exactly at e_max
+    big[:, 2] = hi
+    big[:, 3] = hi + 1
+    big[:, 4] = -(257 * (1 << (e_max - 1)) if e_max else 128)
+    tiles.append(np.clip(big, -top - 1, top))
+    rng = np.random.default_rng(T * W + e_max)
+    shifts = np.zeros((T, k), np.int64)
+    for c in range(k):                                            # shift c % (e_max + 1)
+        s = c % (e_max + 1)
+        shifts[:, c] = rng.integers(-(127 << s), (127 << s) + 1, size=T)
+        shifts[0, c] = (255 << s >> 1) - 1 if s else 127
+    tiles.append(np.clip(shifts, -top - 1, top))
+    sparse = np.zeros((T, k), np.int64)
+    sparse[:, W] = 5 + tau                                             # only the middle window
+    tiles.append(sparse)
+    first = np.zeros((T, k), np.int64)
+    first[:, 0] = -3 - tau                                             # last windows empty
+    tiles.append(first)
+    last = np.zeros((T, k), np.int64)
+    last[:, k - 1] = 100                                          # first windows empty
+    tiles.append(last)
+    return tiles
+
+
+CONFIGS = {
+    "base": dict(tokens=4, window=8, e_max=3, tau=0, diff_bits=12, channel_bits=5),
+    "tau": dict(tokens=3, window=4, e_max=4, tau=5, diff_bits=11, channel_bits=5),
+    "wide": dict(tokens=2, window=8, e_max=7, tau=0, diff_bits=17, channel_bits=6,
+                 per_beat=2, reg_every=3),
+    "one": dict(tokens=1, window=1, e_max=0, tau=1, diff_bits=9, channel_bits=3),
+}
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_quant_unit_matches_golden(name):
+    """Random and adversarial tiles, one after the other (K not a multiple of the window nor of
+    a beat, tiles with fewer tokens than T), every output stream checked bit for bit."""
+    kw = CONFIGS[name]
+    qu = QuantUnit(**kw)
+    rng = np.random.default_rng(sum(map(ord, name)))
+    T, W, db = kw["tokens"], kw["window"], kw["diff_bits"]
+    tiles = adversarial_tiles(T, W, db, kw["e_max"], kw["tau"])
+    for k in (W, 2 * W + 1, 3 * W - 1, 1):
+        tiles.append(mixed_tile(rng, T, k, db))
+    tiles.append(mixed_tile(rng, max(1, T - 1), W + 1, db))      # a short tile
+    if kw["tau"]:
+        tiles.append(rng.integers(-2 * kw["tau"], 2 * kw["tau"] + 1, size=(T, 2 * W)))
+    dense = np.full((T, 4 * W), 100)
+    dense[0] = -128                                               # INT8 at shift 0: G = K
+    tiles.append(dense)
+    groups, updates = check(qu, tiles)
+    # The cycle model, cycle for cycle (inputs without gaps, outputs always ready).
+    if qu.buffers <= qu.sort_latency:
+        pred = predict([windows_of(d, T, qu.e_max, qu.tau, W, qu.per_beat) for d in tiles],
+                       qu.sort_latency, qu.buffers)
+        assert groups == pred.groups
+        assert updates == pred.updates
+
+
+@pytest.mark.parametrize("name", ["base", "wide"])
+def test_quant_unit_back_pressure(name):
+    """Random gaps on the input and random back-pressure on both outputs, with the fewest code
+    buffers (2): no beat lost, duplicated or reordered."""
+    kw = dict(CONFIGS[name], buffers=2)
+    qu = QuantUnit(**kw)
+    rng = np.random.default_rng(7)
+    T, W, db = kw["tokens"], kw["window"], kw["diff_bits"]
+    tiles = adversarial_tiles(T, W, db, kw["e_max"])[:4]
+    tiles += [mixed_tile(rng, T, k, db) for k in (2 * W + 1, W - 1)]
+    check(qu, tiles, rng=random.Random(name), p_valid=0.7, p_o=0.5, p_u=0.6)
+
+
+def test_quant_unit_other_direction():
+    """The sort direction is one parameter: the unit built for the other order of total shifts
+    matches the reference schedule of that order."""
+    kw = dict(CONFIGS["base"], descending=not DESCENDING)
+    qu = QuantUnit(**kw)
+    rng = np.random.default_rng(11)
+    check(qu, [mixed_tile(rng, 4, k, 12) for k in (8, 19)] + adversarial_tiles(4, 8, 12, 3)[1:3])
+
+
+def test_schedule_ref_is_golden():
+    """The test's reference schedule equals golden's in golden's direction."""
+    from dstar.golden.fmdq import schedule_tile
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        k, w = int(rng.integers(1, 20)), int(rng.integers(1, 9))
+        shift = rng.integers(0, 4, size=k)
+        width = rng.choice([0, 2, 4, 6, 8], size=k)
+        a, b = schedule_tile(shift, width, w), schedule_ref(shift, width, w, DESCENDING)
+        for f in ("channel", "slice", "valid", "shift", "signed"):
+            assert np.array_equal(getattr(a, f), getattr(b, f)), f
+
+
+def test_mutants_are_detected():
+    """The checks can fail: a unit sorting the other way, or with another dead zone, differs
+    from golden on ordinary data."""
+    rng = np.random.default_rng(13)
+    tiles = [mixed_tile(rng, 4, 8, 12, zero_frac=0)]
+    flipped = QuantUnit(**dict(CONFIGS["base"], descending=not DESCENDING))
+    with pytest.raises(AssertionError):
+        check(flipped, tiles, want={"descending": DESCENDING})
+    dead = QuantUnit(**dict(CONFIGS["base"], tau=3))
+    with pytest.raises(AssertionError):
+        check(dead, [np.array([[1, 2, 3, 4, -2, 9, 0, 1]] * 4)], want={"tau": 0})
+
+
+@pytest.mark.parametrize("n,reg_every", [(1, 1), (3, 1), (8, 2), (13, 3), (32, 1)])
+def test_sorter_matches_sorted(n, reg_every):
+    """The sort network alone against ``sorted`` on random keys with many ties, random gaps and
+    back-pressure: keys in order, each vector's entries kept, vectors in order."""
+    rng = random.Random(n * 10 + reg_every)
+    dut = BitonicSorter(unsigned(7), n, key=lambda e: e[:3], tag=8, reg_every=reg_every)
+    vecs = [[rng.randrange(128) for _ in range(n)] for _ in range(40)]
+    got = []
+
+    async def bench(ctx):
+        i = 0
+        while len(got) < len(vecs):
+            offer = i < len(vecs) and rng.random() < 0.8
+            if offer:
+                ctx.set(dut.i.payload, {"entries": vecs[i], "tag": i})
+            ctx.set(dut.i.valid, int(offer))
+            ctx.set(dut.o.ready, int(rng.random() < 0.6))
+            _, _, iv, ir, ov, orr, op = await ctx.tick().sample(
+                dut.i.valid, dut.i.ready, dut.o.valid, dut.o.ready, dut.o.payload)
+            if iv and ir:
+                i += 1
+            if ov and orr:
+                got.append(([int(x) for x in op.entries], int(op.tag)))
+
+    simulate(dut, bench)
+    for k, (entries, tag) in enumerate(got):
+        assert tag == k
+        assert [x & 7 for x in entries] == sorted(x & 7 for x in vecs[k])
+        assert sorted(entries) == sorted(vecs[k])
+    # The network alone (unpadded sizes too) on every 0/1 input of up to 12 entries would be
+    # the 0-1 principle; random integer vectors of every size up to 40 instead.
+    for size in range(1, 41):
+        stages = bitonic_network(size)
+        for _ in range(20):
+            v = [rng.randrange(6) for _ in range(size)]
+            w = v + [99] * ((1 << max(0, (size - 1).bit_length())) - size)
+            for stage in stages:
+                for a, b in stage:
+                    if w[a] > w[b]:
+                        w[a], w[b] = w[b], w[a]
+            assert w[:size] == sorted(v)
+
+
+def test_cycle_model_throughput():
+    """The model at a default-like size (T = window = 64, one sub-channel per beat, default
+    buffers): windows with at least as many groups as beats leave one group per cycle without a
+    gap; fewer groups leave at the input's rate."""
+    from dstar.hw.fmdq.quant_unit import default_buffers
+    from dstar.hw.fmdq.sorter import register_stages
+    latency = register_stages(4 * 64)
+    qu = SimpleNamespace(sort_latency=latency, buffers=default_buffers(64, 1, latency))
+    dense = [[Window(64, 64, w == 3) for w in range(4)] for _ in range(4)]
+    pred = predict(dense, qu.sort_latency, qu.buffers)
+    assert pred.buffer_waits == 0
+    assert np.all(np.diff(pred.groups) == 1)
+    sparse = [[Window(64, 40, w == 3) for w in range(4)] for _ in range(4)]
+    pred = predict(sparse, qu.sort_latency, qu.buffers)
+    g = pred.groups
+    assert g[480] - g[160] == 8 * 64                 # windows 4 to 12: 64 input cycles each

@@ -1,0 +1,126 @@
+"""Cycle model of the FMDQ quantization unit (``dstar.hw.fmdq.quant_unit.QuantUnit``).
+
+Given the tiles' windows (their beats and golden's group counts), ``predict`` gives the cycle in
+which every update and every group is offered, with the input offered from cycle 0 without gaps
+and both outputs always ready; the test of the unit checks it against the RTL cycle for cycle.
+It follows the unit's structure window by window:
+
+* a beat's update is offered ``FRONT_STAGES`` (3) cycles after the beat enters, one beat per
+  cycle, except that a window's first beat waits for a free code buffer;
+* a window's last beat hands its entries to the sort network, whose output they reach
+  ``sort_latency`` cycles later; the packer loads a window when it has finished the previous one
+  (in the same cycle) and spends ``max(groups, 1)`` cycles on it, one group per cycle;
+* a group is offered two cycles after the packer forms it (hold, then buffer read), except that
+  the last group of a window that is not the tile's last waits in the hold for the next command
+  (the next non-empty window's first group, or the tile's end marker), and is offered the cycle
+  after it; a tile with no group at all offers one empty group two cycles after its marker;
+* a buffer is free again the cycle after its window's last group is read (the cycle it is
+  offered), or the cycle after the packer drops an empty window.
+
+Exact while the sort network never back-pressures the input, which the unit guarantees when
+``buffers <= sort_latency`` (every window in the network holds a buffer); ``predict`` refuses
+other configurations.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dstar.golden.fmdq import fmdq_encode, schedule_tile
+
+__all__ = ["Window", "windows_of", "predict", "Prediction"]
+
+FRONT_STAGES = 3
+
+
+@dataclass(frozen=True)
+class Window:
+    """One sort window of a tile: its input ``beats``, golden's ``groups`` and whether it is the
+    tile's last window."""
+    beats: int
+    groups: int
+    last: bool
+
+
+def windows_of(d, token_tile: int, e_max: int, tau: int, window: int,
+               per_beat: int) -> list[Window]:
+    """The windows of one tile ``d`` (``(N, K)``, ``N <= token_tile``) as the unit sees them."""
+    d = np.asarray(d)
+    enc = fmdq_encode(d, token_tile, e_max, tau)
+    k = d.shape[1]
+    out = []
+    for c in range(0, k, window):
+        g = schedule_tile(enc.shift[0, c:c + window], enc.width[0, c:c + window], window).groups
+        out.append(Window(-(-min(window, k - c) // per_beat), g, c + window >= k))
+    return out
+
+
+@dataclass
+class Prediction:
+    """``updates``: the cycle each update is offered (one per input beat); ``groups``: the cycle
+    each group is offered (the unit's empty group of a tile without any included);
+    ``cycles``: the cycle after the last group; ``buffer_waits``: cycles a window's first beat
+    waited for a free buffer."""
+    updates: list[int]
+    groups: list[int]
+    cycles: int
+    buffer_waits: int
+
+    def groups_per_cycle(self) -> float:
+        return len(self.groups) / max(1, self.cycles)
+
+
+def predict(tiles: list[list[Window]], sort_latency: int, buffers: int) -> Prediction:
+    """The unit's cycles for ``tiles`` (each a list of its ``Window``s, in order)."""
+    if buffers > sort_latency:
+        raise ValueError(f"the model needs buffers <= sort_latency (no back-pressure from the "
+                         f"sort network), got {buffers} > {sort_latency}")
+    neg = -(1 << 60)
+    updates, groups = [], []
+    clears: list[int | None] = []       # per window so far: the cycle its buffer is free
+    fire, beat, waits = neg, 0, 0
+    load_prev, done_prev = neg, neg     # last cycle the sort output held / the packer worked
+    pending = None                      # (index into groups, window index) of a held group
+    for tile in tiles:
+        for win in tile:
+            for b in range(win.beats):
+                t = max(fire + 1, beat + FRONT_STAGES)
+                if b == 0:
+                    t0 = t
+                    while sum(c is None or c > t for c in clears) >= buffers:
+                        later = [c for c in clears if c is not None and c > t]
+                        if not later:
+                            raise RuntimeError("the unit would deadlock (too few buffers)")
+                        t = min(later)
+                    waits += t - t0
+                fire, beat = t, beat + 1
+                updates.append(t)
+            me = len(clears)
+            clears.append(None)
+            ready = max(fire + sort_latency, load_prev + 1)
+            load = max(ready, done_prev)
+            start = load + 1
+            load_prev, done_prev = load, start + max(win.groups, 1) - 1
+            first_cmd = start if (win.groups or win.last) else None
+            if first_cmd is not None and pending is not None:
+                gi, pw = pending
+                groups[gi] = first_cmd + 1
+                clears[pw] = first_cmd + 1
+                pending = None
+                if not win.groups:                   # the marker ends the held group's tile
+                    clears[me] = start + 1
+                    continue
+            if not win.groups:
+                clears[me] = start + 1
+                if win.last:                         # a tile without groups: its empty group
+                    groups.append(start + 2)
+                continue
+            for g in range(win.groups):
+                f = start + g
+                groups.append(f + 2)
+            if win.last:
+                clears[me] = groups[-1]
+            else:
+                pending = (len(groups) - 1, me)
+    assert pending is None
+    return Prediction(updates, groups, (max(groups) + 1) if groups else 0, waits)
