@@ -113,6 +113,15 @@ def test_analyze_bundled_json_keys(capsys, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert rep["workload_name"] == "digits" and set(rep["quality"]) == {"fp32", "w8a8", "dstar"}
     assert 0 <= rep["quality"]["fp32"]["class_accuracy"] <= 1
+    # FMDQ beside v1 (encoding = "nibble" runs one more run of FMDQ's linears alone).
+    f = rep["fmdq"]
+    assert rep["encoding"] == "nibble" and f["token_tile"] == 16 and f["rule"] == "lossless"
+    for part in ("all", "key_step", "delta_steps", *(f["per_layer_type"][t] for t in ("qkv",))):
+        s = f[part] if isinstance(part, str) else part
+        assert s["groups"] + s["dense_groups"] > 0 and 0 <= s["mean_width_bits"] <= 8
+        assert s["speedup_vs_int8"] == pytest.approx(s["dense_groups"] / s["groups"], rel=1e-5)
+    assert isinstance(f["linears_psnr_vs_fp32_db"], float)
+    assert isinstance(rep["nibble_linear_only"]["psnr_vs_fp32_db"], float)
 
 
 def test_workload_option_selects_the_bundled_dit(capsys, tmp_path):
@@ -171,6 +180,19 @@ def test_analyze_sweep_modes(capsys):
     assert w8a8["psnr_vs_fp32_db"] == rep["w8a8"]["psnr_vs_fp32_db"]
     assert flt["psnr_vs_fp32_db"] is None                 # identical to FP32: infinite PSNR
     assert not w8a8["meets_target"] and w8a8["ops_ratio_vs_w8a8"] is None
+
+
+def test_analyze_sweep_over_the_encodings(capsys):
+    code, out, _ = run(capsys, "analyze", "--steps", "2", "--samples", "1", "--json", "--quiet",
+                       "--sweep", "encoding=nibble,fmdq", "--sweep", "attention=float",
+                       "--sweep", "token_tile=32")
+    assert code == 0
+    v1, fmdq = json.loads(out)["points"]
+    assert v1["fmdq"] is None and v1["ops_ratio_vs_w8a8"] > 0
+    assert fmdq["ops_ratio_vs_w8a8"] is None and fmdq["encoding"] == "fmdq"
+    assert fmdq["fmdq"]["all"]["sub_channels"] > 0
+    assert fmdq["meets_linear_target"] == (fmdq["psnr_gap_vs_w8a8_db"] <= 0
+                                           and fmdq["worst_sample_gap_vs_w8a8_db"] <= 1.0)
 
 
 @pytest.mark.parametrize("argv,msg", [
