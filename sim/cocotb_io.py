@@ -23,13 +23,13 @@ def dut_io(dut):
         await FallingEdge(dut.clk)
 
     async def until(name):
+        # At a falling edge (settled): while low, wait for it to rise and settle (a glitch
+        # has gone again by the next falling edge); then the one tick after the read of 1. A
+        # port already high takes one tick, as a loop of get and tick would.
         sig = getattr(dut, name)
-        while True:
-            if not int(sig.value):
-                await RisingEdge(sig)
-            await FallingEdge(dut.clk)       # settled: a glitch has gone again
-            if int(sig.value):
-                break
+        while not int(sig.value):
+            await RisingEdge(sig)
+            await FallingEdge(dut.clk)
         await FallingEdge(dut.clk)
 
     return SimIO(set_, get, tick, until)
