@@ -467,7 +467,7 @@ class Driver:
     # -- streams --
     async def _wait(self, port: str) -> None:
         """Tick until ``port`` has read 1 before a tick (the handshake of a valid beat)."""
-        if self.until is not None:
+        if self.until is not None and not self.get(port):     # a simulator's trigger
             await self.until(port)
             return
         for _ in range(MAX_WAIT):
@@ -815,13 +815,31 @@ def _generate(cfg, folder, say) -> None:
     write_atomic(stamp, digest + "\n")
 
 
+def _verilog_folder(verilog):
+    """A copy of the Verilog file ``verilog`` in a folder named by its contents, whose
+    ``verilator`` build it shares: a configuration or generator change that leaves the Verilog
+    alone does not compile it again (Verilator skips identical inputs, make the rest)."""
+    import hashlib
+
+    from dstar.outputs import write_atomic
+    from dstar.paths import build_dir
+
+    text = verilog.read_bytes()
+    copy = build_dir("regress", "verilog-" + hashlib.sha256(text).hexdigest()[:16]) / verilog.name
+    if not copy.is_file() or copy.read_bytes() != text:
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(copy, text)
+    return copy
+
+
 def regress(cfg, *, seed: int, cases: int | None = None, minutes: float | None = None,
             first: int = 0, inject: int | None = None, output=None,
             rerun: str = "dstar regress", say=print) -> dict:
     """Run cases ``first ..`` of ``seed`` on ``cfg``'s accelerator top under Verilator (one
     compile, one simulation) for ``cases`` cases or ``minutes`` (whichever ends first); returns
     the report (``report``), also written whole to ``output`` if given and to the run's folder
-    (``regress/<config>/report.json`` under the build root). ``rerun``: the command line that
+    (``regress/<config>/report.json`` under the build root; the build is shared by every
+    configuration of the same Verilog, ``_verilog_folder``). ``rerun``: the command line that
     reproduces this run without its limits (the seed and case are added to it). ``ValueError``
     if Verilator is missing."""
     from dstar.hw.generate import ACCEL_TOP_NAME
@@ -840,11 +858,12 @@ def regress(cfg, *, seed: int, cases: int | None = None, minutes: float | None =
     plan = {"config": cfg.to_dict(), "seed": seed, "first": first, "count": cases,
             "seconds": None if minutes is None else minutes * 60.0, "inject": inject}
     write_atomic(folder / "plan.json", json.dumps(plan) + "\n")
-    build = folder / "verilator"
+    verilog = _verilog_folder(folder / f"{ACCEL_TOP_NAME}.v")
+    build = verilog.parent / "verilator"
     say(f"compiling for Verilator in {build} (log: build.log) ...")
     t0 = time.perf_counter()
-    runner = simulators.build(Simulator.VERILATOR, folder / f"{ACCEL_TOP_NAME}.v",
-                              ACCEL_TOP_NAME, build, log_file=folder / "build.log")
+    runner = simulators.build(Simulator.VERILATOR, verilog, ACCEL_TOP_NAME, build,
+                              log_file=folder / "build.log")
     t_build = time.perf_counter() - t0
     limit = " and ".join(x for x in (cases and f"{cases} cases",
                                      minutes and f"{minutes:g} minutes") if x)

@@ -83,3 +83,18 @@ def test_the_report_names_failed_cases_and_how_to_rerun_them(setup):
     text = format_report(rep)
     assert "seed 42 case 3: op 2 (linear): Y differs" in text
     assert "rerun: dstar regress --preset tiny --seed 42 --case 3" in text
+
+
+@pytest.mark.parametrize("argv,msg", [
+    ((), "give --cases N, --minutes M or --case I"),
+    (("--case", "3"), "--case 3 needs the --seed of the run it comes from"),
+    (("--case", "3", "--seed", "1", "--cases", "2"), "--case reruns one case"),
+    (("--cases", "1", "--set", "datapath=int8"), "needs datapath=dstar, not int8"),
+    (("--cases", "1", "--set", "tau=x"), "tau expects an integer, got 'x'"),
+])
+def test_bad_regress_arguments_are_one_line(capsys, argv, msg):
+    from dstar.cli import main
+
+    assert main(["regress", *argv]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1 and "Traceback" not in err
