@@ -5,7 +5,7 @@ Ref: dstar-spec.md sections 7.1, 7.2 and 7.4; the bit-exact contract is ``dstar.
 ``FmdqEncoded.slices`` for the slices). Design notes and measurements: docs/design/fmdq-qu.md.
 """
 
-from amaranth import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth import Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -56,20 +56,29 @@ def update_layout(tokens: int, per_beat: int, channel_bits: int, e_max: int):
 
 
 def sort_entry_layout(window: int, e_max: int) -> data.StructLayout:
-    """One (channel, slice) entry of a window: the sort key is its low bits ``ch`` (the
-    tie-breaker), ``tkey`` (the total shift, or its complement for a descending order) and
-    ``invalid`` (a slice beyond its code's width: sorts after every real one)."""
+    """One (channel, slice) entry of a window, all key: ``ch`` (the tie-breaker), ``tkey`` (the
+    total shift, or its complement for a descending order) and ``invalid`` (a slice beyond its
+    code's width: sorts after every real one). The slice index and its sign follow from the
+    channel's shift and width, read with its codes after the sort."""
     return data.StructLayout({
         "ch": unsigned(uwidth(window)),
         "tkey": unsigned(total_shift_bits(e_max)),
         "invalid": unsigned(1),
-        "j": unsigned(2),
-        "signed": unsigned(1),
     })
 
 
 def _entry_key(e):
-    return Cat(e.ch, e.tkey, e.invalid)
+    return Value.cast(e)
+
+
+def code_word_layout(tokens: int, per_beat: int, e_max: int) -> data.ArrayLayout:
+    """A code buffer word: per sub-channel of a beat its codes (raw bits), shift ``p`` and
+    slice count ``n = width / 2``."""
+    return data.ArrayLayout(data.StructLayout({
+        "q": data.ArrayLayout(unsigned(8), tokens),
+        "p": unsigned(uwidth(e_max + 1)),
+        "n": unsigned(3),
+    }), per_beat)
 
 
 def default_buffers(window: int, per_beat: int, sort_latency: int) -> int:
@@ -154,7 +163,7 @@ class QuantUnit(wiring.Component):
         self.tokens, self.window, self.e_max, self.tau = tokens, window, e_max, tau
         self.diff_bits, self.channel_bits, self.per_beat = diff_bits, channel_bits, per_beat
         self.reg_every, self.descending = reg_every, descending
-        self.sort_latency = register_stages(window * MAX_SLICES, reg_every)
+        self.sort_latency = register_stages(window * MAX_SLICES, reg_every, MAX_SLICES)
         self.buffers = buffers or default_buffers(window, per_beat, self.sort_latency)
         if self.buffers < 2:
             raise ValueError("QuantUnit needs at least 2 code buffers (one window waits for "
@@ -293,8 +302,8 @@ class QuantUnit(wiring.Component):
         tag_l = data.StructLayout({"slot": unsigned(sb), "base": unsigned(self.channel_bits),
                                    "last": unsigned(1)})
         m.submodules.sorter = srt = BitonicSorter(ent_l, n_ent, _entry_key, tag_l,
-                                                  self.reg_every)
-        code_l = data.ArrayLayout(data.ArrayLayout(unsigned(8), T), S)
+                                                  self.reg_every, MAX_SLICES)
+        code_l = code_word_layout(T, S, e_max)
         m.submodules.codes = mem = Memory(shape=code_l, depth=nb * beats, init=[])
         wr = mem.write_port()
         rds = [mem.read_port() for _ in range(LANES)]
@@ -332,8 +341,9 @@ class QuantUnit(wiring.Component):
                          u.sub[i].clipped.eq(x3[i].clipped),
                          u.sub[i].saturated.eq(x3[i].saturated), u.sub[i].q.eq(x3[i].q)]
         m.d.comb += [wr.en.eq(fire), wr.addr.eq(slot * beats + bidx)]
-        m.d.comb += [wr.data[i][t].eq(x3[i].q[t].as_unsigned()) for i in range(S)
-                     for t in range(T)]
+        for i in range(S):
+            m.d.comb += [wr.data[i].p.eq(x3[i].p), wr.data[i].n.eq(x3[i].n)]
+            m.d.comb += [wr.data[i].q[t].eq(x3[i].q[t].as_unsigned()) for t in range(T)]
 
         # Per channel of the window its shift and slice count: registers for the beats before
         # the last, the completing beat's straight from stage 3 (a partial window's later
@@ -345,12 +355,15 @@ class QuantUnit(wiring.Component):
             here = bidx == c // S
             p_c = Mux(here, x3[c % S].p, p_arr[c]) if c < held else x3[c % S].p
             n_c = Mux(here, x3[c % S].n, n_arr[c]) if c < held else Mux(here, x3[c % S].n, 0)
-            for j in range(MAX_SLICES):
-                e = srt.i.payload.entries[c * MAX_SLICES + j]
-                total = p_c + SLICE_BITS * j
-                m.d.comb += [e.ch.eq(c), e.j.eq(j), e.signed.eq(n_c == j + 1),
-                             e.invalid.eq(n_c <= j),
-                             e.tkey.eq(tmax - total if self.descending else total)]
+            # A channel's entries in key order already (a presorted run of the network): its
+            # valid slices from the first key on, then the invalid ones.
+            for i in range(MAX_SLICES):
+                e = srt.i.payload.entries[c * MAX_SLICES + i]
+                if self.descending:      # slice n - 1 - i: total p + 2 (n - 1 - i)
+                    tkey = tmax - p_c - SLICE_BITS * (n_c - 1 - i)
+                else:                    # slice i
+                    tkey = p_c + SLICE_BITS * i
+                m.d.comb += [e.ch.eq(c), e.invalid.eq(n_c <= i), e.tkey.eq(tkey)]
         m.d.comb += [srt.i.payload.tag.slot.eq(slot), srt.i.payload.tag.base.eq(base),
                      srt.i.payload.tag.last.eq(last3)]
 
@@ -379,8 +392,7 @@ class QuantUnit(wiring.Component):
                                         + sum(x3[i].saturated.as_unsigned() for i in range(S)))]
 
         # ----- packer: a shift register over the sorted window -----
-        lane_l = data.StructLayout({"ch": unsigned(uwidth(W)), "j": unsigned(2),
-                                    "signed": unsigned(1), "valid": unsigned(1)})
+        lane_l = data.StructLayout({"ch": unsigned(uwidth(W)), "valid": unsigned(1)})
         cmd_l = data.StructLayout({
             "lane": data.ArrayLayout(lane_l, LANES), "tkey": unsigned(total_shift_bits(e_max)),
             "slot": unsigned(sb), "base": unsigned(self.channel_bits),
@@ -420,9 +432,7 @@ class QuantUnit(wiring.Component):
         ]
         for k in range(LANES):
             e_k = ent(k)
-            m.d.comb += [cmd.lane[k].valid.eq(ok[k]), cmd.lane[k].ch.eq(Mux(ok[k], e_k.ch, 0)),
-                         cmd.lane[k].j.eq(Mux(ok[k], e_k.j, 0)),
-                         cmd.lane[k].signed.eq(ok[k] & e_k.signed)]
+            m.d.comb += [cmd.lane[k].valid.eq(ok[k]), cmd.lane[k].ch.eq(Mux(ok[k], e_k.ch, 0))]
         step, done = Signal(), Signal()
         m.d.comb += [step.eq(fv & (~cmd_valid | cmd_ready)), done.eq(~h_valid | eow),
                      srt.o.ready.eq(~fv | (step & done))]
@@ -473,9 +483,12 @@ class QuantUnit(wiring.Component):
                      o.shift.eq(Mux(rd_meta.marker, 0, total)), o.last.eq(rd_last)]
         for k, rd in enumerate(rds):
             ln = rd_meta.lane[k]
-            m.d.comb += [o.lane[k].channel.eq(Mux(rd_meta.marker, 0, rd_meta.base + ln.ch)),
-                         o.lane[k].signed.eq(ln.signed), o.lane[k].valid.eq(ln.valid)]
             word = rd.data[ln.ch % S] if S > 1 else rd.data[0]
+            j = Signal(2, name=f"j{k}")                  # the lane's slice: total = p + 2j
+            m.d.comb += [j.eq((total - word.p)[1:]),
+                         o.lane[k].channel.eq(Mux(rd_meta.marker, 0, rd_meta.base + ln.ch)),
+                         o.lane[k].signed.eq(ln.valid & (j + 1 == word.n)),
+                         o.lane[k].valid.eq(ln.valid)]
             for t in range(T):
-                m.d.comb += o.act[t][k].eq(Mux(ln.valid, word[t].word_select(ln.j, 2), 0))
+                m.d.comb += o.act[t][k].eq(Mux(ln.valid, word.q[t].word_select(j, 2), 0))
         return m

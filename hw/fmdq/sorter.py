@@ -11,17 +11,21 @@ from amaranth.lib.wiring import In, Out
 __all__ = ["bitonic_network", "network_depth", "register_stages", "BitonicSorter"]
 
 
-def bitonic_network(n: int) -> list[list[tuple[int, int]]]:
+def bitonic_network(n: int, presorted: int = 1) -> list[list[tuple[int, int]]]:
     """The comparator stages of an ascending bitonic sort of ``n`` entries padded to the next
-    power of two ``N`` (padding entries sort after every real one). Stage ``s`` is a list of
+    power of two ``N`` (padding entries sort after every real one), whose aligned runs of
+    ``presorted`` entries (a power of two) are already ascending. Stage ``s`` is a list of
     compare-exchange pairs ``(a, b)``, ``a < b``: after it, position ``a`` holds the smaller key.
 
     All comparators point the same way: each merge of two sorted halves of a block of ``k``
     starts with a *flip* (``i`` against ``k - 1 - i``) instead of reversing every other block,
-    then half-cleaners at distances ``k/4 .. 1``. Depth ``m (m + 1) / 2`` for ``N = 2**m``."""
+    then half-cleaners at distances ``k/4 .. 1``; merges of blocks up to ``presorted`` are left
+    out. Depth ``m (m + 1) / 2 - r (r + 1) / 2`` for ``N = 2**m``, ``presorted = 2**r``."""
+    if presorted < 1 or presorted & (presorted - 1):
+        raise ValueError(f"presorted must be a power of two, got {presorted}")
     size = 1 << max(0, (n - 1).bit_length())
     stages = []
-    k = 2
+    k = 2 * presorted
     while k <= size:
         stages.append([(b + i, b + k - 1 - i) for b in range(0, size, k) for i in range(k // 2)])
         j = k // 4
@@ -32,20 +36,22 @@ def bitonic_network(n: int) -> list[list[tuple[int, int]]]:
     return stages
 
 
-def network_depth(n: int) -> int:
-    """Comparator stages of ``bitonic_network(n)``."""
-    return len(bitonic_network(n))
+def network_depth(n: int, presorted: int = 1) -> int:
+    """Comparator stages of ``bitonic_network(n, presorted)``."""
+    return len(bitonic_network(n, presorted))
 
 
-def register_stages(n: int, reg_every: int = 1) -> int:
+def register_stages(n: int, reg_every: int = 1, presorted: int = 1) -> int:
     """Pipeline registers of a ``BitonicSorter`` of ``n`` entries: one after every ``reg_every``
     comparator stages, at least one (its latency in cycles)."""
-    return max(1, -(-network_depth(n) // reg_every))
+    return max(1, -(-network_depth(n, presorted) // reg_every))
 
 
 class BitonicSorter(wiring.Component):
     """Sort ``n`` entries of shape ``entry`` ascending by ``key(entry_view)`` (an unsigned
-    value), one vector per cycle; ``tag`` rides along unchanged.
+    value), one vector per cycle; ``tag`` rides along unchanged. With ``presorted`` (a power of
+    two dividing ``n``) the caller guarantees that every aligned run of that many input entries
+    is already ascending, and the network starts with the merges of such runs.
 
     Entries with equal keys leave in an unspecified order (the network is not stable): callers
     that need a total order put a tie-breaker into the key. Padding to a power of two is
@@ -53,11 +59,11 @@ class BitonicSorter(wiring.Component):
     against it are wires or fixed swaps), so a non-power-of-two ``n`` costs no more comparators
     than the real entries need.
 
-    Latency ``register_stages(n, reg_every)`` cycles (a register after every ``reg_every``
-    comparator stages; the input is combinational into the first ones); throughput one vector
-    per cycle. Back-pressure per register: a stalled output holds the last register only, and
-    vectors behind it advance into empty registers (``i.ready`` is low only when every register
-    is full and the output is stalled). Reset empties the pipeline.
+    Latency ``register_stages(n, reg_every, presorted)`` cycles (a register after every
+    ``reg_every`` comparator stages; the input is combinational into the first ones);
+    throughput one vector per cycle. Back-pressure per register: a stalled output holds the last
+    register only, and vectors behind it advance into empty registers (``i.ready`` is low only
+    when every register is full and the output is stalled). Reset empties the pipeline.
 
     Members
     -------
@@ -66,11 +72,13 @@ class BitonicSorter(wiring.Component):
         The entries sorted, position 0 the smallest key.
     """
 
-    def __init__(self, entry, n: int, key, tag=1, reg_every: int = 1):
-        if n < 1 or reg_every < 1:
-            raise ValueError(f"BitonicSorter needs n >= 1 and reg_every >= 1, got {n}, "
-                             f"{reg_every}")
+    def __init__(self, entry, n: int, key, tag=1, reg_every: int = 1, presorted: int = 1):
+        if n < 1 or reg_every < 1 or n % presorted:
+            raise ValueError(f"BitonicSorter needs n >= 1, reg_every >= 1 and presorted "
+                             f"dividing n, got {n}, {reg_every}, {presorted}")
+        bitonic_network(1, presorted)                   # checks presorted
         self._entry, self._n, self._key, self._reg_every = entry, n, key, reg_every
+        self._presorted = presorted
         self.layout = data.StructLayout({"entries": data.ArrayLayout(entry, n), "tag": tag})
         super().__init__({
             "i": In(stream.Signature(self.layout)),
@@ -79,12 +87,12 @@ class BitonicSorter(wiring.Component):
 
     @property
     def latency(self) -> int:
-        return register_stages(self._n, self._reg_every)
+        return register_stages(self._n, self._reg_every, self._presorted)
 
     def elaborate(self, platform):
         m = Module()
         n, entry = self._n, self._entry
-        stages = bitonic_network(n)
+        stages = bitonic_network(n, self._presorted)
         if isinstance(entry, data.Layout):
             def view(v):
                 return data.View(entry, v)

@@ -309,13 +309,20 @@ def test_mutants_are_detected():
         check(dead, [np.array([[1, 2, 3, 4, -2, 9, 0, 1]] * 4)], want={"tau": 0})
 
 
-@pytest.mark.parametrize("n,reg_every", [(1, 1), (3, 1), (8, 2), (13, 3), (32, 1)])
-def test_sorter_matches_sorted(n, reg_every):
+@pytest.mark.parametrize("n,reg_every,presorted",
+                         [(1, 1, 1), (3, 1, 1), (8, 2, 1), (13, 3, 1), (32, 1, 1), (24, 2, 4)])
+def test_sorter_matches_sorted(n, reg_every, presorted):
     """The sort network alone against ``sorted`` on random keys with many ties, random gaps and
-    back-pressure: keys in order, each vector's entries kept, vectors in order."""
+    back-pressure: keys in order, each vector's entries kept, vectors in order (with
+    ``presorted``, each aligned run of that many entries given ascending)."""
     rng = random.Random(n * 10 + reg_every)
-    dut = BitonicSorter(unsigned(7), n, key=lambda e: e[:3], tag=8, reg_every=reg_every)
-    vecs = [[rng.randrange(128) for _ in range(n)] for _ in range(40)]
+    dut = BitonicSorter(unsigned(7), n, key=lambda e: e[:3], tag=8, reg_every=reg_every,
+                        presorted=presorted)
+    vecs = []
+    for _ in range(40):
+        v = [rng.randrange(128) for _ in range(n)]
+        vecs.append([x for r in range(0, n, presorted)
+                     for x in sorted(v[r:r + presorted], key=lambda x: x & 7)])
     got = []
 
     async def bench(ctx):
@@ -340,10 +347,11 @@ def test_sorter_matches_sorted(n, reg_every):
         assert sorted(entries) == sorted(vecs[k])
     # The network alone (unpadded sizes too) on every 0/1 input of up to 12 entries would be
     # the 0-1 principle; random integer vectors of every size up to 40 instead.
-    for size in range(1, 41):
-        stages = bitonic_network(size)
+    for size, pre in [(s, 1) for s in range(1, 41)] + [(s, 4) for s in range(4, 41, 4)]:
+        stages = bitonic_network(size, pre)
         for _ in range(20):
             v = [rng.randrange(6) for _ in range(size)]
+            v = [x for r in range(0, size, pre) for x in sorted(v[r:r + pre])]
             w = v + [99] * ((1 << max(0, (size - 1).bit_length())) - size)
             for stage in stages:
                 for a, b in stage:
