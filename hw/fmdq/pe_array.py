@@ -1,0 +1,278 @@
+"""The SIMD-4 2b x 8b PE array of FMDQ (spec section 7.4): ``T`` tokens x ``M`` columns of PEs,
+each the 4-lane inner product of 2-bit activation slices with 8-bit weights, accumulated in
+Horner form. Golden twin: ``dstar.golden.fmdq_pe`` (``run_unit``, ``pe_array_y``); cycles:
+``dstar.sim.fmdq_cycles``.
+
+Orientation: a group's four weight rows are read once per column from the array's weight
+window and broadcast along the column's ``T`` tokens; a token's slices are broadcast along the
+``M`` columns. Nothing per PE chooses among weight rows: the per-column work (row selection,
+the multiples ``w``, ``+-2w``, ``3w`` / ``-w`` of each lane's weight) is shared by ``T`` PEs, and
+a PE only picks one of its lane's three multiples by the slice's code and adds four of them.
+"""
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from dstar.golden.fmdq import LANES
+from dstar.golden.fmdq_pe import MAX_STEP, acc_bits
+
+from ..geometry import uwidth
+from .layouts import slice_group_layout, total_shift_bits
+
+__all__ = ["weight_window_row_layout", "group_op_layout", "FmdqPEArray"]
+
+#: Bits of one lane's multiple of a weight (``3 * -128`` .. ``3 * 127``).
+_MULT_BITS = 10
+
+
+def weight_window_row_layout(columns: int, window: int) -> data.StructLayout:
+    """One row of the weight window: channel ``row`` (the channel index modulo ``window``) of
+    buffer ``bank``, the ``columns`` INT8 weights of that channel."""
+    return data.StructLayout({
+        "bank": unsigned(1),
+        "row": unsigned(uwidth(window)),
+        "w": data.ArrayLayout(signed(8), columns),
+    })
+
+
+def group_op_layout(tokens: int, channel_bits: int, e_max: int,
+                    y_depth: int) -> data.StructLayout:
+    """One group for the array: the quantization unit's ``group``
+    (``hw.fmdq.layouts.slice_group_layout``; its ``last`` ends a *unit*, one token tile's groups
+    of one sort window) plus the sequencer's fields: the weight buffer ``bank`` the unit's
+    window is in, and, read with the unit's last group, the accumulator row ``y_addr`` of the
+    tile's first token, the tile's tokens ``n_tok`` (1 .. ``tokens``) and ``overwrite``
+    (replace the rows instead of adding to them)."""
+    return data.StructLayout({
+        "group": slice_group_layout(tokens, channel_bits, e_max),
+        "bank": unsigned(1),
+        "y_addr": unsigned(uwidth(y_depth)),
+        "n_tok": unsigned(tokens.bit_length()),
+        "overwrite": unsigned(1),
+    })
+
+
+class FmdqPEArray(wiring.Component):
+    """``tokens`` x ``columns`` SIMD-4 PEs over a double-buffered weight window of ``window``
+    channel rows (a power of two; a unit's channels must lie in one aligned window, as
+    ``golden.fmdq.schedule_tile`` makes them), with the accumulator memory ``Y`` (``y_depth``
+    rows of ``columns`` signed ``y_bits`` integers).
+
+    A unit (groups of one token tile and one window, total shifts not increasing, ended by
+    ``group.last``) adds, for every token ``t < n_tok`` and column ``m``::
+
+        Y[y_addr + t * y_stride][m] += sum_g (sum_i act_g[t][i] * W[k_gi][m]) << s_g
+
+    exactly (``overwrite`` replaces; the caller keeps ``Y`` within ``y_bits``). ``act[t][i]``
+    reads as signed [-2, 1] if ``lane[i].signed``, else unsigned [0, 3]; lanes with ``valid``
+    low count as zero. Each PE accumulates the unit in Horner form (``golden.fmdq_pe``): an
+    ``acc_bits(window, e_max)``-bit register, shifted by 0, 1 or 2 per group, never
+    overflowing; at the unit's end it is copied into the PE's drain register and the unit's
+    rows are written out one per cycle, shifted by the last group's total shift once per
+    column, while the next unit runs.
+
+    Latency: a group accepted in cycle ``c`` updates the accumulators at the end of cycle
+    ``c + 1``; a unit whose last group is accepted in cycle ``L`` writes its row ``r`` at the
+    end of cycle ``L + 4 + r`` and pulses ``o_unit_done`` in cycle ``L + 3 + n_tok``.
+    Throughput and back-pressure: one group per cycle, except that (a) a group whose total
+    shift lies ``D > 2`` below its predecessor's in the unit waits ``(D - 1) // 2`` cycles
+    (``golden.fmdq_pe.bubbles``), and (b) a unit's last group is accepted at least ``n_tok``
+    cycles (of the previous unit) after the previous unit's last group. ``i_op.ready``
+    depends combinationally on ``i_op.valid`` and its payload. A weight row written on an edge
+    is read by groups accepted from the next cycle on. Reset clears the control state (a
+    partly accumulated unit and a pending write-out are dropped); weights, accumulators and
+    ``Y`` keep their contents. ``host_y_addr`` reads ``Y`` (``host_y_rdata`` one cycle later)
+    while no row is being written out.
+
+    Members
+    -------
+    i_op : In(stream.Signature(group_op_layout))
+    i_wrow : In(stream.Signature(weight_window_row_layout, always_ready=True))
+    o_unit_done : Out(1)
+    host_y_addr, host_y_rdata
+    """
+
+    def __init__(self, *, tokens: int, columns: int, window: int, e_max: int,
+                 channel_bits: int, y_depth: int, y_bits: int, y_stride: int = 1):
+        if window < 1 or window & (window - 1):
+            raise ValueError(f"window must be a power of two, got {window}")
+        self.tokens, self.columns, self.window, self.e_max = tokens, columns, window, e_max
+        self.channel_bits, self.y_depth, self.y_bits = channel_bits, y_depth, y_bits
+        self.y_stride = y_stride
+        self.acc_bits = acc_bits(window, e_max)
+        if y_bits < self.acc_bits:
+            raise ValueError(f"y_bits={y_bits} is narrower than a unit's sum ({self.acc_bits})")
+        super().__init__({
+            "i_op": In(stream.Signature(group_op_layout(tokens, channel_bits, e_max, y_depth))),
+            "i_wrow": In(stream.Signature(weight_window_row_layout(columns, window),
+                                          always_ready=True)),
+            "o_unit_done": Out(1),
+            "host_y_addr": In(uwidth(y_depth)),
+            "host_y_rdata": Out(data.ArrayLayout(signed(y_bits), columns)),
+        })
+
+    def elaborate(self, platform):
+        n_t, n_m, n_w = self.tokens, self.columns, self.window
+        a_bits = self.acc_bits
+        m = Module()
+
+        # --- the weight window: two buffers of window rows, written by i_wrow ---
+        row_l = data.ArrayLayout(signed(8), n_m)
+        wbuf = [[Signal(row_l, name=f"w{b}_{r}", reset_less=True) for r in range(n_w)]
+                for b in range(2)]
+        wr = self.i_wrow
+        with m.If(wr.valid):
+            for b in range(2):
+                for r in range(n_w):
+                    with m.If((wr.payload.bank == b) & (wr.payload.row == r)):
+                        m.d.sync += wbuf[b][r].eq(wr.payload.w)
+
+        # --- issue: bubbles, the Horner step and the write-out hold ---
+        op, grp = self.i_op.payload, self.i_op.payload.group
+        sh_bits = total_shift_bits(self.e_max)
+        s_prev = Signal(sh_bits)               # the accumulators' current total shift
+        fresh = Signal(init=1)                 # the next group starts a unit
+        hold = Signal(range(max(n_t, 2)))      # cycles before a unit's last group may issue
+        gap = Signal(sh_bits + 1)
+        m.d.comb += gap.eq(s_prev - grp.shift)
+        bubble = self.i_op.valid & ~fresh & (gap > MAX_STEP)
+        take = ~bubble & (~grp.last | (hold == 0))
+        accept = self.i_op.valid & take
+        m.d.comb += self.i_op.ready.eq(take)
+        with m.If(hold != 0):
+            m.d.sync += hold.eq(hold - 1)
+        with m.If(accept):
+            m.d.sync += [s_prev.eq(grp.shift), fresh.eq(grp.last)]
+            with m.If(grp.last):
+                m.d.sync += hold.eq(op.n_tok - 1)
+        with m.Elif(bubble):
+            m.d.sync += s_prev.eq(s_prev - MAX_STEP)
+
+        # --- stage E registers: the group's slices, its lanes' weights, the step ---
+        act_l = data.ArrayLayout(data.ArrayLayout(unsigned(2), LANES), n_t)
+        e_act = Signal(act_l, reset_less=True)
+        e_w = [[Signal(signed(8), name=f"e_w{c}_{i}", reset_less=True) for i in range(LANES)]
+               for c in range(n_m)]
+        e_live = Signal(LANES)                 # lane carries a slice (accepted op, valid lane)
+        e_sgn = Signal(LANES)
+        e_step = Signal(MAX_STEP + 1)          # one-hot shift 0, 1, 2; none: first group
+        e_last = Signal()
+        e_shift = Signal(sh_bits)
+        e_addr, e_ntok = Signal.like(op.y_addr), Signal.like(op.n_tok)
+        e_over = Signal()
+        rows = wbuf[0]
+        active = [Signal(row_l, name=f"wa_{r}") for r in range(n_w)]   # the op's buffer
+        for r in range(n_w):
+            m.d.comb += active[r].eq(Mux(op.bank, wbuf[1][r], rows[r]))
+        r_bits = uwidth(n_w)
+        for i in range(LANES):
+            ch = grp.lane[i].channel[:r_bits] if n_w > 1 else Const(0, 1)
+            fetched = Signal(row_l, name=f"fetch_{i}")
+            with m.Switch(ch):
+                for r in range(n_w):
+                    with m.Case(r):
+                        m.d.comb += fetched.eq(active[r])
+            m.d.sync += [e_w[c][i].eq(fetched[c]) for c in range(n_m)]
+        m.d.sync += [e_act.eq(grp.act), e_shift.eq(grp.shift), e_addr.eq(op.y_addr),
+                     e_ntok.eq(op.n_tok), e_over.eq(op.overwrite),
+                     e_sgn.eq(Cat(grp.lane[i].signed for i in range(LANES))),
+                     e_live.eq(Mux(accept, Cat(grp.lane[i].valid for i in range(LANES)), 0)),
+                     e_last.eq(accept & grp.last)]
+        with m.If(accept):
+            with m.If(fresh):
+                m.d.sync += e_step.eq(0)
+            with m.Else():
+                m.d.sync += e_step.eq(1 << gap[:2])
+        with m.Elif(bubble):
+            m.d.sync += e_step.eq(1 << MAX_STEP)
+        with m.Else():
+            m.d.sync += e_step.eq(1)
+
+        # --- stage E: per column the lanes' multiples, per PE the Horner step ---
+        mult = signed(_MULT_BITS)
+        acc = [[Signal(signed(a_bits), name=f"acc_{t}_{c}", reset_less=True) for c in range(n_m)]
+               for t in range(n_t)]
+        drain = [[Signal(signed(a_bits), name=f"dr_{t}_{c}", reset_less=True) for c in range(n_m)]
+                 for t in range(n_t)]
+        codes = [[[Signal(name=f"code{v}_{t}_{i}") for v in (1, 2, 3)] for i in range(LANES)]
+                 for t in range(n_t)]
+        for t in range(n_t):
+            for i in range(LANES):
+                a = e_act[t][i]
+                m.d.comb += [codes[t][i][v - 1].eq(a == v) for v in (1, 2, 3)]
+        steps = [Signal(name=f"step{k}") for k in range(MAX_STEP + 1)]
+        m.d.comb += [steps[k].eq(e_step[k]) for k in range(MAX_STEP + 1)]
+        for c in range(n_m):
+            lanes = []
+            for i in range(LANES):
+                w = e_w[c][i]
+                # Code 1: w; code 2: 2w (unsigned) or -2w (signed); code 3: 3w or -w.
+                m1, m2, m3 = (Signal(mult, name=f"m{v}_{c}_{i}") for v in (1, 2, 3))
+                live = e_live[i]
+                m.d.comb += [m1.eq(Mux(live, w, 0)),
+                             m2.eq(Mux(live, Mux(e_sgn[i], -(w << 1), w << 1), 0)),
+                             m3.eq(Mux(live, Mux(e_sgn[i], -w, w + (w << 1)), 0))]
+                lanes.append((m1, m2, m3))
+            for t in range(n_t):
+                terms = []
+                for i, (m1, m2, m3) in enumerate(lanes):
+                    k1, k2, k3 = codes[t][i]
+                    v = Signal(mult, name=f"v_{t}_{c}_{i}")
+                    m.d.comb += v.eq((m1 & k1.replicate(_MULT_BITS))
+                                     | (m2 & k2.replicate(_MULT_BITS))
+                                     | (m3 & k3.replicate(_MULT_BITS)))
+                    terms.append(v)
+                a = acc[t][c]
+                held = Signal(signed(a_bits), name=f"held_{t}_{c}")
+                m.d.comb += held.eq((a & steps[0].replicate(a_bits))
+                                    | ((a << 1)[:a_bits] & steps[1].replicate(a_bits))
+                                    | ((a << 2)[:a_bits] & steps[2].replicate(a_bits)))
+                nxt = Signal(signed(a_bits), name=f"next_{t}_{c}")
+                m.d.comb += nxt.eq(held + terms[0] + terms[1] + terms[2] + terms[3])
+                m.d.sync += a.eq(nxt)
+                with m.If(e_last):
+                    m.d.sync += drain[t][c].eq(nxt)
+
+        # --- write-out (stage D): one row per cycle, shifted once per column ---
+        d_left = Signal(range(n_t + 1))
+        d_row = Signal(range(max(n_t, 2)))
+        d_shift = Signal(sh_bits)
+        d_addr, d_over = Signal.like(op.y_addr), Signal()
+        a_valid, a_over, a_done = Signal(), Signal(), Signal()
+        a_addr = Signal.like(op.y_addr)
+        a_val = [Signal(signed(a_bits), name=f"a_val{c}", reset_less=True) for c in range(n_m)]
+        m.d.sync += [a_valid.eq(d_left != 0), a_over.eq(d_over), a_addr.eq(d_addr),
+                     a_done.eq(d_left == 1)]
+        for c in range(n_m):
+            row = Signal(signed(a_bits), name=f"row_{c}")
+            with m.Switch(d_row):
+                for t in range(n_t):
+                    with m.Case(t):
+                        m.d.comb += row.eq(drain[t][c])
+            m.d.sync += a_val[c].eq((row << d_shift)[:a_bits])
+        with m.If(d_left != 0):
+            m.d.sync += [d_left.eq(d_left - 1), d_row.eq(d_row + 1),
+                         d_addr.eq(d_addr + self.y_stride)]
+        with m.If(e_last):
+            m.d.sync += [d_left.eq(e_ntok), d_row.eq(0), d_shift.eq(e_shift),
+                         d_addr.eq(e_addr), d_over.eq(e_over)]
+
+        # --- stages A (read Y) and B (write Y) ---
+        y_l = data.ArrayLayout(signed(self.y_bits), n_m)
+        m.submodules.y = ymem = Memory(shape=y_l, depth=self.y_depth, init=[])
+        y_wr = ymem.write_port()
+        y_rd = ymem.read_port(transparent_for=(y_wr,))
+        m.d.comb += [y_rd.addr.eq(Mux(a_valid, a_addr, self.host_y_addr)),
+                     self.host_y_rdata.eq(y_rd.data)]
+        b_valid, b_over, b_done = Signal(), Signal(), Signal()
+        b_addr = Signal.like(a_addr)
+        b_val = [Signal(signed(a_bits), name=f"b_val{c}", reset_less=True) for c in range(n_m)]
+        m.d.sync += [b_valid.eq(a_valid), b_over.eq(a_over), b_addr.eq(a_addr),
+                     b_done.eq(a_valid & a_done)]
+        m.d.sync += [b_val[c].eq(a_val[c]) for c in range(n_m)]
+        m.d.comb += [y_wr.en.eq(b_valid), y_wr.addr.eq(b_addr), self.o_unit_done.eq(b_done)]
+        for c in range(n_m):
+            m.d.comb += y_wr.data[c].eq(Mux(b_over, b_val[c], y_rd.data[c] + b_val[c]))
+        return m

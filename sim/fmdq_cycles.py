@@ -1,0 +1,92 @@
+"""Cycles of the FMDQ SIMD-4 PE array (``dstar.hw.fmdq.pe_array.FmdqPEArray``), exactly, from the
+golden model's groups and Horner bubbles (``dstar.golden.fmdq_pe``).
+
+``array_cycles``: one run of units on the array, fed without gaps, from the first group's
+acceptance to the last unit's ``o_unit_done`` inclusive (the RTL's count; the array's contract
+gives each term):
+
+* a unit ``u`` with ``g_u`` groups and ``b_u`` bubbles accepts its last group ``L_u`` at
+  ``L_0 = g_0 + b_0 - 1`` and ``L_u = L_{u-1} + max(g_u + b_u, n_{u-1})`` (its write-out hold:
+  ``n_{u-1}`` tokens of the previous unit);
+* the run ends ``n_last + 3`` cycles after ``L_last``.
+
+``layer_cycles``: a layer ``(N, K) x (K, M_out)`` on ``n_arrays`` arrays sharing the group
+stream, column block by column block, windows outer and token tiles inner (a window's weight
+rows stay in the array while every tile runs it). Units without a slice are skipped except in
+the first window, whose units write (overwrite) the tile's rows and so issue one empty group.
+The weight window's ``window`` rows load at one row per cycle into the free buffer (the buffer
+of window ``j - 2`` is free once that window's last group is accepted); a window's first group
+waits for its rows. That loader is the layer sequencer's (not built yet): this part of the
+model is the sequencer's specification, not yet checked against RTL.
+"""
+
+import numpy as np
+
+from dstar.golden.fmdq import LANES, FmdqEncoded, _shift_counts
+from dstar.golden.fmdq_pe import unit_bubbles
+
+__all__ = ["array_cycles", "unit_table", "layer_cycles", "DRAIN_TAIL"]
+
+#: Cycles from a unit's last accepted group to its ``o_unit_done``, beyond its ``n_tok`` rows.
+DRAIN_TAIL = 3
+
+
+def array_cycles(groups, bubbles, n_tok) -> int:
+    """Cycles of one run of units (module docstring); every unit has at least one group."""
+    g, b, n = (np.asarray(a, np.int64) for a in (groups, bubbles, n_tok))
+    if g.size == 0:
+        return 0
+    if np.any(g < 1):
+        raise ValueError("every unit of a run has at least one group")
+    steps = np.maximum(g[1:] + b[1:], n[:-1])
+    return int(g[0] + b[0] - 1 + steps.sum() + n[-1] + DRAIN_TAIL + 1)
+
+
+def unit_table(enc: FmdqEncoded, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Groups, bubbles and tokens of every (window, tile) unit of ``enc``: int64 ``(n_windows,
+    n_tiles)`` each, before the first window's empty units are given their group."""
+    k = enc.shift.shape[1]
+    n = enc.q.shape[0]
+    tok = np.minimum(enc.token_tile, n - enc.token_tile * np.arange(enc.n_tiles))
+    g, b = [], []
+    for c in range(0, k, window):
+        sh, wd = enc.shift[:, c:c + window], enc.width[:, c:c + window]
+        g.append(((_shift_counts(sh, wd) + LANES - 1) // LANES).sum(axis=1))
+        b.append(unit_bubbles(sh, wd))
+    return np.array(g, np.int64), np.array(b, np.int64), np.broadcast_to(tok, (len(g), len(tok)))
+
+
+def layer_cycles(enc: FmdqEncoded, window: int, m_out: int, columns: int,
+                 n_arrays: int = 1) -> int:
+    """Cycles of one layer step on the arrays (module docstring)."""
+    g, b, n = unit_table(enc, window)
+    g = g.copy()
+    g[0] = np.maximum(g[0], 1)                 # the first window writes every tile's rows
+    blocks = -(-m_out // (columns * n_arrays))
+    return blocks * _run_with_loads(g, b, n, window)
+
+
+def _run_with_loads(g, b, n, window: int) -> int:
+    """One column block: the unit recurrence with each window's first group waiting for its
+    rows (loaded one per cycle from cycle 0, into buffer ``j % 2``)."""
+    last = -1                      # L of the previous unit
+    prev_n = 0
+    load_end = [0, 0]              # per buffer: the cycle its window's rows are all written
+    loader = 0                     # the cycle the loader is free
+    win_last = [-1, -1]            # per buffer: L of the last unit of its window
+    done = 0
+    for j in range(g.shape[0]):
+        start = max(loader, win_last[j % 2] + 1)
+        load_end[j % 2] = loader = start + window
+        first = True
+        for u in np.flatnonzero(g[j]):
+            f = last + 1
+            if first:
+                f = max(f, load_end[j % 2])
+                first = False
+            last = max(f + g[j, u] + b[j, u] - 1, last + prev_n) if last >= 0 else \
+                f + g[j, u] + b[j, u] - 1
+            prev_n = n[j, u]
+            done = last + prev_n + DRAIN_TAIL + 1
+        win_last[j % 2] = last
+    return int(done)
