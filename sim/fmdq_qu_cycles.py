@@ -10,12 +10,13 @@ It follows the unit's structure window by window:
 * a window's last beat hands its entries to the sort network, whose output they reach
   ``sort_latency`` cycles later; the packer loads a window when it has finished the previous one
   (in the same cycle) and spends ``max(groups, 1)`` cycles on it, one group per cycle;
-* a group is offered two cycles after the packer forms it (hold, then buffer read), except that
+* a group is offered two cycles after the packer forms it (buffer read, then hold), except that
   the last group of a window that is not the tile's last waits in the hold for the next command
   (the next non-empty window's first group, or the tile's end marker), and is offered the cycle
-  after it; a tile with no group at all offers one empty group two cycles after its marker;
-* a buffer is free again the cycle after its window's last group is read (the cycle it is
-  offered), or the cycle after the packer drops an empty window.
+  after that command is formed; a tile with no group at all offers one empty group two cycles
+  after its marker;
+* a buffer is free again the cycle after its window's last group is read (the cycle after the
+  packer forms it), or the cycle after the packer drops an empty window.
 
 Exact while the sort network never back-pressures the input, which the unit guarantees when
 ``buffers <= sort_latency`` (every window in the network holds a buffer); ``predict`` refuses
@@ -80,7 +81,7 @@ def predict(tiles: list[list[Window]], sort_latency: int, buffers: int) -> Predi
     clears: list[int | None] = []       # per window so far: the cycle its buffer is free
     fire, beat, waits = neg, 0, 0
     load_prev, done_prev = neg, neg     # last cycle the sort output held / the packer worked
-    pending = None                      # (index into groups, window index) of a held group
+    pending = None                      # index into groups of a held group
     for tile in tiles:
         for win in tile:
             for b in range(win.beats):
@@ -103,9 +104,7 @@ def predict(tiles: list[list[Window]], sort_latency: int, buffers: int) -> Predi
             load_prev, done_prev = load, start + max(win.groups, 1) - 1
             first_cmd = start if (win.groups or win.last) else None
             if first_cmd is not None and pending is not None:
-                gi, pw = pending
-                groups[gi] = first_cmd + 1
-                clears[pw] = first_cmd + 1
+                groups[pending] = first_cmd + 1
                 pending = None
                 if not win.groups:                   # the marker ends the held group's tile
                     clears[me] = start + 1
@@ -116,11 +115,9 @@ def predict(tiles: list[list[Window]], sort_latency: int, buffers: int) -> Predi
                     groups.append(start + 2)
                 continue
             for g in range(win.groups):
-                f = start + g
-                groups.append(f + 2)
-            if win.last:
-                clears[me] = groups[-1]
-            else:
-                pending = (len(groups) - 1, me)
+                groups.append(start + g + 2)
+            clears[me] = start + win.groups      # the cycle after its last group's read
+            if not win.last:
+                pending = len(groups) - 1
     assert pending is None
     return Prediction(updates, groups, (max(groups) + 1) if groups else 0, waits)

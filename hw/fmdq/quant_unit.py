@@ -82,11 +82,11 @@ def code_word_layout(tokens: int, per_beat: int, e_max: int) -> data.ArrayLayout
 
 
 def default_buffers(window: int, per_beat: int, sort_latency: int) -> int:
-    """Code-buffer windows that keep the unit from waiting for a free buffer at full rate: one
-    being written, the ones in the sort network, one being packed, one whose last group waits
-    for the next window (``dstar.sim.fmdq_qu_cycles`` checks it)."""
+    """Code-buffer windows that keep the unit from waiting for a free buffer: one being
+    written, the ones in the sort network, one being packed (``dstar.sim.fmdq_qu_cycles``
+    checks that no window waits at any group count)."""
     beats = window // per_beat
-    return 3 + -(-(sort_latency + 2) // beats)
+    return 2 + -(-(sort_latency + 2) // beats)
 
 
 class QuantUnit(wiring.Component):
@@ -109,18 +109,20 @@ class QuantUnit(wiring.Component):
     ``p > e_tol``, *saturated* if none fits, then ``p = e_max``); (3) quantize:
     ``q = (D + 2**(p-1)) >> p`` (round half up), saturated to INT8, 0 in the dead zone, and the
     width: the smallest of 0, 2, 4, 6, 8 bits holding the rounded dead-zoned extremes (rounding
-    is monotone, so they bound every code). The codes go to a code buffer (``buffers`` windows
-    of ``window`` sub-channels) and the ``u`` update stream; each channel's ``4`` (channel,
-    slice) entries (total shift ``p + 2j``, slices beyond the width invalid) go to a collector.
-    (4) When a window is complete (``window / per_beat`` beats, or the tile's last beat), its
-    ``4 * window`` entries are sorted by (valid first, total shift, channel) in a pipelined
-    bitonic network (``BitonicSorter``, ``register_stages(4 * window, reg_every)`` cycles).
-    (5) Packing: a shift register walks the sorted window, each cycle taking the next up to 4
-    entries of equal total shift as one group; a one-group hold resolves ``last`` (the last
-    group of a window is held until the next window's first group or the tile's end is known,
-    so ``last`` marks the tile's last group even when its last windows are empty); then the
-    group's codes are read from the code buffer (one read port per lane) and its slices are
-    bits ``2j, 2j + 1`` of each token's code.
+    is monotone, so they bound every code). The codes, ``p`` and the width go to a code buffer
+    (``buffers`` windows of ``window`` sub-channels) and to the ``u`` update stream; each
+    channel's 4 (channel, slice) entries (key: invalid beyond the width, then total shift
+    ``p + 2j`` or its complement for ``descending``, then channel) go to a collector in key
+    order. (4) When a window is complete (``window / per_beat`` beats, or the tile's last beat),
+    its ``4 * window`` entries are sorted in a pipelined bitonic network (``BitonicSorter`` with
+    runs of 4 presorted, ``register_stages(4 * window, reg_every, 4)`` cycles). (5) Packing: a
+    shift register walks the sorted window, each cycle taking the next up to 4 entries of equal
+    total shift as one group; the group's codes, shifts and widths are read from the code
+    buffer (one read port per lane; a buffer is free once its window's last group is read);
+    slice ``j = (total - p) / 2`` of each token's code is its bits ``2j, 2j + 1``, signed when
+    ``j`` is the width's top slice; a one-group hold then resolves ``last`` (a window's last
+    group waits for the next window's first group or the tile's end, so ``last`` marks the
+    tile's last group even when its last windows are empty).
 
     Output: padding lanes have ``valid = 0``, ``signed = 0``, channel = the window's first
     channel and slices 0 (as ``schedule_tile``). A tile whose sub-channels are all width 0 has no
@@ -129,8 +131,8 @@ class QuantUnit(wiring.Component):
 
     Latency: an input beat's update leaves ``FRONT_STAGES`` cycles after the beat is accepted
     (when ``u`` is ready and the collector has room); a window's first group is offered
-    ``register_stages(4 * window) + 3`` cycles after its last beat's update at the earliest,
-    when the packer is free; ``dstar.sim.fmdq_qu_cycles`` gives every cycle with both outputs
+    ``sort_latency + 3`` cycles after its last beat's update at the earliest, when the packer
+    is free; ``dstar.sim.fmdq_qu_cycles`` gives every cycle with both outputs
     always ready. Throughput: one input beat per cycle and one group per cycle; a window takes
     ``window / per_beat`` input cycles and ``max(groups, 1)`` packing cycles, so groups leave
     at one per cycle while a window's groups are at least its beats (otherwise the input is the
@@ -138,6 +140,12 @@ class QuantUnit(wiring.Component):
     buffers are full, the front end; ``u`` stalls the front end; ``i.ready`` is low while the
     front end is stalled. No beat is lost or duplicated on either output. Reset empties every
     stage and the buffers' bookkeeping (not their contents) and zeroes the counters.
+
+    Parameters: ``tokens`` T, ``window`` channels per sort, ``e_max``, ``tau``, ``diff_bits``
+    (the differences' signed width), ``channel_bits`` (holds every channel index of a tile),
+    ``per_beat`` sub-channels per input beat (divides ``window``), ``buffers`` (at least 2;
+    default ``default_buffers``), ``reg_every`` comparator stages per sort-network register,
+    ``descending`` (the schedule's order, ``DESCENDING``).
 
     Members
     -------
@@ -448,47 +456,46 @@ class QuantUnit(wiring.Component):
         free_a = Signal(nb)
         m.d.comb += free_a.eq(Mux(step & ~h_valid, 1 << ftag.slot, 0))
 
-        # ----- hold: a group waits for the next command (or is the tile's end) -----
-        hold, hv = Signal(cmd_l), Signal()
-        adv2 = Signal()
-        out_valid, out_last, out_fire, accept, merge = (Signal(name=n) for n in (
-            "out_valid", "out_last", "out_fire", "accept", "merge"))
-        m.d.comb += [
-            out_valid.eq(hv & (hold.end | cmd_valid)),
-            out_last.eq(hold.end | (cmd_valid & cmd.marker)),
-            out_fire.eq(out_valid & adv2),
-            cmd_ready.eq(~hv | out_fire),
-            accept.eq(cmd_valid & cmd_ready),
-            merge.eq(accept & cmd.marker & hv & ~hold.end),   # the marker ends hold's tile
-        ]
-        with m.If(accept & ~merge):
-            m.d.sync += [hold.eq(cmd), hv.eq(1)]
-        with m.Elif(out_fire):
-            m.d.sync += hv.eq(0)
+        # ----- read: the group's codes from the buffer (which is free once its window's last
+        # group is read), its slices and metadata -----
+        rv, rd_meta = Signal(), Signal(cmd_l)
+        adv_r, rd_take = Signal(), Signal()
+        m.d.comb += [adv_r.eq(~rv | rd_take), cmd_ready.eq(adv_r)]
+        for k, rd in enumerate(rds):
+            m.d.comb += [rd.addr.eq(cmd.slot * beats + cmd.lane[k].ch // S), rd.en.eq(adv_r)]
+        with m.If(adv_r):
+            m.d.sync += [rv.eq(cmd_valid), rd_meta.eq(cmd)]
         free_b = Signal(nb)
-        m.d.comb += free_b.eq(Mux(out_fire & hold.free, 1 << hold.slot, 0))
+        m.d.comb += free_b.eq(Mux(adv_r & cmd_valid & cmd.free, 1 << cmd.slot, 0))
         m.d.sync += busy.eq((busy & ~free_a & ~free_b) | alloc)
 
-        # ----- read: the group's codes from the buffer, its slices to the output -----
-        rd_meta = Signal(cmd_l)
-        rd_last = Signal()
-        m.d.comb += adv2.eq(~self.o.valid | self.o.ready)
-        for k, rd in enumerate(rds):
-            m.d.comb += [rd.addr.eq(hold.slot * beats + hold.lane[k].ch // S), rd.en.eq(adv2)]
-        with m.If(adv2):
-            m.d.sync += [self.o.valid.eq(out_valid), rd_meta.eq(hold), rd_last.eq(out_last)]
-        o = self.o.payload
+        grp = Signal(slice_group_layout(T, self.channel_bits, e_max))
         total = Signal(total_shift_bits(e_max))
         m.d.comb += [total.eq(tmax - rd_meta.tkey if self.descending else rd_meta.tkey),
-                     o.shift.eq(Mux(rd_meta.marker, 0, total)), o.last.eq(rd_last)]
+                     grp.shift.eq(Mux(rd_meta.marker, 0, total))]
         for k, rd in enumerate(rds):
             ln = rd_meta.lane[k]
             word = rd.data[ln.ch % S] if S > 1 else rd.data[0]
             j = Signal(2, name=f"j{k}")                  # the lane's slice: total = p + 2j
             m.d.comb += [j.eq((total - word.p)[1:]),
-                         o.lane[k].channel.eq(Mux(rd_meta.marker, 0, rd_meta.base + ln.ch)),
-                         o.lane[k].signed.eq(ln.valid & (j + 1 == word.n)),
-                         o.lane[k].valid.eq(ln.valid)]
+                         grp.lane[k].channel.eq(Mux(rd_meta.marker, 0, rd_meta.base + ln.ch)),
+                         grp.lane[k].signed.eq(ln.valid & (j + 1 == word.n)),
+                         grp.lane[k].valid.eq(ln.valid)]
             for t in range(T):
-                m.d.comb += o.act[t][k].eq(Mux(ln.valid, word.q[t].word_select(j, 2), 0))
+                m.d.comb += grp.act[t][k].eq(Mux(ln.valid, word.q[t].word_select(j, 2), 0))
+
+        # ----- hold: a group leaves when the next one is read, or as its tile's end -----
+        hold, hv, h_end = Signal.like(grp), Signal(), Signal()
+        merge = Signal()
+        m.d.comb += [
+            self.o.valid.eq(hv & (h_end | rv)),
+            self.o.payload.eq(hold),
+            self.o.payload.last.eq(h_end | (rv & rd_meta.marker)),
+            rd_take.eq(rv & (~hv | (self.o.valid & self.o.ready))),
+            merge.eq(rd_take & rd_meta.marker & hv & ~h_end),   # the marker ends hold's tile
+        ]
+        with m.If(rd_take & ~merge):
+            m.d.sync += [hold.eq(grp), hv.eq(1), h_end.eq(rd_meta.end)]
+        with m.Elif(self.o.valid & self.o.ready):
+            m.d.sync += hv.eq(0)
         return m

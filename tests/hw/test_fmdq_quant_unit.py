@@ -2,15 +2,14 @@
 network against ``sorted``, and its cycle model (sim.fmdq_qu_cycles) against the RTL."""
 
 import random
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from amaranth import unsigned
 
 from dstar.golden.fmdq import LANES, SLICE_BITS, Schedule, fmdq_encode
-from dstar.hw.fmdq.quant_unit import DESCENDING, QuantUnit
-from dstar.hw.fmdq.sorter import BitonicSorter, bitonic_network
+from dstar.hw.fmdq.quant_unit import DESCENDING, QuantUnit, default_buffers
+from dstar.hw.fmdq.sorter import BitonicSorter, bitonic_network, register_stages
 from dstar.sim.fmdq_qu_cycles import Window, predict, windows_of
 from dstar.sim.pysim_driver import simulate
 
@@ -232,6 +231,8 @@ CONFIGS = {
     "wide": dict(tokens=2, window=8, e_max=7, tau=0, diff_bits=17, channel_bits=6,
                  per_beat=2, reg_every=3),
     "one": dict(tokens=1, window=1, e_max=0, tau=1, diff_bits=9, channel_bits=3),
+    "tight": dict(tokens=4, window=8, e_max=5, tau=2, diff_bits=12, channel_bits=6,
+                  per_beat=2, buffers=2),
 }
 
 
@@ -254,6 +255,7 @@ def test_quant_unit_matches_golden(name):
     tiles.append(dense)
     groups, updates = check(qu, tiles)
     # The cycle model, cycle for cycle (inputs without gaps, outputs always ready).
+    assert (qu.buffers <= qu.sort_latency) == (name != "one")
     if qu.buffers <= qu.sort_latency:
         pred = predict([windows_of(d, T, qu.e_max, qu.tau, W, qu.per_beat) for d in tiles],
                        qu.sort_latency, qu.buffers)
@@ -361,18 +363,22 @@ def test_sorter_matches_sorted(n, reg_every, presorted):
 
 
 def test_cycle_model_throughput():
-    """The model at a default-like size (T = window = 64, one sub-channel per beat, default
-    buffers): windows with at least as many groups as beats leave one group per cycle without a
-    gap; fewer groups leave at the input's rate."""
-    from dstar.hw.fmdq.quant_unit import default_buffers
-    from dstar.hw.fmdq.sorter import register_stages
-    latency = register_stages(4 * 64)
-    qu = SimpleNamespace(sort_latency=latency, buffers=default_buffers(64, 1, latency))
+    """The model at a default-like size (T = window = 64, one sub-channel per beat): windows
+    with at least as many groups as beats leave one group per cycle without a gap; fewer groups
+    leave at the input's rate; and at every group count the default buffers cost no cycle
+    against unlimited ones (here and at the test sizes)."""
+    latency = register_stages(4 * 64, 1, 4)
+    buffers = default_buffers(64, 1, latency)
     dense = [[Window(64, 64, w == 3) for w in range(4)] for _ in range(4)]
-    pred = predict(dense, qu.sort_latency, qu.buffers)
+    pred = predict(dense, latency, buffers)
     assert pred.buffer_waits == 0
     assert np.all(np.diff(pred.groups) == 1)
     sparse = [[Window(64, 40, w == 3) for w in range(4)] for _ in range(4)]
-    pred = predict(sparse, qu.sort_latency, qu.buffers)
-    g = pred.groups
+    g = predict(sparse, latency, buffers).groups
     assert g[480] - g[160] == 8 * 64                 # windows 4 to 12: 64 input cycles each
+    for w, s, r in [(64, 1, 1), (64, 1, 3), (64, 2, 1), (8, 1, 1), (8, 2, 3), (4, 1, 1)]:
+        beats, latency = w // s, register_stages(4 * w, r, 4)
+        for groups in (0, 1, beats // 2, beats - 1, beats, beats + 3, 2 * beats):
+            tiles = [[Window(beats, groups, k == 3) for k in range(4)] for _ in range(4)]
+            assert (predict(tiles, latency, default_buffers(w, s, latency)).cycles
+                    == predict(tiles, latency, latency).cycles)
