@@ -10,7 +10,7 @@ the multiples ``w``, ``+-2w``, ``3w`` / ``-w`` of each lane's weight) is shared 
 a PE only picks one of its lane's three multiples by the slice's code and adds four of them.
 """
 
-from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -56,9 +56,12 @@ def group_op_layout(tokens: int, channel_bits: int, e_max: int,
 
 class FmdqPEArray(wiring.Component):
     """``tokens`` x ``columns`` SIMD-4 PEs over a double-buffered weight window of ``window``
-    channel rows (a power of two; a unit's channels must lie in one aligned window, as
-    ``golden.fmdq.schedule_tile`` makes them), with the accumulator memory ``Y`` (``y_depth``
-    rows of ``columns`` signed ``y_bits`` integers).
+    channel rows (a power of two, at least 2; a unit's channels must lie in one aligned
+    window, as ``golden.fmdq.schedule_tile`` makes them), with the accumulator memory ``Y``
+    (``y_depth`` rows of ``columns`` signed ``y_bits`` integers). The window is a memory of
+    ``2 * window`` rows with four synchronous read ports, one per lane, addressed by the lane's
+    channel modulo ``window`` (``weights = "memory"``), or registers with a row multiplexer
+    per lane (``"registers"``); both give every column its four weights per cycle.
 
     A unit (groups of one token tile and one window, total shifts not increasing, ended by
     ``group.last``) adds, for every token ``t < n_tok`` and column ``m``::
@@ -95,9 +98,13 @@ class FmdqPEArray(wiring.Component):
     """
 
     def __init__(self, *, tokens: int, columns: int, window: int, e_max: int,
-                 channel_bits: int, y_depth: int, y_bits: int, y_stride: int = 1):
-        if window < 1 or window & (window - 1):
-            raise ValueError(f"window must be a power of two, got {window}")
+                 channel_bits: int, y_depth: int, y_bits: int, y_stride: int = 1,
+                 weights: str = "memory"):
+        if window < 2 or window & (window - 1):
+            raise ValueError(f"window must be a power of two >= 2, got {window}")
+        if weights not in ("memory", "registers"):
+            raise ValueError(f"weights must be 'memory' or 'registers', got {weights!r}")
+        self.weights = weights
         self.tokens, self.columns, self.window, self.e_max = tokens, columns, window, e_max
         self.channel_bits, self.y_depth, self.y_bits = channel_bits, y_depth, y_bits
         self.y_stride = y_stride
@@ -120,14 +127,20 @@ class FmdqPEArray(wiring.Component):
 
         # --- the weight window: two buffers of window rows, written by i_wrow ---
         row_l = data.ArrayLayout(signed(8), n_m)
-        wbuf = [[Signal(row_l, name=f"w{b}_{r}", reset_less=True) for r in range(n_w)]
-                for b in range(2)]
         wr = self.i_wrow
-        with m.If(wr.valid):
-            for b in range(2):
-                for r in range(n_w):
-                    with m.If((wr.payload.bank == b) & (wr.payload.row == r)):
-                        m.d.sync += wbuf[b][r].eq(wr.payload.w)
+        if self.weights == "registers":
+            wbuf = [[Signal(row_l, name=f"w{b}_{r}", reset_less=True) for r in range(n_w)]
+                    for b in range(2)]
+            with m.If(wr.valid):
+                for b in range(2):
+                    for r in range(n_w):
+                        with m.If((wr.payload.bank == b) & (wr.payload.row == r)):
+                            m.d.sync += wbuf[b][r].eq(wr.payload.w)
+        else:
+            m.submodules.wmem = wmem = Memory(shape=row_l, depth=2 * n_w, init=[])
+            w_wr = wmem.write_port()
+            m.d.comb += [w_wr.en.eq(wr.valid), w_wr.addr.eq(Cat(wr.payload.row, wr.payload.bank)),
+                         w_wr.data.eq(wr.payload.w)]
 
         # --- issue: bubbles, the Horner step and the write-out hold ---
         op, grp = self.i_op.payload, self.i_op.payload.group
@@ -153,8 +166,6 @@ class FmdqPEArray(wiring.Component):
         # --- stage E registers: the group's slices, its lanes' weights, the step ---
         act_l = data.ArrayLayout(data.ArrayLayout(unsigned(2), LANES), n_t)
         e_act = Signal(act_l, reset_less=True)
-        e_w = [[Signal(signed(8), name=f"e_w{c}_{i}", reset_less=True) for i in range(LANES)]
-               for c in range(n_m)]
         e_live = Signal(LANES)                 # lane carries a slice (accepted op, valid lane)
         e_sgn = Signal(LANES)
         e_step = Signal(MAX_STEP + 1)          # one-hot shift 0, 1, 2; none: first group
@@ -162,19 +173,28 @@ class FmdqPEArray(wiring.Component):
         e_shift = Signal(sh_bits)
         e_addr, e_ntok = Signal.like(op.y_addr), Signal.like(op.n_tok)
         e_over = Signal()
-        rows = wbuf[0]
-        active = [Signal(row_l, name=f"wa_{r}") for r in range(n_w)]   # the op's buffer
-        for r in range(n_w):
-            m.d.comb += active[r].eq(Mux(op.bank, wbuf[1][r], rows[r]))
         r_bits = uwidth(n_w)
+        e_w = [[None] * LANES for c in range(n_m)]
+        if self.weights == "registers":
+            active = [Signal(row_l, name=f"wa_{r}") for r in range(n_w)]   # the op's buffer
+            for r in range(n_w):
+                m.d.comb += active[r].eq(Mux(op.bank, wbuf[1][r], wbuf[0][r]))
         for i in range(LANES):
-            ch = grp.lane[i].channel[:r_bits] if n_w > 1 else Const(0, 1)
-            fetched = Signal(row_l, name=f"fetch_{i}")
-            with m.Switch(ch):
-                for r in range(n_w):
-                    with m.Case(r):
-                        m.d.comb += fetched.eq(active[r])
-            m.d.sync += [e_w[c][i].eq(fetched[c]) for c in range(n_m)]
+            ch = grp.lane[i].channel[:r_bits]
+            if self.weights == "registers":
+                fetched = Signal(row_l, name=f"fetch_{i}")
+                with m.Switch(ch):
+                    for r in range(n_w):
+                        with m.Case(r):
+                            m.d.comb += fetched.eq(active[r])
+                got = Signal(row_l, name=f"e_w_{i}", reset_less=True)
+                m.d.sync += got.eq(fetched)
+            else:                       # a synchronous read port: its register is stage E's
+                rd = wmem.read_port()
+                m.d.comb += rd.addr.eq(Cat(ch, op.bank))
+                got = rd.data
+            for c in range(n_m):
+                e_w[c][i] = got[c]
         m.d.sync += [e_act.eq(grp.act), e_shift.eq(grp.shift), e_addr.eq(op.y_addr),
                      e_ntok.eq(op.n_tok), e_over.eq(op.overwrite),
                      e_sgn.eq(Cat(grp.lane[i].signed for i in range(LANES))),

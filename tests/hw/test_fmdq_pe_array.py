@@ -15,9 +15,9 @@ CH_BITS = 6
 Y_DEPTH, Y_BITS = 16, 40
 
 
-def make_dut():
+def make_dut(weights="memory"):
     return FmdqPEArray(tokens=T, columns=M, window=W, e_max=E_MAX, channel_bits=CH_BITS,
-                       y_depth=Y_DEPTH, y_bits=Y_BITS)
+                       y_depth=Y_DEPTH, y_bits=Y_BITS, weights=weights)
 
 
 def run_ops(enc, window=W):
@@ -56,13 +56,13 @@ def run_ops(enc, window=W):
     return units
 
 
-def simulate_runs(runs, *, stall=None, seed=0):
+def simulate_runs(runs, *, stall=None, seed=0, weights="memory"):
     """Simulate ``runs`` (``(enc, w_q)`` each, in order on one array; the first two windows'
     weights loaded before a run, later ones when the run reaches them); returns ``Y`` rows
     ``0 .. N-1`` after the last run and, per run, the cycles from its first accepted group to
     its last ``o_unit_done`` (None if the run paused for weights; ``stall``: probability of an
     idle source cycle)."""
-    dut = make_dut()
+    dut = make_dut(weights)
     rng = np.random.default_rng(seed)
     out = {"cycles": []}
     n_rows = max(enc.q.shape[0] for enc, _ in runs)
@@ -162,9 +162,11 @@ def test_random_and_overwrite_with_back_pressure():
     assert mismatches(out["y"], expected_y(e2, w2)) == 0
 
 
-def test_adversarial():
+@pytest.mark.parametrize("weights", ["memory", "registers"])
+def test_adversarial(weights):
     """All-zero tiles, every width 0/2/4/6/8, the largest shift, saturated sub-channels,
-    extreme weights; checked with the source never idle, cycles against the model."""
+    extreme weights; checked with the source never idle, cycles against the model; both
+    weight windows."""
     k, n = 16, 12
     d = np.zeros((n, k), np.int64)
     rng = np.random.default_rng(2)
@@ -181,7 +183,7 @@ def test_adversarial():
     assert {0, 2, 4, 6, 8} <= set(np.unique(enc.width).tolist())
     w = np.where(rng.random((k, M)) < 0.5, 127, -127)
     w[0] = -128
-    out = simulate_runs([(enc, w)])
+    out = simulate_runs([(enc, w)], weights=weights)
     assert mismatches(out["y"], expected_y(enc, w)) == 0
     assert out["cycles"][-1] == model_cycles(enc)
 

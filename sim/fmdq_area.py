@@ -1,0 +1,112 @@
+"""Throughput per area of the FMDQ SIMD-4 PE array against the lean INT8 array at equal peak INT8
+throughput, on the bundled DiT (``python -m dstar.sim.fmdq_area [T,M,W ...]``).
+
+* Area: ``FmdqPEArray(T, M, W)`` and ``Int8Array`` (``lanes x m_tile`` = ``T x M`` MACs: a
+  SIMD-4 PE does one 8-bit activation's worth of work per cycle) synthesized alone with the
+  project's CMOS flow (``dstar.synth.flows``, Yosys, 45 nm estimate); logic and the accumulator
+  memory reported apart (the memory's size is the configuration's ``max_tokens x max_m``, not
+  the PE design's).
+* Cycles: every linear layer of every DiT block over the sampling run, FMDQ-encoded with tiles of
+  ``T`` tokens (``golden.difflinear`` with ``encoding = "fmdq"``), on ``n_arrays`` arrays of each
+  kind: FMDQ by ``sim.fmdq_cycles.layer_cycles``, INT8 by ``sim.int8_cycles`` (exact against
+  their RTL; the FMDQ layer's weight loading is the model's assumption, see there).
+* Ratio at PE-array level: (INT8 cycles / FMDQ cycles) x (INT8 area / FMDQ area).
+"""
+
+import json
+import sys
+import time
+
+from dstar.config import Config, Datapath, Encoding
+from dstar.paths import build_dir
+
+__all__ = ["fmdq_area", "int8_area", "run_cycles", "main"]
+
+
+def _synth(comp, name, cfg, layouts, d) -> dict:
+    from dstar.hw.generate import generate_block
+    from dstar.synth.flows import synth_module
+    generate_block(comp, name, cfg, layouts, d)
+    r = synth_module(d / f"{name}.v", name, "cmos", d / "cmos", reuse=True)
+    return {k: r[k] for k in ("ffs", "gates", "transistors_logic", "area_um2_45nm",
+                              "area_um2_45nm_logic", "area_um2_45nm_sram")}
+
+
+def fmdq_area(tokens: int, columns: int, window: int, cfg: Config) -> dict:
+    """CMOS area of one ``FmdqPEArray`` whose accumulator memory holds as many values as the
+    INT8 array's of ``cfg`` (``y_depth x m_tile``) at ``cfg.acc_bits``."""
+    from dstar.hw.fmdq.pe_array import FmdqPEArray
+    from dstar.hw.geometry import DenseGeometry
+    y_depth = DenseGeometry(cfg.replace(datapath=Datapath.INT8)).base.y_depth
+    y_depth = y_depth * cfg.m_tile // columns
+    comp = FmdqPEArray(tokens=tokens, columns=columns, window=window, e_max=cfg.e_max,
+                       channel_bits=(cfg.max_k - 1).bit_length(), y_depth=y_depth,
+                       y_bits=cfg.acc_bits)
+    d = build_dir("fmdq_area", f"fmdq-T{tokens}-M{columns}-W{window}")
+    return _synth(comp, "dstar_fmdq_pe_array", cfg, {}, d)
+
+
+def int8_area(cfg: Config) -> dict:
+    from dstar.hw.geometry import DenseGeometry
+    from dstar.hw.int8 import Int8Array, token_op_layout
+    cfg = cfg.replace(datapath=Datapath.INT8)
+    dg = DenseGeometry(cfg)
+    d = build_dir("fmdq_area", f"int8-g{cfg.group}-m{cfg.m_tile}")
+    return _synth(Int8Array(dg), "dstar_pe_array", cfg, {"token_op": token_op_layout(dg)}, d)
+
+
+def run_cycles(tokens: int, columns: int, windows, cfg: Config, steps: int) -> dict:
+    """Cycles of the whole run: ``int8`` and, per window, ``fmdq``; plus the FMDQ counts."""
+    from dstar.golden.difflinear import DiffLinear
+    from dstar.golden.fmdq_pe import unit_bubbles
+    from dstar.sim.bench import all_layers, dense_cycles
+    from dstar.sim.fmdq_cycles import layer_cycles
+    from dstar.sim.traces import linear_inputs
+    fcfg = cfg.replace(encoding=Encoding.FMDQ, token_tile=tokens)
+    out = {"int8": 0, "fmdq": {w: 0 for w in windows}, "groups": {w: 0 for w in windows},
+           "bubbles": {w: 0 for w in windows}, "dense_groups": 0, "width_bits": 0}
+    for layer in all_layers():
+        xs, w, b = linear_inputs(layer, steps=steps)
+        lin = DiffLinear(w, b, fcfg, layer)
+        n, k, m_out = xs.shape[1], w.shape[1], w.shape[0]
+        for s in range(len(xs)):
+            enc = lin(xs[s], s).enc
+            out["int8"] += dense_cycles(cfg, Datapath.INT8, n, k, m_out)
+            out["dense_groups"] += enc.width.size
+            out["width_bits"] += int(enc.width.sum())
+            for win in windows:
+                out["fmdq"][win] += layer_cycles(enc, win, m_out, columns, cfg.n_arrays)
+                out["groups"][win] += int(enc.groups_per_tile(win).sum())
+                out["bubbles"][win] += sum(
+                    int(unit_bubbles(enc.shift[:, c:c + win], enc.width[:, c:c + win]).sum())
+                    for c in range(0, k, win))
+    return out
+
+
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    steps = Config().steps
+    cfg = Config()
+    shapes = [tuple(int(v) for v in a.split(",")) for a in argv] or [(8, 8, 16), (16, 4, 32)]
+    t0 = time.monotonic()
+    rep = {"int8": int8_area(cfg), "fmdq": {}}
+    for t, m, w in shapes:
+        rep["fmdq"][f"T{t}-M{m}-W{w}"] = fmdq_area(t, m, w, cfg)
+        print(json.dumps(rep, indent=1), round(time.monotonic() - t0), flush=True)
+    cyc = {}
+    for t, m, w in shapes:
+        cyc[(t, m)] = run_cycles(t, m, sorted({w, 16, 32, 64}), cfg, steps)
+    for t, m, w in shapes:
+        c = cyc[(t, m)]
+        a, i = rep["fmdq"][f"T{t}-M{m}-W{w}"], rep["int8"]
+        sp = c["int8"] / c["fmdq"][w]
+        print(f"T={t} M={m} W={w}: speedup {sp:.3f} (cycles {c['fmdq']}, int8 {c['int8']}), "
+              f"groups {c['groups']}, bubbles {c['bubbles']}, dense groups {c['dense_groups']}, "
+              f"mean width {c['width_bits'] / c['dense_groups']:.2f} bits; area logic "
+              f"{a['area_um2_45nm_logic']:.0f} vs {i['area_um2_45nm_logic']:.0f} um2: TPA logic "
+              f"{sp * i['area_um2_45nm_logic'] / a['area_um2_45nm_logic']:.3f}, with Y memory "
+              f"{sp * i['area_um2_45nm'] / a['area_um2_45nm']:.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
