@@ -2,12 +2,13 @@
 an INT8 PE array of the same peak throughput.
 
 ``python -m dstar.synth.fmdq_qu_area [name ...]`` synthesizes each named configuration of
-``CONFIGS`` (the unit alone, its sort network and front end inside it, the code buffer costed
-as SRAM when it has at least ``SRAM_MIN_DEPTH`` words) and prints one JSON object per
-configuration: the unit's area, its sort network's (the same sorter synthesized alone) and
-both against ``tokens x 64`` lean INT8 MACs (the SIMD-4 array the unit feeds has ``tokens``
-columns of 64 PEs, one 8x8 product per PE and cycle at dense INT8), priced at the lean INT8
-datapath's area per MAC (``INT8_MAC_UM2``, from ``docs/results/efficiency_tiny.json``).
+``CONFIGS`` (the unit with its sort network blackboxed, the code buffer costed as SRAM when it
+has at least ``SRAM_MIN_DEPTH`` words, and the sort network alone) and prints one JSON object
+per configuration: the unit's area (the sum), its sort network's, and both against
+``tokens x 64`` lean INT8 MACs (the SIMD-4 array the unit feeds has ``tokens`` columns of 64
+PEs, one 8x8 product per PE and cycle at dense INT8), priced at the lean INT8 datapath's area
+per MAC (``INT8_MAC_UM2``, from ``docs/results/efficiency_tiny.json``). Builds in
+``build/fmdq_qu/<name>``.
 """
 
 import json
@@ -16,11 +17,10 @@ import time
 
 from amaranth.back import verilog
 
-from dstar.hw.fmdq.quant_unit import QuantUnit, _entry_key, sort_entry_layout
-from dstar.hw.fmdq.sorter import BitonicSorter
+from dstar.hw.fmdq.quant_unit import QuantUnit
 from dstar.paths import build_dir
 
-from .flows import SynthTarget, synth_module
+from .flows import SynthTarget, synth_module, verilog_modules
 
 __all__ = ["CONFIGS", "INT8_MAC_UM2", "ARRAY_ROWS", "run"]
 
@@ -43,30 +43,32 @@ INT8_MAC_UM2 = {"logic": 924.6, "with_memory": 1433.9}
 ARRAY_ROWS = 64
 
 
-def _synth(top, name: str) -> dict:
-    d = build_dir("fmdq_qu", name)
-    d.mkdir(parents=True, exist_ok=True)
-    v = d / f"{name}.v"
-    v.write_text(verilog.convert(top, name=name))
-    return synth_module(v, name, SynthTarget.CMOS, d / "cmos", reuse=True)
-
-
 def run(name: str) -> dict:
+    """Synthesize configuration ``name``: the unit with its sort network blackboxed, and the
+    sort network alone (both from one Verilog file); areas in um^2."""
     kw = CONFIGS[name]
     t0 = time.monotonic()
     qu = QuantUnit(**kw)
-    unit = _synth(qu, f"qu_{name}")
-    srt = BitonicSorter(sort_entry_layout(qu.window, qu.e_max), 4 * qu.window, _entry_key,
-                        1, qu.reg_every)
-    sorter = _synth(srt, f"qu_sorter_{name}")
+    top = f"qu_{name}"
+    d = build_dir("fmdq_qu", name)
+    d.mkdir(parents=True, exist_ok=True)
+    v = d / f"{top}.v"
+    v.write_text(verilog.convert(qu, name=top))
+    sorter_mod = next(mod for mod in verilog_modules(v) if mod.endswith(".sorter"))
+    rest = synth_module(v, top, SynthTarget.CMOS, d / "cmos", blackbox=(sorter_mod,),
+                        reuse=True)
+    srt = synth_module(v, sorter_mod, SynthTarget.CMOS, d / "cmos", reuse=True)
+    total = rest["area_um2_45nm"] + srt["area_um2_45nm"]
     macs = qu.tokens * ARRAY_ROWS
     out = {"config": kw, "buffers": qu.buffers, "sort_latency": qu.sort_latency,
-           "unit_um2": unit["area_um2_45nm"], "unit_logic_um2": unit["area_um2_45nm_logic"],
-           "unit_sram_um2": unit["area_um2_45nm_sram"], "unit_ffs": unit["ffs"],
-           "sorter_um2": sorter["area_um2_45nm"], "sorter_ffs": sorter["ffs"],
+           "unit_um2": round(total, 1), "sorter_um2": srt["area_um2_45nm"],
+           "rest_logic_um2": rest["area_um2_45nm_logic"],
+           "code_buffer_sram_um2": rest["area_um2_45nm_sram"],
+           "ffs": rest["ffs"] + srt["ffs"], "sorter_ffs": srt["ffs"],
            "int8_array_macs": macs}
     for k, per in INT8_MAC_UM2.items():
-        out[f"unit_vs_int8_array_{k}"] = round(unit["area_um2_45nm"] / (macs * per), 4)
+        out[f"unit_vs_int8_array_{k}"] = round(total / (macs * per), 4)
+        out[f"sorter_vs_int8_array_{k}"] = round(srt["area_um2_45nm"] / (macs * per), 4)
     out["seconds"] = round(time.monotonic() - t0, 1)
     return out
 
