@@ -100,8 +100,9 @@ def _targets(rng, cfg, prev, n, k, mode):
     elif mode == "sparse":                            # one busy channel per group
         t = base.copy()
         t[:, rng.integers(0, cfg.group)::cfg.group] += rng.choice([-3000, 700, 20000])
-    elif mode == "mixed":                             # ZERO, LOW and HIGH groups
-        width = np.array([0, 5, 100])[rng.integers(0, 3, size=(n, k // cfg.group))]
+    elif mode == "mixed":                             # groups of some of ZERO, LOW, HIGH
+        kinds = _pick(rng, [(0, 1), (0, 2), (1, 2), (0, 1, 2), (0, 1, 2)])
+        width = np.array([0, 5, 100])[rng.choice(kinds, size=(n, k // cfg.group))]
         t = base + np.repeat(width, cfg.group, axis=1) * rng.choice([-1, 1], size=(n, k))
     elif mode == "extreme":
         t = rng.choice([-top - 1, -tmax, -128, 0, 127, tmax, top], size=(n, k))
@@ -115,7 +116,7 @@ def _targets(rng, cfg, prev, n, k, mode):
 
 _DATA_MODES = ("drift", "same", "zero", "low", "high", "mixed", "shifted", "sparse", "extreme",
                "flip", "beyond")
-_DATA_P = (0.25, 0.05, 0.05, 0.1, 0.1, 0.05, 0.1, 0.1, 0.07, 0.07, 0.06)
+_DATA_P = (0.2, 0.05, 0.05, 0.1, 0.1, 0.1, 0.1, 0.1, 0.07, 0.07, 0.06)
 
 
 def _data_bins(cfg, enc, target, xs_prev) -> list[str]:
