@@ -2,9 +2,9 @@
 an INT8 PE array of the same peak throughput.
 
 ``python -m dstar.synth.fmdq_qu_area [name ...]`` synthesizes each named configuration of
-``CONFIGS`` (the unit with its sort network blackboxed, the code buffer costed as SRAM when it
-has at least ``SRAM_MIN_DEPTH`` words, and the sort network alone) and prints one JSON object
-per configuration: the unit's area (the sum), its sort network's, and both against
+``CONFIGS`` (the whole unit, the code buffer costed as SRAM when it has at least
+``SRAM_MIN_DEPTH`` words, and unless ``--no-sorter`` its sort network alone) and prints one JSON
+object per configuration: the unit's area, its sort network's, and the unit's against
 ``tokens x 64`` lean INT8 MACs (the SIMD-4 array the unit feeds has ``tokens`` columns of 64
 PEs, one 8x8 product per PE and cycle at dense INT8), priced at the lean INT8 datapath's area
 per MAC (``INT8_MAC_UM2``, from ``docs/results/efficiency_tiny.json``). Builds in
@@ -43,9 +43,10 @@ INT8_MAC_UM2 = {"logic": 924.6, "with_memory": 1433.9}
 ARRAY_ROWS = 64
 
 
-def run(name: str) -> dict:
-    """Synthesize configuration ``name``: the unit with its sort network blackboxed, and the
-    sort network alone (both from one Verilog file); areas in um^2."""
+def run(name: str, sorter: bool = True) -> dict:
+    """Synthesize configuration ``name``: the whole unit (flattened, so the sort network's
+    constant inputs fold) and, with ``sorter``, its sort network alone (from the same Verilog
+    file, all inputs free: an upper bound of its share); areas in um^2."""
     kw = CONFIGS[name]
     t0 = time.monotonic()
     qu = QuantUnit(**kw)
@@ -54,25 +55,24 @@ def run(name: str) -> dict:
     d.mkdir(parents=True, exist_ok=True)
     v = d / f"{top}.v"
     v.write_text(verilog.convert(qu, name=top))
-    sorter_mod = next(mod for mod in verilog_modules(v) if mod.endswith(".sorter"))
-    rest = synth_module(v, top, SynthTarget.CMOS, d / "cmos", blackbox=(sorter_mod,),
-                        reuse=True)
-    srt = synth_module(v, sorter_mod, SynthTarget.CMOS, d / "cmos", reuse=True)
-    total = rest["area_um2_45nm"] + srt["area_um2_45nm"]
+    unit = synth_module(v, top, SynthTarget.CMOS, d / "cmos", reuse=True)
     macs = qu.tokens * ARRAY_ROWS
     out = {"config": kw, "buffers": qu.buffers, "sort_latency": qu.sort_latency,
-           "unit_um2": round(total, 1), "sorter_um2": srt["area_um2_45nm"],
-           "rest_logic_um2": rest["area_um2_45nm_logic"],
-           "code_buffer_sram_um2": rest["area_um2_45nm_sram"],
-           "ffs": rest["ffs"] + srt["ffs"], "sorter_ffs": srt["ffs"],
+           "unit_um2": unit["area_um2_45nm"], "unit_logic_um2": unit["area_um2_45nm_logic"],
+           "code_buffer_sram_um2": unit["area_um2_45nm_sram"], "unit_ffs": unit["ffs"],
            "int8_array_macs": macs}
     for k, per in INT8_MAC_UM2.items():
-        out[f"unit_vs_int8_array_{k}"] = round(total / (macs * per), 4)
-        out[f"sorter_vs_int8_array_{k}"] = round(srt["area_um2_45nm"] / (macs * per), 4)
+        out[f"unit_vs_int8_array_{k}"] = round(unit["area_um2_45nm"] / (macs * per), 4)
+    if sorter:
+        mod = next(m for m in verilog_modules(v) if m.endswith(".sorter"))
+        srt = synth_module(v, mod, SynthTarget.CMOS, d / "cmos", reuse=True)
+        out.update(sorter_alone_um2=srt["area_um2_45nm"], sorter_alone_ffs=srt["ffs"])
     out["seconds"] = round(time.monotonic() - t0, 1)
     return out
 
 
 if __name__ == "__main__":
-    for n in sys.argv[1:] or ["tiny"]:
-        print(json.dumps({n: run(n)}), flush=True)
+    args = sys.argv[1:]
+    with_sorter = "--no-sorter" not in args
+    for n in [a for a in args if not a.startswith("--")] or ["tiny"]:
+        print(json.dumps({n: run(n, with_sorter)}), flush=True)
