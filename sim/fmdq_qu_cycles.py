@@ -10,13 +10,10 @@ It follows the unit's structure window by window:
 * a window's last beat hands its entries to the sort network, whose output they reach
   ``sort_latency`` cycles later; the packer loads a window when it has finished the previous one
   (in the same cycle) and spends ``max(groups, 1)`` cycles on it, one group per cycle;
-* a group is offered two cycles after the packer forms it (buffer read, then hold), except that
-  the last group of a window that is not the tile's last waits in the hold for the next command
-  (the next non-empty window's first group, or the tile's end marker), and is offered the cycle
-  after that command is formed; a tile with no group at all offers one empty group two cycles
-  after its marker;
-* a buffer is free again the cycle after its window's last group is read (the cycle after the
-  packer forms it), or the cycle after the packer drops an empty window.
+* a group is offered the cycle after the packer forms it (its buffer read); an empty window
+  offers nothing;
+* a buffer is free again the cycle after its window's last group is read (the cycle it is
+  offered), or the cycle after the packer drops an empty window.
 
 Exact while the sort network never back-pressures the input, which the unit guarantees when
 ``buffers <= sort_latency`` (every window in the network holds a buffer); ``predict`` refuses
@@ -36,11 +33,9 @@ FRONT_STAGES = 3
 
 @dataclass(frozen=True)
 class Window:
-    """One sort window of a tile: its input ``beats``, golden's ``groups`` and whether it is the
-    tile's last window."""
+    """One sort window of a tile (a unit): its input ``beats`` and golden's ``groups``."""
     beats: int
     groups: int
-    last: bool
 
 
 def windows_of(d, token_tile: int, e_max: int, tau: int, window: int,
@@ -52,14 +47,14 @@ def windows_of(d, token_tile: int, e_max: int, tau: int, window: int,
     out = []
     for c in range(0, k, window):
         g = schedule_tile(enc.shift[0, c:c + window], enc.width[0, c:c + window], window).groups
-        out.append(Window(-(-min(window, k - c) // per_beat), g, c + window >= k))
+        out.append(Window(-(-min(window, k - c) // per_beat), g))
     return out
 
 
 @dataclass
 class Prediction:
     """``updates``: the cycle each update is offered (one per input beat); ``groups``: the cycle
-    each group is offered (the unit's empty group of a tile without any included);
+    each group is offered;
     ``cycles``: the cycle after the last group; ``buffer_waits``: cycles a window's first beat
     waited for a free buffer."""
     updates: list[int]
@@ -72,7 +67,7 @@ class Prediction:
 
 
 def predict(tiles: list[list[Window]], sort_latency: int, buffers: int) -> Prediction:
-    """The unit's cycles for ``tiles`` (each a list of its ``Window``s, in order)."""
+    """The unit's cycles for ``tiles`` (each a list of ``Window``s; windows in input order)."""
     if buffers > sort_latency:
         raise ValueError(f"the model needs buffers <= sort_latency (no back-pressure from the "
                          f"sort network), got {buffers} > {sort_latency}")
@@ -81,7 +76,6 @@ def predict(tiles: list[list[Window]], sort_latency: int, buffers: int) -> Predi
     clears: list[int | None] = []       # per window so far: the cycle its buffer is free
     fire, beat, waits = neg, 0, 0
     load_prev, done_prev = neg, neg     # last cycle the sort output held / the packer worked
-    pending = None                      # index into groups of a held group
     for tile in tiles:
         for win in tile:
             for b in range(win.beats):
@@ -102,22 +96,6 @@ def predict(tiles: list[list[Window]], sort_latency: int, buffers: int) -> Predi
             load = max(ready, done_prev)
             start = load + 1
             load_prev, done_prev = load, start + max(win.groups, 1) - 1
-            first_cmd = start if (win.groups or win.last) else None
-            if first_cmd is not None and pending is not None:
-                groups[pending] = first_cmd + 1
-                pending = None
-                if not win.groups:                   # the marker ends the held group's tile
-                    clears[me] = start + 1
-                    continue
-            if not win.groups:
-                clears[me] = start + 1
-                if win.last:                         # a tile without groups: its empty group
-                    groups.append(start + 2)
-                continue
-            for g in range(win.groups):
-                groups.append(start + g + 2)
-            clears[me] = start + win.groups      # the cycle after its last group's read
-            if not win.last:
-                pending = len(groups) - 1
-    assert pending is None
+            groups += [start + g + 1 for g in range(win.groups)]
+            clears[me] = start + max(win.groups, 1)   # after the last read, or the drop
     return Prediction(updates, groups, (max(groups) + 1) if groups else 0, waits)

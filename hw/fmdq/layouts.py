@@ -33,7 +33,7 @@ def slice_group_layout(tokens: int, channel_bits: int, e_max: int) -> data.Struc
     """One group of ``LANES`` slices for a whole token tile: one PE-array cycle,
     ``Y[t, m] += (sum_i act[t][i] * W[lane[i].channel, m]) << shift``. ``act[t][i]`` are the raw
     2 bits of lane ``i``'s slice for token ``t`` (read per ``lane[i].signed``); ``last``: the
-    tile's last group."""
+    last group of a unit (one token tile over one sort window, ``golden.fmdq_pe.units_of``)."""
     return data.StructLayout({
         "shift": unsigned(total_shift_bits(e_max)),
         "lane": data.ArrayLayout(lane_meta_layout(channel_bits), LANES),

@@ -28,11 +28,14 @@ DESCENDING = True
 FRONT_STAGES = 3
 
 
-def qu_input_layout(tokens: int, per_beat: int, diff_bits: int) -> data.StructLayout:
+def qu_input_layout(tokens: int, per_beat: int, diff_bits: int,
+                    channel_bits: int) -> data.StructLayout:
     """One input beat: ``per_beat`` consecutive sub-channels of a tile (``d[i][t]``: channel
-    ``i`` of the beat, token ``t``, signed ``diff_bits``); ``last``: the tile's last beat."""
+    ``channel + i``, token ``t``, signed ``diff_bits``); ``last``: the last beat of a unit (one
+    tile's sub-channels of one sort window, or of a tile's last, partial window)."""
     return data.StructLayout({
         "d": data.ArrayLayout(data.ArrayLayout(signed(diff_bits), tokens), per_beat),
+        "channel": unsigned(channel_bits),
         "last": unsigned(1),
     })
 
@@ -40,7 +43,7 @@ def qu_input_layout(tokens: int, per_beat: int, diff_bits: int) -> data.StructLa
 def update_layout(tokens: int, per_beat: int, channel_bits: int, e_max: int):
     """The state update of one input beat: per sub-channel its shift ``p``, width ``b`` (bits),
     clipped and saturated flags and codes ``q[t]`` (``Xs[t, channel + i] += q[t] << p``);
-    ``channel``: the beat's first channel; ``last``: the tile's last beat."""
+    ``channel``: the beat's first channel; ``last``: as the input beat's."""
     sub = data.StructLayout({
         "shift": unsigned(uwidth(e_max + 1)),
         "width": unsigned(4),
@@ -92,16 +95,20 @@ def default_buffers(window: int, per_beat: int, sort_latency: int) -> int:
 class QuantUnit(wiring.Component):
     """The FMDQ quantization unit (spec 7.2): per token tile, each sub-channel's shift, width
     and codes exactly as ``golden.fmdq.fmdq_encode``, and its 2-bit slices issued as the groups
-    of ``golden.fmdq.schedule_tile(shift, width, window)``, one ``slice_group_layout`` payload
-    per group.
+    of ``golden.fmdq.schedule_tile(shift, width, window)`` window by window, one
+    ``slice_group_layout`` payload per group, ``last`` on each window's last group (a *unit* of
+    ``hw.fmdq.pe_array``: one tile over one sort window; ``golden.fmdq_pe.units_of``).
 
     Input organisation: a beat is ``per_beat`` consecutive **sub-channels** (one channel over
     the tile's ``tokens`` tokens, the column of the PE array's output for one output channel),
     so every per-sub-channel decision is made as the beat passes, without a transpose or a
-    second pass over the tile. A tile is its channels in order from 0, ``last`` on its last
-    beat; a tile with fewer tokens than ``tokens`` gives its missing tokens as 0 (zeros change
-    no decision, as golden's padding rows), and channels past ``K`` in a last beat as 0 (width
-    0: they issue nothing; their update is 0).
+    second pass over the tile. A window is the beats of ``window`` consecutive channels from a
+    multiple of ``window`` (``channel``: each beat's first channel), in order; it ends after
+    ``window / per_beat`` beats or at a beat with ``last`` (a tile's last, partial window).
+    Windows of any tiles may follow each other in any order (the PE array runs every tile of
+    one window before the next window). A tile with fewer tokens than ``tokens`` gives its
+    missing tokens as 0 (zeros change no decision, as golden's padding rows), and channels past
+    ``K`` in a last beat as 0 (width 0: they issue nothing; their update is 0).
 
     Pipeline: (1) max extraction: per sub-channel the max and min of ``D`` (and of ``D`` with
     the dead zone ``|D| <= tau`` set to 0); (2) decision: the shift ``p`` by v1's rule in closed
@@ -113,43 +120,40 @@ class QuantUnit(wiring.Component):
     (``buffers`` windows of ``window`` sub-channels) and to the ``u`` update stream; each
     channel's 4 (channel, slice) entries (key: invalid beyond the width, then total shift
     ``p + 2j`` or its complement for ``descending``, then channel) go to a collector in key
-    order. (4) When a window is complete (``window / per_beat`` beats, or the tile's last beat),
+    order. (4) When a window is complete (``window / per_beat`` beats, or a ``last`` beat),
     its ``4 * window`` entries are sorted in a pipelined bitonic network (``BitonicSorter`` with
     runs of 4 presorted, ``register_stages(4 * window, reg_every, 4)`` cycles). (5) Packing: a
     shift register walks the sorted window, each cycle taking the next up to 4 entries of equal
     total shift as one group; the group's codes, shifts and widths are read from the code
     buffer (one read port per lane; a buffer is free once its window's last group is read);
     slice ``j = (total - p) / 2`` of each token's code is its bits ``2j, 2j + 1``, signed when
-    ``j`` is the width's top slice; a one-group hold then resolves ``last`` (a window's last
-    group waits for the next window's first group or the tile's end, so ``last`` marks the
-    tile's last group even when its last windows are empty).
+    ``j`` is the width's top slice.
 
     Output: padding lanes have ``valid = 0``, ``signed = 0``, channel = the window's first
-    channel and slices 0 (as ``schedule_tile``). A tile whose sub-channels are all width 0 has no
-    group in golden; the unit issues one empty group (every lane padding, shift 0, ``last``) so
-    that every tile ends with a ``last`` beat.
+    channel and slices 0 (as ``schedule_tile``). A window whose sub-channels are all width 0
+    issues nothing (as ``units_of`` skips it).
 
     Latency: an input beat's update leaves ``FRONT_STAGES`` cycles after the beat is accepted
     (when ``u`` is ready and the collector has room); a window's first group is offered
-    ``sort_latency + 3`` cycles after its last beat's update at the earliest, when the packer
-    is free; ``dstar.sim.fmdq_qu_cycles`` gives every cycle with both outputs
-    always ready. Throughput: one input beat per cycle and one group per cycle; a window takes
-    ``window / per_beat`` input cycles and ``max(groups, 1)`` packing cycles, so groups leave
-    at one per cycle while a window's groups are at least its beats (otherwise the input is the
-    bound). Back-pressure: ``o`` stalls the packer and, once the sort network and the code
-    buffers are full, the front end; ``u`` stalls the front end; ``i.ready`` is low while the
-    front end is stalled. No beat is lost or duplicated on either output. Reset empties every
-    stage and the buffers' bookkeeping (not their contents) and zeroes the counters.
+    ``sort_latency + 2`` cycles after its last beat's update at the earliest, when the packer
+    is free; ``dstar.sim.fmdq_qu_cycles`` gives every cycle with both outputs always ready.
+    Throughput: one input beat per cycle and one group per cycle; a window takes ``window /
+    per_beat`` input cycles and ``max(groups, 1)`` packing cycles, so groups leave at one per
+    cycle while a window's groups are at least its beats (otherwise the input is the bound).
+    Back-pressure: ``o`` stalls the packer and, once the sort network and the code buffers are
+    full, the front end; ``u`` stalls the front end; ``i.ready`` is low while the front end is
+    stalled. No beat is lost or duplicated on either output. Reset empties every stage and the
+    buffers' bookkeeping (not their contents) and zeroes the counters.
 
     Parameters: ``tokens`` T, ``window`` channels per sort, ``e_max``, ``tau``, ``diff_bits``
-    (the differences' signed width), ``channel_bits`` (holds every channel index of a tile),
+    (the differences' signed width), ``channel_bits`` (holds every channel index),
     ``per_beat`` sub-channels per input beat (divides ``window``), ``buffers`` (at least 2;
     default ``default_buffers``), ``reg_every`` comparator stages per sort-network register,
     ``descending`` (the schedule's order, ``DESCENDING``).
 
     Members
     -------
-    i : In(stream.Signature(qu_input_layout(tokens, per_beat, diff_bits)))
+    i : In(stream.Signature(qu_input_layout(tokens, per_beat, diff_bits, channel_bits)))
     o : Out(stream.Signature(slice_group_layout(tokens, channel_bits, e_max)))
     u : Out(stream.Signature(update_layout(tokens, per_beat, channel_bits, e_max)))
         One update per input beat, in input order.
@@ -181,7 +185,8 @@ class QuantUnit(wiring.Component):
             e_tol += 1
         self.e_tol = e_tol
         super().__init__({
-            "i": In(stream.Signature(qu_input_layout(tokens, per_beat, diff_bits))),
+            "i": In(stream.Signature(qu_input_layout(tokens, per_beat, diff_bits,
+                                                      channel_bits))),
             "o": Out(stream.Signature(slice_group_layout(tokens, channel_bits, e_max))),
             "u": Out(stream.Signature(update_layout(tokens, per_beat, channel_bits, e_max))),
             "clear": In(1),
@@ -228,6 +233,7 @@ class QuantUnit(wiring.Component):
 
         # Stage 1: max extraction.
         v1, d1, x1, last1 = Signal(), Signal(darr), Signal(ext), Signal()
+        ch1, ch2, ch3 = (Signal(self.channel_bits, name=f"ch{k}") for k in (1, 2, 3))
         for i in range(S):
             d = [beat.d[i][t] for t in range(T)]
             dmax = self._tree(m, d, lambda a, b: Mux(a > b, a, b), f"dmax{i}")
@@ -246,7 +252,8 @@ class QuantUnit(wiring.Component):
                 m.d.sync += [x1[i].dmax.eq(dmax), x1[i].dmin.eq(dmin), x1[i].emax.eq(emax),
                              x1[i].emin.eq(emin)]
         with m.If(fadv):
-            m.d.sync += [v1.eq(self.i.valid), d1.eq(beat.d), last1.eq(beat.last)]
+            m.d.sync += [v1.eq(self.i.valid), d1.eq(beat.d), last1.eq(beat.last),
+                         ch1.eq(beat.channel)]
 
         # Stage 2: shift decision (round_shift's fit bounds in closed form, as golden).
         hi_e, lo_e = _fit_bounds(e_max)
@@ -268,7 +275,7 @@ class QuantUnit(wiring.Component):
                              x2[i].saturated.eq(~fit[e_max]), x2[i].emax.eq(x1[i].emax),
                              x2[i].emin.eq(x1[i].emin)]
         with m.If(fadv):
-            m.d.sync += [v2.eq(v1), d2.eq(d1), last2.eq(last1)]
+            m.d.sync += [v2.eq(v1), d2.eq(d1), last2.eq(last1), ch2.eq(ch1)]
 
         # Stage 3: quantize, width, codes.
         quant = data.ArrayLayout(data.StructLayout({
@@ -295,8 +302,8 @@ class QuantUnit(wiring.Component):
                              x3[i].saturated.eq(x2[i].saturated)]
                 m.d.sync += [x3[i].q[t].eq(qs[t]) for t in range(T)]
         with m.If(fadv):
-            m.d.sync += [v3.eq(v2), last3.eq(last2)]
-        return v3, x3, last3
+            m.d.sync += [v3.eq(v2), last3.eq(last2), ch3.eq(ch2)]
+        return v3, x3, last3, ch3
 
     # ----- the whole unit -----
 
@@ -307,8 +314,7 @@ class QuantUnit(wiring.Component):
         pb, sb = uwidth(e_max + 1), uwidth(nb)
         tmax = e_max + SLICE_BITS * (MAX_SLICES - 1)
         ent_l = sort_entry_layout(W, e_max)
-        tag_l = data.StructLayout({"slot": unsigned(sb), "base": unsigned(self.channel_bits),
-                                   "last": unsigned(1)})
+        tag_l = data.StructLayout({"slot": unsigned(sb), "base": unsigned(self.channel_bits)})
         m.submodules.sorter = srt = BitonicSorter(ent_l, n_ent, _entry_key, tag_l,
                                                   self.reg_every, MAX_SLICES)
         code_l = code_word_layout(T, S, e_max)
@@ -317,7 +323,7 @@ class QuantUnit(wiring.Component):
         rds = [mem.read_port() for _ in range(LANES)]
 
         fadv = Signal()
-        v3, x3, last3 = self._front(m, fadv)
+        v3, x3, last3, ch3 = self._front(m, fadv)
 
         # ----- collector: code buffers, the window's entries, the update stream -----
         busy = Signal(nb)
@@ -327,7 +333,8 @@ class QuantUnit(wiring.Component):
             sel = Mux(~busy[s], s, sel)
         m.d.comb += free_slot.eq(sel)
         bidx = Signal(range(beats)) if beats > 1 else Const(0, 1)
-        base = Signal(self.channel_bits)
+        base_reg = Signal(self.channel_bits)
+        base = Mux(bidx == 0, ch3, base_reg)          # the window's first channel
         cur_slot = Signal(sb)
         first = bidx == 0
         slot = Signal(sb)
@@ -343,7 +350,7 @@ class QuantUnit(wiring.Component):
             self.i.ready.eq(fadv),
         ]
         u = self.u.payload
-        m.d.comb += [u.channel.eq(base + bidx * S), u.last.eq(last3)]
+        m.d.comb += [u.channel.eq(ch3), u.last.eq(last3)]
         for i in range(S):
             m.d.comb += [u.sub[i].shift.eq(x3[i].p), u.sub[i].width.eq(x3[i].n * SLICE_BITS),
                          u.sub[i].clipped.eq(x3[i].clipped),
@@ -372,18 +379,17 @@ class QuantUnit(wiring.Component):
                 else:                    # slice i
                     tkey = p_c + SLICE_BITS * i
                 m.d.comb += [e.ch.eq(c), e.invalid.eq(n_c <= i), e.tkey.eq(tkey)]
-        m.d.comb += [srt.i.payload.tag.slot.eq(slot), srt.i.payload.tag.base.eq(base),
-                     srt.i.payload.tag.last.eq(last3)]
+        m.d.comb += [srt.i.payload.tag.slot.eq(slot), srt.i.payload.tag.base.eq(base)]
 
         alloc = Signal(nb)
         with m.If(fire):
             with m.If(first):
-                m.d.sync += cur_slot.eq(free_slot)
+                m.d.sync += [cur_slot.eq(free_slot), base_reg.eq(ch3)]
                 m.d.comb += alloc.eq(1 << free_slot)
             with m.If(completing):
                 if beats > 1:
                     m.d.sync += bidx.eq(0)
-                m.d.sync += [base.eq(Mux(last3, 0, base + W)), n_arr.eq(0)]
+                m.d.sync += n_arr.eq(0)
             with m.Else():
                 if beats > 1:
                     m.d.sync += bidx.eq(bidx + 1)
@@ -404,9 +410,7 @@ class QuantUnit(wiring.Component):
         cmd_l = data.StructLayout({
             "lane": data.ArrayLayout(lane_l, LANES), "tkey": unsigned(total_shift_bits(e_max)),
             "slot": unsigned(sb), "base": unsigned(self.channel_bits),
-            "free": unsigned(1),     # the window's last group: its buffer is free once read
-            "end": unsigned(1),      # the tile's last command
-            "marker": unsigned(1),   # no group: the tile's last window is empty
+            "last": unsigned(1),     # the window's last group: its buffer is free once read
         })
         fv = Signal()
         ents = Signal(data.ArrayLayout(ent_l, n_ent))
@@ -433,10 +437,9 @@ class QuantUnit(wiring.Component):
 
         cmd, cmd_valid, cmd_ready = Signal(cmd_l), Signal(), Signal()
         m.d.comb += [
-            cmd_valid.eq(fv & (h_valid | ftag.last)),
+            cmd_valid.eq(fv & h_valid),           # an empty window issues nothing
             cmd.tkey.eq(ents[0].tkey), cmd.slot.eq(ftag.slot), cmd.base.eq(ftag.base),
-            cmd.free.eq(h_valid & eow), cmd.end.eq(ftag.last & (eow | ~h_valid)),
-            cmd.marker.eq(~h_valid),
+            cmd.last.eq(eow),
         ]
         for k in range(LANES):
             e_k = ent(k)
@@ -456,46 +459,30 @@ class QuantUnit(wiring.Component):
         free_a = Signal(nb)
         m.d.comb += free_a.eq(Mux(step & ~h_valid, 1 << ftag.slot, 0))
 
-        # ----- read: the group's codes from the buffer (which is free once its window's last
-        # group is read), its slices and metadata -----
-        rv, rd_meta = Signal(), Signal(cmd_l)
-        adv_r, rd_take = Signal(), Signal()
-        m.d.comb += [adv_r.eq(~rv | rd_take), cmd_ready.eq(adv_r)]
+        # ----- read: the group's codes, shifts and widths from the buffer (free once its
+        # window's last group is read), its slices and metadata to the output -----
+        rv, rd_meta, adv_r = self.o.valid, Signal(cmd_l), Signal()
+        m.d.comb += [adv_r.eq(~rv | self.o.ready), cmd_ready.eq(adv_r)]
         for k, rd in enumerate(rds):
             m.d.comb += [rd.addr.eq(cmd.slot * beats + cmd.lane[k].ch // S), rd.en.eq(adv_r)]
         with m.If(adv_r):
             m.d.sync += [rv.eq(cmd_valid), rd_meta.eq(cmd)]
         free_b = Signal(nb)
-        m.d.comb += free_b.eq(Mux(adv_r & cmd_valid & cmd.free, 1 << cmd.slot, 0))
+        m.d.comb += free_b.eq(Mux(adv_r & cmd_valid & cmd.last, 1 << cmd.slot, 0))
         m.d.sync += busy.eq((busy & ~free_a & ~free_b) | alloc)
 
-        grp = Signal(slice_group_layout(T, self.channel_bits, e_max))
+        o = self.o.payload
         total = Signal(total_shift_bits(e_max))
         m.d.comb += [total.eq(tmax - rd_meta.tkey if self.descending else rd_meta.tkey),
-                     grp.shift.eq(Mux(rd_meta.marker, 0, total))]
+                     o.shift.eq(total), o.last.eq(rd_meta.last)]
         for k, rd in enumerate(rds):
             ln = rd_meta.lane[k]
             word = rd.data[ln.ch % S] if S > 1 else rd.data[0]
             j = Signal(2, name=f"j{k}")                  # the lane's slice: total = p + 2j
             m.d.comb += [j.eq((total - word.p)[1:]),
-                         grp.lane[k].channel.eq(Mux(rd_meta.marker, 0, rd_meta.base + ln.ch)),
-                         grp.lane[k].signed.eq(ln.valid & (j + 1 == word.n)),
-                         grp.lane[k].valid.eq(ln.valid)]
+                         o.lane[k].channel.eq(rd_meta.base + ln.ch),
+                         o.lane[k].signed.eq(ln.valid & (j + 1 == word.n)),
+                         o.lane[k].valid.eq(ln.valid)]
             for t in range(T):
-                m.d.comb += grp.act[t][k].eq(Mux(ln.valid, word.q[t].word_select(j, 2), 0))
-
-        # ----- hold: a group leaves when the next one is read, or as its tile's end -----
-        hold, hv, h_end = Signal.like(grp), Signal(), Signal()
-        merge = Signal()
-        m.d.comb += [
-            self.o.valid.eq(hv & (h_end | rv)),
-            self.o.payload.eq(hold),
-            self.o.payload.last.eq(h_end | (rv & rd_meta.marker)),
-            rd_take.eq(rv & (~hv | (self.o.valid & self.o.ready))),
-            merge.eq(rd_take & rd_meta.marker & hv & ~h_end),   # the marker ends hold's tile
-        ]
-        with m.If(rd_take & ~merge):
-            m.d.sync += [hold.eq(grp), hv.eq(1), h_end.eq(rd_meta.end)]
-        with m.Elif(self.o.valid & self.o.ready):
-            m.d.sync += hv.eq(0)
+                m.d.comb += o.act[t][k].eq(Mux(ln.valid, word.q[t].word_select(j, 2), 0))
         return m

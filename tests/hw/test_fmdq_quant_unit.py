@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from amaranth import unsigned
 
-from dstar.golden.fmdq import LANES, SLICE_BITS, Schedule, fmdq_encode
+from dstar.golden.fmdq import LANES, SLICE_BITS, Schedule, fmdq_encode, schedule_tile
 from dstar.hw.fmdq.quant_unit import DESCENDING, QuantUnit, default_buffers
 from dstar.hw.fmdq.sorter import BitonicSorter, bitonic_network, register_stages
 from dstar.sim.fmdq_qu_cycles import Window, predict, windows_of
@@ -39,54 +39,60 @@ def schedule_ref(shift, width, window, descending):
                     np.array([s for s, _ in lanes], np.int64), arr[..., 2].astype(bool))
 
 
-def expected(d, qu, tau=None, descending=None):
+def expected(d, qu, tau=None, descending=None, windows=None):
     """Golden's groups and updates of one tile ``d`` (``(N, K)``, ``N <= tokens``) as the
-    unit's payloads: (groups, updates), plain tuples. The unit's sort direction is golden's
-    (``DESCENDING``) or, for the other one, ``schedule_ref``'s; ``tau`` and ``descending``
-    override the unit's (a mutant's expectation)."""
+    unit's payloads: (groups, updates), plain tuples; ``last`` on each window's last group,
+    windows in the order ``windows`` (their first channels; default ascending). The unit's sort
+    direction is golden's (``DESCENDING``) or, for the other one, ``schedule_ref``'s; ``tau``
+    and ``descending`` override the unit's (a mutant's expectation)."""
     T, S, W = qu.tokens, qu.per_beat, qu.window
     tau = qu.tau if tau is None else tau
     descending = qu.descending if descending is None else descending
     n, k = d.shape
     enc = fmdq_encode(d, T, qu.e_max, tau)
-    sched = (enc.schedule(0, W) if descending == DESCENDING
-             else schedule_ref(enc.shift[0], enc.width[0], W, descending))
     sl = enc.slices()
-    groups = []
-    for g in range(sched.groups):
-        lanes = tuple((int(sched.channel[g, i]), int(sched.signed[g, i]),
-                       int(sched.valid[g, i])) for i in range(4))
-        act = tuple(tuple(int(sl[t, sched.channel[g, i], sched.slice[g, i]]) & 3
-                          if t < n and sched.valid[g, i] else 0 for i in range(4))
-                    for t in range(T))
-        groups.append((int(sched.shift[g]), lanes, act, int(g == sched.groups - 1)))
-    if not groups:                 # the unit's empty group: every tile ends with a last beat
-        groups.append((0, ((0, 0, 0),) * 4, ((0,) * 4,) * T, 1))
-    kp = -(-k // S) * S
-    updates = []
-    for c0 in range(0, kp, S):
-        subs = []
-        for c in range(c0, c0 + S):
-            if c < k:
-                q = tuple(int(enc.q[t, c]) if t < n else 0 for t in range(T))
-                subs.append((int(enc.shift[0, c]), int(enc.width[0, c]),
-                             int(enc.clipped[0, c]), int(enc.saturated[0, c]), q))
-            else:
-                subs.append((0, 0, 0, 0, (0,) * T))
-        updates.append((c0, tuple(subs), int(c0 + S >= kp)))
+    groups, updates = [], []
+    for c0 in (range(0, k, W) if windows is None else windows):
+        sh, wd = enc.shift[0, c0:c0 + W], enc.width[0, c0:c0 + W]
+        sched = (schedule_tile(sh, wd, W) if descending == DESCENDING
+                 else schedule_ref(sh, wd, W, descending))
+        for g in range(sched.groups):
+            ch = sched.channel[g] + c0
+            lanes = tuple((int(ch[i]), int(sched.signed[g, i]), int(sched.valid[g, i]))
+                          for i in range(4))
+            act = tuple(tuple(int(sl[t, ch[i], sched.slice[g, i]]) & 3
+                              if t < n and sched.valid[g, i] else 0 for i in range(4))
+                        for t in range(T))
+            groups.append((int(sched.shift[g]), lanes, act, int(g == sched.groups - 1)))
+        end = min(c0 + W, k)
+        for b0 in range(c0, end, S):
+            subs = []
+            for c in range(b0, b0 + S):
+                if c < k:
+                    q = tuple(int(enc.q[t, c]) if t < n else 0 for t in range(T))
+                    subs.append((int(enc.shift[0, c]), int(enc.width[0, c]),
+                                 int(enc.clipped[0, c]), int(enc.saturated[0, c]), q))
+                else:
+                    subs.append((0, 0, 0, 0, (0,) * T))
+            updates.append((b0, tuple(subs), int(b0 + S >= end)))
     return groups, updates
 
 
-def beats_of(d, qu):
+def beats_of(d, qu, windows=None):
     """Input beats of one tile: sub-channels padded to ``tokens`` and to a multiple of
-    ``per_beat`` with zeros."""
-    T, S = qu.tokens, qu.per_beat
+    ``per_beat`` with zeros, window by window (``windows``: their first channels, default
+    ascending), ``last`` on each window's last beat."""
+    T, S, W = qu.tokens, qu.per_beat, qu.window
     n, k = d.shape
     kp = -(-k // S) * S
     pad = np.zeros((T, kp), np.int64)
     pad[:n, :k] = d
-    return [{"d": [[int(x) for x in pad[:, c]] for c in range(c0, c0 + S)],
-             "last": int(c0 + S >= kp)} for c0 in range(0, kp, S)]
+    out = []
+    for c0 in (range(0, k, W) if windows is None else windows):
+        end = min(c0 + W, kp)
+        out += [{"d": [[int(x) for x in pad[:, c]] for c in range(b0, b0 + S)],
+                 "channel": b0, "last": int(b0 + S >= end)} for b0 in range(c0, end, S)]
+    return out
 
 
 def group_of(p, T):
@@ -102,12 +108,18 @@ def update_of(p, T, S):
                                   for s in (p.sub[i] for i in range(S))), int(p.last))
 
 
+def _items(tiles):
+    """``tiles``: each a tile ``d`` (all its windows in order) or ``(d, windows)`` (the windows
+    with those first channels)."""
+    return [t if isinstance(t, tuple) else (t, None) for t in tiles]
+
+
 def run_unit(qu, tiles, rng=None, p_valid=1.0, p_o=1.0, p_u=1.0):
-    """Feed ``tiles`` through ``qu``; return (groups and updates with the cycle each was taken,
-    the clipped/saturated counters at the end)."""
+    """Feed ``tiles`` (see ``_items``) through ``qu``; return (groups and updates with the cycle
+    each was taken, the clipped/saturated counters at the end)."""
     rng = rng or random.Random(0)
-    beats = [b for d in tiles for b in beats_of(d, qu)]
-    n_groups = sum(len(expected(d, qu)[0]) for d in tiles)
+    beats = [b for d, w in _items(tiles) for b in beats_of(d, qu, w)]
+    n_groups = sum(len(expected(d, qu, windows=w)[0]) for d, w in _items(tiles))
     got_o, got_u = [], []
     counters = []
 
@@ -150,13 +162,16 @@ def check(qu, tiles, want=None, **kw):
     got_o, got_u, counters = run_unit(qu, tiles, **kw)
     want_o, want_u = [], []
     clipped = saturated = 0
-    for d in tiles:
-        g, u = expected(d, qu, **want)
+    for d, windows in _items(tiles):
+        g, u = expected(d, qu, windows=windows, **want)
         want_o += g
         want_u += u
         enc = fmdq_encode(d, qu.tokens, qu.e_max, want.get("tau", qu.tau))
-        clipped += int(enc.clipped.sum())
-        saturated += int(enc.saturated.sum())
+        fed = np.zeros(d.shape[1], bool)
+        for c0 in (range(0, d.shape[1], qu.window) if windows is None else windows):
+            fed[c0:c0 + qu.window] = True
+        clipped += int(enc.clipped[0, fed].sum())
+        saturated += int(enc.saturated[0, fed].sum())
     assert [g for g, _ in got_o] == want_o
     assert [u for u, _ in got_u] == want_u
     assert counters == [clipped, saturated]
@@ -263,6 +278,16 @@ def test_quant_unit_matches_golden(name):
         assert updates == pred.updates
 
 
+def test_quant_unit_window_major():
+    """The PE array's order (every tile of one window, then the next window): windows of two
+    tiles interleaved, the last partial, each a unit ending in ``last``."""
+    kw = CONFIGS["base"]
+    qu = QuantUnit(**kw)
+    rng = np.random.default_rng(17)
+    a, b = mixed_tile(rng, 4, 19, 12), mixed_tile(rng, 3, 19, 12)
+    check(qu, [(a, [0]), (b, [0]), (a, [8]), (b, [8]), (b, [16]), (a, [16])])
+
+
 @pytest.mark.parametrize("name", ["base", "wide"])
 def test_quant_unit_back_pressure(name):
     """Random gaps on the input and random back-pressure on both outputs, with the fewest code
@@ -287,7 +312,6 @@ def test_quant_unit_other_direction():
 
 def test_schedule_ref_is_golden():
     """The test's reference schedule equals golden's in golden's direction."""
-    from dstar.golden.fmdq import schedule_tile
     rng = np.random.default_rng(5)
     for _ in range(200):
         k, w = int(rng.integers(1, 20)), int(rng.integers(1, 9))
@@ -369,16 +393,16 @@ def test_cycle_model_throughput():
     against unlimited ones (here and at the test sizes)."""
     latency = register_stages(4 * 64, 1, 4)
     buffers = default_buffers(64, 1, latency)
-    dense = [[Window(64, 64, w == 3) for w in range(4)] for _ in range(4)]
+    dense = [[Window(64, 64) for w in range(4)] for _ in range(4)]
     pred = predict(dense, latency, buffers)
     assert pred.buffer_waits == 0
     assert np.all(np.diff(pred.groups) == 1)
-    sparse = [[Window(64, 40, w == 3) for w in range(4)] for _ in range(4)]
+    sparse = [[Window(64, 40) for w in range(4)] for _ in range(4)]
     g = predict(sparse, latency, buffers).groups
     assert g[480] - g[160] == 8 * 64                 # windows 4 to 12: 64 input cycles each
     for w, s, r in [(64, 1, 1), (64, 1, 3), (64, 2, 1), (8, 1, 1), (8, 2, 3), (4, 1, 1)]:
         beats, latency = w // s, register_stages(4 * w, r, 4)
         for groups in (0, 1, beats // 2, beats - 1, beats, beats + 3, 2 * beats):
-            tiles = [[Window(beats, groups, k == 3) for k in range(4)] for _ in range(4)]
+            tiles = [[Window(beats, groups) for k in range(4)] for _ in range(4)]
             assert (predict(tiles, latency, default_buffers(w, s, latency)).cycles
                     == predict(tiles, latency, latency).cycles)
