@@ -11,7 +11,7 @@ It follows the unit's structure window by window:
   ``sort_latency`` cycles later; the packer loads a window when it has finished the previous one
   (in the same cycle) and spends ``max(groups, 1)`` cycles on it, one group per cycle;
 * a group is offered the cycle after the packer forms it (its buffer read); an empty window
-  offers nothing;
+  offers nothing, except a tile's first, which offers one empty group;
 * a buffer is free again the cycle after its window's last group is read (the cycle it is
   offered), or the cycle after the packer drops an empty window.
 
@@ -33,9 +33,11 @@ FRONT_STAGES = 3
 
 @dataclass(frozen=True)
 class Window:
-    """One sort window of a tile (a unit): its input ``beats`` and golden's ``groups``."""
+    """One sort window of a tile (a unit): its input ``beats``, golden's ``groups`` and whether
+    it is the tile's first window (empty, it still issues one group)."""
     beats: int
     groups: int
+    first: bool = False
 
 
 def windows_of(d, token_tile: int, e_max: int, tau: int, window: int,
@@ -47,7 +49,7 @@ def windows_of(d, token_tile: int, e_max: int, tau: int, window: int,
     out = []
     for c in range(0, k, window):
         g = schedule_tile(enc.shift[0, c:c + window], enc.width[0, c:c + window], window).groups
-        out.append(Window(-(-min(window, k - c) // per_beat), g))
+        out.append(Window(-(-min(window, k - c) // per_beat), g, c == 0))
     return out
 
 
@@ -96,6 +98,6 @@ def predict(tiles: list[list[Window]], sort_latency: int, buffers: int) -> Predi
             load = max(ready, done_prev)
             start = load + 1
             load_prev, done_prev = load, start + max(win.groups, 1) - 1
-            groups += [start + g + 1 for g in range(win.groups)]
+            groups += [start + g + 1 for g in range(win.groups or int(win.first))]
             clears[me] = start + max(win.groups, 1)   # after the last read, or the drop
     return Prediction(updates, groups, (max(groups) + 1) if groups else 0, waits)

@@ -131,7 +131,9 @@ class QuantUnit(wiring.Component):
 
     Output: padding lanes have ``valid = 0``, ``signed = 0``, channel = the window's first
     channel and slices 0 (as ``schedule_tile``). A window whose sub-channels are all width 0
-    issues nothing (as ``units_of`` skips it).
+    issues nothing (as ``units_of`` skips it), except a tile's first window (channel 0), which
+    issues one empty group (shift 0, every lane padding with channel 0, ``last``): its unit
+    writes the tile's rows in the PE array (``dstar.sim.fmdq_cycles``).
 
     Latency: an input beat's update leaves ``FRONT_STAGES`` cycles after the beat is accepted
     (when ``u`` is ready and the collector has room); a window's first group is offered
@@ -411,6 +413,7 @@ class QuantUnit(wiring.Component):
             "lane": data.ArrayLayout(lane_l, LANES), "tkey": unsigned(total_shift_bits(e_max)),
             "slot": unsigned(sb), "base": unsigned(self.channel_bits),
             "last": unsigned(1),     # the window's last group: its buffer is free once read
+            "empty": unsigned(1),    # the empty group of a tile's empty first window
         })
         fv = Signal()
         ents = Signal(data.ArrayLayout(ent_l, n_ent))
@@ -436,10 +439,12 @@ class QuantUnit(wiring.Component):
         m.d.comb += eow.eq(eow_sel)
 
         cmd, cmd_valid, cmd_ready = Signal(cmd_l), Signal(), Signal()
+        # An empty window issues nothing, except a tile's first (one empty group: its unit
+        # overwrites the tile's rows in the PE array).
         m.d.comb += [
-            cmd_valid.eq(fv & h_valid),           # an empty window issues nothing
+            cmd_valid.eq(fv & (h_valid | (ftag.base == 0))),
             cmd.tkey.eq(ents[0].tkey), cmd.slot.eq(ftag.slot), cmd.base.eq(ftag.base),
-            cmd.last.eq(eow),
+            cmd.last.eq(eow), cmd.empty.eq(~h_valid),
         ]
         for k in range(LANES):
             e_k = ent(k)
@@ -474,7 +479,7 @@ class QuantUnit(wiring.Component):
         o = self.o.payload
         total = Signal(total_shift_bits(e_max))
         m.d.comb += [total.eq(tmax - rd_meta.tkey if self.descending else rd_meta.tkey),
-                     o.shift.eq(total), o.last.eq(rd_meta.last)]
+                     o.shift.eq(Mux(rd_meta.empty, 0, total)), o.last.eq(rd_meta.last)]
         for k, rd in enumerate(rds):
             ln = rd_meta.lane[k]
             word = rd.data[ln.ch % S] if S > 1 else rd.data[0]

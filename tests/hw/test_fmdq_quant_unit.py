@@ -41,7 +41,8 @@ def schedule_ref(shift, width, window, descending):
 
 def expected(d, qu, tau=None, descending=None, windows=None):
     """Golden's groups and updates of one tile ``d`` (``(N, K)``, ``N <= tokens``) as the
-    unit's payloads: (groups, updates), plain tuples; ``last`` on each window's last group,
+    unit's payloads: (groups, updates), plain tuples; ``last`` on each window's last group, an
+    empty first window as one empty group (as ``tests/hw/test_fmdq_pe_array.py``'s units),
     windows in the order ``windows`` (their first channels; default ascending). The unit's sort
     direction is golden's (``DESCENDING``) or, for the other one, ``schedule_ref``'s; ``tau``
     and ``descending`` override the unit's (a mutant's expectation)."""
@@ -64,6 +65,8 @@ def expected(d, qu, tau=None, descending=None, windows=None):
                               if t < n and sched.valid[g, i] else 0 for i in range(4))
                         for t in range(T))
             groups.append((int(sched.shift[g]), lanes, act, int(g == sched.groups - 1)))
+        if not sched.groups and c0 == 0:  # an empty first window: one empty group
+            groups.append((0, ((0, 0, 0),) * 4, ((0,) * 4,) * T, 1))
         end = min(c0 + W, k)
         for b0 in range(c0, end, S):
             subs = []
