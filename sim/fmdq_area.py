@@ -20,16 +20,29 @@ import time
 from dstar.config import Config, Datapath, Encoding
 from dstar.paths import build_dir
 
-__all__ = ["fmdq_area", "int8_area", "run_cycles", "main"]
+__all__ = ["fmdq_area", "fmdq_parts", "int8_area", "run_cycles", "main"]
 
 
 def _synth(comp, name, cfg, layouts, d) -> dict:
+    """CMOS counts of ``comp``; its Verilog is rewritten only when it changed, so that an
+    earlier synthesis of the same text is reused."""
+    import shutil
+
     from dstar.hw.generate import generate_block
     from dstar.synth.flows import synth_module
-    generate_block(comp, name, cfg, layouts, d)
+    fresh = d.with_name(d.name + ".new")
+    generate_block(comp, name, cfg, layouts, fresh)
+    d.mkdir(parents=True, exist_ok=True)
+    for f in sorted(fresh.iterdir()):
+        old = d / f.name
+        if not old.exists() or old.read_bytes() != f.read_bytes():
+            f.replace(old)
+    shutil.rmtree(fresh)
     r = synth_module(d / f"{name}.v", name, "cmos", d / "cmos", reuse=True)
-    return {k: r[k] for k in ("ffs", "gates", "transistors_logic", "area_um2_45nm",
-                              "area_um2_45nm_logic", "area_um2_45nm_sram")}
+    out = {k: r[k] for k in ("ffs", "gates", "transistors_logic", "area_um2_45nm",
+                             "area_um2_45nm_logic", "area_um2_45nm_sram")}
+    out["memories_um2"] = {mem["name"]: mem["area_um2_45nm"] for mem in r["memories"]}
+    return out
 
 
 def fmdq_area(tokens: int, columns: int, window: int, cfg: Config) -> dict:
@@ -44,6 +57,28 @@ def fmdq_area(tokens: int, columns: int, window: int, cfg: Config) -> dict:
                        y_bits=cfg.acc_bits)
     d = build_dir("fmdq_area", f"fmdq-T{tokens}-M{columns}-W{window}")
     return _synth(comp, "dstar_fmdq_pe_array", cfg, {}, d)
+
+
+def fmdq_parts(window: int, cfg: Config, weights: str = "memory") -> dict:
+    """Logic area (um^2) per PE, per column and per array of ``FmdqPEArray`` with ``window``,
+    from four small arrays (``T, M`` in 1, 2) fitted to ``A = a + T a_t + M c + T M p``: ``p``
+    the PE (lane selects, sum, Horner accumulator, drain register), ``c`` a column's share
+    (its lanes' weight multiples, write-out row multiplexer, shifter and ``Y`` adder),
+    ``a_t`` a token's slice registers, ``a`` the rest (control, the weight window's logic)."""
+    from dstar.hw.fmdq.pe_array import FmdqPEArray
+    got = {}
+    for t in (1, 2):
+        for m in (1, 2):
+            comp = FmdqPEArray(tokens=t, columns=m, window=window, e_max=cfg.e_max,
+                               channel_bits=(cfg.max_k - 1).bit_length(), y_depth=64,
+                               y_bits=cfg.acc_bits, weights=weights)
+            d = build_dir("fmdq_area", f"part-T{t}-M{m}-W{window}-{weights}")
+            got[t, m] = _synth(comp, "dstar_fmdq_pe_array", cfg, {}, d)["area_um2_45nm_logic"]
+    p = got[2, 2] - got[2, 1] - got[1, 2] + got[1, 1]
+    c = got[1, 2] - got[1, 1] - p
+    a_t = got[2, 1] - got[1, 1] - p
+    return {"pe": round(p, 1), "column": round(c, 1), "token": round(a_t, 1),
+            "array": round(got[1, 1] - p - c - a_t, 1)}
 
 
 def int8_area(cfg: Config) -> dict:

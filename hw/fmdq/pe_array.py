@@ -76,9 +76,10 @@ class FmdqPEArray(wiring.Component):
     rows are written out one per cycle, shifted by the last group's total shift once per
     column, while the next unit runs.
 
-    Latency: a group accepted in cycle ``c`` updates the accumulators at the end of cycle
-    ``c + 1``; a unit whose last group is accepted in cycle ``L`` writes its row ``r`` at the
-    end of cycle ``L + 4 + r`` and pulses ``o_unit_done`` in cycle ``L + 3 + n_tok``.
+    Latency: a group accepted in cycle ``c`` has its products registered at the end of cycle
+    ``c + 1`` and updates the accumulators at the end of cycle ``c + 2``; a unit whose last
+    group is accepted in cycle ``L`` writes its row ``r`` at the end of cycle ``L + 5 + r`` and
+    pulses ``o_unit_done`` in cycle ``L + 4 + n_tok``.
     Throughput and back-pressure: one group per cycle, except that (a) a group whose total
     shift lies ``D > 2`` below its predecessor's in the unit waits ``(D - 1) // 2`` cycles
     (``golden.fmdq_pe.bubbles``), and (b) a unit's last group is accepted at least ``n_tok``
@@ -223,7 +224,14 @@ class FmdqPEArray(wiring.Component):
                 a = e_act[t][i]
                 m.d.comb += [codes[t][i][v - 1].eq(a == v) for v in (1, 2, 3)]
         steps = [Signal(name=f"step{k}") for k in range(MAX_STEP + 1)]
-        m.d.comb += [steps[k].eq(e_step[k]) for k in range(MAX_STEP + 1)]
+        # Stage X: the products registered (narrow: it also keeps Yosys from merging the four
+        # lane terms and the accumulator into one wide multi-operand adder).
+        x_step, x_last = Signal.like(e_step), Signal()
+        x_shift, x_addr, x_ntok, x_over = (Signal.like(v) for v in (e_shift, e_addr, e_ntok,
+                                                                     e_over))
+        m.d.sync += [x_step.eq(e_step), x_last.eq(e_last), x_shift.eq(e_shift),
+                     x_addr.eq(e_addr), x_ntok.eq(e_ntok), x_over.eq(e_over)]
+        m.d.comb += [steps[k].eq(x_step[k]) for k in range(MAX_STEP + 1)]
         for c in range(n_m):
             lanes = []
             for i in range(LANES):
@@ -249,10 +257,16 @@ class FmdqPEArray(wiring.Component):
                 m.d.comb += held.eq((a & steps[0].replicate(a_bits))
                                     | ((a << 1)[:a_bits] & steps[1].replicate(a_bits))
                                     | ((a << 2)[:a_bits] & steps[2].replicate(a_bits)))
+                # The group's product at its own width (12 bits), then one add at a_bits.
+                p01 = Signal(signed(_MULT_BITS + 1), name=f"p01_{t}_{c}")
+                p23 = Signal(signed(_MULT_BITS + 1), name=f"p23_{t}_{c}")
+                prod = Signal(signed(_MULT_BITS + 2), name=f"p_{t}_{c}", reset_less=True)
+                m.d.comb += [p01.eq(terms[0] + terms[1]), p23.eq(terms[2] + terms[3])]
+                m.d.sync += prod.eq(p01 + p23)
                 nxt = Signal(signed(a_bits), name=f"next_{t}_{c}")
-                m.d.comb += nxt.eq(held + terms[0] + terms[1] + terms[2] + terms[3])
+                m.d.comb += nxt.eq(held + prod)
                 m.d.sync += a.eq(nxt)
-                with m.If(e_last):
+                with m.If(x_last):
                     m.d.sync += drain[t][c].eq(nxt)
 
         # --- write-out (stage D): one row per cycle, shifted once per column ---
@@ -275,9 +289,9 @@ class FmdqPEArray(wiring.Component):
         with m.If(d_left != 0):
             m.d.sync += [d_left.eq(d_left - 1), d_row.eq(d_row + 1),
                          d_addr.eq(d_addr + self.y_stride)]
-        with m.If(e_last):
-            m.d.sync += [d_left.eq(e_ntok), d_row.eq(0), d_shift.eq(e_shift),
-                         d_addr.eq(e_addr), d_over.eq(e_over)]
+        with m.If(x_last):
+            m.d.sync += [d_left.eq(x_ntok), d_row.eq(0), d_shift.eq(x_shift),
+                         d_addr.eq(x_addr), d_over.eq(x_over)]
 
         # --- stages A (read Y) and B (write Y) ---
         y_l = data.ArrayLayout(signed(self.y_bits), n_m)
