@@ -72,14 +72,15 @@ class FmdqPEArray(wiring.Component):
     reads as signed [-2, 1] if ``lane[i].signed``, else unsigned [0, 3]; lanes with ``valid``
     low count as zero. Each PE accumulates the unit in Horner form (``golden.fmdq_pe``): an
     ``acc_bits(window, e_max)``-bit register, shifted by 0, 1 or 2 per group, never
-    overflowing; at the unit's end it is copied into the PE's drain register and the unit's
-    rows are written out one per cycle, shifted by the last group's total shift once per
-    column, while the next unit runs.
+    overflowing; at the unit's end it is copied into the PE's drain register (the drain
+    registers of a column form a chain towards token 0) and the unit's rows are written out
+    one per cycle, shifted by the last group's total shift once per column, while the next
+    unit runs.
 
     Latency: a group accepted in cycle ``c`` has its products registered at the end of cycle
     ``c + 1`` and updates the accumulators at the end of cycle ``c + 2``; a unit whose last
-    group is accepted in cycle ``L`` writes its row ``r`` at the end of cycle ``L + 5 + r`` and
-    pulses ``o_unit_done`` in cycle ``L + 4 + n_tok``.
+    group is accepted in cycle ``L`` writes its row ``r`` at the end of cycle ``L + 4 + r`` and
+    pulses ``o_unit_done`` in cycle ``L + 3 + n_tok``.
     Throughput and back-pressure: one group per cycle, except that (a) a group whose total
     shift lies ``D > 2`` below its predecessor's in the unit waits ``(D - 1) // 2`` cycles
     (``golden.fmdq_pe.bubbles``), and (b) a unit's last group is accepted at least ``n_tok``
@@ -88,7 +89,8 @@ class FmdqPEArray(wiring.Component):
     is read by groups accepted from the next cycle on. Reset clears the control state (a
     partly accumulated unit and a pending write-out are dropped); weights, accumulators and
     ``Y`` keep their contents. ``host_y_addr`` reads ``Y`` (``host_y_rdata`` one cycle later)
-    while no row is being written out.
+    while no row is being written out (``host_y_addr`` is ignored in the cycles a unit's rows
+    are read).
 
     Members
     -------
@@ -237,11 +239,13 @@ class FmdqPEArray(wiring.Component):
             for i in range(LANES):
                 w = e_w[c][i]
                 # Code 1: w; code 2: 2w (unsigned) or -2w (signed); code 3: 3w or -w.
+                neg, three = Signal(mult, name=f"neg_{c}_{i}"), Signal(mult, name=f"w3_{c}_{i}")
+                m.d.comb += [neg.eq(-w), three.eq(w + (w << 1))]
                 m1, m2, m3 = (Signal(mult, name=f"m{v}_{c}_{i}") for v in (1, 2, 3))
                 live = e_live[i]
                 m.d.comb += [m1.eq(Mux(live, w, 0)),
-                             m2.eq(Mux(live, Mux(e_sgn[i], -(w << 1), w << 1), 0)),
-                             m3.eq(Mux(live, Mux(e_sgn[i], -w, w + (w << 1)), 0))]
+                             m2.eq(Mux(live, Mux(e_sgn[i], neg << 1, w << 1), 0)),
+                             m3.eq(Mux(live, Mux(e_sgn[i], neg, three), 0))]
                 lanes.append((m1, m2, m3))
             for t in range(n_t):
                 terms = []
@@ -266,12 +270,14 @@ class FmdqPEArray(wiring.Component):
                 nxt = Signal(signed(a_bits), name=f"next_{t}_{c}")
                 m.d.comb += nxt.eq(held + prod)
                 m.d.sync += a.eq(nxt)
-                with m.If(x_last):
-                    m.d.sync += drain[t][c].eq(nxt)
+                # The drain registers of a column are a chain towards token 0: loaded at a
+                # unit's end, shifted every other cycle (their contents matter only while a
+                # unit's rows are written out, so they need no hold).
+                m.d.sync += drain[t][c].eq(Mux(x_last, nxt, drain[(t + 1) % n_t][c]))
 
-        # --- write-out (stage D): one row per cycle, shifted once per column ---
+        # --- write-out (stage D): one row per cycle from token 0 of the chain, shifted once
+        # per column; Y is read in the same cycle ---
         d_left = Signal(range(n_t + 1))
-        d_row = Signal(range(max(n_t, 2)))
         d_shift = Signal(sh_bits)
         d_addr, d_over = Signal.like(op.y_addr), Signal()
         a_valid, a_over, a_done = Signal(), Signal(), Signal()
@@ -279,34 +285,22 @@ class FmdqPEArray(wiring.Component):
         a_val = [Signal(signed(a_bits), name=f"a_val{c}", reset_less=True) for c in range(n_m)]
         m.d.sync += [a_valid.eq(d_left != 0), a_over.eq(d_over), a_addr.eq(d_addr),
                      a_done.eq(d_left == 1)]
-        for c in range(n_m):
-            row = Signal(signed(a_bits), name=f"row_{c}")
-            with m.Switch(d_row):
-                for t in range(n_t):
-                    with m.Case(t):
-                        m.d.comb += row.eq(drain[t][c])
-            m.d.sync += a_val[c].eq((row << d_shift)[:a_bits])
+        m.d.sync += [a_val[c].eq((drain[0][c] << d_shift)[:a_bits]) for c in range(n_m)]
         with m.If(d_left != 0):
-            m.d.sync += [d_left.eq(d_left - 1), d_row.eq(d_row + 1),
-                         d_addr.eq(d_addr + self.y_stride)]
+            m.d.sync += [d_left.eq(d_left - 1), d_addr.eq(d_addr + self.y_stride)]
         with m.If(x_last):
-            m.d.sync += [d_left.eq(x_ntok), d_row.eq(0), d_shift.eq(x_shift),
-                         d_addr.eq(x_addr), d_over.eq(x_over)]
+            m.d.sync += [d_left.eq(x_ntok), d_shift.eq(x_shift), d_addr.eq(x_addr),
+                         d_over.eq(x_over)]
 
-        # --- stages A (read Y) and B (write Y) ---
+        # --- stage A: write Y (read in stage D) ---
         y_l = data.ArrayLayout(signed(self.y_bits), n_m)
         m.submodules.y = ymem = Memory(shape=y_l, depth=self.y_depth, init=[])
         y_wr = ymem.write_port()
         y_rd = ymem.read_port(transparent_for=(y_wr,))
-        m.d.comb += [y_rd.addr.eq(Mux(a_valid, a_addr, self.host_y_addr)),
+        m.d.comb += [y_rd.addr.eq(Mux(d_left != 0, d_addr, self.host_y_addr)),
                      self.host_y_rdata.eq(y_rd.data)]
-        b_valid, b_over, b_done = Signal(), Signal(), Signal()
-        b_addr = Signal.like(a_addr)
-        b_val = [Signal(signed(a_bits), name=f"b_val{c}", reset_less=True) for c in range(n_m)]
-        m.d.sync += [b_valid.eq(a_valid), b_over.eq(a_over), b_addr.eq(a_addr),
-                     b_done.eq(a_valid & a_done)]
-        m.d.sync += [b_val[c].eq(a_val[c]) for c in range(n_m)]
-        m.d.comb += [y_wr.en.eq(b_valid), y_wr.addr.eq(b_addr), self.o_unit_done.eq(b_done)]
+        m.d.comb += [y_wr.en.eq(a_valid), y_wr.addr.eq(a_addr),
+                     self.o_unit_done.eq(a_valid & a_done)]
         for c in range(n_m):
-            m.d.comb += y_wr.data[c].eq(Mux(b_over, b_val[c], y_rd.data[c] + b_val[c]))
+            m.d.comb += y_wr.data[c].eq(Mux(a_over, a_val[c], y_rd.data[c] + a_val[c]))
         return m
