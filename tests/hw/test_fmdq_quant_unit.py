@@ -245,7 +245,7 @@ def adversarial_tiles(T, W, diff_bits, e_max, tau=0):
 
 CONFIGS = {
     "base": dict(tokens=4, window=8, e_max=3, tau=0, diff_bits=12, channel_bits=5),
-    "tau": dict(tokens=3, window=4, e_max=4, tau=5, diff_bits=11, channel_bits=5),
+    "tau": dict(tokens=3, window=6, e_max=4, tau=5, diff_bits=11, channel_bits=5, per_beat=3),
     "wide": dict(tokens=2, window=8, e_max=7, tau=0, diff_bits=17, channel_bits=6,
                  per_beat=2, reg_every=3),
     "one": dict(tokens=1, window=1, e_max=0, tau=1, diff_bits=9, channel_bits=3),
