@@ -3,12 +3,13 @@ an INT8 PE array of the same peak throughput.
 
 ``python -m dstar.synth.fmdq_qu_area [name ...]`` synthesizes each named configuration of
 ``CONFIGS`` (the whole unit, the code buffer costed as SRAM when it has at least
-``SRAM_MIN_DEPTH`` words, and unless ``--no-sorter`` its sort network alone) and prints one JSON
-object per configuration: the unit's area, its sort network's, and the unit's against
-``tokens x 64`` lean INT8 MACs (the SIMD-4 array the unit feeds has ``tokens`` columns of 64
-PEs, one 8x8 product per PE and cycle at dense INT8), priced at the lean INT8 datapath's area
-per MAC (``INT8_MAC_UM2``, from ``docs/results/efficiency_tiny.json``). Builds in
-``build/fmdq_qu/<name>``.
+``SRAM_MIN_DEPTH`` words, or with ``--rest`` the unit without its sort network, and unless
+``--no-sorter`` its sort network alone; ``--keep-verilog`` reuses an earlier run's Verilog
+file) and prints one JSON object per configuration: the unit's area, its sort network's, and
+the unit's against ``tokens x 64`` lean INT8 MACs (the SIMD-4 array the unit feeds has
+``tokens`` columns of 64 PEs, one 8x8 product per PE and cycle at dense INT8), priced at the
+lean INT8 datapath's area per MAC (``INT8_MAC_UM2``, from ``docs/results/efficiency_tiny.json``).
+Builds in ``build/fmdq_qu/<name>``.
 """
 
 import json
@@ -43,10 +44,12 @@ INT8_MAC_UM2 = {"logic": 924.6, "with_memory": 1433.9}
 ARRAY_ROWS = 64
 
 
-def run(name: str, sorter: bool = True) -> dict:
+def run(name: str, sorter: bool = True, rest: bool = False, keep_verilog: bool = False) -> dict:
     """Synthesize configuration ``name``: the whole unit (flattened, so the sort network's
-    constant inputs fold) and, with ``sorter``, its sort network alone (from the same Verilog
-    file, all inputs free: an upper bound of its share); areas in um^2."""
+    constant inputs fold; with ``rest``, the unit without its sort network, blackboxed) and,
+    with ``sorter``, its sort network alone (from the same Verilog file, all inputs free: an
+    upper bound of its share); areas in um^2. ``keep_verilog``: synthesize an earlier run's
+    Verilog file instead of generating it again."""
     kw = CONFIGS[name]
     t0 = time.monotonic()
     qu = QuantUnit(**kw)
@@ -54,17 +57,20 @@ def run(name: str, sorter: bool = True) -> dict:
     d = build_dir("fmdq_qu", name)
     d.mkdir(parents=True, exist_ok=True)
     v = d / f"{top}.v"
-    v.write_text(verilog.convert(qu, name=top))
-    unit = synth_module(v, top, SynthTarget.CMOS, d / "cmos", reuse=True)
+    if not (keep_verilog and v.exists()):
+        v.write_text(verilog.convert(qu, name=top))
+    mod = next(m for m in verilog_modules(v) if m.endswith(".sorter"))
+    unit = synth_module(v, top, SynthTarget.CMOS, d / ("rest" if rest else "cmos"),
+                        blackbox=(mod,) if rest else (), reuse=True)
     macs = qu.tokens * ARRAY_ROWS
     out = {"config": kw, "buffers": qu.buffers, "sort_latency": qu.sort_latency,
-           "unit_um2": unit["area_um2_45nm"], "unit_logic_um2": unit["area_um2_45nm_logic"],
+           "without_sorter": rest, "unit_um2": unit["area_um2_45nm"],
+           "unit_logic_um2": unit["area_um2_45nm_logic"],
            "code_buffer_sram_um2": unit["area_um2_45nm_sram"], "unit_ffs": unit["ffs"],
            "int8_array_macs": macs}
     for k, per in INT8_MAC_UM2.items():
         out[f"unit_vs_int8_array_{k}"] = round(unit["area_um2_45nm"] / (macs * per), 4)
     if sorter:
-        mod = next(m for m in verilog_modules(v) if m.endswith(".sorter"))
         srt = synth_module(v, mod, SynthTarget.CMOS, d / "cmos", reuse=True)
         out.update(sorter_alone_um2=srt["area_um2_45nm"], sorter_alone_ffs=srt["ffs"])
     out["seconds"] = round(time.monotonic() - t0, 1)
@@ -73,6 +79,6 @@ def run(name: str, sorter: bool = True) -> dict:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    with_sorter = "--no-sorter" not in args
     for n in [a for a in args if not a.startswith("--")] or ["tiny"]:
-        print(json.dumps({n: run(n, with_sorter)}), flush=True)
+        print(json.dumps({n: run(n, "--no-sorter" not in args, "--rest" in args,
+                                 "--keep-verilog" in args)}), flush=True)
