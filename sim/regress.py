@@ -27,6 +27,7 @@ number of cases or minutes, then writes the report (``report``).
 
 import json
 import math
+import os
 import time
 
 import numpy as np
@@ -839,8 +840,9 @@ def regress(cfg, *, seed: int, cases: int | None = None, minutes: float | None =
     """Run cases ``first ..`` of ``seed`` on ``cfg``'s accelerator top under Verilator (one
     compile, one simulation) for ``cases`` cases or ``minutes`` (whichever ends first); returns
     the report (``report``), also written whole to ``output`` if given and to the run's folder
-    (``regress/<config>/report.json`` under the build root; the build is shared by every
-    configuration of the same Verilog, ``_verilog_folder``). ``rerun``: the command line that
+    (``regress/<config>/run-<seed>-<pid>/report.json`` under the build root, beside the
+    simulator's log; the build is shared by every configuration of the same Verilog,
+    ``_verilog_folder``). ``rerun``: the command line that
     reproduces this run without its limits (the seed and case are added to it). ``ValueError``
     if Verilator is missing."""
     from dstar.hw.generate import ACCEL_TOP_NAME
@@ -855,33 +857,36 @@ def regress(cfg, *, seed: int, cases: int | None = None, minutes: float | None =
     t_start = time.perf_counter()
     folder = _folder(cfg)
     _generate(cfg, folder, say)
-    (folder / "results.json").unlink(missing_ok=True)
+    # The run's own files in a folder of their own: runs of one configuration may overlap.
+    run = folder / f"run-{seed}-{os.getpid()}"
+    run.mkdir(parents=True, exist_ok=True)
+    write_atomic(run / "params.json", (folder / "params.json").read_bytes())
     plan = {"config": cfg.to_dict(), "seed": seed, "first": first, "count": cases,
             "seconds": None if minutes is None else minutes * 60.0, "inject": inject}
-    write_atomic(folder / "plan.json", json.dumps(plan) + "\n")
+    write_atomic(run / "plan.json", json.dumps(plan) + "\n")
     verilog = _verilog_folder(folder / f"{ACCEL_TOP_NAME}.v")
     build = verilog.parent / "verilator"
-    say(f"compiling for Verilator in {build} (log: build.log) ...")
+    say(f"compiling for Verilator in {build} (log: {run / 'build.log'}) ...")
     t0 = time.perf_counter()
     runner = simulators.build(Simulator.VERILATOR, verilog, ACCEL_TOP_NAME, build,
-                              log_file=folder / "build.log")
+                              log_file=run / "build.log")
     t_build = time.perf_counter() - t0
     limit = " and ".join(x for x in (cases and f"{cases} cases",
                                      minutes and f"{minutes:g} minutes") if x)
     say(f"compiled in {t_build:.0f} s; running seed {seed} from case {first} for {limit} ...")
     t0 = time.perf_counter()
-    simulators.test(runner, ACCEL_TOP_NAME, TESTBENCH, build, folder,
-                    {"DSTAR_REGRESS_DIR": folder}, log_file=folder / "sim.log")
+    simulators.test(runner, ACCEL_TOP_NAME, TESTBENCH, build, run,
+                    {"DSTAR_REGRESS_DIR": run}, log_file=run / "sim.log")
     t_sim = time.perf_counter() - t0
-    res = (json.loads((folder / "results.json").read_text())
-           if (folder / "results.json").is_file() else {})
+    res = (json.loads((run / "results.json").read_text())
+           if (run / "results.json").is_file() else {})
     if not res.get("complete"):
-        raise RuntimeError(f"the simulation ended before its cases did; see {folder / 'sim.log'}")
+        raise RuntimeError(f"the simulation ended before its cases did; see {run / 'sim.log'}")
     rep = report(cfg, res, rerun=rerun, seconds={
         "build": round(t_build, 1), "simulation": round(t_sim, 1),
         "total": round(time.perf_counter() - t_start, 1)})
     text = json.dumps(rep, indent=1) + "\n"
-    write_atomic(folder / "report.json", text)
+    write_atomic(run / "report.json", text)
     if output is not None:
         write_atomic(output, text)
     return rep
