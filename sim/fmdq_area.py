@@ -15,12 +15,11 @@ throughput, on the bundled DiT (``python -m dstar.sim.fmdq_area [T,M,W ...]``).
 
 import json
 import sys
-import time
 
 from dstar.config import Config, Datapath, Encoding
 from dstar.paths import build_dir
 
-__all__ = ["fmdq_area", "fmdq_parts", "int8_area", "run_cycles", "main"]
+__all__ = ["fmdq_area", "fmdq_parts", "fitted_area", "int8_area", "run_cycles", "main"]
 
 
 def _synth(comp, name, cfg, layouts, d) -> dict:
@@ -118,29 +117,68 @@ def run_cycles(tokens: int, columns: int, windows, cfg: Config, steps: int) -> d
     return out
 
 
+def fitted_area(tokens: int, columns: int, window: int, cfg: Config) -> dict:
+    """``fmdq_area``'s figures from the per-part fit (``fmdq_parts``) and the memories' SRAM
+    cost (``synth.flows.sram_cost``), without synthesizing the whole array."""
+    from dstar.hw.geometry import DenseGeometry
+    from dstar.synth.flows import sram_cost
+    f = fmdq_parts(window, cfg)
+    logic = (tokens * columns * f["pe"] + columns * f["column"] + tokens * f["token"]
+             + f["array"])
+    y_depth = DenseGeometry(cfg.replace(datapath=Datapath.INT8)).base.y_depth
+    y_depth = y_depth * cfg.m_tile // columns
+    mems = {"wmem": sram_cost({"depth": 2 * window, "width": 8 * columns, "read_ports": 4}),
+            "y": sram_cost({"depth": y_depth, "width": cfg.acc_bits * columns,
+                            "read_ports": 1})}
+    mems = {k: (v["area_um2_45nm"] if v["depth"] >= 64 else 0.0) for k, v in mems.items()}
+    return {"area_um2_45nm_logic": round(logic, 1), "memories_um2": mems,
+            "area_um2_45nm": round(logic + sum(mems.values()), 1), "fit": f}
+
+
+def _cached_cycles(tokens, columns, windows, cfg, steps) -> dict:
+    path = build_dir("fmdq_area", f"cycles-T{tokens}-M{columns}-{config_key(cfg)}-{steps}.json")
+    if path.is_file():
+        got = json.loads(path.read_text())
+        if all(str(w) in got["fmdq"] for w in windows):
+            return got
+    got = json.loads(json.dumps(run_cycles(tokens, columns, windows, cfg, steps)))
+    path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    return got
+
+
+def _mem(area: dict, name: str) -> float:
+    """SRAM area of the memories named ``name`` (or ``name.<...>``) in an area dict."""
+    return sum(v for k, v in area["memories_um2"].items()
+               if k == name or k.startswith(name + "."))
+
+
+def config_key(cfg: Config) -> str:
+    import hashlib
+    return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+
+
 def main(argv=None) -> None:
+    """``[--fit] T,M,W ...``: the report of each shape (default ``8,8,32``); ``--fit`` takes
+    the FMDQ logic from the per-part fit instead of synthesizing the whole array."""
     argv = sys.argv[1:] if argv is None else argv
-    steps = Config().steps
+    fit = "--fit" in argv
+    shapes = [tuple(int(v) for v in a.split(",")) for a in argv if a != "--fit"] or [(8, 8, 32)]
     cfg = Config()
-    shapes = [tuple(int(v) for v in a.split(",")) for a in argv] or [(8, 8, 16), (16, 4, 32)]
-    t0 = time.monotonic()
-    rep = {"int8": int8_area(cfg), "fmdq": {}}
+    ref = int8_area(cfg)
+    ref_core = ref["area_um2_45nm"] - _mem(ref, "y")
     for t, m, w in shapes:
-        rep["fmdq"][f"T{t}-M{m}-W{w}"] = fmdq_area(t, m, w, cfg)
-        print(json.dumps(rep, indent=1), round(time.monotonic() - t0), flush=True)
-    cyc = {}
-    for t, m, w in shapes:
-        cyc[(t, m)] = run_cycles(t, m, sorted({w, 16, 32, 64}), cfg, steps)
-    for t, m, w in shapes:
-        c = cyc[(t, m)]
-        a, i = rep["fmdq"][f"T{t}-M{m}-W{w}"], rep["int8"]
-        sp = c["int8"] / c["fmdq"][w]
-        print(f"T={t} M={m} W={w}: speedup {sp:.3f} (cycles {c['fmdq']}, int8 {c['int8']}), "
-              f"groups {c['groups']}, bubbles {c['bubbles']}, dense groups {c['dense_groups']}, "
-              f"mean width {c['width_bits'] / c['dense_groups']:.2f} bits; area logic "
-              f"{a['area_um2_45nm_logic']:.0f} vs {i['area_um2_45nm_logic']:.0f} um2: TPA logic "
-              f"{sp * i['area_um2_45nm_logic'] / a['area_um2_45nm_logic']:.3f}, with Y memory "
-              f"{sp * i['area_um2_45nm'] / a['area_um2_45nm']:.3f}", flush=True)
+        a = (fitted_area if fit else fmdq_area)(t, m, w, cfg)
+        core = a["area_um2_45nm"] - _mem(a, "y")
+        c = _cached_cycles(t, m, sorted({w, 16, 32, 64}), cfg, cfg.steps)
+        sp = c["int8"] / c["fmdq"][str(w)]
+        print(f"T={t} M={m} W={w}: cycles {c['fmdq'][str(w)]} vs INT8 {c['int8']} "
+              f"(x{sp:.3f}; mean width {c['width_bits'] / c['dense_groups']:.2f} bits, "
+              f"bubbles {c['bubbles'][str(w)]}); area um^2: logic "
+              f"{a['area_um2_45nm_logic']:.0f}, weight window {_mem(a, 'wmem'):.0f}, "
+              f"Y {_mem(a, 'y'):.0f}{' (fit)' if fit else ''}; INT8 logic "
+              f"{ref['area_um2_45nm_logic']:.0f}, Y {_mem(ref, 'y'):.0f}; "
+              f"throughput per area vs INT8: {sp * ref_core / core:.3f} without the Y memories, "
+              f"{sp * ref['area_um2_45nm'] / a['area_um2_45nm']:.3f} with them", flush=True)
 
 
 if __name__ == "__main__":
