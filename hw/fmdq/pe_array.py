@@ -68,14 +68,14 @@ class FmdqPEArray(wiring.Component):
 
         Y[y_addr + t * y_stride][m] += sum_g (sum_i act_g[t][i] * W[k_gi][m]) << s_g
 
-    exactly (``overwrite`` replaces; the caller keeps ``Y`` within ``y_bits``). ``act[t][i]``
-    reads as signed [-2, 1] if ``lane[i].signed``, else unsigned [0, 3]; lanes with ``valid``
-    low count as zero. Each PE accumulates the unit in Horner form (``golden.fmdq_pe``): an
-    ``acc_bits(window, e_max)``-bit register, shifted by 0, 1 or 2 per group, never
-    overflowing; at the unit's end it is copied into the PE's drain register (the drain
-    registers of a column form a chain towards token 0) and the unit's rows are written out
-    one per cycle, shifted by the last group's total shift once per column, while the next
-    unit runs.
+    exactly, with no rounding or saturation (``overwrite`` replaces; the caller keeps ``Y``
+    within ``y_bits``). ``act[t][i]`` reads as signed [-2, 1] if ``lane[i].signed``, else
+    unsigned [0, 3]; lanes with ``valid`` low count as zero. Each PE accumulates the unit in
+    Horner form (``golden.fmdq_pe``): an ``acc_bits(window, e_max)``-bit register, shifted by
+    0, 1 or 2 per group, never overflowing; at the unit's end it is copied into the PE's drain
+    register (the drain registers of a column form a chain towards token 0) and the unit's
+    rows are written out one per cycle, shifted by the last group's total shift once per
+    column, while the next unit runs.
 
     Latency: a group accepted in cycle ``c`` has its products registered at the end of cycle
     ``c + 1`` and updates the accumulators at the end of cycle ``c + 2``; a unit whose last
