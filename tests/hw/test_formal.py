@@ -1,0 +1,95 @@
+"""Bounded model checking (``dstar.sim.formal``) of the blocks on small configurations: each
+proof passes to its depth, its cover is reached, and a deliberately broken variant fails."""
+
+import pytest
+
+from dstar.config import Packing, preset
+from dstar.hw.dispatcher import DISPATCHERS
+from dstar.hw.encoder import DeltaEncoder
+from dstar.hw.geometry import Geometry
+from dstar.hw.softmax import Normalizer, SoftmaxUnit
+from dstar.sim.formal import ToolMissing, run
+from dstar.sim.formal_dispatch import DispatchHarness, dispatcher_contract
+from dstar.sim.formal_encoder import EncoderHarness
+from dstar.sim.formal_streams import StreamHarness
+
+pytestmark = pytest.mark.formal
+
+#: Proof depth (cycles) of every proof here.
+DEPTH = 20
+
+
+def small_cfg(**kw):
+    """Two lanes, two groups per slice, 10-bit state, two-entry queues, tiny memories."""
+    return preset("tiny").replace(group=2, k_tile=4, m_tile=1, n_arrays=2, max_k=8, max_m=4,
+                                  max_tokens=4, e_max=2, state_bits=10, lattice_bits=0,
+                                  lane_fifo_depth=2, head_dim=4, block_q=2, block_k=2,
+                                  attn_slots=1, attn_frac_bits=2, **kw)
+
+
+def check(harness, name, *, mode="bmc", depth=DEPTH):
+    try:
+        return run(harness, name, mode=mode, depth=depth)
+    except ToolMissing as e:
+        pytest.skip(str(e))
+
+
+def _encoder():
+    return DeltaEncoder(Geometry(small_cfg()))
+
+
+def _dispatcher(packing):
+    return DISPATCHERS[packing](Geometry(small_cfg(packing=packing)))
+
+
+#: Components with output streams whose stability is proved here, with their input contract.
+STREAM_DUTS = {
+    "encoder": (_encoder, None),
+    "lockstep": (lambda: _dispatcher(Packing.LOCKSTEP), dispatcher_contract),
+    "compact": (lambda: _dispatcher(Packing.COMPACT), dispatcher_contract),
+    "softmax": (lambda: SoftmaxUnit(small_cfg()), None),
+    "normalizer": (lambda: Normalizer(small_cfg()), None),
+}
+
+
+@pytest.mark.parametrize("name", STREAM_DUTS)
+def test_streams_hold_until_taken(name):
+    make, contract = STREAM_DUTS[name]
+    res = check(StreamHarness(make(), constrain=contract), f"streams_{name}")
+    assert res.passed, f"{res}\n{res.summary}"
+
+
+@pytest.mark.parametrize("name", ["encoder", "compact"])
+def test_streams_stall_is_reachable(name):
+    make, contract = STREAM_DUTS[name]
+    res = check(StreamHarness(make(), constrain=contract), f"streams_{name}", mode="cover")
+    assert res.passed, f"{res}\n{res.summary}"
+
+
+@pytest.mark.parametrize("name, output", [("encoder", "o"), ("compact", "o_token")])
+def test_streams_mutant_ignoring_ready_fails(name, output):
+    make, contract = STREAM_DUTS[name]
+    res = check(StreamHarness(make(), constrain=contract, drop_ready=output),
+                f"streams_{name}_mutant")
+    assert not res.passed and res.trace is not None, str(res)
+
+
+@pytest.mark.parametrize("packing", [
+    Packing.LOCKSTEP,
+    # The compact dispatcher's queues make this proof minutes long (slow tier).
+    pytest.param(Packing.COMPACT, marks=pytest.mark.slow)])
+def test_dispatcher_passes_every_op_once(packing):
+    geo = Geometry(small_cfg(packing=packing))
+    res = check(DispatchHarness(geo, packing), f"dispatch_{packing}")
+    assert res.passed, f"{res}\n{res.summary}"
+    res = check(DispatchHarness(geo, packing), f"dispatch_{packing}", mode="cover")
+    assert res.passed, f"{res}\n{res.summary}"
+    res = check(DispatchHarness(geo, packing, drop_lane0=True), f"dispatch_{packing}_mutant")
+    assert not res.passed and res.trace is not None, str(res)
+
+
+def test_encoder_mutant_with_unbounded_targets_fails():
+    """Targets beyond ``target_max`` push the state out of its width (the bound matters)."""
+    geo = Geometry(small_cfg(tau=1))
+    res = check(EncoderHarness(geo, unbounded_targets=True), "encoder_bounds_mutant")
+    assert not res.passed and res.trace is not None, str(res)
