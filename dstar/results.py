@@ -37,6 +37,7 @@ _attention_text = _formatter("dstar.sim.bench_attention", "format_report")
 _golden_text = _formatter("dstar.sim.bench_golden", "format_report")
 _efficiency_text = _formatter("dstar.synth.efficiency", "format_text")
 _run_text = _formatter("dstar.run", "format_summary")
+_regress_text = _formatter("dstar.sim.regress", "format_report")
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,14 @@ RESULTS: dict[str, Result] = {
         "three steps of the default sampling run, every operation checked against the golden "
         "model and the cycle models as it ran; the runs' cycles per operation beside the "
         "models', and the wall time on the machine that ran it (`dstar.run`)."),
+    "regress": Result(
+        "Constrained-random regression of the accelerator top",
+        ("regress", "--seed", "1", "--minutes", "30", "--json", "--quiet"),
+        _regress_text,
+        "`dstar regress`: random linear and attention steps, refused commands and stream "
+        "stalls on the `tiny` preset's `dstar.v` under Verilator, each case checked bit for "
+        "bit against the golden model and the cycle models; functional coverage over the "
+        "bins of `dstar.sim.coverage` (`dstar.sim.regress`)."),
     "bench_golden": Result(
         "Golden-model speed",
         ("bench", "golden", "--json", "--samples", "2"),
