@@ -1,5 +1,5 @@
-"""``dstar regress`` on Verilator, short: the ``tiny`` accelerator top compiled once, then about a
-minute and a half of constrained-random cases (``dstar.sim.regress``) in one simulation, every
+"""``dstar regress`` on Verilator, short: the ``tiny`` accelerator top compiled once, then a
+minute of constrained-random cases (``dstar.sim.regress``) in one simulation, every
 case bit-exact against the golden model and the cycle models, coverage recorded in the JSON
 report; then, on the same build, two cases with the second one's expectation made wrong: the
 run reports that case, exits 1 and prints the line that reruns it. The build root is the
@@ -23,12 +23,12 @@ def regress(capsys, *argv):
 def test_random_cases_match_the_golden_model_and_cover_the_bins(capsys, tmp_path):
     need_verilator()
     path = tmp_path / "regress.json"
-    code, out, err = regress(capsys, "--minutes", "1.5", "-o", str(path))
+    code, out, err = regress(capsys, "--minutes", "1", "-o", str(path))
     assert f"seed {SEED}" in err
     rep = json.loads(path.read_text())
     assert code == 0, out
     assert rep["seed"] == SEED and rep["mismatches"] == 0 and rep["failures"] == []
-    assert rep["cases"] >= 10
+    assert rep["cases"] >= 3
     cov = rep["coverage"]
     assert cov["bins"] == len(rep["hits"]) and cov["hit"] == sum(1 for n in rep["hits"].values()
                                                                  if n)
@@ -36,7 +36,7 @@ def test_random_cases_match_the_golden_model_and_cover_the_bins(capsys, tmp_path
     for name in ("op.RUN_LINEAR", "op.RUN_ATTENTION", "op.LOAD", "op.READ",
                  "stream.dout_backpressure", "stream.din_gap", "lin.key", "att.key"):
         assert rep["hits"][name] > 0, name
-    assert cov["percent"] >= 75, cov["missed"]
+    assert cov["percent"] >= 70, cov["missed"]
 
 
 def test_a_wrong_expectation_is_reported_with_its_rerun_line(capsys):
