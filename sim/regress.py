@@ -47,7 +47,7 @@ from .layer_io import pack_named
 from .tb_accelerator import ATTENTION_COUNTERS, LINEAR_COUNTERS
 
 __all__ = ["make_case", "Driver", "run_cases", "regress", "report", "format_report",
-           "case_seed"]
+           "case_seed", "inject_mismatch"]
 
 #: Cycles a command, a ``din`` beat or a read may wait before the driver gives up (a hang).
 MAX_WAIT = 200_000
