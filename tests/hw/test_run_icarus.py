@@ -3,7 +3,8 @@ sampling run (a linear and attention key step, a reuse step, an attention key st
 ``tiny`` tiles with memories that hold the bundled block, its first 2 tokens: every operation
 bit-exact against the golden model with the top's counters equal to the cycle models', the
 block's float output equal to the golden pipeline's. The same plan on Verilator gives the same
-records, outputs and clock cycles (the two simulators agree)."""
+records, outputs and clock cycles (the two simulators agree). A whole-block run on Icarus (about
+6 minutes on a quiet machine): ``slow`` tier."""
 
 import json
 
@@ -21,6 +22,8 @@ from tests.hw.fixtures import need_iverilog, need_verilator
 #: ``dstar.v``).
 CFG = preset("tiny").replace(max_k=512, max_m=512, head_dim=32)
 TOKENS = 2
+
+pytestmark = pytest.mark.slow
 
 
 def _run(sim: Simulator) -> tuple[dict, list, dict]:

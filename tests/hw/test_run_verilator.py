@@ -2,10 +2,10 @@
 block 0 of the bundled DiT over the first three steps of a real sampling run (a linear and
 attention key step, a reuse step, an attention key step), every operation bit-exact against the
 golden model with the top's counters equal to the cycle models', the block's float output equal
-to the golden pipeline's. The default run uses the ``tiny`` tiles with memories that hold the
-bundled block and its first 8 tokens; the ``slow`` tier runs the default preset on the whole
-block (256 tokens), as ``dstar run`` does by default. Waveforms land in the run's build
-folder."""
+to the golden pipeline's. The default tier runs the ``tiny`` tiles with memories that hold the
+bundled block on its first 2 tokens for one step (with waveforms, which land in the run's build
+folder); the ``slow`` tier runs its first 8 tokens over three steps, and the default preset on
+the whole block (256 tokens), as ``dstar run`` does by default."""
 
 import json
 
@@ -41,6 +41,7 @@ def check_report(rep, steps, tokens):
         assert json.load(f) == rep
 
 
+@pytest.mark.slow
 def test_dstar_run_on_verilator(capsys, monkeypatch):
     need_verilator()
     code, out, err = run(capsys, monkeypatch, *SMALL, "--tokens", "8", "--json")

@@ -1,12 +1,13 @@
 """Synthesis: area of the ``tiny`` preset against the committed baseline, deterministic output,
 and every Yosys flow on a small block.
 
-The default run synthesizes ``tiny`` and its lean dense INT8 baseline for the cmos target only
-(transistors, cells, flip-flops of every block; the report alone took 3.6 minutes, CPU time 1.8
-minutes, with both cores shared with other jobs); the FPGA LUT counts of ``tiny`` are checked
-by the ``slow`` test (``pytest -m "synth and slow"``, 15-30 minutes). Tolerance: any total growing
-by more than ``dstar.synth.baseline.TOLERANCE`` (3 %) fails; refresh the baseline after an intended
-change with ``dstar synth --preset tiny --target all --write-baseline``.
+The default run maps one small block of the generated ``tiny`` Verilog on every flow. The
+``slow`` tier (``pytest -m "synth and slow"``) synthesizes ``tiny`` and its lean dense INT8
+baseline block by block for the cmos target (transistors, cells, flip-flops of every block: a
+synthesis refresh of several minutes) and, separately, for every FPGA target (15-30 minutes).
+Tolerance: any total growing by more than ``dstar.synth.baseline.TOLERANCE`` (3 %) fails;
+refresh the baseline after an intended change with
+``dstar synth --preset tiny --target all --write-baseline``.
 """
 
 import json
@@ -56,6 +57,7 @@ def _check_baseline(report):
     assert not growths, f"area grew by more than {TOLERANCE:.0%} vs the baseline:\n{detail}"
     if notes:
         print("baseline notes:\n" + detail)
+@pytest.mark.slow
 @needs_yosys
 def test_tiny_area_within_baseline(tiny_report):
     """Transistors, cells and flip-flops (cmos) of ``tiny`` within the tolerance."""
@@ -66,6 +68,7 @@ def test_tiny_area_within_baseline(tiny_report):
     assert tiny_report["modules"]["pe_array"]["instances"] == preset("tiny").n_arrays
     assert "cmos" in format_table(tiny_report)
     _check_baseline(tiny_report)
+@pytest.mark.slow
 @needs_yosys
 def test_attention_engine_blocks(tiny_report):
     """The attention engine's blocks (softmax, normalizer, the engine's parts) and controller
@@ -93,6 +96,7 @@ def test_attention_engine_blocks(tiny_report):
            if mem["module"] == "attention_controller" and mem["name"] == "res"]
     assert len(res) == 1 and res[0]["read_ports"] == 1
     assert "Attention engine" in format_table(tiny_report)
+@pytest.mark.slow
 @needs_yosys
 def test_the_accelerator_top_is_synthesized_block_by_block(tiny_report):
     """``dstar.v`` (both blocks on one set of PE arrays behind the command processor) split a
@@ -118,6 +122,7 @@ def test_the_accelerator_top_is_synthesized_block_by_block(tiny_report):
     assert "Accelerator top" in format_table(tiny_report)
 
 
+@pytest.mark.slow
 @needs_yosys
 def test_dense_baseline_and_area_ratio(tiny_report):
     """The lean dense INT8 baseline of the same tiles is synthesized block by block (PE arrays and
@@ -134,6 +139,7 @@ def test_dense_baseline_and_area_ratio(tiny_report):
     # DSTAR carries an encoder, a dispatcher and a state memory the baseline has not.
     assert ratio["area_um2_45nm"] > 1 and "pe_array" in ratio["modules"]
     assert "DSTAR vs the dense INT8 baseline" in format_table(tiny_report)
+@pytest.mark.slow
 @needs_yosys
 def test_synthesis_is_deterministic(tiny_report):
     """Same config twice, the second generation in a fresh interpreter with another hash seed:
@@ -159,11 +165,23 @@ def test_synthesis_is_deterministic(tiny_report):
         second = flows.synth_module(again / "rtl" / "dstar_linear.v", mod["module"], "cmos",
                                     again / "cmos", blackbox=bb)
         assert second == first, f"{kind}: statistics differ between two identical runs"
+@pytest.fixture(scope="module")
+def tiny_rtl() -> Path:
+    """The generated ``tiny`` linear top (no synthesis)."""
+    from dstar.hw.generate import generate
+    out = BUILD / "tiny-rtl"
+    generate(preset("tiny"), out, attention=False)
+    return out / "dstar_linear.v"
+
+
 @needs_yosys
-def test_every_flow_maps_a_small_block(tiny_report):
+def test_every_flow_maps_a_small_block(tiny_rtl):
     """Each target (and the flow of whole tops for nextpnr) maps the reduction's token FIFO
-    (``array_0.tokens``) to its primitives."""
-    verilog = BUILD / "tiny" / "rtl" / "dstar_linear.v"
+    (``array_0.tokens``) to its primitives; the cmos flow counts its transistors."""
+    verilog = tiny_rtl
+    cmos = flows.synth_module(verilog, "dstar_linear.array_0.tokens", flows.SynthTarget.CMOS,
+                              BUILD / "small" / "cmos")
+    assert cmos["transistors"] > 0 and cmos["ffs"] > 0
     for t in FPGA_TARGETS + (TOP_FLOW,):
         res = flows.synth_module(verilog, "dstar_linear.array_0.tokens", t, BUILD / "small" / t)
         assert res["luts"] > 0 and res["ffs"] > 0 and res["cells"] >= res["luts"], (t, res)
