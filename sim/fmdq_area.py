@@ -1,8 +1,9 @@
 """Throughput per area of the FMDQ SIMD-4 PE array against the lean INT8 array at equal peak INT8
-throughput, on the bundled DiT (``python -m dstar.sim.fmdq_area [T,M,W ...]``).
+throughput, on the bundled DiT (``python -m dstar.sim.fmdq_area [--fit] [T,M,W ...]``).
 
-* Area: ``FmdqPEArray(T, M, W)`` and ``Int8Array`` (``lanes x m_tile`` = ``T x M`` MACs: a
-  SIMD-4 PE does one 8-bit activation's worth of work per cycle) synthesized alone with the
+* Area: ``FmdqPEArray(T, M, W)`` and the default configuration's ``Int8Array`` (equal peak
+  throughput when ``T x M = lanes x m_tile``, 64: a SIMD-4 PE does one 8-bit activation's worth
+  of work per cycle, as one INT8 MAC) synthesized alone with the
   project's CMOS flow (``dstar.synth.flows``, Yosys, 45 nm estimate); logic and the accumulator
   memory reported apart (the memory's size is the configuration's ``max_tokens x max_m``, not
   the PE design's).
