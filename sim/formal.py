@@ -8,6 +8,10 @@ folder of ``dstar.paths.build_dir("formal")`` and runs ``yowasp-sby`` on it:
 * ``mode="bmc"``: every ``Assert`` holds in every cycle of every input sequence up to ``depth``
   cycles (the ``Assume`` s restrict the inputs); a failure leaves a counterexample ``.vcd``.
 * ``mode="cover"``: every ``Cover`` is reached within ``depth`` cycles (the trace shows how).
+* ``mode="prove"``: k-induction (``smtbmc``): the base case is the ``bmc`` check to ``depth``
+  cycles, the induction step shows that ``depth`` consecutive cycles satisfying every
+  ``Assert`` are followed by one that does too, from *any* state (registers and memories
+  arbitrary, reset low): a pass holds for every depth.
 
 Every harness starts from reset: ``reset_first`` assumes the reset high in the first cycle and
 low afterwards (registers and memories also start at their init values).
@@ -93,15 +97,17 @@ def reset_first(m: Module, domain: str = "sync") -> None:
 
 def run(harness, name: str, *, mode: str = "bmc", depth: int = 20,
         engine: str = "smtbmc yices", flatten_memories: bool = False,
-        timeout: float = 1800.0) -> FormalResult:
-    """Check ``harness`` (an ``Elaboratable`` without ports) with sby in ``mode`` (``bmc`` or
-    ``cover``) to ``depth`` cycles, in ``build_dir("formal", name)`` (replaced).
+        flatten: bool = False, timeout: float = 1800.0) -> FormalResult:
+    """Check ``harness`` (an ``Elaboratable`` without ports) with sby in ``mode`` (``bmc``,
+    ``cover`` or ``prove``) to ``depth`` cycles, in ``build_dir("formal", name)`` (replaced).
     ``flatten_memories``: memories become registers (``memory_map``), plain bit-vectors for the
     solver instead of SMT arrays (not always faster: measured slower on the encoder). Raises
+    ``flatten``: the hierarchy is flattened before the check (logic no property depends on
+    is removed; measured no faster on the encoder). Raises
     ``ToolMissing`` when a program is absent and ``RuntimeError`` when sby itself errs (a
     syntax or tool error, not a failed property)."""
-    if mode not in ("bmc", "cover"):
-        raise ValueError(f"mode must be bmc or cover, got {mode!r}")
+    if mode not in ("bmc", "cover", "prove"):
+        raise ValueError(f"mode must be bmc, cover or prove, got {mode!r}")
     missing = missing_tools(engine)
     if missing:
         raise ToolMissing(f"formal tools not installed: {', '.join(missing)}")
@@ -114,7 +120,7 @@ def run(harness, name: str, *, mode: str = "bmc", depth: int = 20,
     sby.write_text("\n".join([
         "[options]", f"mode {mode}", f"depth {depth}", "multiclock off", "",
         "[engines]", engine, "",
-        "[script]", "read_rtlil top.il", "prep -top top",
+        "[script]", "read_rtlil top.il", f"prep {'-flatten ' if flatten else ''}-top top",
         *(["memory_map", "opt -fast"] if flatten_memories else []), "",
         "[files]", str(il), ""]))
     env = dict(os.environ)

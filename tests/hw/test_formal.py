@@ -10,7 +10,7 @@ from dstar.hw.geometry import Geometry
 from dstar.hw.softmax import Normalizer, SoftmaxUnit
 from dstar.sim.formal import ToolMissing, run
 from dstar.sim.formal_dispatch import DispatchHarness, dispatcher_contract
-from dstar.sim.formal_encoder import EncoderHarness
+from dstar.sim.formal_encoder import EncoderWidthHarness
 from dstar.sim.formal_streams import StreamHarness
 
 pytestmark = pytest.mark.formal
@@ -89,8 +89,31 @@ def test_dispatcher_passes_every_op_once(packing):
     assert not res.passed and res.trace is not None, str(res)
 
 
+def encoder_cfg(**kw):
+    """The smallest encoder: one group of two lanes per slice, two slices (``row_depth`` 2),
+    9-bit state, shifts up to 1, a dead zone of 1."""
+    return preset("tiny").replace(group=2, k_tile=2, m_tile=1, n_arrays=1, max_k=2, max_m=1,
+                                  max_tokens=2, e_max=1, state_bits=9, lattice_bits=0, tau=1,
+                                  lane_fifo_depth=2, head_dim=2, block_q=1, block_k=2,
+                                  attn_slots=1, attn_frac_bits=1, **kw)
+
+
+def test_encoder_state_stays_in_width():
+    """k-induction (depth 20): every state word stays within ``+-state_max`` (any targets
+    within ``+-target_max``), for every depth."""
+    geo = Geometry(encoder_cfg())
+    res = check(EncoderWidthHarness(geo), "encoder_width", mode="prove")
+    assert res.passed, f"{res}\n{res.summary}"
+
+
+def test_encoder_commit_reaches_state_max():
+    res = check(EncoderWidthHarness(Geometry(encoder_cfg())), "encoder_width", mode="cover")
+    assert res.passed, f"{res}\n{res.summary}"
+
+
 def test_encoder_mutant_with_unbounded_targets_fails():
     """Targets beyond ``target_max`` push the state out of its width (the bound matters)."""
-    geo = Geometry(small_cfg(tau=1))
-    res = check(EncoderHarness(geo, unbounded_targets=True), "encoder_bounds_mutant")
+    geo = Geometry(encoder_cfg())
+    res = check(EncoderWidthHarness(geo, unbounded_targets=True), "encoder_width_mutant",
+                mode="prove")
     assert not res.passed and res.trace is not None, str(res)
