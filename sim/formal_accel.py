@@ -29,15 +29,211 @@ accelerator is slow for the SMT solver: ``ReadOrderHarness`` was still at step 9
 minutes); they are not in the tests.
 """
 
-from amaranth import Cat, Const, Elaboratable, Module, Mux, Shape, Signal
+from types import SimpleNamespace
+
+from amaranth import Cat, Const, Elaboratable, Module, Mux, Shape, Signal, Value
 from amaranth.asserts import AnyConst, AnySeq
 from amaranth.hdl import Assert, Assume, Cover
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
 
+from dstar.hw import accelerator as acc
 from dstar.hw.accelerator import COUNTERS, Accelerator, Mem, Opcode, memory_depths, memory_words
+from dstar.hw.geometry import COUNTER_BITS, uwidth
 
 from .formal import reset_first
 
-__all__ = ["ReadOrderHarness", "RefusalHarness", "command_valid"]
+__all__ = ["CommandProcessor", "ReadOrderHarness", "RefusalHarness", "command_valid"]
+
+
+class _Stub(wiring.Component):
+    """A datapath block reduced to its host memories: the signature of ``real`` (a
+    ``LinearLayer`` or ``AttentionEngine``, never elaborated), outputs 0 unless modelled.
+    ``mems``: ``(name, width, depth, waddr, we, wdata, raddr, rdata, comb)`` by member name
+    (``comb``: the read shows the word in the same cycle, else one cycle after the address);
+    a write is taken only while idle. ``busy`` rises on ``start`` and falls in a cycle with
+    ``finish`` high (a run of any length); every counter output counts the starts."""
+
+    def __init__(self, real, finish, mems, y_reads=(), rom=None):
+        self._finish = finish
+        self._mems = mems
+        self._y_reads = y_reads
+        self._rom = rom
+        real._MustUse__silence = True
+        super().__init__(real.signature)
+
+    def elaborate(self, platform):
+        m = Module()
+        with m.If(self.start & ~self.busy):
+            m.d.sync += self.busy.eq(1)
+        with m.Elif(self.busy & self._finish):
+            m.d.sync += self.busy.eq(0)
+        starts = Signal(COUNTER_BITS)
+        with m.If(self.start & ~self.busy):
+            m.d.sync += starts.eq(starts + 1)
+        for name, member in self.signature.members.items():
+            if not member.is_signature and not member.dimensions and name != "busy" \
+                    and member.flow == wiring.Out \
+                    and len(Value.cast(getattr(self, name))) == COUNTER_BITS:
+                m.d.comb += getattr(self, name).eq(starts)
+        for name, width, depth, waddr, we, wdata, raddr, rdata, comb in self._mems:
+            if self._rom is not None:           # fixed free contents, writes ignored
+                word = _rom_read(self._rom[name], raddr)
+                if comb:
+                    m.d.comb += rdata.eq(word)
+                else:
+                    m.d.sync += rdata.eq(word)
+                continue
+            mem = Memory(shape=width, depth=depth, init=[])
+            m.submodules[name] = mem
+            wr = mem.write_port()
+            rd = mem.read_port(domain="comb") if comb else mem.read_port(transparent_for=())
+            m.d.comb += [wr.en.eq(we & ~self.busy), wr.addr.eq(waddr), wr.data.eq(wdata),
+                         rd.addr.eq(raddr)]
+            if rdata is not None:
+                m.d.comb += rdata.eq(rd.data)
+        for y_addr, y_rdata, array in self._y_reads:
+            m.d.comb += [array.host_y_addr.eq(y_addr), y_rdata.eq(array.host_y_rdata)]
+        return m
+
+
+def _rom_read(words, addr):
+    out = words[0]
+    for i, w in enumerate(words[1:], 1):
+        out = Mux(addr == i, w, out)
+    return out
+
+
+class _ArrayStub(Elaboratable):
+    """A PE array reduced to its accumulator memory (``y_depth`` words): written through
+    ``host_y_we`` / ``host_y_waddr`` / ``host_y_wdata``, read one cycle after ``host_y_addr``
+    (``PEArray``'s host ports)."""
+
+    def __init__(self, width, depth, abits, rom=None):
+        self.width, self.depth, self._rom = width, depth, rom
+        self.host_y_we = Signal()
+        self.host_y_waddr = Signal(abits)
+        self.host_y_wdata = Signal(width)
+        self.host_y_addr = Signal(abits)
+        self.host_y_rdata = Signal(width)
+
+    def elaborate(self, platform):
+        m = Module()
+        if self._rom is not None:
+            m.d.sync += self.host_y_rdata.eq(_rom_read(self._rom, self.host_y_addr))
+            return m
+        m.submodules.y = mem = Memory(shape=self.width, depth=self.depth, init=[])
+        wr, rd = mem.write_port(), mem.read_port(transparent_for=())
+        m.d.comb += [wr.en.eq(self.host_y_we), wr.addr.eq(self.host_y_waddr),
+                     wr.data.eq(self.host_y_wdata), rd.addr.eq(self.host_y_addr),
+                     self.host_y_rdata.eq(rd.data)]
+        return m
+
+
+class CommandProcessor(Accelerator):
+    """``Accelerator(cfg)``'s command processor (its own ``_commands``, ``_runs``, ``_loads``
+    and ``_reads``, unchanged) with the datapath abstracted: ``LinearLayer``,
+    ``AttentionEngine`` and the PE arrays are replaced by stubs keeping only the memories a
+    ``READ`` can return (STATE, Y, O, RES, MASK, SLOT: same depths and word widths, written
+    through the same host ports, read with the blocks' documented host-read latencies: one
+    cycle, MASK and SLOT in the same cycle), while runs take any number of cycles (``busy``
+    falls when the free ``finish`` is high) and every counter of a block counts its runs.
+    The write-only memories (TARGET, WEIGHTS, Q, KT, V, MS) are not modelled: what reaches
+    their host ports is visible on the stubs' inputs. With ``rom`` the readable memories hold
+    free constant words instead (``self.rom``; writes are ignored). What is proved on it holds
+    for the accelerator as far as the blocks keep their documented host-port contracts (their own
+    tests' business); runs, the PE-array sharing and the blocks' results are not covered.
+
+    ``elaborate`` restates ``Accelerator.elaborate``'s shared state (the ``st`` namespace):
+    keep the two in step."""
+
+    def __init__(self, cfg, finish=None, *, rom: bool = False, rom_bits: int | None = None):
+        super().__init__(cfg)
+        self.finish = Signal() if finish is None else finish
+        geo = self._lin.geometry
+        words = {k: Shape.cast(v).width for k, v in memory_words(cfg).items()}
+        depths = memory_depths(cfg)
+        real_lin, real_att = self._lin, self._att
+        y_bits = words[Mem.Y.name] // cfg.n_arrays
+
+        def contents(name, width):
+            width = width if rom_bits is None else min(width, rom_bits)
+            return [Signal(width, name=f"rom_{name}_{i}") for i in range(depths[name])]
+
+        roms = None
+        if rom:
+            roms = {mm.name.lower(): contents(mm.name, words[mm.name])
+                    for mm in (Mem.STATE, Mem.O, Mem.RES, Mem.MASK, Mem.SLOT)}
+            y_roms = [contents(Mem.Y.name, y_bits) for _ in range(cfg.n_arrays)]
+        self.arrays = [_ArrayStub(y_bits, geo.y_depth, uwidth(geo.y_depth),
+                                  rom=y_roms[a] if rom else None)
+                       for a in range(cfg.n_arrays)]
+        #: With ``rom``: the readable memories' words (free, constant), by ``Mem``, as
+        #: ``READ`` sends them (Y: every array's word, side by side); else ``None``.
+        self.rom = None
+        if rom:
+            self.rom = {mm: roms[mm.name.lower()] for mm in
+                        (Mem.STATE, Mem.O, Mem.RES, Mem.MASK, Mem.SLOT)}
+            self.rom[Mem.Y] = [Cat(*(Cat(y[i], Const(0, y_bits - len(y[i]))) for y in y_roms))
+                               for i in range(geo.y_depth)]
+            self._rom_words = [w for ws in (*roms.values(), *y_roms) for w in ws]
+        lin = _Stub(real_lin, self.finish, [], rom=roms)
+        att = _Stub(real_att, self.finish, [], rom=roms)
+        lin._mems = [("state", words[Mem.STATE.name], depths[Mem.STATE.name],
+                      lin.host_row_addr, lin.host_state_we, lin.host_state_wdata,
+                      lin.host_row_addr, lin.host_state_rdata, False)]
+        lin._y_reads = [(lin.host_y_addr, lin.host_y_rdata[a], arr)
+                        for a, arr in enumerate(self.arrays)]
+        att._mems = [
+            ("o", words[Mem.O.name], depths[Mem.O.name], 0, 0, 0,
+             att.host_o_addr, att.host_o_rdata, False),
+            ("res", words[Mem.RES.name], depths[Mem.RES.name], att.host_addr,
+             att.host_res_we, att.host_res_wdata, att.host_res_addr, att.host_res_rdata, False),
+            ("mask", words[Mem.MASK.name], depths[Mem.MASK.name], att.host_addr,
+             att.host_mask_we, att.host_mask_wdata, att.host_mask_addr, att.host_mask_rdata,
+             True),
+            ("slot", words[Mem.SLOT.name], depths[Mem.SLOT.name], att.host_addr,
+             att.host_slot_we, att.host_slot_wdata, att.host_slot_addr, att.host_slot_rdata,
+             True)]
+        self._lin_geo = geo
+        self._lin, self._att = lin, att
+
+    @property
+    def linear_geometry(self):
+        return self._lin_geo
+
+    @property
+    def stubs(self):
+        """The datapath stubs: ``(linear, attention, arrays)``."""
+        return self._lin, self._att, self.arrays
+
+    def elaborate(self, platform):
+        cfg = self._cfg
+        m = Module()
+        m.submodules.linear = lin = self._lin
+        m.submodules.attention = att = self._att
+        for a, arr in enumerate(self.arrays):
+            m.submodules[f"array_{a}"] = arr
+        geo = self._lin_geo
+        cl = acc.command_layout(cfg)
+        cmd = self.cmd.payload
+        st = SimpleNamespace(
+            lin=lin, att=att, geo=geo, mode_att=Signal(), state=Signal(range(6)),
+            mem=Signal(4), addr=Signal.like(cmd.args.mem.addr),
+            left=Signal.like(cmd.args.mem.count),
+            l_args=Signal(cl.members["args"].members["linear"]),
+            a_args=Signal(cl.members["args"].members["attention"]), is_att=Signal(),
+            counters={n: Signal(COUNTER_BITS, name=f"count_{n}") for n in COUNTERS[:3]},
+            arrays=self.arrays)
+        m.d.comb += [self.busy.eq(st.state != acc._IDLE), self.key.eq(att.key)]
+        if self.rom is not None:
+            for w in self._rom_words:
+                m.d.comb += w.eq(AnyConst(len(w)))
+        self._commands(m, st)
+        self._runs(m, st)
+        self._loads(m, st)
+        self._reads(m, st)
+        return m
 
 #: Memories that can be both loaded and read back.
 _ROUND_TRIP = (Mem.STATE, Mem.Y, Mem.RES, Mem.MASK, Mem.SLOT)
@@ -74,6 +270,19 @@ def command_valid(dut: Accelerator, payload) -> Signal:
                             Opcode.ACK_ERROR))))))
 
 
+def _stub_inputs(dut: "CommandProcessor"):
+    """Every input of ``dut``'s datapath stubs, as values."""
+    lin, att, arrays = dut.stubs
+    out = []
+    for stub in (lin, att):
+        for _path, member, value in stub.signature.flatten(stub):
+            if member.flow == wiring.In:
+                out.append(Value.cast(value))
+    for arr in arrays:
+        out += [arr.host_y_we, arr.host_y_waddr, arr.host_y_wdata, arr.host_y_addr]
+    return out
+
+
 def _word_mask(cfg, mem):
     """All-ones over the word of memory ``mem`` (a ``Value``), in a beat."""
     words = memory_words(cfg)
@@ -85,60 +294,54 @@ def _word_mask(cfg, mem):
 
 
 class ReadOrderHarness(Elaboratable):
-    """``READ`` words come out once each, in order (the module docstring)."""
+    """``READ`` words come out once each, in order, whatever ``dout.ready`` does (the module
+    docstring), on ``CommandProcessor(cfg, rom=True)``: the readable memories hold free
+    constant words, so the ``X``-th word taken from ``dout`` must be the word of the read
+    that owes position ``X``. ``drop_ready``: the mutant (the processor sees ``dout.ready``
+    high while the consumer stalls)."""
 
-    def __init__(self, cfg, *, drop_ready: bool = False):
+    def __init__(self, cfg, *, drop_ready: bool = False, ops=None, rom_bits: int | None = 1):
         self.cfg = cfg
         self.drop_ready = drop_ready
+        self.ops = ops
+        self.rom_bits = rom_bits
 
     def elaborate(self, platform):
         cfg = self.cfg
         m = Module()
-        m.submodules.dut = dut = Accelerator(cfg)
+        m.submodules.dut = dut = CommandProcessor(cfg, rom=True, rom_bits=self.rom_bits)
         reset_first(m)
         cmd, din, dout = dut.cmd, dut.din, dut.dout
         width = len(dout.payload)
         ready = Signal()
         m.d.comb += [cmd.valid.eq(AnySeq(1)), cmd.payload.eq(AnySeq(cmd.payload.shape().size)),
                      din.valid.eq(AnySeq(1)), din.payload.eq(AnySeq(width)),
+                     dut.finish.eq(AnySeq(1)),
                      ready.eq(AnySeq(1)), dout.ready.eq(1 if self.drop_ready else ready)]
         p = cmd.payload
         ma = p.args.mem
-        m.d.comb += Assume(~cmd.valid | (
-            (p.op == Opcode.NOP) | (p.op == Opcode.READ_COUNTERS)
-            | (((p.op == Opcode.LOAD) | (p.op == Opcode.READ)) & _any_of(ma.mem, _ROUND_TRIP)
-               & _in_range(cfg, ma))))
-
-        mem = Signal(4)
-        addr = Signal.like(ma.addr)
+        # No runs (the stubs' runs would not change what a READ returns anyway).
+        m.d.comb += Assume(~cmd.valid | ~_any_of(p.op, (Opcode.RUN_LINEAR,
+                                                       Opcode.RUN_ATTENTION)))
+        if self.ops is not None:
+            m.d.comb += Assume(~cmd.valid | _any_of(p.op, self.ops))
         x = Signal(_COUNT_BITS)
-        m.d.comb += [mem.eq(AnyConst(4)), addr.eq(AnyConst(len(addr))),
-                     x.eq(AnyConst(_COUNT_BITS))]
-        m.d.comb += Assume(_any_of(mem, _ROUND_TRIP))
+        m.d.comb += x.eq(AnyConst(_COUNT_BITS))
 
-        # The symbolic word: what the last LOAD beat to (M, A) wrote.
-        l_mem, l_addr = Signal(4), Signal.like(addr)
-        word, known = Signal(width), Signal()
-        take = cmd.valid & cmd.ready
-        with m.If(take & (p.op == Opcode.LOAD)):
-            m.d.sync += [l_mem.eq(ma.mem), l_addr.eq(ma.addr)]
-        with m.If(din.valid & din.ready):
-            m.d.sync += l_addr.eq(l_addr + 1)
-            with m.If((l_mem == mem) & (l_addr == addr)):
-                m.d.sync += [word.eq(din.payload & _word_mask(cfg, mem)), known.eq(1)]
-
-        # Words owed on dout, and which read owes position X.
+        # Words owed on dout (by the executed READs and READ_COUNTERS), and the word owed at
+        # position X.
         owed = Signal(_COUNT_BITS)
         out = Signal(_COUNT_BITS)
         expect, armed = Signal(width), Signal()
-        count = Mux(p.op == Opcode.READ, ma.count, Mux(p.op == Opcode.READ_COUNTERS,
-                                                       len(COUNTERS), 0))
+        take = cmd.valid & cmd.ready
+        ok = command_valid(dut, p)
+        count = Mux(~ok, 0, Mux(p.op == Opcode.READ, ma.count,
+                                Mux(p.op == Opcode.READ_COUNTERS, len(COUNTERS), 0)))
         with m.If(take):
             m.d.sync += owed.eq(owed + count)
-            covers = (p.op == Opcode.READ) & (owed <= x) & (x < owed + count)
-            # X is the word of (M, A) in this read: its value is the one loaded (if any).
-            with m.If(covers & (ma.mem == mem) & (ma.addr + (x - owed) == addr) & known):
-                m.d.sync += [expect.eq(word), armed.eq(1)]
+            with m.If(ok & (p.op == Opcode.READ) & (owed <= x) & (x < owed + count)):
+                m.d.sync += [expect.eq(_rom_word(dut, ma.mem, ma.addr + (x - owed))),
+                             armed.eq(1)]
         taken = dout.valid & ready
         m.d.sync += out.eq(out + taken)
         m.d.comb += Assert(~taken | (out < owed), "a word nobody asked for")
@@ -147,23 +350,43 @@ class ReadOrderHarness(Elaboratable):
         stalled = Signal()
         m.d.sync += stalled.eq(stalled | (dout.valid & ~ready))
         m.d.comb += Cover(taken & armed & (out == x) & stalled & (x > 0),
-                          "a loaded word read back at position X > 0 after a stall")
+                          "a word read back at position X > 0 after a stall")
         return m
+
+
+def _rom_word(dut, mem, addr):
+    """The word ``READ`` owes for ``(mem, addr)`` of ``dut.rom``, zero-extended."""
+    out = Const(0)
+    for mm, words in dut.rom.items():
+        out = Mux(mem == int(mm), _rom_read(words, addr), out)
+    return out
 
 
 class RefusalHarness(Elaboratable):
     """A refused command changes nothing but the error flag and counters (the module
     docstring)."""
 
-    def __init__(self, cfg, *, refused_writes: bool = False):
+    def __init__(self, cfg, *, refused_writes: bool = False, abstract: bool = True,
+                 rom_bits: int | None = 1):
         self.cfg = cfg
         self.refused_writes = refused_writes
+        self.abstract = abstract
+        self.rom_bits = rom_bits
 
     def elaborate(self, platform):
         cfg = self.cfg
         m = Module()
-        m.submodules.a = a = Accelerator(cfg)
-        m.submodules.b = b = Accelerator(cfg)
+        if self.abstract:
+            finish = Signal()
+            m.d.comb += finish.eq(AnySeq(1))
+            a, b = (CommandProcessor(cfg, finish, rom=True, rom_bits=self.rom_bits)
+                    for _ in range(2))
+            # The same memory contents in both copies.
+            for wa, wb in zip(a._rom_words, b._rom_words, strict=True):
+                m.d.comb += Assume(wa == wb)
+        else:
+            a, b = Accelerator(cfg), Accelerator(cfg)
+        m.submodules.a, m.submodules.b = a, b
         reset_first(m)
         width = len(a.dout.payload)
         valid, payload = Signal(), Signal(a.cmd.payload.shape())
@@ -219,6 +442,12 @@ class RefusalHarness(Elaboratable):
             with m.If(a.dout.valid & counter_word):
                 m.d.comb += Assert(a.dout.payload == b.dout.payload + 1,
                                    "commands/errors not one ahead after a refusal")
+        if self.abstract:
+            # The datapath sees the same from the refused command on: no write of any memory,
+            # no run, no slot clearing (every input of every stub, the refusal's cycle too).
+            for sa, sb in zip(_stub_inputs(a), _stub_inputs(b), strict=True):
+                with m.If(after | now):
+                    m.d.comb += Assert(sa == sb, "the datapath sees a refused command")
         # Reachable: a refusal, then its counters read back.
         m.d.comb += Cover(after & a.error & ~b.error & a.dout.valid & ready & counter_word,
                           "refused, then the errors counter read")
