@@ -1,32 +1,43 @@
 """Formal properties of the accelerator top's command stream (``hw.accelerator``).
 
+The whole ``Accelerator`` is too big for the SMT solver at depth 20 (a ``READ`` round trip
+was at step 9 after eight minutes), so the properties are proved on ``CommandProcessor``:
+the accelerator's own command, load, read and run-sequencing logic (its ``_commands``,
+``_loads``, ``_reads``, ``_runs``, unchanged) with ``LinearLayer``, ``AttentionEngine`` and
+the PE arrays abstracted into stubs (see its docstring: the readable memories with the blocks'
+documented host-read latencies, runs of any length, no datapath). Proved on the stubs, the
+properties hold for the accelerator as far as the blocks keep their host-port contracts.
+dout stability: ``formal_streams.StreamHarness(CommandProcessor(cfg))`` (``finish`` free).
+
 ``ReadOrderHarness``: ``READ`` loses, duplicates and reorders no word, whatever ``dout.ready``
-does. Commands are free but executable (``NOP``, ``LOAD`` of a loadable and readable memory,
-``READ``, ``READ_COUNTERS``: no run changes the memories behind the harness's back); ``din`` and
-``dout.ready`` are free. The harness follows one symbolic word (memory ``M``, address ``A``,
-``AnyConst``) through ``LOAD`` (the beat written there) and one symbolic ``dout`` position
-``X`` (``AnyConst``): counting the words every taken ``READ`` / ``READ_COUNTERS`` owes, the
-position ``X`` belongs to one read of one address; when that is ``(M, A)`` after a ``LOAD``
-wrote it, the ``X``-th word taken from ``dout`` must be the loaded beat (zero-extended to the
-memory's word). A lost or repeated word shifts every later position, so some choice of ``X``
-catches it. Also asserted: no more words come out than were asked for.
+does. Commands are free (refused ones too) but for runs; ``din``, ``dout.ready`` and the
+stubs' ``finish`` are free; the readable memories hold free constant words (``rom_bits``
+wide, 1 by default: enough to tell any two positions apart, not to check a word's every bit,
+which the simulation tests do). Following one symbolic ``dout`` position ``X``
+(``AnyConst``): counting the words every executed ``READ`` / ``READ_COUNTERS`` owes, ``X``
+belongs to one read of one address; when that is a ``READ``'s, the ``X``-th word taken from
+``dout`` must be that memory word (zero-extended). A lost or repeated word shifts every later
+position, so some choice of ``X`` and of the contents catches it. Also asserted: no more words
+come out than were asked for.
 
 ``RefusalHarness``: a refused command changes no memory and no counter but ``errors`` (and
-``commands``, which counts every command). Two copies of the accelerator get the same free
-command, ``din`` and ``dout.ready`` streams, except that one command, refused by the rules of
-the ``Accelerator`` docstring (restated here, independently of its ``_command_ok``), reaches
-copy ``a`` only: copy ``b`` sees an idle cycle instead. From then on both must behave alike:
-same ``busy``, ``cmd.ready``, ``din.ready``, ``done`` and ``dout`` (every word but the
-``commands`` and ``errors`` words of a ``READ_COUNTERS``, where ``a`` is one ahead of ``b``).
+``commands``, which counts every command). Two copies get the same free command, ``din``,
+``dout.ready`` and ``finish`` streams and the same memory contents, except that one command,
+refused by the rules of the ``Accelerator`` docstring (restated here, independently of its
+``_command_ok``), reaches copy ``a`` only: copy ``b`` sees an idle cycle instead. From then on
+(the refusal's cycle included) every input of the datapath stubs is the same in both (no
+memory write, no run, no slot clearing), and both behave alike: same ``busy``, ``cmd.ready``,
+``din.ready``, ``done`` and ``dout`` (every word but the ``commands`` and ``errors`` words of
+a ``READ_COUNTERS``, where ``a`` is one ahead of ``b``).
 
-Mutations: ``ReadOrderHarness(drop_ready=True)`` (the accelerator sees ``dout.ready`` high
-while the consumer stalls: words lost); ``RefusalHarness(refused_writes=True)`` (copy ``a``
+Mutations: ``ReadOrderHarness(drop_ready=True)`` (the processor sees ``dout.ready`` high while
+the consumer stalls: words lost); ``RefusalHarness(refused_writes=True)`` (copy ``a``
 executes the refused command anyway, as a one-word ``LOAD`` of the state memory's last word:
-what a ``LOAD`` running over the end would write first).
+what a ``LOAD`` running over the end would write first). Both fail within seconds.
 
-Status: both harnesses elaborate, but neither proof has finished to depth 20 yet (the whole
-accelerator is slow for the SMT solver: ``ReadOrderHarness`` was still at step 9 after eight
-minutes); they are not in the tests.
+Status (smallest accelerator of ``tests/hw/test_formal.py``, loaded 2-core machine): the
+stream proof passes at depth 20 in 73 s; ``ReadOrderHarness`` and ``RefusalHarness`` at
+depth 20 are in the slow tier (see the tests for their measured times).
 """
 
 from types import SimpleNamespace
@@ -364,7 +375,9 @@ def _rom_word(dut, mem, addr):
 
 class RefusalHarness(Elaboratable):
     """A refused command changes nothing but the error flag and counters (the module
-    docstring)."""
+    docstring). ``abstract``: two ``CommandProcessor(cfg, rom=True, rom_bits=rom_bits)``
+    (else two whole ``Accelerator`` s, too slow for the solver); ``refused_writes``: the
+    mutant."""
 
     def __init__(self, cfg, *, refused_writes: bool = False, abstract: bool = True,
                  rom_bits: int | None = 1):
