@@ -35,15 +35,23 @@ the consumer stalls: words lost); ``RefusalHarness(refused_writes=True)`` (copy 
 executes the refused command anyway, as a one-word ``LOAD`` of the state memory's last word:
 what a ``LOAD`` running over the end would write first). Both fail within seconds.
 
-Status (smallest accelerator of ``tests/hw/test_formal.py``, loaded 2-core machine): the
-stream proof passes at depth 20 in 73 s; ``ReadOrderHarness`` and ``RefusalHarness`` at
-depth 20 are in the slow tier (see the tests for their measured times).
+``ReadOrderHarness(side="queue")`` checks the same order where the processor pushes words into
+its ``dout`` queue (an ``amaranth.lib.fifo.SyncFIFO``, trusted to keep its order), and that it
+never pushes into a full queue (so a stalled ``dout`` cannot make it drop a word); its mutant
+``late_reads`` (the attention stub answers a cycle late) fails within seconds.
+
+Status (smallest accelerator of ``tests/hw/test_formal.py``, loaded 2-core machine, yices):
+the stream proof passes at depth 20 in 73 s (slow tier). The proofs of ``ReadOrderHarness``
+and ``RefusalHarness`` have not finished to depth 20: read order at the ``dout`` side reached
+step 15 in 6 min (1-bit contents; full-width contents stalled at step 11, an ``owed`` counting
+invariant and ``--nounroll`` did not help), at the queue side step 19 in 6 min; refusal
+reached step 12 in 5 min. Their covers and mutants are in the default tests.
 """
 
 from types import SimpleNamespace
 
 from amaranth import Cat, Const, Elaboratable, Module, Mux, Shape, Signal, Value
-from amaranth.asserts import AnyConst, AnySeq
+from amaranth.asserts import AnyConst, AnySeq, Initial
 from amaranth.hdl import Assert, Assume, Cover
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
@@ -65,7 +73,8 @@ class _Stub(wiring.Component):
     a write is taken only while idle. ``busy`` rises on ``start`` and falls in a cycle with
     ``finish`` high (a run of any length); every counter output counts the starts."""
 
-    def __init__(self, real, finish, mems, y_reads=(), rom=None):
+    def __init__(self, real, finish, mems, y_reads=(), rom=None, late=False):
+        self._late = late
         self._finish = finish
         self._mems = mems
         self._y_reads = y_reads
@@ -92,6 +101,9 @@ class _Stub(wiring.Component):
                 word = _rom_read(self._rom[name], raddr)
                 if comb:
                     m.d.comb += rdata.eq(word)
+                elif self._late:                # the mutant: a cycle late
+                    late = Signal.like(rdata)
+                    m.d.sync += [late.eq(word), rdata.eq(late)]
                 else:
                     m.d.sync += rdata.eq(word)
                 continue
@@ -158,7 +170,8 @@ class CommandProcessor(Accelerator):
     ``elaborate`` restates ``Accelerator.elaborate``'s shared state (the ``st`` namespace):
     keep the two in step."""
 
-    def __init__(self, cfg, finish=None, *, rom: bool = False, rom_bits: int | None = None):
+    def __init__(self, cfg, finish=None, *, rom: bool = False, rom_bits: int | None = None,
+                 late_reads: bool = False):
         super().__init__(cfg)
         self.finish = Signal() if finish is None else finish
         geo = self._lin.geometry
@@ -189,7 +202,7 @@ class CommandProcessor(Accelerator):
                                for i in range(geo.y_depth)]
             self._rom_words = [w for ws in (*roms.values(), *y_roms) for w in ws]
         lin = _Stub(real_lin, self.finish, [], rom=roms)
-        att = _Stub(real_att, self.finish, [], rom=roms)
+        att = _Stub(real_att, self.finish, [], rom=roms, late=late_reads)
         lin._mems = [("state", words[Mem.STATE.name], depths[Mem.STATE.name],
                       lin.host_row_addr, lin.host_state_we, lin.host_state_wdata,
                       lin.host_row_addr, lin.host_state_rdata, False)]
@@ -244,6 +257,8 @@ class CommandProcessor(Accelerator):
         self._runs(m, st)
         self._loads(m, st)
         self._reads(m, st)
+        #: For harnesses: the processor's state (``st``) and its ``dout`` queue.
+        self.state, self.out_q = st, m.submodules.out_q
         return m
 
 #: Memories that can be both loaded and read back.
@@ -311,7 +326,13 @@ class ReadOrderHarness(Elaboratable):
     that owes position ``X``. ``drop_ready``: the mutant (the processor sees ``dout.ready``
     high while the consumer stalls)."""
 
-    def __init__(self, cfg, *, drop_ready: bool = False, ops=None, rom_bits: int | None = 1):
+    def __init__(self, cfg, *, drop_ready: bool = False, ops=None, rom_bits: int | None = 1,
+                 invariant: bool = True, side: str = "dout", late_reads: bool = False):
+        if side not in ("dout", "queue"):
+            raise ValueError(f"side must be dout or queue, got {side!r}")
+        self.invariant = invariant
+        self.side = side
+        self.late_reads = late_reads
         self.cfg = cfg
         self.drop_ready = drop_ready
         self.ops = ops
@@ -320,7 +341,10 @@ class ReadOrderHarness(Elaboratable):
     def elaborate(self, platform):
         cfg = self.cfg
         m = Module()
-        m.submodules.dut = dut = CommandProcessor(cfg, rom=True, rom_bits=self.rom_bits)
+        dut = CommandProcessor(cfg, rom=True, rom_bits=self.rom_bits,
+                               late_reads=self.late_reads)
+        dut._MustUse__silence = True
+        m.submodules.dut = dut.elaborate(platform)    # now: its state, for the invariant
         reset_first(m)
         cmd, din, dout = dut.cmd, dut.din, dut.dout
         width = len(dout.payload)
@@ -353,9 +377,35 @@ class ReadOrderHarness(Elaboratable):
             with m.If(ok & (p.op == Opcode.READ) & (owed <= x) & (x < owed + count)):
                 m.d.sync += [expect.eq(_rom_word(dut, ma.mem, ma.addr + (x - owed))),
                              armed.eq(1)]
+        if self.side == "queue":
+            # The words the processor pushes into its dout queue (an amaranth.lib.fifo
+            # SyncFIFO, trusted to keep its order), never into a full one.
+            q = dut.out_q
+            pushed = Signal(_COUNT_BITS)
+            push = q.w_en
+            m.d.sync += pushed.eq(pushed + push)
+            m.d.comb += [Assert(~push | q.w_rdy, "a word pushed into a full queue"),
+                         Assert(~push | (pushed < owed), "a word nobody asked for")]
+            with m.If(push & armed & (pushed == x)):
+                m.d.comb += Assert(q.w_data == expect, "word lost, repeated or moved")
+            stalled = Signal()
+            m.d.sync += stalled.eq(stalled | (dout.valid & ~ready))
+            m.d.comb += Cover(push & armed & (pushed == x) & stalled & (x > 0),
+                              "a word queued at position X > 0 after a stall")
+            return m
         taken = dout.valid & ready
         m.d.sync += out.eq(out + taken)
         m.d.comb += Assert(~taken | (out < owed), "a word nobody asked for")
+        if self.invariant:
+            # Every word owed is taken, queued, being read or still to be issued (a lemma the
+            # solver reuses at later steps).
+            st, q = dut.state, dut.out_q
+            inflight = q.w_en & (st.state == acc._READ)
+            left = Mux((st.state == acc._READ) | (st.state == acc._COUNT), st.left, 0)
+            total = Signal(_COUNT_BITS + 2)
+            m.d.comb += total.eq(out + q.level + inflight + left)
+            with m.If(~Initial()):
+                m.d.comb += Assert(total == owed, "words owed differ from words on their way")
         with m.If(taken & armed & (out == x)):
             m.d.comb += Assert(dout.payload == expect, "word lost, repeated or moved")
         stalled = Signal()
