@@ -323,8 +323,15 @@ class ReadOrderHarness(Elaboratable):
     """``READ`` words come out once each, in order, whatever ``dout.ready`` does (the module
     docstring), on ``CommandProcessor(cfg, rom=True)``: the readable memories hold free
     constant words, so the ``X``-th word taken from ``dout`` must be the word of the read
-    that owes position ``X``. ``drop_ready``: the mutant (the processor sees ``dout.ready``
-    high while the consumer stalls)."""
+    that owes position ``X``.
+
+    ``side``: ``"dout"`` (the words taken from ``dout``) or ``"queue"`` (the words pushed into
+    the ``dout`` queue; see the module docstring); ``ops``: if given, the only opcodes offered;
+    ``rom_bits``: the width of the memories' free words; ``invariant`` (``dout`` side): also
+    assert that every word owed is taken, queued, being read or still to be issued (reads the
+    processor's state, so the harness elaborates it itself). Mutants: ``drop_ready`` (the
+    processor sees ``dout.ready`` high while the consumer stalls), ``late_reads`` (see
+    ``CommandProcessor``)."""
 
     def __init__(self, cfg, *, drop_ready: bool = False, ops=None, rom_bits: int | None = 1,
                  invariant: bool = True, side: str = "dout", late_reads: bool = False):
