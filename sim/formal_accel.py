@@ -41,11 +41,11 @@ never pushes into a full queue (so a stalled ``dout`` cannot make it drop a word
 ``late_reads`` (the attention stub answers a cycle late) fails within seconds.
 
 Status (smallest accelerator of ``tests/hw/test_formal.py``, loaded 2-core machine, yices):
-the stream proof passes at depth 20 in 73 s (slow tier). The proofs of ``ReadOrderHarness``
-and ``RefusalHarness`` have not finished to depth 20: read order at the ``dout`` side reached
-step 15 in 6 min (1-bit contents; full-width contents stalled at step 11, an ``owed`` counting
-invariant and ``--nounroll`` did not help), at the queue side step 19 in 6 min; refusal
-reached step 12 in 5 min. Their covers and mutants are in the default tests.
+the stream proof passes at depth 20 in 73 s (slow tier). ``ReadOrderHarness``
+at the queue side (``side="queue"``) passes at depth 20 in 351 s (slow tier); at the ``dout``
+side it has not finished (step 15 after 6 min with 1-bit contents; full-width contents stalled
+at step 11, an ``owed`` counting invariant and ``--nounroll`` did not help), nor has
+``RefusalHarness`` (step 12 after 5 min). All covers and mutants are in the default tests.
 """
 
 from types import SimpleNamespace

@@ -167,9 +167,10 @@ _NOT_CONVERGED = ("does not finish to depth 20 in reasonable time (loaded 2-core
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason=_NOT_CONVERGED.format(
-    "at the dout side, step 15 after 6 min; at the queue side, step 19 after 6 min"))
-@pytest.mark.parametrize("side", ["dout", "queue"])
+@pytest.mark.parametrize("side", [
+    pytest.param("dout", marks=pytest.mark.skip(reason=_NOT_CONVERGED.format(
+        "step 15 after 6 min"))),
+    "queue"])       # passes in 351 s
 def test_accelerator_reads_every_word_once_in_order(side):
     res = check(ReadOrderHarness(accel_cfg(), side=side), f"accel_read_{side}")
     assert res.passed, f"{res}\n{res.summary}"
