@@ -275,6 +275,15 @@ class FmdqPEArray(wiring.Component):
                 # unit's rows are written out, so they need no hold).
                 m.d.sync += drain[t][c].eq(Mux(x_last, nxt, drain[(t + 1) % n_t][c]))
 
+        self._write_out(m, drain, x_last, x_ntok, x_shift, x_addr, x_over)
+        return m
+
+    def _write_out(self, m, drain, x_last, x_ntok, x_shift, x_addr, x_over):
+        """Stages D and A: a finished unit's rows leave the drain chain one per cycle, each
+        shifted by the unit's total shift and added to (or written over) its ``Y`` row."""
+        n_t, n_m, a_bits = self.tokens, self.columns, self.acc_bits
+        sh_bits = total_shift_bits(self.e_max)
+        op = self.i_op.payload
         # --- write-out (stage D): one row per cycle from token 0 of the chain, shifted once
         # per column; Y is read in the same cycle ---
         d_left = Signal(range(n_t + 1))
@@ -303,4 +312,3 @@ class FmdqPEArray(wiring.Component):
                      self.o_unit_done.eq(a_valid & a_done)]
         for c in range(n_m):
             m.d.comb += y_wr.data[c].eq(Mux(a_over, a_val[c], y_rd.data[c] + a_val[c]))
-        return m

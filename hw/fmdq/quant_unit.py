@@ -398,14 +398,7 @@ class QuantUnit(wiring.Component):
                 for c in range(held):
                     with m.If(bidx == c // S):
                         m.d.sync += [p_arr[c].eq(x3[c % S].p), n_arr[c].eq(x3[c % S].n)]
-        with m.If(self.clear):
-            m.d.sync += [self.count_clipped.eq(0), self.count_saturated.eq(0)]
-        with m.Elif(fire):
-            m.d.sync += [
-                self.count_clipped.eq(self.count_clipped
-                                      + sum(x3[i].clipped.as_unsigned() for i in range(S))),
-                self.count_saturated.eq(self.count_saturated
-                                        + sum(x3[i].saturated.as_unsigned() for i in range(S)))]
+        self._count(m, x3, fire)
 
         # ----- packer: a shift register over the sorted window -----
         lane_l = data.StructLayout({"ch": unsigned(uwidth(W)), "valid": unsigned(1)})
@@ -464,6 +457,27 @@ class QuantUnit(wiring.Component):
         free_a = Signal(nb)
         m.d.comb += free_a.eq(Mux(step & ~h_valid, 1 << ftag.slot, 0))
 
+        free_b = self._read_out(m, rds, cmd_l, cmd, cmd_valid, cmd_ready, beats)
+        m.d.sync += busy.eq((busy & ~free_a & ~free_b) | alloc)
+        return m
+
+    def _count(self, m, x3, fire):
+        """The clipped and saturated sub-channel counters (cleared by ``clear``)."""
+        S = self.per_beat
+        with m.If(self.clear):
+            m.d.sync += [self.count_clipped.eq(0), self.count_saturated.eq(0)]
+        with m.Elif(fire):
+            m.d.sync += [
+                self.count_clipped.eq(self.count_clipped
+                                      + sum(x3[i].clipped.as_unsigned() for i in range(S))),
+                self.count_saturated.eq(self.count_saturated
+                                        + sum(x3[i].saturated.as_unsigned() for i in range(S)))]
+
+    def _read_out(self, m, rds, cmd_l, cmd, cmd_valid, cmd_ready, beats):
+        """The output stage: a packed group's codes read from its code buffer, its slices and
+        metadata on ``o``. Returns the one-hot buffer freed this cycle."""
+        S, T, e_max, nb = self.per_beat, self.tokens, self.e_max, self.buffers
+        tmax = e_max + SLICE_BITS * (MAX_SLICES - 1)
         # ----- read: the group's codes, shifts and widths from the buffer (free once its
         # window's last group is read), its slices and metadata to the output -----
         rv, rd_meta, adv_r = self.o.valid, Signal(cmd_l), Signal()
@@ -474,7 +488,6 @@ class QuantUnit(wiring.Component):
             m.d.sync += [rv.eq(cmd_valid), rd_meta.eq(cmd)]
         free_b = Signal(nb)
         m.d.comb += free_b.eq(Mux(adv_r & cmd_valid & cmd.last, 1 << cmd.slot, 0))
-        m.d.sync += busy.eq((busy & ~free_a & ~free_b) | alloc)
 
         o = self.o.payload
         total = Signal(total_shift_bits(e_max))
@@ -490,4 +503,4 @@ class QuantUnit(wiring.Component):
                          o.lane[k].valid.eq(ln.valid)]
             for t in range(T):
                 m.d.comb += o.act[t][k].eq(Mux(ln.valid, word.q[t].word_select(j, 2), 0))
-        return m
+        return free_b

@@ -47,7 +47,9 @@ def test_generate_is_deterministic_and_manifest_matches(tmp_path):
     man = json.loads((a / "params.json").read_text())
     man.pop("accelerator")
     assert man["config"] == cfg.hardware() and man["derived"] == cfg.derived()
-    assert {**man["config"], **man["run"]} == cfg.to_dict()
+    unused = cfg.unused()               # another encoding's fields reach no hardware
+    assert unused and not unused.keys() & {**man["config"], **man["run"]}.keys()
+    assert {**man["config"], **man["run"], **unused} == cfg.to_dict()
     # Every manifest port is a top-level port of that width and direction, and vice versa.
     assert _ports(text, TOP_NAME) == man["ports"]
     att = man["attention"]

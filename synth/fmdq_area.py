@@ -1,5 +1,5 @@
 """Throughput per area of the FMDQ SIMD-4 PE array against the lean INT8 array at equal peak INT8
-throughput, on the bundled DiT (``python -m dstar.sim.fmdq_area [--fit] [T,M,W ...]``).
+throughput, on the bundled DiT (``python -m dstar.synth.fmdq_area [--fit] [T,M,W ...]``).
 
 * Area: ``FmdqPEArray(T, M, W)`` and the default configuration's ``Int8Array`` (equal peak
   throughput when ``T x M = lanes x m_tile``, 64: a SIMD-4 PE does one 8-bit activation's worth
