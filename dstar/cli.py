@@ -520,6 +520,11 @@ def cmd_bench_efficiency(args) -> int:
     return 0
 
 
+def cmd_bench_tests(args) -> int:
+    from dstar import bench_tests
+    return bench_tests.main(args.clone, args.json, tuple(args.pytest_args))
+
+
 def cmd_bench_attention(args) -> int:
     from dstar.sim import bench_attention
     cfg = _config(args)
@@ -533,13 +538,19 @@ def cmd_bench_attention(args) -> int:
 
 def cmd_results(args) -> int:
     from . import results
-    for name in args.run or ():
-        print(f"measuring {name}: dstar {' '.join(results.RESULTS[name].argv)}", flush=True)
-        try:
-            print(f"wrote {results.run(name)}")
-        except RuntimeError as e:
-            raise UserError(str(e)) from None
-    print(f"wrote {results.write_page()}")
+    try:
+        if args.root is None:
+            root = results.checkout_root()
+        elif not args.root.is_dir():
+            raise UserError(f"--root {str(args.root)!r} is not a folder")
+        else:
+            root = args.root
+        for name in args.run or ():
+            print(f"measuring {name}: dstar {' '.join(results.RESULTS[name].argv)}", flush=True)
+            print(f"wrote {results.run(name, root)}")
+        print(f"wrote {results.write_page(root)}")
+    except (RuntimeError, results.ResultsError) as e:
+        raise UserError(str(e)) from None
     return 0
 
 
@@ -603,6 +614,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_cycles(bsub)
     _add_bench_attention(bsub)
     _add_bench_efficiency(bsub)
+    b = bsub.add_parser("tests", help="wall time of the README's test command (CI's), in this "
+                        "checkout or a fresh clone of HEAD (dstar.bench_tests)")
+    b.add_argument("--clone", action="store_true",
+                   help="clone HEAD into a temporary folder, run scripts/setup.sh there "
+                        "(timed apart), then the tests")
+    b.add_argument("--json", action="store_true",
+                   help="print the report as one JSON object (the text goes to stderr)")
+    b.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG",
+                   help="extra pytest arguments, after `--` (default: none, CI's command)")
+    b.set_defaults(func=cmd_bench_tests)
 
     p = sub.add_parser("generate", help="write the accelerator's Verilog and params.json")
     _add_config_args(p)
@@ -695,6 +716,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .results import RESULTS  # standard library only, like the other parse-time imports
     p.add_argument("--run", action="append", choices=list(RESULTS), metavar="NAME",
                    help=f"re-run this section's command first (repeatable: {', '.join(RESULTS)})")
+    p.add_argument("--root", type=Path, metavar="DIR",
+                   help="the folder whose docs/ to write (default: the dstar checkout holding "
+                   "the working directory; refused outside one)")
     p.set_defaults(func=cmd_results)
 
     p = sub.add_parser("train", help="train the workload DiT (needs the train extra)",
@@ -832,8 +856,8 @@ def _user_errors() -> tuple:
     looking them up in ``sys.modules`` keeps NumPy out of argument parsing."""
     from .outputs import OutputError
     types = [ConfigError, UserError, OutputError, FileNotFoundError]
-    for module, name in (("dstar.golden.trace", "TraceError"), ("dstar.synth.flows",
-                                                                 "SynthError")):
+    for module, name in (("dstar.golden.trace", "TraceError"), ("dstar.synth.flows", "SynthError"),
+                         ("dstar.bench_tests", "TestBenchError")):
         if module in sys.modules:
             types.append(getattr(sys.modules[module], name))
     return tuple(types)

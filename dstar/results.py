@@ -11,6 +11,7 @@ import importlib
 import json
 import subprocess
 import sys
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,7 +19,8 @@ from pathlib import Path
 
 from .outputs import write_atomic
 
-__all__ = ["Result", "RESULTS", "results_dir", "run", "render", "write_page"]
+__all__ = ["Result", "RESULTS", "ResultsError", "checkout_root", "results_dir", "run", "render",
+           "write_page"]
 
 
 def _formatter(module: str, name: str) -> Callable[[dict], str]:
@@ -38,6 +40,7 @@ _golden_text = _formatter("dstar.sim.bench_golden", "format_report")
 _efficiency_text = _formatter("dstar.synth.efficiency", "format_text")
 _run_text = _formatter("dstar.run", "format_summary")
 _regress_text = _formatter("dstar.sim.regress", "format_report")
+_tests_text = _formatter("dstar.bench_tests", "format_report")
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,14 @@ RESULTS: dict[str, Result] = {
         "(2 samples, the default 50 steps; two worker processes of one BLAS thread each on a "
         "2-core machine) and the five runs' wall time over the FP32 run's, on the machine that "
         "ran it."),
+    "test_time": Result(
+        "The default test run's time",
+        ("bench", "tests", "--clone", "--json"),
+        _tests_text,
+        "What CI measures: a fresh clone of the commit, `scripts/setup.sh` in it, then the "
+        "README's test command (`python -m pytest`: the default tier on every core, the "
+        "15 slowest tests printed); the budget is 25 minutes of pytest wall time on a quiet "
+        "2-core machine (`dstar.bench_tests`)."),
 }
 
 
@@ -280,8 +291,58 @@ SUMMARIES = (
 )
 
 
+class ResultsError(ValueError):
+    """The page cannot be rendered or written: not in a dstar checkout, or a stored result
+    is damaged (the message names the file and says how to redo it)."""
+
+
+def checkout_root(start: Path | None = None) -> Path:
+    """The dstar checkout holding ``start`` (default: the working directory): the nearest
+    folder at or above it with a ``pyproject.toml`` of project ``dstar``. A ``ResultsError``
+    otherwise, so that ``dstar results`` never writes another project's ``docs/``."""
+    start = Path(start or Path.cwd()).absolute()
+    for d in (start, *start.parents):
+        try:
+            with open(d / "pyproject.toml", "rb") as f:
+                name = tomllib.load(f).get("project", {}).get("name")
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+            continue
+        if name == "dstar":
+            return d
+    raise ResultsError(f"{str(start)!r} is not inside a dstar checkout (no pyproject.toml of "
+                       "project 'dstar' there or above); run `dstar results` in the checkout "
+                       "or name it with --root")
+
+
+def _stamped(path: Path, name: str) -> dict:
+    """The stored file of entry ``name``, checked to be a stamped result."""
+    redo = f"re-measure it with `dstar results --run {name}` or delete it"
+    try:
+        stamped = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ResultsError(f"{str(path)!r} is not a readable stored result ({e}); {redo}"
+                           ) from None
+    missing = [k for k in ("command", "commit", "date", "result")
+               if not isinstance(stamped, dict) or k not in stamped]
+    if missing:
+        raise ResultsError(f"{str(path)!r} is not a stored result: it has no "
+                           f"{', '.join(map(repr, missing))}; {redo}")
+    return stamped
+
+
+def _formatted(text: Callable[[dict], str], result, path: Path, name: str) -> str:
+    """``text(result)``; a ``ResultsError`` naming ``path`` when the stored result does not
+    have the shape the formatter reads (an older or foreign report)."""
+    try:
+        return text(result)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        raise ResultsError(f"{str(path)!r}: its result does not have the fields this version "
+                           f"shows ({type(e).__name__}: {e}); re-measure it with "
+                           f"`dstar results --run {name}`") from None
+
+
 def _measured(d: Path, names) -> dict[str, dict]:
-    return {n: json.loads((d / f"{n}.json").read_text())["result"] for n in names
+    return {n: _stamped(d / f"{n}.json", n)["result"] for n in names
             if (d / f"{n}.json").is_file()}
 
 
@@ -332,8 +393,9 @@ def render(root: Path | None = None) -> str:
     for summ in SUMMARIES:
         have = _measured(d, summ.entries)
         if all(n in have for n in summ.needs):
+            text = _formatted(summ.text, have, d, summ.title)
             out += [f"## {summ.title}", "", f"From the sections {', '.join(map(repr, have))} "
-                    "below.", "", summ.text(have), ""]
+                    "below.", "", text, ""]
     for name, entry in RESULTS.items():
         out += [f"## {entry.title}", ""]
         if entry.about:
@@ -343,16 +405,19 @@ def render(root: Path | None = None) -> str:
             out += [f"Not measured yet: `dstar results --run {name}` runs "
                     f"`dstar {' '.join(entry.argv)}`.", ""]
             continue
-        stamped = json.loads(path.read_text())
+        stamped = _stamped(path, name)
+        text = _formatted(entry.text, stamped["result"], path, name)
         out += [f"`{stamped['command']}` at commit `{stamped['commit']}`, {stamped['date']}:", "",
-                "```", entry.text(stamped["result"]).rstrip(), "```", ""]
+                "```", text.rstrip(), "```", ""]
         out += [f"![{name}: {img}](results/{img})\n" for img in entry.images if (d / img).is_file()]
     return "\n".join(out)
 
 
 def write_page(root: Path | None = None) -> Path:
-    """Write ``docs/results.md`` and the summaries' generated images (each atomically)."""
+    """Write ``docs/results.md`` and the summaries' generated images (each atomically), all
+    rendered first: a damaged stored result (``ResultsError``) leaves every file as it was."""
     docs = (Path(root) if root else Path.cwd()) / "docs"
+    page = render(root)
     for summ in SUMMARIES:
         have = _measured(results_dir(root), summ.entries)
         if all(n in have for n in summ.needs):
@@ -360,5 +425,5 @@ def write_page(root: Path | None = None) -> Path:
                 (docs / rel).parent.mkdir(parents=True, exist_ok=True)
                 write_atomic(docs / rel, make(have))
     path = docs / "results.md"
-    write_atomic(path, render(root))
+    write_atomic(path, page)
     return path
