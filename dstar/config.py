@@ -9,12 +9,12 @@ they cannot disagree with the fields they derive from. Invalid values raise ``Co
 a message naming the field and the value.
 
 Closed choices are enums (``Datapath``, ``Packing``, ``WeightStore``, ``Workload``, ``Encoding``,
-``FmdqRule``, ``FmdqLattice``); TOML files and keyword arguments give them as their string
-values, which ``Config`` converts. ``Config.hardware()`` is the part the hardware generator
-reads: the config hash, the manifest's ``config`` section and the synthesis baselines cover only
-it, so a change of a run field leaves them alone. The FMDQ fields (``encoding`` and the fields
-only FMDQ reads) join it only when ``encoding = "fmdq"``: a v1 configuration's hash, and so its
-baselines, stay as they were before FMDQ existed.
+``FmdqRule``, ``FmdqLattice``, ``Attention``); TOML files and keyword arguments give them as
+their string values, which ``Config`` converts. ``Config.hardware()`` is the part the hardware
+generator reads: the config hash, the manifest's ``config`` section and the synthesis baselines
+cover only it, so a change of a run field leaves them alone. The FMDQ fields (``encoding`` and
+the fields only FMDQ reads) join it only when ``encoding = "fmdq"``: a v1 configuration's hash,
+and so its baselines, stay as they were before FMDQ existed.
 """
 
 import dataclasses
@@ -28,7 +28,8 @@ from enum import Enum, StrEnum
 from pathlib import Path
 
 __all__ = ["Config", "ConfigError", "Packing", "Datapath", "WeightStore", "Workload", "Encoding",
-           "FmdqRule", "FmdqLattice", "PRESETS", "preset", "load_config", "bits_signed"]
+           "FmdqRule", "FmdqLattice", "Attention", "PRESETS", "preset", "load_config",
+           "bits_signed"]
 
 
 class Packing(StrEnum):
@@ -120,6 +121,18 @@ class FmdqRule(StrEnum):
     MAGNITUDE = "magnitude"
 
 
+class Attention(StrEnum):
+    """Which attention mechanism the golden model runs (spec sections 4 and 7.3). A run field
+    for now: the hardware implements ``residual`` only (issue 29 part 2 adds ``sar``)."""
+
+    #: v1: dynamic masks chosen at every attention key step, a cached residual of the blocks
+    #: outside the mask (``golden.attention.AttentionReuse``).
+    RESIDUAL = "residual"
+    #: The paper's sparse attention reuse: static profiled block masks (``masks``), cached
+    #: probabilities at cache steps, reuse steps without Q, K or softmax (``golden.sar``).
+    SAR = "sar"
+
+
 def _hw(default, only=None):
     """A field the hardware generator (``dstar.hw``) reads: part of ``Config.hardware()``
     (``only``: an ``Encoding`` the field belongs to; it joins ``hardware()`` only then)."""
@@ -164,6 +177,8 @@ class Config:
     # Keys per cycle of the softmax unit (a power of two dividing group; 0: the largest of 4, 2, 1
     # that divides group and m_tile * n_arrays, see softmax_keys_per_cycle).
     softmax_lanes: int = _hw(0)
+    attention: Attention = Attention.RESIDUAL  # v1's residual reuse or the paper's SAR
+    masks: str = ""             # SAR's mask file ("": golden/data/masks/<workload>.npz)
     # --- workload run (dstar analyze) ---
     workload: Workload = Workload.DIGITS  # the bundled DiT that runs (Workload)
     steps: int = 50             # DDIM steps
