@@ -25,10 +25,10 @@ import numpy as np
 
 from dstar.config import bits_signed
 
-from .fmdq import MAX_SLICES, SLICE_BITS, FmdqEncoded, schedule_tile
+from .fmdq import MAX_SLICES, SLICE_BITS, FmdqEncoded, fmdq_encode, schedule_tile
 
 __all__ = ["MAX_STEP", "acc_bits", "bubbles", "horner_steps", "Unit", "units_of",
-           "unit_bubbles", "run_unit", "pe_array_y"]
+           "unit_bubbles", "run_unit", "pe_array_y", "LinearStep", "linear_step"]
 
 #: Largest accumulator shift of one cycle.
 MAX_STEP = 2
@@ -137,3 +137,28 @@ def pe_array_y(enc: FmdqEncoded, w_q, window: int, e_max: int) -> np.ndarray:
         y[u.rows] += acc << last
     return y
 
+
+
+@dataclass
+class LinearStep:
+    """One step of the FMDQ linear datapath: the encoded difference ``enc``, the new state
+    ``xs`` ``(N, K)`` and accumulators ``y`` ``(N, M)`` (int64)."""
+    enc: FmdqEncoded
+    xs: np.ndarray
+    y: np.ndarray
+
+
+def linear_step(target, xs, y, w_q, *, key: bool, token_tile: int, window: int, e_max: int,
+                tau: int) -> LinearStep:
+    """The golden twin of ``dstar.hw.fmdq.linear.FmdqLinear``: ``D = target - Xs`` (``Xs`` and
+    ``Y`` read as zero on a ``key`` step), coded by ``golden.fmdq.fmdq_encode`` (lossless rule),
+    the state advanced by the decoded values and ``Y`` by ``W_q^T . decode`` unit by unit as
+    the PE array computes it (``pe_array_y``); ``xs`` and ``y`` may be ``None`` on a key
+    step."""
+    target = np.asarray(target, np.int64)
+    w_q = np.asarray(w_q, np.int64)
+    base = np.zeros_like(target) if key else np.asarray(xs, np.int64)
+    enc = fmdq_encode(target - base, token_tile, e_max, tau)
+    prod = pe_array_y(enc, w_q, window, e_max)
+    y0 = np.zeros_like(prod) if key else np.asarray(y, np.int64)
+    return LinearStep(enc, base + enc.decode(), y0 + prod)

@@ -1,0 +1,115 @@
+"""Sizes of the FMDQ linear datapath (``dstar.hw.fmdq.linear.FmdqLinear``) derived from a
+``Config``: the one place the RTL, its cycle model, the tests and the manifest take them from.
+Amaranth-free, like ``dstar.hw.geometry``.
+
+Memory organisation (the quantization unit reads *sub-channels*: one channel over a token tile's
+``T`` tokens, ``docs/design/fmdq-qu.md``):
+
+* target and state: one word per sub-channel, ``T`` signed ``state_bits`` integers (token ``t``
+  of the tile at element ``t``), address ``tile * max_k + k``;
+* weights, one memory per array: ``max_k * n_mt_max`` words of ``m_tile`` INT8, row ``k`` of
+  column block ``mt`` at ``mt * K + k`` (``K`` the run's: the blocks are packed);
+* accumulators ``Y``, one per array: ``max_tokens * n_mt_max`` words of ``m_tile`` signed
+  ``y_bits`` integers, token ``n`` of column block ``mt`` at ``n * n_mt_max + mt`` (v1's rule);
+* groups: the quantization unit's output of one step, replayed for every column block
+  (``group_depth`` entries, ``unit_groups_max`` per unit).
+"""
+
+from dataclasses import dataclass
+
+from dstar.config import Config, ConfigError, bits_signed
+from dstar.golden.fmdq import LANES, MAX_SLICES, SLICE_BITS
+from dstar.golden.fmdq_pe import acc_bits
+
+from ..geometry import uwidth
+
+__all__ = ["FmdqGeometry", "unit_groups_max"]
+
+
+def unit_groups_max(window: int, e_max: int) -> int:
+    """Most groups one unit (a tile's sub-channels of one sort window) can issue: its
+    ``4 * window`` slices in runs of ``S <= e_max + 7`` distinct total shifts, each run rounded
+    up to whole groups of 4: ``sum ceil(c_s / 4) <= window + 3 S / 4``."""
+    distinct = min(e_max + SLICE_BITS * (MAX_SLICES - 1) + 1, MAX_SLICES * window)
+    return window + (LANES - 1) * distinct // LANES
+
+
+@dataclass(frozen=True)
+class FmdqGeometry:
+    """The FMDQ linear datapath's sizes for ``cfg`` (``token_tile`` T, ``sort_window`` W,
+    ``m_tile`` columns per array, ``n_arrays``)."""
+    cfg: Config
+
+    def __post_init__(self):
+        w = self.cfg.sort_window
+        if w < 2 or w & (w - 1):
+            raise ConfigError(f"sort_window={w} must be a power of two >= 2 for the FMDQ "
+                              f"PE array's weight window")
+
+    @property
+    def tokens(self) -> int:
+        return self.cfg.token_tile
+
+    @property
+    def window(self) -> int:
+        return self.cfg.sort_window
+
+    @property
+    def columns(self) -> int:
+        return self.cfg.m_tile
+
+    @property
+    def block_cols(self) -> int:
+        """Output columns of one column block (every array's)."""
+        return self.cfg.m_tile * self.cfg.n_arrays
+
+    @property
+    def n_tiles_max(self) -> int:
+        return -(-self.cfg.max_tokens // self.tokens)
+
+    @property
+    def n_win_max(self) -> int:
+        return -(-self.cfg.max_k // self.window)
+
+    @property
+    def n_mt_max(self) -> int:
+        return -(-self.cfg.max_m // self.block_cols)
+
+    @property
+    def channel_bits(self) -> int:
+        """Holds every channel index and every window's first channel plus ``window - 1``."""
+        return uwidth(self.n_win_max * self.window)
+
+    @property
+    def diff_bits(self) -> int:
+        """Signed width of a difference ``target - Xs``."""
+        return bits_signed(self.cfg.target_max + self.cfg.state_max)
+
+    @property
+    def sub_depth(self) -> int:
+        """Words of the target and state memories."""
+        return self.n_tiles_max * self.cfg.max_k
+
+    @property
+    def weight_depth(self) -> int:
+        return self.cfg.max_k * self.n_mt_max
+
+    @property
+    def y_depth(self) -> int:
+        return self.cfg.max_tokens * self.n_mt_max
+
+    @property
+    def y_bits(self) -> int:
+        """Accumulator width: the layer's bound and at least a unit's sum."""
+        return max(self.cfg.acc_bits, acc_bits(self.window, self.cfg.e_max))
+
+    @property
+    def group_depth(self) -> int:
+        """Entries of the group memory: every unit of a step at its most groups."""
+        return self.n_tiles_max * self.n_win_max * unit_groups_max(self.window, self.cfg.e_max)
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in (
+            "tokens", "window", "columns", "block_cols", "n_tiles_max", "n_win_max", "n_mt_max",
+            "channel_bits", "diff_bits", "sub_depth", "weight_depth", "y_depth", "y_bits",
+            "group_depth")}

@@ -1,0 +1,369 @@
+"""The FMDQ differential linear layer: target and state sub-channels in, the quantization unit,
+a group memory, the SIMD-4 PE arrays and their ``Y`` memories (spec 7.2 and 7.4, issue 28).
+
+Golden twin: ``dstar.golden.fmdq_pe.linear_step``; exact cycles: ``dstar.sim.fmdq_cycles``
+(``linear_cycles``); sizes and memory layouts: ``dstar.hw.fmdq.geometry.FmdqGeometry``.
+"""
+
+from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..geometry import COUNTER_BITS, uwidth
+from .geometry import FmdqGeometry
+from .layouts import slice_group_layout
+from .pe_array import FmdqPEArray
+from .quant_unit import QuantUnit
+
+__all__ = ["FmdqLinear", "sub_word_layout", "group_entry_layout"]
+
+# Run phases.
+_IDLE, _ENCODE, _REPLAY = range(3)
+
+
+def sub_word_layout(geo: FmdqGeometry) -> data.ArrayLayout:
+    """A target or state word: one sub-channel, ``tokens`` signed ``state_bits`` integers."""
+    return data.ArrayLayout(signed(geo.cfg.state_bits), geo.tokens)
+
+
+def group_entry_layout(geo: FmdqGeometry) -> data.StructLayout:
+    """A group memory entry: the quantization unit's group and its unit's ``tile`` and
+    ``window`` (indices)."""
+    return data.StructLayout({
+        "group": slice_group_layout(geo.tokens, geo.channel_bits, geo.cfg.e_max),
+        "tile": unsigned(uwidth(geo.n_tiles_max)),
+        "window": unsigned(uwidth(geo.n_win_max)),
+    })
+
+
+class FmdqLinear(wiring.Component):
+    """One step of an FMDQ differential linear layer (``encoding = "fmdq"``)::
+
+        D = X - (0 if key else Xs);   Xs' = (0 if key else Xs) + decode(fmdq(D))
+        Y' = (0 if key else Y) + W_q^T . decode(fmdq(D))
+
+    exactly as ``golden.fmdq_pe.linear_step`` (``golden.fmdq.fmdq_encode``'s lossless rule,
+    round half up, INT8 saturation of saturated sub-channels; ``Y`` and the state are exact
+    integers, the caller keeps them within ``y_bits`` / ``state_bits`` as the golden model's
+    invariants do).
+
+    A run (``start`` while idle; ``n_tokens`` rows, ``n_k`` = K channels, ``n_mt`` column
+    blocks of ``m_tile * n_arrays`` columns, ``key``, captured at ``start``; nothing runs if
+    any is zero) has two phases:
+
+    1. *Encode*: every sub-channel (windows outer, token tiles, channels inner) is read from the
+       target and state memories, one per cycle, into the quantization unit (``QuantUnit``);
+       tokens past ``n_tokens`` in the last tile are given as 0. Its updates write the new state
+       back; its groups (with their unit's tile and window) go to the group memory, in the PE
+       arrays' order (``golden.fmdq_pe.units_of``: windows outer, tiles inner, empty units
+       skipped but for each tile's first window). Both outputs are always ready, so this phase
+       takes the unit's own cycles (``dstar.sim.fmdq_qu_cycles.predict``).
+    2. *Replay*: for each column block, every window that issued a group is a *pass*: its rows
+       (``min(W, K - j W)``) are loaded, one per cycle, from the weight memory into the arrays'
+       double-buffered weight window (pass ``p`` into bank ``p % 2`` once pass ``p - 2``'s last
+       group is accepted), and its groups are replayed from the group memory into every array
+       (``FmdqPEArray``), a pass's first group once its rows are written. A unit adds its sum
+       into ``Y`` rows ``(tile * T + t) * n_mt_max + mt``, or overwrites them in the first window
+       of a key step.
+
+    ``busy`` falls when the last unit of the last block is written into ``Y``; ``cycles`` then
+    holds the cycles ``busy`` was high (``dstar.sim.fmdq_cycles.linear_cycles``), ``stall_load``
+    the replay cycles a pass waited for its weights, ``count_groups`` / ``count_units`` the
+    groups and units of the encode phase, ``count_clipped`` / ``count_saturated`` the clipped
+    and saturated sub-channels (all cleared by ``start``).
+
+    Host ports (flat vectors, for cocotb; memory layouts in ``FmdqGeometry``): the target and
+    state memories by ``host_sub_addr`` (the state read one cycle later), the weights of array
+    ``a`` by ``host_w_addr`` / ``host_w_we[a]``, ``Y`` by ``host_y_addr`` (one cycle later);
+    only while ``busy`` is low. Reset stops a run; the memories keep their contents.
+    """
+
+    def __init__(self, cfg):
+        self._geo = geo = FmdqGeometry(cfg)
+        sub = sub_word_layout(geo).size
+        y_row = data.ArrayLayout(signed(geo.y_bits), geo.columns).size
+        super().__init__({
+            "start": In(1),
+            "key": In(1),
+            "n_tokens": In(uwidth(cfg.max_tokens + 1)),
+            "n_k": In(uwidth(cfg.max_k + 1)),
+            "n_mt": In(uwidth(geo.n_mt_max + 1)),
+            "busy": Out(1),
+            "cycles": Out(COUNTER_BITS),
+            "stall_load": Out(COUNTER_BITS),
+            "count_groups": Out(COUNTER_BITS),
+            "count_units": Out(COUNTER_BITS),
+            "count_clipped": Out(COUNTER_BITS),
+            "count_saturated": Out(COUNTER_BITS),
+            "host_sub_addr": In(uwidth(geo.sub_depth)),
+            "host_target_we": In(1),
+            "host_target_wdata": In(sub),
+            "host_state_we": In(1),
+            "host_state_wdata": In(sub),
+            "host_state_rdata": Out(sub),
+            "host_w_addr": In(uwidth(geo.weight_depth)),
+            "host_w_we": In(cfg.n_arrays),
+            "host_w_wdata": In(8 * geo.columns),
+            "host_y_addr": In(uwidth(geo.y_depth)),
+            "host_y_rdata": Out(y_row).array(cfg.n_arrays),
+        })
+
+    @property
+    def geometry(self) -> FmdqGeometry:
+        return self._geo
+
+    def quant_unit(self) -> QuantUnit:
+        geo, cfg = self._geo, self._geo.cfg
+        return QuantUnit(tokens=geo.tokens, window=geo.window, e_max=cfg.e_max, tau=cfg.tau,
+                         diff_bits=geo.diff_bits, channel_bits=geo.channel_bits)
+
+    def elaborate(self, platform):
+        geo, cfg = self._geo, self._geo.cfg
+        m = Module()
+        m.submodules.qu = qu = self.quant_unit()
+        arrays = []
+        for a in range(cfg.n_arrays):
+            arr = FmdqPEArray(tokens=geo.tokens, columns=geo.columns, window=geo.window,
+                              e_max=cfg.e_max, channel_bits=geo.channel_bits,
+                              y_depth=geo.y_depth, y_bits=geo.y_bits, y_stride=geo.n_mt_max)
+            m.submodules[f"array_{a}"] = arr
+            arrays.append(arr)
+            m.d.comb += [arr.host_y_addr.eq(self.host_y_addr),
+                         self.host_y_rdata[a].eq(arr.host_y_rdata)]
+        m.submodules.groups = gmem = Memory(shape=group_entry_layout(geo),
+                                            depth=geo.group_depth, init=[])
+
+        phase = Signal(range(3))
+        run = {"key": Signal(), "n_tokens": Signal.like(self.n_tokens),
+               "n_k": Signal.like(self.n_k), "n_mt": Signal.like(self.n_mt)}
+        restart = self.start & (phase == _IDLE)
+        empty = (self.n_tokens == 0) | (self.n_k == 0) | (self.n_mt == 0)
+        enc_done, rep_done = Signal(), Signal()
+        with m.If(restart):
+            m.d.sync += [run[k].eq(getattr(self, k)) for k in run]
+            m.d.sync += [phase.eq(Mux(empty, _IDLE, _ENCODE)), self.cycles.eq(0),
+                         self.stall_load.eq(0)]
+        with m.Elif(phase != _IDLE):
+            m.d.sync += self.cycles.eq(self.cycles + 1)
+        with m.If((phase == _ENCODE) & enc_done):
+            m.d.sync += phase.eq(_REPLAY)
+        with m.If((phase == _REPLAY) & rep_done):
+            m.d.sync += phase.eq(_IDLE)
+        m.d.comb += [self.busy.eq(phase != _IDLE), qu.clear.eq(restart),
+                     self.count_clipped.eq(qu.count_clipped),
+                     self.count_saturated.eq(qu.count_saturated)]
+
+        wl = self._encode(m, qu, gmem, run, phase, restart, enc_done)
+        self._replay(m, arrays, gmem, run, phase, restart, rep_done, wl)
+        return m
+
+    def _encode(self, m, qu, gmem, run, phase, restart, enc_done):
+        """Phase 1: the feeder, the state write-back and the group collector. Returns the
+        window list (``win``: the windows that issued groups, in order; ``start``: each one's
+        first group; ``n``: how many; ``groups``: the total)."""
+        geo, cfg = self._geo, self._geo.cfg
+        T, W, max_k = geo.tokens, geo.window, cfg.max_k
+        sub_l = sub_word_layout(geo)
+        m.submodules.target = tmem = Memory(shape=sub_l, depth=geo.sub_depth, init=[])
+        m.submodules.state = smem = Memory(shape=sub_l, depth=geo.sub_depth, init=[])
+        t_wr, s_wr = tmem.write_port(), smem.write_port()
+        t_rd, s_rd = tmem.read_port(), smem.read_port()
+        in_enc = phase == _ENCODE
+
+        # --- feeder: (window c0, tile, channel k), one read per accepted beat ---
+        c0, k = Signal(geo.channel_bits + 1), Signal(geo.channel_bits + 1)
+        tile, tok0 = Signal(uwidth(geo.n_tiles_max)), Signal(uwidth(cfg.max_tokens + T))
+        tbase = Signal(uwidth(geo.sub_depth + max_k))
+        f_more = Signal()                       # beats left to read
+        r_valid, r_last, r_k = Signal(), Signal(), Signal.like(k)
+        r_addr, r_tile = Signal.like(self.host_sub_addr), Signal.like(tile)
+        r_win, r_ntok = Signal(uwidth(geo.n_win_max)), Signal(range(T + 1))
+        beat, accept = qu.i.payload, Signal()
+        m.submodules.pending = pend = SyncFIFO(
+            width=len(r_addr) + len(r_tile) + len(r_win) + sub_l.size, depth=4)
+        advance = ~r_valid | accept
+        w_end = Signal.like(k)
+        m.d.comb += w_end.eq(Mux(c0 + W < run["n_k"], c0 + W, run["n_k"]))
+        last_k, last_tile = k + 1 == w_end, tok0 + T >= run["n_tokens"]
+        m.d.comb += [
+            t_rd.addr.eq(Mux(in_enc, tbase + k, self.host_sub_addr)),
+            s_rd.addr.eq(Mux(in_enc, tbase + k, self.host_sub_addr)),
+            t_rd.en.eq(~in_enc | advance), s_rd.en.eq(~in_enc | advance),
+            self.host_state_rdata.eq(s_rd.data),
+            qu.i.valid.eq(r_valid & pend.w_rdy),
+            accept.eq(qu.i.valid & qu.i.ready),
+            beat.channel.eq(r_k), beat.last.eq(r_last),
+        ]
+        old = Signal(sub_l)
+        for t in range(T):
+            s_t = Mux(run["key"], 0, s_rd.data[t])
+            m.d.comb += [old[t].eq(s_t),
+                         beat.d[0][t].eq(Mux(t < r_ntok, t_rd.data[t] - s_t, 0))]
+        with m.If(in_enc & advance):
+            m.d.sync += [r_valid.eq(f_more), r_last.eq(last_k), r_k.eq(k),
+                         r_addr.eq(tbase + k), r_tile.eq(tile), r_win.eq(c0[W.bit_length() - 1:]),
+                         r_ntok.eq(Mux(last_tile, run["n_tokens"] - tok0, T))]
+            with m.If(f_more):
+                m.d.sync += k.eq(k + 1)
+                with m.If(last_k):
+                    m.d.sync += [k.eq(c0), tile.eq(tile + 1), tok0.eq(tok0 + T),
+                                 tbase.eq(tbase + max_k)]
+                    with m.If(last_tile):
+                        m.d.sync += [tile.eq(0), tok0.eq(0), tbase.eq(0), c0.eq(c0 + W),
+                                     k.eq(c0 + W), f_more.eq(c0 + W < run["n_k"])]
+        with m.If(restart):
+            m.d.sync += [c0.eq(0), k.eq(0), tile.eq(0), tok0.eq(0), tbase.eq(0),
+                         f_more.eq(1), r_valid.eq(0)]
+        m.d.comb += [pend.w_en.eq(accept), pend.w_data.eq(Cat(r_addr, r_tile, r_win, old))]
+
+        # --- state write-back: Xs' = old + q << p, one update per beat ---
+        u = qu.u.payload
+        p_addr, p_tile = Signal.like(r_addr), Signal.like(r_tile)
+        p_win, p_old = Signal.like(r_win), Signal(sub_l)
+        m.d.comb += Cat(p_addr, p_tile, p_win, p_old).eq(pend.r_data)
+        fire = Signal()
+        m.submodules.tags = tags = SyncFIFO(width=len(p_tile) + len(p_win),
+                                            depth=qu.buffers + 1)
+        m.d.comb += [qu.u.ready.eq(tags.w_rdy), fire.eq(qu.u.valid & qu.u.ready),
+                     pend.r_en.eq(fire)]
+        new = Signal(sub_l)
+        for t in range(T):
+            m.d.comb += new[t].eq(p_old[t] + (u.sub[0].q[t] << u.sub[0].shift))
+        m.d.comb += [
+            s_wr.en.eq(Mux(in_enc, fire, self.host_state_we)),
+            s_wr.addr.eq(Mux(in_enc, p_addr, self.host_sub_addr)),
+            s_wr.data.eq(Mux(in_enc, new, self.host_state_wdata)),
+            t_wr.en.eq(self.host_target_we & ~in_enc), t_wr.addr.eq(self.host_sub_addr),
+            t_wr.data.eq(self.host_target_wdata),
+        ]
+        # A unit issues groups iff one of its sub-channels is not empty or it is a tile's first
+        # window (``QuantUnit``'s contract): its tag is queued as its last update leaves.
+        live = Signal()
+        issues = live | (u.sub[0].width != 0) | (p_win == 0)
+        with m.If(fire):
+            m.d.sync += live.eq(Mux(u.last, 0, live | (u.sub[0].width != 0)))
+        m.d.comb += [tags.w_en.eq(fire & u.last & issues), tags.w_data.eq(Cat(p_tile, p_win))]
+        with m.If(restart):
+            m.d.sync += live.eq(0)
+        return self._collect(m, qu, gmem, tags, f_more, r_valid, pend, restart, enc_done)
+
+    def _collect(self, m, qu, gmem, tags, f_more, r_valid, pend, restart, enc_done):
+        """The groups into the group memory with their tags; the window list; the end of the
+        encode phase."""
+        geo = self._geo
+        g_wr = gmem.write_port()
+        n_groups = Signal(uwidth(geo.group_depth + 1))
+        wl_win = Array(Signal(uwidth(geo.n_win_max), name=f"wl_win{i}")
+                       for i in range(geo.n_win_max))
+        wl_start = Array(Signal(uwidth(geo.group_depth + 1), name=f"wl_start{i}")
+                         for i in range(geo.n_win_max + 1))
+        n_wl = Signal(uwidth(geo.n_win_max + 1))
+        t_tile = tags.r_data[:len(g_wr.data.tile)]
+        t_win = tags.r_data[len(g_wr.data.tile):]
+        o = qu.o.payload
+        got = qu.o.valid
+        m.d.comb += [qu.o.ready.eq(1), g_wr.en.eq(got), g_wr.addr.eq(n_groups),
+                     g_wr.data.group.eq(o), g_wr.data.tile.eq(t_tile),
+                     g_wr.data.window.eq(t_win), tags.r_en.eq(got & o.last)]
+        new_win = (n_wl == 0) | (wl_win[n_wl - 1] != t_win)
+        with m.If(got):
+            m.d.sync += [n_groups.eq(n_groups + 1), self.count_groups.eq(self.count_groups + 1)]
+            with m.If(new_win):
+                m.d.sync += [wl_win[n_wl].eq(t_win), wl_start[n_wl].eq(n_groups),
+                             n_wl.eq(n_wl + 1)]
+            with m.If(o.last):
+                m.d.sync += self.count_units.eq(self.count_units + 1)
+        with m.If(restart):
+            m.d.sync += [n_groups.eq(0), n_wl.eq(0), self.count_groups.eq(0),
+                         self.count_units.eq(0)]
+        m.d.comb += enc_done.eq(~f_more & ~r_valid & ~pend.r_rdy & ~tags.r_rdy)
+        return {"win": wl_win, "start": wl_start, "n": n_wl, "groups": n_groups}
+
+    def _replay(self, m, arrays, gmem, run, phase, restart, rep_done, wl):
+        """Phase 2: per column block, each window of the list a pass: its weight rows loaded
+        into the arrays' window, its groups replayed from the group memory."""
+        geo, cfg = self._geo, self._geo.cfg
+        T, W = geo.tokens, geo.window
+        in_rep = phase == _REPLAY
+        lg = W.bit_length() - 1
+        # --- loader: pass l_p (window list entry l_i of block l_mt) into bank l_p % 2 ---
+        l_p, d_p = Signal(32), Signal(32)
+        l_ok = Signal(32)                    # passes whose rows are all written
+        l_i, l_mt = Signal.like(wl["n"]), Signal.like(run["n_mt"])
+        l_base = Signal(uwidth(geo.weight_depth + cfg.max_k))
+        l_row, l_active = Signal(range(W)), Signal()
+        j_w = Signal(geo.channel_bits + 1)
+        m.d.comb += j_w.eq(wl["win"][l_i] << lg)
+        left = Signal.like(j_w)
+        m.d.comb += left.eq(run["n_k"] - j_w)
+        rows = Mux(left >= W, W, left)
+        w_valid, w_row, w_bank = Signal(), Signal.like(l_row), Signal()
+        w_addr = Signal(uwidth(geo.weight_depth))
+        m.d.comb += w_addr.eq(l_base + j_w + l_row)
+        for a, arr in enumerate(arrays):
+            wm = Memory(shape=data.ArrayLayout(signed(8), geo.columns),
+                        depth=geo.weight_depth, init=[])
+            m.submodules[f"weights_{a}"] = wm
+            wr, rd = wm.write_port(), wm.read_port()
+            m.d.comb += [wr.en.eq(self.host_w_we[a]), wr.addr.eq(self.host_w_addr),
+                         wr.data.eq(self.host_w_wdata), rd.addr.eq(w_addr),
+                         arr.i_wrow.valid.eq(w_valid), arr.i_wrow.payload.bank.eq(w_bank),
+                         arr.i_wrow.payload.row.eq(w_row), arr.i_wrow.payload.w.eq(rd.data)]
+        m.d.sync += [w_valid.eq(l_active), w_row.eq(l_row), w_bank.eq(l_p[0]), l_ok.eq(l_p)]
+        with m.If(l_active):
+            m.d.sync += l_row.eq(l_row + 1)
+            with m.If(l_row == rows - 1):
+                m.d.sync += [l_active.eq(0), l_p.eq(l_p + 1), l_row.eq(0), l_i.eq(l_i + 1)]
+                with m.If(l_i + 1 == wl["n"]):
+                    m.d.sync += [l_i.eq(0), l_mt.eq(l_mt + 1), l_base.eq(l_base + run["n_k"])]
+        with m.Elif(in_rep & (l_mt < run["n_mt"]) & (l_p < d_p + 2)):
+            m.d.sync += l_active.eq(1)
+
+        # --- replayer: the group memory, block after block, into every array ---
+        rd = gmem.read_port()
+        a_ptr = Signal.like(wl["groups"])
+        f_i, f_mt, f_p, f_more = Signal.like(l_i), Signal.like(l_mt), Signal(32), Signal()
+        r_valid, r_p, r_lastp, r_mt = Signal(), Signal(32), Signal(), Signal.like(l_mt)
+        end = Mux(f_i + 1 < wl["n"], wl["start"][f_i + 1], wl["groups"])
+        ok, accept = Signal(), Signal()
+        m.d.comb += [ok.eq(r_valid & (r_p < l_ok)),
+                     accept.eq(ok & arrays[0].i_op.ready)]
+        advance = ~r_valid | accept
+        m.d.comb += [rd.addr.eq(a_ptr), rd.en.eq(advance)]
+        with m.If(in_rep & advance):
+            m.d.sync += [r_valid.eq(f_more), r_p.eq(f_p), r_lastp.eq(a_ptr + 1 == end),
+                         r_mt.eq(f_mt)]
+            with m.If(f_more):
+                m.d.sync += a_ptr.eq(a_ptr + 1)
+                with m.If(a_ptr + 1 == end):
+                    m.d.sync += [f_p.eq(f_p + 1), f_i.eq(f_i + 1)]
+                with m.If(a_ptr + 1 == wl["groups"]):
+                    m.d.sync += [a_ptr.eq(0), f_i.eq(0), f_mt.eq(f_mt + 1),
+                                 f_more.eq(f_mt + 1 < run["n_mt"])]
+        ent = rd.data
+        tok0 = Signal(uwidth(cfg.max_tokens + T))
+        m.d.comb += tok0.eq(ent.tile * T)
+        n_tok = Signal(range(T + 1))
+        m.d.comb += n_tok.eq(Mux(run["n_tokens"] - tok0 >= T, T, run["n_tokens"] - tok0))
+        for arr in arrays:
+            op = arr.i_op.payload
+            m.d.comb += [arr.i_op.valid.eq(ok), op.group.eq(ent.group), op.bank.eq(r_p[0]),
+                         op.y_addr.eq(tok0 * geo.n_mt_max + r_mt), op.n_tok.eq(n_tok),
+                         op.overwrite.eq(run["key"] & (ent.window == 0))]
+        u_iss, u_done = Signal(32), Signal(32)
+        with m.If(accept):
+            with m.If(r_lastp):
+                m.d.sync += d_p.eq(d_p + 1)
+            with m.If(ent.group.last):
+                m.d.sync += u_iss.eq(u_iss + 1)
+        with m.If(arrays[0].o_unit_done):
+            m.d.sync += u_done.eq(u_done + 1)
+        with m.If(in_rep & r_valid & ~(r_p < l_ok)):
+            m.d.sync += self.stall_load.eq(self.stall_load + 1)
+        m.d.comb += rep_done.eq(~f_more & ~r_valid & (u_done == u_iss))
+        with m.If(restart):
+            m.d.sync += [l_p.eq(0), d_p.eq(0), l_i.eq(0), l_mt.eq(0), l_base.eq(0),
+                         l_row.eq(0), l_active.eq(0), a_ptr.eq(0), f_i.eq(0), f_mt.eq(0),
+                         f_p.eq(0), f_more.eq(1), r_valid.eq(0), u_iss.eq(0), u_done.eq(0)]
