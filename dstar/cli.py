@@ -415,7 +415,9 @@ def cmd_synth(args) -> int:
         rep = synth_report.run(cfg, targets, fmax=fmax_selection(args.fmax), dense=dense,
                                outdir=Path(args.output) if args.output else None,
                                jobs=args.jobs, flat_total=args.flat_total, reuse=args.reuse,
-                               fmax_timeout_min=args.fmax_timeout)
+                               fmax_timeout_min=args.fmax_timeout, blocks=args.block or ())
+    except ValueError as e:     # an unknown --block
+        raise UserError(str(e)) from None
     except SynthError as e:     # a tool failed (or was stopped): one line, the log's path
         raise UserError(str(e)) from None
     if args.write_baseline:
@@ -697,6 +699,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reuse", action="store_true",
                    help="reuse the statistics of an earlier run of the same Verilog and script; "
                    "with --board: report the last build instead of building again")
+    p.add_argument("--block", action="append", metavar="KIND",
+                   help="synthesize only this block kind (repeatable; the report's module "
+                   "names, e.g. pe_array, dispatcher, accelerator.command_processor); totals "
+                   "then cover those blocks only, the dense baseline's those it has")
     p.add_argument("--no-dense", action="store_true",
                    help="skip the lean dense INT8 baseline (and the DSTAR / dense area ratio)")
     p.add_argument("--flat-total", action="store_true",

@@ -146,20 +146,28 @@ def _natural(name: str):
 
 def synth_blocks(cfg: Config, targets: tuple, fmax: tuple, outdir: Path, jobs: int,
                  reuse: bool, skipped: dict | None = None, attention: bool = True,
-                 accelerator: bool = False):
+                 accelerator: bool = False, only: tuple = (), strict: bool = True):
     """Generate ``cfg`` into ``<outdir>/rtl`` (without the attention engine unless
     ``attention``; with the accelerator top if ``accelerator`` and the datapath has one) and
     synthesize its blocks for ``targets`` (and
     the netlists ``fmax`` needs, ``dstar.synth.fmax_runs``); returns ``(top, verilog,
     modules)``, ``modules[kind]`` holding ``module``, ``instances``, ``part`` and per-target
     counts per instance. The whole top is synthesized for nextpnr only if its PE arrays fit the
-    device's MULT18X18D; otherwise ``skipped["top"]`` says why."""
+    device's MULT18X18D; otherwise ``skipped["top"]`` says why. ``only``: synthesize just these
+    block kinds (report names; with ``strict``, ``ValueError`` naming the kinds there are if
+    one is not, else the others are ignored)."""
     verilog, man = generate_verilog(cfg, outdir / "rtl", attention, accelerator)
     top = man["top"]
     att = man.get("attention")
     blks = blocks(verilog, top, verilog.parent / att["verilog"] if att else None)
     if "accelerator" in man:
         blks += accelerator_blocks(verilog.parent / man["accelerator"]["verilog"])
+    if only:
+        unknown = sorted(set(only) - {b["kind"] for b in blks})
+        if unknown and strict:
+            raise ValueError(f"no block kind(s) {unknown}; the configuration's blocks are "
+                             f"{sorted(b['kind'] for b in blks)}")
+        blks = [b for b in blks if b["kind"] in only]
     fdir = outdir / "fmax"
 
     def work(job):

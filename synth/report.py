@@ -35,22 +35,33 @@ from dstar.paths import build_dir
 
 from . import fmax as _fmax
 from .blocks import ACCEL_PREFIX, ATTN_CONTROLLER, COMMAND_PROCESSOR, synth_blocks
-from .flows import AREA_TARGETS, CMOS_ASSUMPTIONS, TARGETS, synth_module, yosys_version
+from .flows import (
+    AREA_TARGETS,
+    CMOS_ASSUMPTIONS,
+    LIBERTY_TARGETS,
+    TARGETS,
+    SynthTarget,
+    synth_module,
+    yosys_version,
+)
 from .fmax_runs import FMAX_BLOCKS, FMAX_FLOW, run_fmax
 
 __all__ = ["REPORT_VERSION", "ALL_TARGETS", "RATIO_KEYS", "run", "config_hash", "preset_name"]
 
 #: Version of the report's JSON layout; bump on any change of keys or meaning.
-REPORT_VERSION = 3
+REPORT_VERSION = 4
 #: The area targets of a full report (``dstar.synth.flows.AREA_TARGETS``).
 ALL_TARGETS = AREA_TARGETS
 #: Metrics of ``area_ratio`` (DSTAR / dense baseline).
-RATIO_KEYS = ("area_um2_45nm", "area_um2_45nm_logic", "transistors", "cells", "luts", "ffs",
-              "dsps")
+RATIO_KEYS = ("area_um2_45nm", "area_um2_45nm_logic", "area_um2", "area_um2_logic",
+              "transistors", "cells", "luts", "ffs", "dsps")
 
 _SUM_KEYS = ("cells", "luts", "carries", "muxes", "ffs", "brams", "lutram", "dsps", "gates",
              "transistors", "transistors_logic", "transistors_sram", "sram_bits",
-             "area_um2_45nm", "area_um2_45nm_logic", "area_um2_45nm_sram")
+             "area_um2_45nm", "area_um2_45nm_logic", "area_um2_45nm_sram", "adders", "muxes",
+             "other", "area_um2", "area_um2_logic", "area_um2_sram", "nand2_eq_logic")
+_ROUNDED = ("area_um2_45nm", "area_um2_45nm_logic", "area_um2_45nm_sram", "area_um2",
+            "area_um2_logic", "area_um2_sram")
 
 
 def config_hash(cfg: Config) -> str:
@@ -70,7 +81,8 @@ def preset_name(cfg: Config) -> str:
 
 def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = None,
         jobs: int = 1, flat_total: bool = False, reuse: bool = False,
-        dense: bool | None = None, fmax_timeout_min: float | None = None) -> dict:
+        dense: bool | None = None, fmax_timeout_min: float | None = None,
+        blocks: tuple = ()) -> dict:
     """Synthesize ``cfg`` for ``targets`` (names of ``dstar.synth.flows.TARGETS``) and return the
     report (see ``REPORT_VERSION``); it is also written to ``<outdir>/report.json``.
 
@@ -92,6 +104,13 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
     ``outdir`` defaults to ``build/synth/<preset>-<config hash>``; ``jobs`` Yosys runs at once;
     ``reuse`` takes a block's statistics from an earlier run in ``outdir`` when its script and
     Verilog are unchanged (``dstar.synth.flows.synth_module``).
+    ``blocks``: synthesize only these block kinds (``modules`` names, e.g. ``pe_array``,
+    ``accelerator.command_processor``); the report's ``blocks`` lists them, its totals then
+    sum those blocks only, and the dense baseline's those it has (none: no baseline).
+    Standard-cell targets (``dstar.synth.flows.LIBERTY_TARGETS``) run beside ``cmos`` add
+    ``vs_cmos`` (and ``vs_cmos_attention``, ``vs_cmos_accelerator``, the dense baseline's):
+    their logic's NAND2 equivalents over the transistor estimate's, per target, in total and
+    per block kind.
     """
     targets = tuple(targets)
     unknown = [t for t in targets if t not in TARGETS]
@@ -99,13 +118,14 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
         raise ValueError(f"unknown synthesis target(s) {unknown}; choose from {list(TARGETS)}")
     name = preset_name(cfg)
     fmax = FMAX_BLOCKS if fmax is True else tuple(fmax or ())
+    blocks = tuple(blocks)
     if dense is None:
         dense = cfg.datapath not in (Datapath.DENSE, Datapath.INT8)
     outdir = Path(outdir) if outdir else build_dir("synth", f"{name}-{config_hash(cfg)}")
     t0 = time.monotonic()
     skipped: dict = {}
     top, verilog, modules = synth_blocks(cfg, targets, fmax, outdir, jobs, reuse,
-                                           skipped=skipped, accelerator=True)
+                                         skipped=skipped, accelerator=True, only=blocks)
     totals = {t: _total(modules, t) for t in targets}
 
     report = {
@@ -121,21 +141,32 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
         "modules": modules,
         "memories": _memories(modules),
     }
+    if blocks:
+        report["blocks"] = list(blocks)
     if any(mod["part"] == "attention" for mod in modules.values()):
         report["attention"] = {"top": man_attention_top(modules),
                                "targets": {t: _total(modules, t, "attention") for t in targets},
                                "pe_arrays": "shared with the linear datapath (counted there)"}
-    if any(mod["part"] == "accelerator" for mod in modules.values()):
+    if ACCEL_PREFIX + COMMAND_PROCESSOR in modules:
         report["accelerator"] = {"top": modules[ACCEL_PREFIX + COMMAND_PROCESSOR]["module"],
                                  "targets": {t: _total(modules, t, "accelerator")
                                              for t in targets}}
+    if _vs_cmos(totals, modules):
+        report["vs_cmos"] = _vs_cmos(totals, modules)
+        for part in ("attention", "accelerator"):
+            if part in report:
+                report["vs_cmos_" + part] = _vs_cmos(report[part]["targets"], {})
     if dense:
         dcfg = cfg.replace(datapath=Datapath.INT8)
-        _, _, dmods = synth_blocks(dcfg, targets, (), outdir / "dense", jobs, reuse)
+        _, _, dmods = synth_blocks(dcfg, targets, (), outdir / "dense", jobs, reuse,
+                                   only=blocks, strict=False)
+    if dense and dmods:     # (none if ``blocks`` names none of the baseline's)
         dtot = {t: _total(dmods, t) for t in targets}
         report["dense_baseline"] = {"config_hash": config_hash(dcfg), "datapath": dcfg.datapath,
                                     "targets": dtot, "modules": dmods,
                                     "memories": _memories(dmods)}
+        if _vs_cmos(dtot, dmods):
+            report["dense_baseline"]["vs_cmos"] = _vs_cmos(dtot, dmods)
         report["area_ratio"] = _ratios(totals, dtot, modules, dmods)
     if flat_total:
         report["flat"] = {t: _strip(synth_module(verilog, top, t, outdir / t / "flat"))
@@ -173,7 +204,7 @@ def _ratios(totals: dict, dense: dict, modules: dict, dmods: dict) -> dict:
 
 def man_attention_top(modules: dict) -> str:
     """Name of the attention engine's top (its controller's module)."""
-    return modules[ATTN_CONTROLLER]["module"]
+    return modules[ATTN_CONTROLLER]["module"] if ATTN_CONTROLLER in modules else None
 
 
 def _strip(res: dict) -> dict:
@@ -190,9 +221,32 @@ def _total(modules: dict, target: str, part: str = "linear") -> dict:
         for k in _SUM_KEYS:
             if k in res:
                 out[k] = out.get(k, 0) + res[k] * mod["instances"]
-    for k in ("area_um2_45nm", "area_um2_45nm_logic", "area_um2_45nm_sram"):
+        for k, v in res.get("area_um2_by_kind", {}).items():
+            by = out.setdefault("area_um2_by_kind", {})
+            by[k] = by.get(k, 0) + v * mod["instances"]
+    for k in _ROUNDED:
         if k in out:
             out[k] = round(out[k], 1)
+    if "area_um2_by_kind" in out:
+        out["area_um2_by_kind"] = {k: round(v, 1) for k, v in out["area_um2_by_kind"].items()}
+    return out
+
+
+def _vs_cmos(totals: dict, modules: dict) -> dict:
+    """``{target: {"total": r, "modules": {kind: r}}}``: each standard-cell target's logic over
+    the cmos transistor estimate's, in NAND2 equivalents (``nand2_eq_logic``), where both
+    targets were run."""
+    def ratio(a: dict, b: dict):
+        x, y = a.get("nand2_eq_logic"), b.get("nand2_eq_logic")
+        return round(x / y, 3) if x and y else None
+
+    out = {}
+    for t in LIBERTY_TARGETS:
+        if t in totals and SynthTarget.CMOS in totals:
+            out[t] = {"total": ratio(totals[t], totals[SynthTarget.CMOS]),
+                      "modules": {k: ratio(m["targets"][t], m["targets"][SynthTarget.CMOS])
+                                  for k, m in modules.items()
+                                  if t in m["targets"] and SynthTarget.CMOS in m["targets"]}}
     return out
 
 

@@ -7,11 +7,11 @@ from .fmax_runs import FMAX_FLOW
 __all__ = ["SECTIONS", "format_table", "describe"]
 
 #: The sections of ``format_table``, in the order they print.
-SECTIONS = ("totals", "attention", "dense", "modules", "memories", "fmax")
+SECTIONS = ("totals", "attention", "dense", "modules", "cells", "timing", "memories", "fmax")
 
 #: The area metric the ratio table shows per target.
 _RATIO_SHOWN = {"cmos": "area_um2_45nm", "ice40": "luts", "ecp5": "luts", "ecp5_dsp": "luts",
-                "xc7": "luts"}
+                "xc7": "luts", "sky130": "area_um2", "osu018": "area_um2"}
 _HEAD = ["target", "cells", "luts", "carries", "ffs", "brams", "dsps", "transistors",
          "area mm^2", "fmax MHz"]
 
@@ -39,14 +39,15 @@ def format_table(report: dict, sections=SECTIONS) -> str:
              f"top {report['top']}, Yosys {report['yosys_version']}, "
              f"report v{report['report_version']}"]
     for name, section in (("totals", _totals), ("attention", _parts), ("dense", _dense),
-                          ("modules", _modules), ("memories", _memories), ("fmax", _fmax)):
+                          ("modules", _modules), ("cells", _cells), ("timing", _timing),
+                          ("memories", _memories), ("fmax", _fmax)):
         if name in sections:
             lines += section(report)
     return "\n".join(lines)
 
 
 def _area(res: dict):
-    area = res.get("area_um2_45nm")
+    area = res.get("area_um2_45nm", res.get("area_um2"))
     return f"{area / 1e6:.3f}" if area is not None else None
 
 
@@ -58,7 +59,8 @@ def _total_row(t: str, tot: dict, fmax_mhz) -> list:
 def _totals(report: dict) -> list[str]:
     rows = [_total_row(t, tot, tot.get("fmax_mhz")) for t, tot in report["targets"].items()]
     return (["", "Totals of the linear datapath (sum over blocks x instances; cmos area at "
-             "45 nm incl. SRAM):"] + _grid(_HEAD, rows))
+             "45 nm, sky130/osu018 area in the library's cells; SRAM included):"]
+            + _grid(_HEAD, rows))
 
 
 def _parts(report: dict) -> list[str]:
@@ -109,6 +111,71 @@ def _modules(report: dict) -> list[str]:
             rows.append([label, t, res.get("cells"), res.get("luts"), res.get("ffs"),
                          res.get("brams"), res.get("transistors"), _area(res)])
     return ["", "Per module (per instance; 'xN': instances):"] + _grid(head, rows)
+
+
+def _cells(report: dict) -> list[str]:
+    """The standard-cell targets per block: area by cell kind, SRAM, NAND2 equivalents and
+    their ratio to the cmos transistor estimate's."""
+    rows = []
+
+    def add(label, res, ratio):
+        by = res["area_um2_by_kind"]
+        logic = res["area_um2_logic"] or 1
+        rows.append([label, res["area_um2"], res["area_um2_logic"]]
+                    + [f"{by[k] / logic:.0%}" for k in ("ffs", "adders", "muxes", "other")]
+                    + [res["area_um2_sram"], res["nand2_eq_logic"], ratio])
+
+    for t in ("sky130", "osu018"):
+        for where, rep in (("", report), ("dense: ", report.get("dense_baseline") or {})):
+            vs = rep.get("vs_cmos", {}).get(t, {})
+            for kind, mod in rep.get("modules", {}).items():
+                res = mod["targets"].get(t)
+                if res and "area_um2_by_kind" in res:
+                    add(f"{t} {where}{kind} x{mod['instances']}", res,
+                        vs.get("modules", {}).get(kind))
+            for part, title in (("targets", "linear datapath"), ("attention", "attention"),
+                                ("accelerator", "accelerator top")):
+                tot = (rep.get(part, {}) if part == "targets" else
+                       rep.get(part, {}).get("targets", {})).get(t)
+                key = "vs_cmos" if part == "targets" else f"vs_cmos_{part}"
+                if tot and "area_um2_by_kind" in tot:
+                    add(f"{t} {where}total: {title}", tot,
+                        rep.get(key, {}).get(t, {}).get("total"))
+    if not rows:
+        return []
+    return (["", "Standard cells per block (per instance; um^2 of the library's cells, share of "
+             "the logic area by cell kind: flip-flops, adder cells (XOR/XNOR/majority), "
+             "multiplexers, other; SRAM macros scaled from the 45 nm estimate by NAND2 area; "
+             "vs cmos = logic NAND2 equivalents over the transistor estimate's):"]
+            + _grid(["block", "area um^2", "logic um^2", "ff", "add", "mux", "other",
+                     "SRAM um^2", "NAND2-eq", "vs cmos"], rows))
+
+
+def _timing(report: dict) -> list[str]:
+    """OpenSTA's paths per block of a timed standard-cell target."""
+    rows, skipped = [], set()
+    for rep, where in ((report, ""), (report.get("dense_baseline") or {}, "dense: ")):
+        for kind, mod in rep.get("modules", {}).items():
+            for t, res in mod["targets"].items():
+                if res.get("sta_skipped"):
+                    skipped.add(res["sta_skipped"])
+                sta = res.get("sta")
+                if not sta:
+                    continue
+                for which in ("critical", "reg2reg"):
+                    p = sta.get(which)
+                    if p:
+                        rows.append([f"{where}{kind}", t, which, p["period_ns"], p["fmax_mhz"],
+                                     f"{p['start_kind']} {p['start']} -> {p['end_kind']} "
+                                     f"{p['end']}"])
+    lines = []
+    if rows:
+        lines += ["", "Static timing (OpenSTA, pre-layout: typical corner, no wires, ideal "
+                  "clock, ports driven and loaded at 0 ns; period = data arrival + setup):"]
+        lines += _grid(["block", "target", "path", "period ns", "Fmax MHz", "from -> to"],
+                       rows)
+    lines += [f"  (no static timing: {why})" for why in sorted(skipped)]
+    return lines
 
 
 def _memories(report: dict) -> list[str]:

@@ -17,13 +17,18 @@ FAKE = {"compact": (300.0, 900.0), "lockstep": (200.0, 800.0), "dense": (150.0, 
 LAYER = ["blocks.0.attn.proj"]
 
 
-def fake_area(cfg, fmax, jobs=1):
+def fake_area(cfg, fmax, jobs=1, area=None):
     name = next(n for n in efficiency.STRATEGIES
                 if efficiency.strategy_config(cfg, n) == cfg)
     pe, dp = FAKE[name]
-    return {"config_hash": config_hash(cfg), "yosys_version": "test", "pe_area_um2": pe,
-            "pe_logic_area_um2": pe / 2, "datapath_area_um2": dp,
-            "blocks_um2": {"pe_array": pe}}
+    out = {"config_hash": config_hash(cfg), "yosys_version": "test", "pe_area_um2": pe,
+           "pe_logic_area_um2": pe / 2, "datapath_area_um2": dp,
+           "blocks_um2": {"pe_array": pe}}
+    if area:     # a standard-cell target: the int8 baseline's PE arrays twice as large
+        k = 2.0 if name == "int8" else 1.0
+        out["asic"] = {"target": area, "pe_area_um2": k * pe, "pe_logic_area_um2": k * pe / 2,
+                       "datapath_area_um2": dp, "blocks_um2": {"pe_array": k * pe}}
+    return out
 
 
 @pytest.fixture
@@ -60,6 +65,13 @@ def test_throughput_per_area_against_the_int8_baseline(fake_synth):
         assert s[name]["speedup_vs_dense"] == round(sp, 4)
         assert s[name]["tpa_pe_vs_dense"] == round(sp * FAKE["int8"][0] / pe, 4)
         assert s[name]["tpa_datapath_vs_dense"] == round(sp * FAKE["int8"][1] / dp, 4)
+        # The standard-cell areas beside (sky130 by default), their TPA against their own
+        # baseline: here its PE arrays are twice as large, so every other TPA PE doubles.
+        asic = s[name]["asic"]
+        assert asic["target"] == rep["area"] == "sky130"
+        k = 1.0 if name == "int8" else 2.0
+        assert asic["tpa_pe_vs_dense"] == round(sp * k * FAKE["int8"][0] / pe, 4)
+        assert asic["tpa_datapath_vs_dense"] == s[name]["tpa_datapath_vs_dense"]
     # The DiT's attn.proj has 256 tokens: no load stalls after the first chunk, so both dense
     # datapaths take about the same cycles; DSTAR's compact packing skips work even on these
     # first steps (the key step is mostly HIGH), lockstep hardly.

@@ -33,7 +33,8 @@ needs_yosys = pytest.mark.skipif(not flows.have_yosys(),
 
 BUILD = build_dir("tests", "synth")
 FAST_TARGETS = (flows.SynthTarget.CMOS,)
-FPGA_TARGETS = tuple(t for t in flows.AREA_TARGETS if t not in FAST_TARGETS)
+FPGA_TARGETS = tuple(t for t in flows.AREA_TARGETS
+                     if t not in FAST_TARGETS and t not in flows.LIBERTY_TARGETS)
 
 
 @pytest.fixture(scope="module")
