@@ -10,7 +10,7 @@ manifest is ``dstar.hw.generate.accelerator_manifest``'s.
 
 import numpy as np
 
-from .layer_io import LayerImage, pack, pack_named, unpack
+from .layer_io import LayerImage, int_array, pack, pack_named, unpack
 
 __all__ = ["command", "send", "receive", "load", "read", "run", "counters", "LinearStep",
            "AttentionStep"]
@@ -18,19 +18,63 @@ __all__ = ["command", "send", "receive", "load", "read", "run", "counters", "Lin
 
 def command(man: dict, op: str, **args) -> int:
     """The ``cmd`` word of opcode ``op`` (a name of ``man["opcodes"]``) with the arguments of
-    its group (``mem``: ``mem`` (a name of ``man["memories"]``), ``addr``, ``count``;
+    its group (``mem``: ``mem`` (a name or id of ``man["memories"]``), ``addr``, ``count``;
     ``linear``: ``n_tokens``, ``n_kt``, ``n_mt``, ``key``, ``w_base``; ``attention``: ``slot``,
-    ``n_tokens``, ``theta_q``, ``refresh``)."""
+    ``n_tokens``, ``theta_q``, ``refresh``); arguments left out are 0.
+    ``ValueError`` naming the bad name or value for an unknown opcode, memory or argument
+    name, or a value its field cannot hold (nothing wraps: a misspelled ``ntokens=`` is not a
+    silent ``n_tokens = 0``). Values inside their fields that the top refuses (an address past
+    the memory, ``n_tokens`` 0) are the top's to refuse."""
+    if op not in man["opcodes"]:
+        raise ValueError(f"unknown opcode {op!r}; opcodes: {', '.join(man['opcodes'])}")
     group = {"LOAD": "mem", "READ": "mem", "RUN_LINEAR": "linear",
              "RUN_ATTENTION": "attention"}.get(op)
+    lay = man["layouts"]["command"]
+    prefix = f"args.{group}."
+    allowed = [f["name"][len(prefix):] for f in lay["fields"] if f["name"].startswith(prefix)]
     fields = {"op": man["opcodes"][op]}
     for name, value in args.items():
         if group is None:
             raise ValueError(f"{op} takes no arguments, got {name}")
-        if name == "mem" and isinstance(value, str):
-            value = man["memories"][value]["id"]
-        fields[f"args.{group}.{name}"] = int(value)
-    return pack_named(fields, man["layouts"]["command"])
+        if name not in allowed:
+            raise ValueError(f"{op} has no argument {name!r}; its arguments: "
+                             f"{', '.join(allowed)}")
+        if name == "mem":
+            value = _mem_id(man, value)
+        fields[prefix + name] = value
+    return pack_named(fields, lay, op)
+
+
+def _mem_id(man: dict, mem) -> int:
+    """A memory's id from its name or id; ``ValueError`` for one the manifest does not list."""
+    mems = man["memories"]
+    if isinstance(mem, str) and mem in mems:
+        return mems[mem]["id"]
+    ids = {mm["id"] for mm in mems.values()}
+    if not isinstance(mem, str) and isinstance(mem, (int, np.integer)) and int(mem) in ids:
+        return int(mem)
+    raise ValueError(f"unknown memory {mem!r}; memories: {', '.join(mems)}")
+
+
+def _mem_name(man: dict, mem) -> str:
+    mid = _mem_id(man, mem)
+    return next(name for name, mm in man["memories"].items() if mm["id"] == mid)
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _check_addrs(man: dict, mem, addrs) -> None:
+    """Every address of ``addrs`` inside memory ``mem``; ``ValueError`` naming the first that
+    is not."""
+    name = _mem_name(man, mem)
+    depth = man["memories"][name]["depth"]
+    for a in addrs:
+        if not _is_int(a):
+            raise ValueError(f"{name}: address {a!r} is not an integer")
+        if not 0 <= a < depth:
+            raise ValueError(f"{name}: address {a} is outside its {depth} words [0, {depth})")
 
 
 async def send(io, stream: str, beats, max_wait: int = 100_000) -> None:
@@ -54,6 +98,8 @@ async def send(io, stream: str, beats, max_wait: int = 100_000) -> None:
 async def receive(io, stream: str, n: int, max_cycles: int = 1_000_000, stall=None) -> list:
     """Take ``n`` beats of the output stream ``stream``; ``stall(i)`` true holds ``ready`` low
     in cycle ``i`` (back-pressure)."""
+    if not _is_int(n) or n < 0:
+        raise ValueError(f"{stream}: the number of beats must be an integer >= 0, got {n!r}")
     set_, get, tick = io
     out = []
     for i in range(max_cycles):
@@ -73,14 +119,23 @@ async def receive(io, stream: str, n: int, max_cycles: int = 1_000_000, stall=No
 
 async def load(io, man: dict, mem: str, words: dict[int, int]) -> None:
     """Write ``{address: word}`` into memory ``mem``, one ``LOAD`` per run of consecutive
-    addresses."""
+    addresses (``ValueError`` for an address outside the memory or a word wider than a
+    ``din`` beat, before anything is sent)."""
+    _check_addrs(man, mem, words)
+    for a, w in words.items():
+        if not _is_int(w) or not 0 <= w < 1 << man["data_bits"]:
+            raise ValueError(f"{_mem_name(man, mem)}: word {w!r} at address {a} is not an "
+                             f"unsigned {man['data_bits']}-bit integer (a din beat)")
     for start, run_words in _runs(words):
         await send(io, "cmd", [command(man, "LOAD", mem=mem, addr=start, count=len(run_words))])
         await send(io, "din", run_words)
 
 
 async def read(io, man: dict, mem: str, addrs, stall=None) -> dict[int, int]:
-    """``{address: word}`` of memory ``mem`` at ``addrs``."""
+    """``{address: word}`` of memory ``mem`` at ``addrs`` (``ValueError`` for an address
+    outside the memory, before anything is sent)."""
+    addrs = list(addrs)
+    _check_addrs(man, mem, addrs)
     out = {}
     for start, n in _ranges(sorted(set(addrs))):
         await send(io, "cmd", [command(man, "READ", mem=mem, addr=start, count=n)])
@@ -143,13 +198,15 @@ class LinearStep:
         self.img = LayerImage(_as_layer_manifest(man), k, m, n)
         self.bc = man["attention_geometry"]["block_cols"]
 
-    def _blocks(self, a, rows: int, layout: str, addr) -> dict[int, int]:
-        """``a`` (<= rows, <= n_mt * block_cols) -> {addr(row, mt): word of block mt}."""
+    def _blocks(self, name, a, shape, rows: int, layout: str, addr) -> dict[int, int]:
+        """``a`` (exactly ``shape``: at most ``rows`` x ``n_mt * block_cols``; ``name`` in
+        errors) -> {addr(row, mt): word of block mt}, zero beyond ``shape``."""
         img, bc = self.img, self.bc
+        a = int_array(name, a, shape)
         pad = np.zeros((rows, img.n_mt * bc), dtype=np.int64)
         pad[:a.shape[0], :a.shape[1]] = a
         lay = self.man["layouts"][layout]
-        return {addr(r, mt): pack(pad[r, mt * bc:(mt + 1) * bc], lay)
+        return {addr(r, mt): pack(pad[r, mt * bc:(mt + 1) * bc], lay, f"{name} row {r}")
                 for r in range(rows) for mt in range(img.n_mt)}
 
     @property
@@ -161,18 +218,24 @@ class LinearStep:
         """``w_q`` (K, M) INT8 -> {address: weights word}, for a run with ``w_base = base``
         (the rows beyond K of the last K tile included, as zeros)."""
         img = self.img
-        return self._blocks(np.asarray(w_q), img.n_kt * img.k_tile, "WEIGHTS",
+        return self._blocks("weights", w_q, (img.k, img.m), img.n_kt * img.k_tile, "WEIGHTS",
                             lambda k, mt: img.weight_addr(k, mt, base))
 
     def y_words(self, y) -> dict[int, int]:
         """``y`` (N, M) -> {address: accumulator word} (a saved Y, to restore)."""
-        n_mt_max = self.img.n_mt_max
-        return self._blocks(np.asarray(y), self.img.n, "Y", lambda t, mt: t * n_mt_max + mt)
+        img = self.img
+        return self._blocks("y", y, (img.n, img.m), img.n, "Y",
+                            lambda t, mt: t * img.n_mt_max + mt)
 
     def y_from(self, words: dict[int, int]) -> np.ndarray:
+        """``Y`` (N, M) from ``{address: word}`` read at ``img.y_addrs()``."""
         img, bc = self.img, self.bc
         lay = self.man["layouts"]["Y"]
         y = np.zeros((img.n, img.n_mt * bc), dtype=np.int64)
+        missing = [a for a in img.y_addrs() if a not in words]
+        if missing:
+            raise ValueError(f"Y: no word at address {missing[0]} (read every address of "
+                             f"y_addrs(), {len(missing)} missing)")
         for t in range(img.n):
             for mt in range(img.n_mt):
                 y[t, mt * bc:(mt + 1) * bc] = unpack(words[t * img.n_mt_max + mt], lay)
@@ -228,7 +291,8 @@ class AttentionStep:
         pad = np.zeros((img.n_kc * img.bc, img.dh), dtype=np.int64)
         pad[:img.n] = k
         lay = self.man["layouts"]["KT"]
-        return {d * img.n_kc + kc: pack(pad[kc * img.bc:(kc + 1) * img.bc, d], lay)
+        return {d * img.n_kc + kc: pack(pad[kc * img.bc:(kc + 1) * img.bc, d], lay,
+                                        f"k column {d}")
                 for d in range(img.dh) for kc in range(-(-img.n // img.bc))}
 
     def v_words(self, v) -> dict[int, int]:
@@ -240,7 +304,8 @@ class AttentionStep:
         pad = np.zeros((n_up, img.n_cp * img.bc), dtype=np.int64)
         pad[:img.n, :img.dh] = v
         lay = self.man["layouts"]["V"]
-        return {j * img.n_cp + cp: pack(pad[j, cp * img.bc:(cp + 1) * img.bc], lay)
+        return {j * img.n_cp + cp: pack(pad[j, cp * img.bc:(cp + 1) * img.bc], lay,
+                                        f"v row {j}")
                 for j in range(n_up) for cp in range(img.n_cp)}
 
     async def run(self, io, q, k, v, m, sh, *, slot: int, theta_q: int, refresh: int,
@@ -275,7 +340,8 @@ class AttentionStep:
     def slot_word(self, valid: bool, phase: int) -> int:
         """A slot's step-counter word (``SLOT``): stepped since the last clear, calls modulo
         ``refresh``."""
-        return pack_named({"valid": int(valid), "phase": phase}, self.man["layouts"]["SLOT"])
+        return pack_named({"valid": int(valid), "phase": phase}, self.man["layouts"]["SLOT"],
+                          "SLOT")
 
     async def save_slot(self, io, slot: int, *, counter_only: bool = False) -> dict:
         """Slot ``slot``'s state for ``N`` rows: ``{memory: {address: word}}`` of its step

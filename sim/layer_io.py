@@ -6,18 +6,68 @@ to the design through a three-call adapter (``set(name, int)``, ``get(name) -> i
 ``await tick()``), with ports named as in the Verilog (``host_y_rdata__0``).
 """
 
+import operator
+
 import numpy as np
 
-__all__ = ["pack", "unpack", "pack_named", "unpack_named", "SimIO", "LayerImage", "run_step",
+__all__ = ["pack", "unpack", "pack_named", "unpack_named", "field_value", "field_range",
+           "int_array", "SimIO", "LayerImage", "run_step",
            "StepOutcome", "write_words", "start_and_wait", "COUNTERS"]
 
 
-def pack(values, layout) -> int:
-    """Pack integers into a flat word of an array layout from the manifest (two's complement)."""
+def field_range(f: dict) -> tuple[int, int]:
+    """The integers a manifest field ``f`` holds: ``[lo, hi]``."""
+    w = f["width"]
+    return (-(1 << (w - 1)), (1 << (w - 1)) - 1) if f["signed"] else (0, (1 << w) - 1)
+
+
+def field_value(v, f: dict, what: str = "") -> int:
+    """``v`` as the integer of field ``f``; a ``ValueError`` naming ``what``, the field and
+    the value when it is not an integer or does not fit (a word never wraps a value)."""
+    where = f"{what} field {f['name']!r}" if what else f"field {f['name']!r}"
+    try:
+        i = int(v) if isinstance(v, np.bool_) else operator.index(v)
+    except TypeError:
+        fv = float(v) if isinstance(v, (float, np.floating)) else None
+        if fv is None or not np.isfinite(fv) or fv != int(fv):
+            raise ValueError(f"{where} must be an integer, got {v!r}") from None
+        i = int(fv)
+    lo, hi = field_range(f)
+    if not lo <= i <= hi:
+        sign = "signed" if f["signed"] else "unsigned"
+        raise ValueError(f"{where} is {i}, outside its {f['width']}-bit {sign} range "
+                         f"[{lo}, {hi}]")
+    return i
+
+
+def pack(values, layout, what: str = "") -> int:
+    """Pack integers into a flat word of an array layout from the manifest (two's complement);
+    a ``ValueError`` (``field_value``) for a value the word cannot hold."""
     word = 0
     for v, f in zip(values, layout["fields"], strict=True):
-        word |= (int(v) & ((1 << f["width"]) - 1)) << f["offset"]
+        word |= (field_value(v, f, what) & ((1 << f["width"]) - 1)) << f["offset"]
     return word
+
+
+def int_array(name: str, x, shape: tuple) -> np.ndarray:
+    """``x`` as an int64 array of exactly ``shape``; a ``ValueError`` naming ``name`` for
+    another shape (no broadcast, no padding), a non-number, a NaN or a fraction (no
+    truncation)."""
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name} is not an array of integers ({e})") from None
+    if a.shape != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {a.shape}")
+    if a.dtype.kind in "iub":
+        return a.astype(np.int64)
+    if a.dtype.kind != "f":
+        raise ValueError(f"{name} must hold integers, got dtype {a.dtype}")
+    bad = ~np.isfinite(a) | (a != np.round(a)) | (np.abs(a) >= 2.0 ** 63)
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"{name} must hold integers, got {a[idx]} at index {idx}")
+    return a.astype(np.int64)
 
 
 def unpack(word, layout) -> list[int]:
@@ -61,8 +111,9 @@ class LayerImage:
         """``rows`` (N, K) -> {address: word} of the target or state memory."""
         lay = self.man["layouts"][f"{which}_row"]
         pad = np.zeros((self.n, self.n_kt * self.k_tile), dtype=np.int64)
-        pad[:, :self.k] = rows
-        return {t * self.n_kt_max + kt: pack(pad[t, kt * self.k_tile:(kt + 1) * self.k_tile], lay)
+        pad[:, :self.k] = int_array(f"{which} rows", rows, (self.n, self.k))
+        return {t * self.n_kt_max + kt: pack(pad[t, kt * self.k_tile:(kt + 1) * self.k_tile],
+                                             lay, f"{which} row {t}")
                 for t in range(self.n) for kt in range(self.n_kt)}
 
     def rows_from(self, words: dict[int, int], which: str) -> np.ndarray:
@@ -93,14 +144,15 @@ class LayerImage:
         bc = self.m_tile * self.n_arrays
         rows = self.n_kt * self.k_tile
         pad = np.zeros((rows, self.n_mt * bc), dtype=np.int64)
-        pad[:self.k, :self.m] = w_q
+        pad[:self.k, :self.m] = int_array("weights", w_q, (self.k, self.m))
         out = []
         for a in range(self.n_arrays):
             words = {}
             for k in range(rows):
                 for mt in range(self.n_mt):
                     c0 = mt * bc + a * self.m_tile
-                    words[self.weight_addr(k, mt)] = pack(pad[k, c0:c0 + self.m_tile], lay)
+                    words[self.weight_addr(k, mt)] = pack(pad[k, c0:c0 + self.m_tile], lay,
+                                                          f"weights row {k}")
             out.append(words)
         return out
 
@@ -209,11 +261,16 @@ async def run_step(io, img: LayerImage, target, *, key: bool, w_q=None, state=No
     return StepOutcome(img.y_from(y_read), state_out, counters)
 
 
-def pack_named(values: dict, layout) -> int:
-    """Pack ``{field name: int}`` into a flat word of any manifest layout (missing fields 0)."""
+def pack_named(values: dict, layout, what: str = "") -> int:
+    """Pack ``{field name: int}`` into a flat word of any manifest layout (missing fields 0);
+    a ``ValueError`` for a name the layout does not have or a value its field cannot hold."""
+    names = {f["name"] for f in layout["fields"]}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(f"{what or 'the layout'} has no field {unknown[0]!r}")
     word = 0
     for f in layout["fields"]:
-        v = int(values.get(f["name"], 0))
+        v = field_value(values.get(f["name"], 0), f, what)
         word |= (v & ((1 << f["width"]) - 1)) << f["offset"]
     return word
 

@@ -15,7 +15,7 @@ freshly reset design and compares integers with equality.
 import numpy as np
 
 from dstar.golden.attention import theta_fixed
-from dstar.sim.layer_io import pack, pack_named, start_and_wait, unpack, write_words
+from dstar.sim.layer_io import int_array, pack, pack_named, start_and_wait, unpack, write_words
 
 __all__ = ["HeadImage", "run_head", "HeadOutcome"]
 
@@ -38,15 +38,12 @@ class HeadImage:
         self.bq, self.bk = cfg["block_q"], cfg["block_k"]
 
     def _check(self, name, x, shape):
-        x = np.asarray(x, dtype=np.int64)
-        if x.shape != shape:
-            raise ValueError(f"{name} must have shape {shape}, got {x.shape}")
-        return x
+        return int_array(name, x, shape)
 
     def q_words(self, q) -> dict[int, int]:
         q = self._check("q", q, (self.n, self.dh))
         return {i * self.rows_q + r: pack(q[i, r * self.g:(r + 1) * self.g],
-                                          self.lays["q_word"])
+                                          self.lays["q_word"], f"q row {i}")
                 for i in range(self.n) for r in range(self.rows_q)}
 
     def k_words(self, k) -> list[dict[int, int]]:
@@ -57,7 +54,7 @@ class HeadImage:
         nkc = -(-self.n // self.bc)
         return [{d * self.n_kc + kc: pack(pad[kc * self.bc + a * self.mt:
                                               kc * self.bc + (a + 1) * self.mt, d],
-                                          self.lays["kt_word"])
+                                          self.lays["kt_word"], f"k column {d}")
                  for d in range(self.dh) for kc in range(nkc)} for a in range(self.n_arr)]
 
     def v_words(self, v) -> list[dict[int, int]]:
@@ -68,11 +65,13 @@ class HeadImage:
         pad[:self.n, :self.dh] = v
         return [{j * self.n_cp + cp: pack(pad[j, cp * self.bc + a * self.mt:
                                               cp * self.bc + (a + 1) * self.mt],
-                                          self.lays["v_word"])
+                                          self.lays["v_word"], f"v row {j}")
                  for j in range(n_up) for cp in range(self.n_cp)} for a in range(self.n_arr)]
 
     def ms_words(self, m, sh) -> dict[int, int]:
-        return {i: pack_named({"m": m[i], "sh": sh[i]}, self.lays["ms_word"])
+        """The rows' logit multipliers ``m`` and shifts ``sh`` (N each) -> {row: word}."""
+        m, sh = self._check("m", m, (self.n,)), self._check("sh", sh, (self.n,))
+        return {i: pack_named({"m": m[i], "sh": sh[i]}, self.lays["ms_word"], f"MS row {i}")
                 for i in range(self.n)}
 
     def o_addrs(self) -> range:
