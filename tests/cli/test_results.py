@@ -140,3 +140,39 @@ def test_write_page_writes_the_summary_plot_once_both_workloads_are_measured(tmp
     assert "### Temporal statistics" in page and results.TEMPORAL_IMAGE in page
     png = (tmp_path / "docs" / results.TEMPORAL_IMAGE).read_bytes()
     assert png.startswith(b"\x89PNG")
+
+
+def test_results_refuses_a_folder_outside_a_dstar_checkout(tmp_path, monkeypatch, capsys):
+    from dstar.cli import main
+    other = tmp_path / "other"
+    (other / "docs").mkdir(parents=True)
+    (other / "pyproject.toml").write_text('[project]\nname = "other"\n')
+    (other / "docs" / "results.md").write_text("# My results\n")
+    monkeypatch.chdir(other)
+    assert main(["results"]) == 2
+    err = capsys.readouterr().err
+    assert "not inside a dstar checkout" in err and str(other) in err and len(err.splitlines()) == 1
+    assert (other / "docs" / "results.md").read_text() == "# My results\n"
+    sub = tmp_path / "mine" / "sub"          # a dstar checkout is found from a folder inside it
+    sub.mkdir(parents=True)
+    (tmp_path / "mine" / "pyproject.toml").write_text('[project]\nname = "dstar"\n')
+    assert results.checkout_root(sub) == tmp_path / "mine"
+    assert main(["results", "--root", str(other)]) == 0      # an explicit folder is the user's
+    assert (other / "docs" / "results.md").read_text().startswith("# Results")
+
+
+@pytest.mark.parametrize("stored, named", [
+    ("{", "not a readable stored result"),
+    ('{"command": "x"}', "has no 'commit', 'date', 'result'"),
+    ('{"command":"x","commit":"c","date":"d","result":{"foo":1}}', "KeyError"),
+])
+def test_a_damaged_stored_result_is_one_line_and_writes_nothing(tmp_path, capsys, stored, named):
+    from dstar.cli import main
+    d = results.results_dir(tmp_path)
+    d.mkdir(parents=True)
+    (d / "bench_golden.json").write_text(stored)
+    assert main(["results", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "bench_golden.json" in err and "--run bench_golden" in err
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "docs" / "results.md").exists()
