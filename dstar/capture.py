@@ -69,6 +69,9 @@ class TraceCapture:
                 raise ValueError("the model has no nn.Linear modules inside repeated blocks "
                                  "(nn.ModuleList); name the layers to capture with names=[...]")
         else:
+            if isinstance(names, str):
+                raise ValueError(f"names must be a list of layer names, got the string "
+                                 f"{names!r} (write names=[{names!r}])")
             every = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
             missing = sorted(set(names) - every.keys())
             if missing:
@@ -81,6 +84,8 @@ class TraceCapture:
             raise ValueError(f"dtype must be float16 or float32, got {dtype!r}")
         if not isinstance(token_stride, int) or token_stride < 1:
             raise ValueError(f"token_stride must be an integer >= 1, got {token_stride!r}")
+        if spill_dir is not None and not Path(spill_dir).is_dir():
+            raise ValueError(f"spill_dir {str(spill_dir)!r} is not an existing folder")
         self.model, self.explicit = model, names is not None
         self.token_stride, self.cfg = token_stride, cfg
         self._spill_root = spill_dir
@@ -94,11 +99,14 @@ class TraceCapture:
         self.per_sample: set[str] = set()           # layers seen without a token axis
         self.timesteps: list[int] = []
         self.skipped_attention = 0
-        self._sdpa = None
+        self._closed = False                        # close() removed spilled steps
         self._flushed = 0                           # steps spilled to disk
 
     # ----- hooks -----
     def __enter__(self):
+        if self in _ACTIVE:
+            raise RuntimeError("TraceCapture: this capture is already active (a nested `with` "
+                               "of the same capture); enter it once")
         for name, mod in self.modules.items():
             self._handles.append(mod.register_forward_pre_hook(self._hook(name)))
         # The stack of running modules names the module an attention call comes from. (A hook
@@ -115,8 +123,7 @@ class TraceCapture:
         for name, mod in self.model.named_modules():
             self._handles.append(mod.register_forward_pre_hook(enter(name)))
             self._handles.append(mod.register_forward_hook(leave))
-        self._sdpa = F.scaled_dot_product_attention
-        F.scaled_dot_product_attention = self._attention
+        _attach(self)
         return self
 
     def __exit__(self, *exc):
@@ -124,9 +131,7 @@ class TraceCapture:
             h.remove()
         self._handles.clear()
         self._stack.clear()
-        if self._sdpa is not None:
-            F.scaled_dot_product_attention = self._sdpa
-            self._sdpa = None
+        _detach(self)
 
     def _hook(self, name):
         def hook(module, args):
@@ -144,17 +149,14 @@ class TraceCapture:
             self._step.setdefault(name, []).append(x.float().cpu().numpy().astype(self.dtype))
         return hook
 
-    def _attention(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                   **kw):
-        out = self._sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
-                         scale=scale, **kw)
+    def _attention(self, q, k, v, attn_mask, dropout_p, is_causal, scale, kw) -> None:
+        """One ``scaled_dot_product_attention`` call seen while active (``_dispatch``)."""
         plain = (attn_mask is None and dropout_p == 0.0 and not is_causal and scale is None
                  and not kw and q.dim() == 4 and q.shape == k.shape == v.shape)
         if plain and self.timesteps and self._stack:
             self.record_attention(self._stack[-1], q, k, v)
         else:
             self.skipped_attention += 1
-        return out
 
     # ----- steps -----
     def next_step(self, timestep: int | None = None):
@@ -203,6 +205,9 @@ class TraceCapture:
         spill folder (valid until ``close``; ``np.asarray`` loads one whole). Layers used on
         only some steps, or with a row count that changes, are refused (choose the layers to
         capture with ``names=`` to leave them out)."""
+        if self._closed:
+            raise ValueError("the capture was closed: close() removed its spilled steps; "
+                             "save or trace it before close()")
         if not self.timesteps:
             raise ValueError("nothing captured: no next_step() call")
         self._flush()
@@ -249,10 +254,44 @@ class TraceCapture:
         if self._spill is not None:
             shutil.rmtree(self._spill, ignore_errors=True)
             self._spill = None
+            self._closed = True
 
     def __del__(self):
         with contextlib.suppress(Exception):
             self.close()
+
+
+#: The captures inside their ``with`` block, in entry order. While any is, PyTorch's
+#: ``F.scaled_dot_product_attention`` is ``_dispatch``; the last to leave, in whatever order,
+#: puts the original back (a capture that swapped in its own function and restored what it
+#: found would leave the function patched when captures nest or leave out of order).
+_ACTIVE: list[TraceCapture] = []
+_ORIGINAL_SDPA = []                  # the function _dispatch replaced, while it is installed
+
+
+def _dispatch(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kw):
+    """PyTorch's attention, then shown to every active capture."""
+    out = _ORIGINAL_SDPA[0](q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
+                            is_causal=is_causal, scale=scale, **kw)
+    for cap in list(_ACTIVE):
+        cap._attention(q, k, v, attn_mask, dropout_p, is_causal, scale, kw)
+    return out
+
+
+def _attach(cap: TraceCapture) -> None:
+    if F.scaled_dot_product_attention is not _dispatch:
+        _ORIGINAL_SDPA[:] = [F.scaled_dot_product_attention]
+        F.scaled_dot_product_attention = _dispatch
+    _ACTIVE.append(cap)
+
+
+def _detach(cap: TraceCapture) -> None:
+    if cap in _ACTIVE:
+        _ACTIVE.remove(cap)
+    # Put the original back unless someone patched it over ours since (their function may
+    # call ours: _dispatch then keeps passing calls on to the original).
+    if not _ACTIVE and F.scaled_dot_product_attention is _dispatch:
+        F.scaled_dot_product_attention = _ORIGINAL_SDPA[0]
 
 
 def _loader(files):

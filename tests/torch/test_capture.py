@@ -119,3 +119,70 @@ def test_float16_and_token_stride_and_a_layer_missing_on_a_step(tmp_path, bundle
     with pytest.raises(ValueError, match="ran on 1 of 2 steps"):
         cap.trace()
     cap.close()
+
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, d=32):
+        super().__init__()
+        self.qkv, self.fc = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, 2, d // 2).permute(2, 0, 3, 1, 4)
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return x + self.fc(o.transpose(1, 2).reshape(b, n, d))
+
+
+class _Toy(torch.nn.Module):
+    """Two blocks of a linear, an SDPA attention and a linear (the probe's K20/K21 model)."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([_Block(), _Block()])
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x
+
+
+def test_nested_or_out_of_order_captures_leave_attention_unpatched():
+    from dstar.capture import TraceCapture
+    F = torch.nn.functional
+    original = F.scaled_dot_product_attention
+    model, x = _Toy(), torch.randn(2, 8, 32)
+    cap = TraceCapture(model)
+    with pytest.raises(RuntimeError, match="already active"), cap, cap:   # K20
+        pass
+    assert F.scaled_dot_product_attention is original
+    a, b = TraceCapture(model), TraceCapture(model)                         # K21
+    a.__enter__()
+    b.__enter__()
+    a.next_step(0)
+    b.next_step(0)
+    model(x)
+    a.__exit__(None, None, None)
+    b.__exit__(None, None, None)
+    assert F.scaled_dot_product_attention is original
+    assert model(x).shape == (2, 8, 32)
+    for c in (a, b):                        # both saw the attention while both were active
+        assert set(c.trace().attn) == {"blocks.0", "blocks.1"}
+        c.close()
+
+
+def test_capture_misuse_names_the_cause(tmp_path):
+    from dstar.capture import TraceCapture
+    model, x = _Toy(), torch.randn(2, 8, 32)
+    with pytest.raises(ValueError, match="got the string 'blocks.0.fc'"):           # K16
+        TraceCapture(model, names="blocks.0.fc")
+    with pytest.raises(ValueError, match="spill_dir '/nonexistent/spill'"):          # K19
+        TraceCapture(model, spill_dir="/nonexistent/spill")
+    c = TraceCapture(model)
+    with c:
+        for t in range(2):
+            c.next_step(t)
+            model(x)
+    c.close()
+    with pytest.raises(ValueError, match="closed"):                                 # K9
+        c.save(tmp_path / "d.npz")
