@@ -13,8 +13,8 @@ from collections.abc import Collection
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["OutputError", "check_output_file", "check_output_dir", "write_atomic",
-           "atomic_file", "atomic_dir"]
+__all__ = ["OutputError", "check_output_file", "check_output_dir", "check_work_dir",
+           "locked_dir", "write_atomic", "atomic_file", "atomic_dir"]
 
 
 class OutputError(Exception):
@@ -74,15 +74,58 @@ def check_output_file(path, what: str = "output file") -> Path:
 
 def check_output_dir(path, what: str = "output folder") -> Path:
     """Refuse, before any work, a folder path that cannot be created or replaced: a file, a path
-    under a file, an unwritable parent (missing parents are fine: ``atomic_dir`` creates
-    them). Returns the path."""
+    under a file, the working folder or one above it, an unwritable parent (missing parents
+    are fine: ``atomic_dir`` creates them). Returns the path."""
     path = Path(path)
     if str(path) == "":
         raise OutputError(f"{what}: empty path")
     if path.exists() and not path.is_dir():
         raise OutputError(f"{what} {str(path)!r} is a file")
+    if path.is_dir() and Path.cwd().resolve().is_relative_to(path.resolve()):
+        # Replaced whole by a rename, it would leave the caller's shell in a deleted folder.
+        raise OutputError(f"{what} {str(path)!r} is the working folder or holds it; name a "
+                          "folder inside it")
     _check_parent(path, what, create=True)
     return path
+
+
+def check_work_dir(path, what: str = "build folder") -> Path:
+    """Refuse, before any work, a folder that files cannot be created in: a file, a path under
+    a file, a read-only folder or file system (an existing folder is tried from inside, a new
+    one from its nearest existing ancestor). Returns the path."""
+    path = Path(path)
+    if not path.is_dir():
+        return check_output_dir(path, what)
+    try:        # os.access cannot tell for root or a read-only file system: try it
+        fd, tmp = tempfile.mkstemp(dir=path, prefix=".dstar-probe.")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise OutputError(f"{what} {str(path)!r}: cannot create files in it "
+                          f"({e.strerror or e})") from None
+    return path
+
+
+@contextmanager
+def locked_dir(path, what: str = "build folder"):
+    """``path`` checked (``check_work_dir``), created, and held for the block by a lock file
+    inside it (``.lock``): a second ``locked_dir`` of the same folder, in this process or
+    another, is refused (``OutputError``) instead of sharing it. Yields the path."""
+    path = check_work_dir(Path(path).absolute(), what)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        lock = open(path / ".lock", "w")    # noqa: SIM115 (held for the block)
+    except OSError as e:
+        raise OutputError(f"{what} {str(path)!r}: {e.strerror or e}") from None
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputError(f"another dstar command is using the {what} {str(path)!r}; "
+                              "wait for it to finish") from None
+        yield path
+    finally:
+        lock.close()
 
 
 def _umask() -> int:

@@ -22,7 +22,7 @@ import dstar.config as config_module
 import dstar.hw as hw_package
 from dstar.golden.dit import DiT
 from dstar.hw.generate import ACCEL_TOP_NAME, build_accelerator
-from dstar.outputs import write_atomic
+from dstar.outputs import locked_dir, write_atomic
 from dstar.paths import build_dir
 from dstar.sim import simulators
 from dstar.sim.block_run import (
@@ -111,7 +111,16 @@ def run_block(cfg, *, sim: Simulator, steps: int = 3, block: int = 0,
     reason = simulators.missing(sim)
     if reason is not None:
         raise ValueError(f"--sim {sim}: {reason}")
-    folder = run_folder(cfg)
+    # Checked and locked before anything is generated: a file or read-only build folder fails
+    # in one line, and a second run of this configuration does not mix its files with ours.
+    with locked_dir(run_folder(cfg), "build folder") as folder:
+        return _run_in(cfg, model, folder, sim=sim, steps=steps, block=block, tokens=tokens,
+                       waves=waves, say=say, t_start=t_start)
+
+
+def _run_in(cfg, model, folder: Path, *, sim, steps, block, tokens, waves, say,
+            t_start) -> dict:
+    """``run_block``'s work in its locked ``folder``."""
     _generate(cfg, folder, say)
     say("computing the block's inputs and the golden outputs ...")
     inputs = block_inputs(cfg, model, block, steps, tokens)

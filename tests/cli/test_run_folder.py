@@ -32,3 +32,54 @@ def test_the_verilog_is_reused_only_for_the_same_config_and_generator(tmp_path, 
     stamp.unlink()                                      # a folder from before the stamps
     run._generate(cfg.replace(max_tokens=64), tmp_path, said.append)
     assert len(made) == 4
+
+
+def _refused_before_generating(monkeypatch, tmp_path, build_root, match, capsys):
+    """``dstar run`` with the build root ``build_root``: one line matching ``match``, exit 2,
+    and the generator never called."""
+    from dstar.cli import main
+    from dstar.sim import simulators
+
+    def build(cfg):
+        raise AssertionError("generated before the build folder was checked")
+
+    monkeypatch.setattr(run, "build_accelerator", build)
+    monkeypatch.setattr(simulators, "missing", lambda sim: None)
+    monkeypatch.chdir(tmp_path)
+    argv = ["--build-dir", str(build_root), "run", "--preset", "tiny", "--set", "max_k=512",
+            "--set", "max_m=512", "--tokens", "1", "--steps", "1", "--sim", "icarus"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and match in err, err
+
+
+def test_a_file_as_build_folder_is_refused_before_generating(tmp_path, monkeypatch, capsys):
+    (tmp_path / "f").write_text("")
+    _refused_before_generating(monkeypatch, tmp_path, tmp_path / "f", "is a file", capsys)
+
+
+def test_a_second_run_of_one_configuration_is_refused_while_the_first_holds_it(
+        tmp_path, monkeypatch, capsys):
+    from dstar.outputs import locked_dir
+    monkeypatch.setenv("DSTAR_BUILD_DIR", str(tmp_path / "b"))
+    with locked_dir(run.run_folder(preset("tiny").replace(max_k=512, max_m=512))):
+        _refused_before_generating(monkeypatch, tmp_path, tmp_path / "b",
+                                   "another dstar command is using", capsys)
+
+
+def test_a_folder_files_cannot_be_created_in_is_refused(tmp_path, monkeypatch):
+    import os
+
+    import pytest
+
+    from dstar.outputs import OutputError, check_work_dir
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    def no_files(*a, **k):       # what a read-only file system does, for root too
+        raise OSError(30, "Read-only file system")
+    monkeypatch.setattr("tempfile.mkstemp", no_files)
+    with pytest.raises(OutputError, match="Read-only file system"):
+        check_work_dir(ro)
+    with pytest.raises(OutputError, match="Read-only file system"):
+        check_work_dir(ro / "new" / "run")
+    assert os.listdir(ro) == []
