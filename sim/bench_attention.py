@@ -34,8 +34,9 @@ from dstar.golden.attention import (
 )
 from dstar.golden.dit import bundled_weights_path, float_attention, load_weights
 from dstar.golden.softmax import logit_multiplier
+from dstar.outputs import check_work_dir
 from dstar.sim.attention_cycles import dense_cycles, predict
-from dstar.sim.traces import cache_path, sample_first_steps
+from dstar.sim.traces import cache_path, read_cache, sample_first_steps, write_cache
 
 __all__ = ["attention_inputs", "HeadSteps", "run", "format_report"]
 
@@ -49,9 +50,10 @@ def attention_inputs(layer: int = 0, steps: int = 20, take: int = 3, label: int 
     keyed by the weights file's size and modification time."""
     st = bundled_weights_path(workload).stat()
     cache = cache_path(f"attn{layer}", steps, take, label, seed, st, workload)
-    if cache.exists():
-        with np.load(cache) as z:
-            return z["q"], z["k"], z["v"]
+    hit = read_cache(cache, "q", "k", "v")
+    if hit is not None:
+        return hit
+    check_work_dir(cache.parent, "trace cache folder")      # before minutes of sampling
     shape, weights = load_weights(workload=workload)
     name = f"blocks.{layer}.attn"
     rec = []
@@ -63,8 +65,7 @@ def attention_inputs(layer: int = 0, steps: int = 20, take: int = 3, label: int 
 
     sample_first_steps(shape, weights, steps, take, label, seed, attention=attn)
     q, k, v = (np.stack([r[i] for r in rec]).astype(np.float32) for i in range(3))
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(cache, q=q, k=k, v=v)
+    write_cache(cache, q=q, k=k, v=v)
     return q, k, v
 
 

@@ -7,15 +7,17 @@ Results are cached under ``build/traces/`` keyed by the weights file's size and 
 time (the file may still be updated by a training run).
 """
 
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from dstar.golden.dit import DiT, bundled_weights_path, float_linear, load_weights
 from dstar.golden.sampler import ddim_sample, initial_noise
+from dstar.outputs import OutputError, atomic_file, check_work_dir
 from dstar.paths import build_dir
 
-__all__ = ["linear_inputs", "cache_path", "sample_first_steps"]
+__all__ = ["linear_inputs", "cache_path", "read_cache", "write_cache", "sample_first_steps"]
 
 
 
@@ -60,9 +62,11 @@ def linear_inputs(layer: str = "blocks.0.mlp.fc1", steps: int = 20, label: int =
     shape, weights = load_weights(workload=workload)
     w, b = weights[f"{layer}.weight"], weights[f"{layer}.bias"]
     cache = cache_path(layer, steps, take, label, seed, st, workload)
-    if cache.exists():
-        with np.load(cache) as z:
-            return z["xs"], w, b
+    hit = read_cache(cache, "xs")
+    if hit is not None:
+        return hit[0], w, b
+    # Before minutes of sampling: a cache folder no file can be written in fails in one line.
+    check_work_dir(cache.parent, "trace cache folder")
     # One sampling run records every linear layer of the blocks (and caches each).
     rec: dict[str, list] = {}
 
@@ -72,7 +76,31 @@ def linear_inputs(layer: str = "blocks.0.mlp.fc1", steps: int = 20, label: int =
         return float_linear(name, x, w_, b_, step)
 
     sample_first_steps(shape, weights, steps, take, label, seed, linear=recorder)
-    cache.parent.mkdir(parents=True, exist_ok=True)
     for name, xs_l in rec.items():
-        np.savez(cache_path(name, steps, take, label, seed, st, workload), xs=np.stack(xs_l))
+        write_cache(cache_path(name, steps, take, label, seed, st, workload), xs=np.stack(xs_l))
     return np.stack(rec[layer]), w, b
+
+
+def read_cache(path: Path, *keys: str) -> tuple | None:
+    """The arrays ``keys`` of the cache file ``path``, or None when there is none or it is
+    unreadable (truncated by an older dstar, damaged on disk): the caller computes and writes
+    it again instead of failing on every later run."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path) as z:
+            return tuple(z[k] for k in keys)
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
+        return None
+
+
+def write_cache(path: Path, **arrays) -> None:
+    """Write a cache file whole or not at all (a temporary file, then a rename): Ctrl-C or a
+    full disk while writing leaves no truncated file, and the error names the file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"trace cache folder {str(path.parent)!r}: {e.strerror or e}"
+                          ) from None
+    with atomic_file(path) as f:
+        np.savez(f, **arrays)
