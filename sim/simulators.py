@@ -66,9 +66,14 @@ def missing(sim: Simulator) -> str | None:
     return None
 
 
+#: ``WAVES`` values that mean no waveforms (case-insensitive); any other non-empty value asks
+#: for them.
+WAVES_OFF = ("", "0", "false", "no", "off")
+
+
 def waves_requested(waves: bool = False) -> bool:
-    """``waves``, or ``WAVES`` set (to anything but ``0``) in the environment."""
-    return waves or os.environ.get("WAVES", "").strip() not in ("", "0")
+    """``waves``, or ``WAVES`` set in the environment to anything but ``WAVES_OFF``'s."""
+    return waves or os.environ.get("WAVES", "").strip().lower() not in WAVES_OFF
 
 
 @contextmanager
