@@ -553,6 +553,20 @@ def cmd_bench_attention(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from . import report
+    from .report_machine import ReportError
+    cfg = _config(args)
+    try:
+        text = report.command(cfg, models=args.models, shapes=args.shapes,
+                              machine=args.machine, trace=args.trace, output=args.output,
+                              as_json=args.json, quiet=args.quiet)
+    except ReportError as e:
+        raise UserError(str(e)) from None
+    print(text)
+    return 0
+
+
 def cmd_results(args) -> int:
     from . import results
     try:
@@ -731,6 +745,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="report directory (default: build/synth/<preset>-<hash>; "
                    "with --board: build/synth/board)")
     p.set_defaults(func=cmd_synth)
+
+    p = sub.add_parser("report", help="the paper's evaluation: latency and energy of DSTAR "
+                       "vs INT8-SA, Ditto-, Cambricon-D-, EXION-like and an A100 on 7 DiTs")
+    _add_config_args(p, workload=True)
+    p.add_argument("--models", type=lambda s: [m for m in s.split(",") if m],
+                   help="comma-separated models (default: the paper's seven and the bundled)")
+    p.add_argument("--shapes", type=Path, help="a JSON shapes file of further models")
+    p.add_argument("--machine", action="append", default=[], metavar="KEY=VALUE",
+                   help="machine field (cores, rows, cols, ghz, hbm_tbs, sram_kb, x_bits, "
+                        "y_bits, act_bits, node_nm); default the paper's configuration")
+    p.add_argument("--trace", type=Path, help="measure the mix on this trace file instead")
+    p.add_argument("-o", "--output", type=Path, metavar="DIR",
+                   help="write report.md, report.json and the PNGs here (all or nothing)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("results", help="render docs/results.md from the benchmark commands' "
                        "stored JSON (docs/results/); --run NAME measures a section again")
