@@ -15,7 +15,7 @@ from dstar.golden.fmdq import LANES, MAX_SLICES, SLICE_BITS
 
 from ..geometry import COUNTER_BITS, uwidth
 from .layouts import slice_group_layout, total_shift_bits
-from .sorter import BitonicSorter, register_stages
+from .sorter import BitonicSorter, SortNetwork, register_stages
 
 __all__ = ["DESCENDING", "qu_input_layout", "update_layout", "sort_entry_layout",
            "default_buffers", "QuantUnit"]
@@ -121,7 +121,7 @@ class QuantUnit(wiring.Component):
     channel's 4 (channel, slice) entries (key: invalid beyond the width, then total shift
     ``p + 2j`` or its complement for ``descending``, then channel) go to a collector in key
     order. (4) When a window is complete (``window / per_beat`` beats, or a ``last`` beat),
-    its ``4 * window`` entries are sorted in a pipelined bitonic network (``BitonicSorter`` with
+    its ``4 * window`` entries are sorted in a pipelined sort network (``BitonicSorter`` with
     runs of 4 presorted, ``register_stages(4 * window, reg_every, 4)`` cycles). (5) Packing: a
     shift register walks the sorted window, each cycle taking the next up to 4 entries of equal
     total shift as one group; the group's codes, shifts and widths are read from the code
@@ -151,7 +151,9 @@ class QuantUnit(wiring.Component):
     (the differences' signed width), ``channel_bits`` (holds every channel index),
     ``per_beat`` sub-channels per input beat (divides ``window``), ``buffers`` (at least 2;
     default ``default_buffers``), ``reg_every`` comparator stages per sort-network register,
-    ``descending`` (the schedule's order, ``DESCENDING``).
+    ``network`` the sort network's comparators (``SortNetwork``: odd-even merges by default, a
+    fifth fewer comparators than bitonic ones at the same latency), ``descending`` (the
+    schedule's order, ``DESCENDING``).
 
     Members
     -------
@@ -166,7 +168,8 @@ class QuantUnit(wiring.Component):
 
     def __init__(self, *, tokens: int, window: int, e_max: int, tau: int, diff_bits: int,
                  channel_bits: int, per_beat: int = 1, buffers: int | None = None,
-                 reg_every: int = 1, descending: bool = DESCENDING):
+                 reg_every: int = 1, network: SortNetwork = SortNetwork.ODD_EVEN,
+                 descending: bool = DESCENDING):
         if tokens < 1 or window < 1 or per_beat < 1 or window % per_beat:
             raise ValueError(f"QuantUnit needs tokens, window >= 1 and per_beat dividing the "
                              f"window, got {tokens}, {window}, {per_beat}")
@@ -177,6 +180,7 @@ class QuantUnit(wiring.Component):
         self.tokens, self.window, self.e_max, self.tau = tokens, window, e_max, tau
         self.diff_bits, self.channel_bits, self.per_beat = diff_bits, channel_bits, per_beat
         self.reg_every, self.descending = reg_every, descending
+        self.network = SortNetwork(network)
         self.sort_latency = register_stages(window * MAX_SLICES, reg_every, MAX_SLICES)
         self.buffers = buffers or default_buffers(window, per_beat, self.sort_latency)
         if self.buffers < 2:
@@ -318,7 +322,7 @@ class QuantUnit(wiring.Component):
         ent_l = sort_entry_layout(W, e_max)
         tag_l = data.StructLayout({"slot": unsigned(sb), "base": unsigned(self.channel_bits)})
         m.submodules.sorter = srt = BitonicSorter(ent_l, n_ent, _entry_key, tag_l,
-                                                  self.reg_every, MAX_SLICES)
+                                                  self.reg_every, MAX_SLICES, self.network)
         code_l = code_word_layout(T, S, e_max)
         m.submodules.codes = mem = Memory(shape=code_l, depth=nb * beats, init=[])
         wr = mem.write_port()

@@ -1,14 +1,29 @@
-"""A pipelined bitonic sort network: one whole vector of entries sorted per cycle.
+"""A pipelined sort network: one whole vector of entries sorted per cycle.
 
 The quantization unit (``dstar.hw.fmdq.quant_unit``) sorts one window's (channel, slice) entries
 with it; the network itself knows nothing of FMDQ: it orders any entries by an unsigned key.
+Two comparator networks of equal depth (``SortNetwork``): Batcher's bitonic sort and his
+odd-even merge sort, which needs about a fifth fewer comparators.
 """
+
+from enum import Enum
 
 from amaranth import Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["bitonic_network", "network_depth", "register_stages", "BitonicSorter"]
+__all__ = ["SortNetwork", "bitonic_network", "odd_even_network", "network", "network_depth",
+           "register_stages", "BitonicSorter"]
+
+
+class SortNetwork(Enum):
+    """The comparator network of a ``BitonicSorter`` (both ascending, equal depth)."""
+
+    #: Bitonic merges (``bitonic_network``): ``N/2`` comparators in every stage.
+    BITONIC = "bitonic"
+    #: Odd-even merges (``odd_even_network``): the same stages, fewer comparators in most
+    #: (3519 instead of 4224 for 256 entries in presorted runs of 4).
+    ODD_EVEN = "odd_even"
 
 
 def bitonic_network(n: int, presorted: int = 1) -> list[list[tuple[int, int]]]:
@@ -36,8 +51,37 @@ def bitonic_network(n: int, presorted: int = 1) -> list[list[tuple[int, int]]]:
     return stages
 
 
+def odd_even_network(n: int, presorted: int = 1) -> list[list[tuple[int, int]]]:
+    """The comparator stages of Batcher's ascending odd-even merge sort of ``n`` entries padded
+    to the next power of two ``N`` (padding entries sort after every real one), whose aligned
+    runs of ``presorted`` entries (a power of two) are already ascending; pairs as
+    ``bitonic_network``'s, with the same number of stages. The merge of two sorted runs of
+    ``p`` compares at distances ``p, p/2 .. 1``, at each distance ``k < p`` only pairs that the
+    previous distances left out of order can hold (``j = k mod p`` onwards, in strides of
+    ``2k``, within one ``2p`` block)."""
+    if presorted < 1 or presorted & (presorted - 1):
+        raise ValueError(f"presorted must be a power of two, got {presorted}")
+    size = 1 << max(0, (n - 1).bit_length())
+    stages = []
+    p = presorted
+    while p < size:
+        k = p
+        while k >= 1:
+            stages.append([(i + j, i + j + k) for j in range(k % p, size - k, 2 * k)
+                           for i in range(min(k, size - j - k))
+                           if (i + j) // (2 * p) == (i + j + k) // (2 * p)])
+            k //= 2
+        p *= 2
+    return stages
+
+
+def network(kind: SortNetwork, n: int, presorted: int = 1) -> list[list[tuple[int, int]]]:
+    """The stages of network ``kind`` (``bitonic_network`` or ``odd_even_network``)."""
+    return (odd_even_network if kind is SortNetwork.ODD_EVEN else bitonic_network)(n, presorted)
+
+
 def network_depth(n: int, presorted: int = 1) -> int:
-    """Comparator stages of ``bitonic_network(n, presorted)``."""
+    """Comparator stages of ``bitonic_network(n, presorted)`` (``odd_even_network``'s too)."""
     return len(bitonic_network(n, presorted))
 
 
@@ -51,7 +95,8 @@ class BitonicSorter(wiring.Component):
     """Sort ``n`` entries of shape ``entry`` ascending by ``key(entry_view)`` (an unsigned
     value), one vector per cycle; ``tag`` rides along unchanged. With ``presorted`` (a power of
     two dividing ``n``) the caller guarantees that every aligned run of that many input entries
-    is already ascending, and the network starts with the merges of such runs.
+    is already ascending, and the network starts with the merges of such runs. ``kind``: the
+    comparator network (``SortNetwork``; the latency does not depend on it).
 
     Entries with equal keys leave in an unspecified order (the network is not stable): callers
     that need a total order put a tie-breaker into the key. Padding to a power of two is
@@ -72,13 +117,14 @@ class BitonicSorter(wiring.Component):
         The entries sorted, position 0 the smallest key.
     """
 
-    def __init__(self, entry, n: int, key, tag=1, reg_every: int = 1, presorted: int = 1):
+    def __init__(self, entry, n: int, key, tag=1, reg_every: int = 1, presorted: int = 1,
+                 kind: SortNetwork = SortNetwork.BITONIC):
         if n < 1 or reg_every < 1 or n % presorted:
             raise ValueError(f"BitonicSorter needs n >= 1, reg_every >= 1 and presorted "
                              f"dividing n, got {n}, {reg_every}, {presorted}")
         bitonic_network(1, presorted)                   # checks presorted
         self._entry, self._n, self._key, self._reg_every = entry, n, key, reg_every
-        self._presorted = presorted
+        self._presorted, self._kind = presorted, SortNetwork(kind)
         self.layout = data.StructLayout({"entries": data.ArrayLayout(entry, n), "tag": tag})
         super().__init__({
             "i": In(stream.Signature(self.layout)),
@@ -92,7 +138,7 @@ class BitonicSorter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n, entry = self._n, self._entry
-        stages = bitonic_network(n, self._presorted)
+        stages = network(self._kind, n, self._presorted)
         if isinstance(entry, data.Layout):
             def view(v):
                 return data.View(entry, v)

@@ -1,6 +1,7 @@
 """The FMDQ quantization unit (hw.fmdq.quant_unit) bit for bit against golden.fmdq, its sort
 network against ``sorted``, and its cycle model (sim.fmdq_qu_cycles) against the RTL."""
 
+import itertools
 import random
 
 import numpy as np
@@ -9,7 +10,7 @@ from amaranth import unsigned
 
 from dstar.golden.fmdq import LANES, SLICE_BITS, Schedule, fmdq_encode, schedule_tile
 from dstar.hw.fmdq.quant_unit import DESCENDING, QuantUnit, default_buffers
-from dstar.hw.fmdq.sorter import BitonicSorter, bitonic_network, register_stages
+from dstar.hw.fmdq.sorter import BitonicSorter, SortNetwork, network, network_depth, register_stages
 from dstar.sim.fmdq_qu_cycles import Window, predict, windows_of
 from dstar.sim.pysim_driver import simulate
 
@@ -338,15 +339,18 @@ def test_mutants_are_detected():
         check(dead, [np.array([[1, 2, 3, 4, -2, 9, 0, 1]] * 4)], want={"tau": 0})
 
 
-@pytest.mark.parametrize("n,reg_every,presorted",
-                         [(1, 1, 1), (3, 1, 1), (8, 2, 1), (13, 3, 1), (32, 1, 1), (24, 2, 4)])
-def test_sorter_matches_sorted(n, reg_every, presorted):
+@pytest.mark.parametrize("n,reg_every,presorted,kind",
+                         [(1, 1, 1, "bitonic"), (3, 1, 1, "bitonic"), (8, 2, 1, "bitonic"),
+                          (13, 3, 1, "bitonic"), (32, 1, 1, "bitonic"), (24, 2, 4, "bitonic"),
+                          (13, 3, 1, "odd_even"), (24, 2, 4, "odd_even"),
+                          (32, 1, 4, "odd_even")])
+def test_sorter_matches_sorted(n, reg_every, presorted, kind):
     """The sort network alone against ``sorted`` on random keys with many ties, random gaps and
     back-pressure: keys in order, each vector's entries kept, vectors in order (with
     ``presorted``, each aligned run of that many entries given ascending)."""
     rng = random.Random(n * 10 + reg_every)
     dut = BitonicSorter(unsigned(7), n, key=lambda e: e[:3], tag=8, reg_every=reg_every,
-                        presorted=presorted)
+                        presorted=presorted, kind=SortNetwork(kind))
     vecs = []
     for _ in range(40):
         v = [rng.randrange(128) for _ in range(n)]
@@ -377,7 +381,7 @@ def test_sorter_matches_sorted(n, reg_every, presorted):
     # The network alone (unpadded sizes too) on every 0/1 input of up to 12 entries would be
     # the 0-1 principle; random integer vectors of every size up to 40 instead.
     for size, pre in [(s, 1) for s in range(1, 41)] + [(s, 4) for s in range(4, 41, 4)]:
-        stages = bitonic_network(size, pre)
+        stages = network(SortNetwork(kind), size, pre)
         for _ in range(20):
             v = [rng.randrange(6) for _ in range(size)]
             v = [x for r in range(0, size, pre) for x in sorted(v[r:r + pre])]
@@ -409,3 +413,27 @@ def test_cycle_model_throughput():
             tiles = [[Window(beats, groups) for k in range(4)] for _ in range(4)]
             assert (predict(tiles, latency, default_buffers(w, s, latency)).cycles
                     == predict(tiles, latency, latency).cycles)
+
+
+@pytest.mark.parametrize("kind", list(SortNetwork))
+def test_networks_zero_one(kind):
+    """The 0-1 principle: each network sorts every 0/1 input of 12 entries (padded to 16) and
+    of 16 entries in presorted runs of 4 (every run a count of ones), so it sorts every such
+    input; the odd-even network has the bitonic one's depth and fewer comparators."""
+    for size, pre in [(12, 1), (16, 4)]:
+        stages = network(kind, size, pre)
+        assert len(stages) == network_depth(size, pre)
+        if pre == 1:
+            vecs = [[(v >> b) & 1 for b in range(size)] for v in range(1 << size)]
+        else:
+            vecs = [[int(x < ones) for ones in c for x in reversed(range(pre))]
+                    for c in itertools.product(range(pre + 1), repeat=size // pre)]
+        for v in vecs:
+            w = v + [2] * ((1 << (size - 1).bit_length()) - size)
+            for stage in stages:
+                for a, b in stage:
+                    if w[a] > w[b]:
+                        w[a], w[b] = w[b], w[a]
+            assert w[:size] == sorted(v)
+    big = [sum(map(len, network(k, 256, 4))) for k in (SortNetwork.BITONIC, SortNetwork.ODD_EVEN)]
+    assert big == [4224, 3519]
