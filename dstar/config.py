@@ -199,8 +199,10 @@ class Config:
     max_tokens: int = _hw(256)  # largest number of token rows per layer run
     # --- FMDQ (spec 7.2; golden model only so far: the tops implement encoding = "nibble") ---
     encoding: Encoding = _hw(Encoding.NIBBLE, only=Encoding.FMDQ)  # difference coding (Encoding)
-    token_tile: int = _hw(64, only=Encoding.FMDQ)   # T: tokens of one sub-channel
-    sort_window: int = _hw(64, only=Encoding.FMDQ)  # channels the quantization unit sorts at once
+    # T: tokens of one sub-channel, the FMDQ PE array's rows (T = group / 2: T x m_tile SIMD-4
+    # PEs match the INT8 array's peak; docs/design/fmdq.md, "The choice").
+    token_tile: int = _hw(8, only=Encoding.FMDQ)
+    sort_window: int = _hw(32, only=Encoding.FMDQ)  # channels the quantization unit sorts at once
     fmdq_rule: FmdqRule = _hw(FmdqRule.LOSSLESS, only=Encoding.FMDQ)  # shift/width rule
     fmdq_thr0: int = _hw(4, only=Encoding.FMDQ)     # magnitude rule: 2-bit threshold (lattice)
     fmdq_lattice: FmdqLattice = FmdqLattice.TOKEN   # FMDQ's activation lattice (host side)
@@ -410,7 +412,7 @@ PRESETS: dict[str, Config] = {
     "default": Config(),
     # Fast simulation: small tiles and memories, a short sampling run.
     "tiny": Config(k_tile=32, m_tile=4, n_arrays=2, lane_fifo_depth=4, max_k=128, max_m=64,
-                   max_tokens=32, steps=20, samples=4, token_tile=16, sort_window=32),
+                   max_tokens=32, steps=20, samples=4, token_tile=8, sort_window=32),
     # A slice of a real accelerator: 64 output columns (8 arrays of 8) served by one encoder
     # and dispatcher; for area and the cycle model (too big to simulate in the test tiers).
     "large": Config(n_arrays=8),

@@ -295,7 +295,7 @@ def test_fmdq_fields_reach_the_hardware_only_with_fmdq():
     assert v1.replace(token_tile=8, sort_window=4).hardware() == v1.hardware()
     f = v1.replace(encoding="fmdq")
     assert {"encoding", "token_tile", "sort_window", "fmdq_rule", "fmdq_thr0"} <= set(f.hardware())
-    assert f.replace(token_tile=8).hardware() != f.hardware()
+    assert f.replace(token_tile=16).hardware() != f.hardware()
     assert {**f.hardware(), **f.run_params()} == f.to_dict() and not f.unused()
 
 
