@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from dstar.config import ConfigError, Encoding
+from dstar.config import Attention, ConfigError, Encoding
 from dstar.golden.attention import AttentionReuse
 from dstar.golden.dit import LINEAR_TYPES, DiT
 from dstar.golden.fmdq_stats import FmdqStats
@@ -23,6 +23,7 @@ from dstar.golden.hooks import DStarLinears, W8A8Linears, layer_type
 from dstar.golden.image_stats import psnr
 from dstar.golden.runs import MEASURE_BATCH, PATHS, run_paths, workers_for
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
+from dstar.golden.sar import masks_for, sar_hooks
 from dstar.golden.stats import OpStats
 from dstar.golden.workloads import WORKLOADS, denoising_psnr, sample_quality
 
@@ -78,6 +79,73 @@ def _fmdq_report(cfg, stats: FmdqStats, out, fp32, w8a8) -> dict:
             **fmdq_block(stats)}
 
 
+def _sar_report(cfg, runs: dict, fp32, w8a8) -> dict | None:
+    """SAR's section of a bundled report (``attention = "sar"``): the masks' provenance, the
+    attention work vs dense per step kind and over the run (the ``dstar`` run's, both
+    mechanisms on), the Q and K projections skipped, the score cache, and the accuracy of
+    attention alone and of both vs FP32 and vs W8A8, per sample."""
+    if cfg.attention is not Attention.SAR:
+        return None
+    alone, d = runs["attention"][2], runs["dstar"][2].sar
+    both = runs["dstar"][0]
+    w8_each, both_each = sample_psnrs(w8a8, fp32), sample_psnrs(both, fp32)
+    gap = np.nan_to_num(w8_each - both_each, nan=0.0)
+    w8_db, both_db = psnr(w8a8, fp32), psnr(both, fp32)
+    return {
+        "theta": cfg.theta, "refresh_attn": cfg.refresh_attn, "masks": d["masks"],
+        "kept_fraction": d["kept_fraction"],
+        "attention_work_vs_dense": {"cache_steps": d["work_vs_dense_cache_steps"],
+                                    "reuse_steps": d["work_vs_dense_reuse_steps"],
+                                    "run": d["work_vs_dense"], "qk_run": d["qk_work_vs_dense"],
+                                    "pv_run": d["pv_work_vs_dense"]},
+        "linear_qk_skipped": d["linears"], "linear_qk_skipped_attention_alone": alone["linears"],
+        "score_cache": d["score_cache"],
+        "attention_alone_psnr_vs_fp32_db": psnr(runs["attention"][0], fp32),
+        "attention_alone_rel_err_vs_float": alone["err_vs_float"],
+        "both_psnr_vs_fp32_db": both_db, "w8a8_psnr_vs_fp32_db": w8_db,
+        "psnr_gap_vs_w8a8_db": w8_db - both_db,
+        "per_sample": [{"both_psnr_vs_fp32_db": float(b), "w8a8_psnr_vs_fp32_db": float(w),
+                        "gap_vs_w8a8_db": float(g)}
+                       for b, w, g in zip(both_each, w8_each, gap, strict=True)],
+        "worst_sample_gap_vs_w8a8_db": float(gap.max()),
+        "meets_target": bool(w8_db - both_db <= TARGET_PSNR_GAP_DB
+                             and gap.max() <= TARGET_SAMPLE_GAP_DB
+                             and d["work_vs_dense"] <= TARGET_SAR_WORK),
+        "per_step": [{"step": s, **v} for s, v in d["per_step"].items()],
+    }
+
+
+def _sar_lines(rep: dict) -> list[str]:
+    """SAR's section of ``format_table``."""
+    s = rep.get("sar")
+    if not s:
+        return []
+    w, m, c = s["attention_work_vs_dense"], s["masks"], s["score_cache"]
+    lin = s["linear_qk_skipped"]
+    return ["", f"SAR (spec 7.3; theta={s['theta']}, refresh_attn={s['refresh_attn']}; masks "
+            f"{m.get('source')}: {m.get('workload')}, {m.get('samples')} calibration samples, "
+            f"seed {m.get('seed')}, {m.get('steps')} steps): {s['kept_fraction']:.3f} of the "
+            "blocks kept",
+            f"attention work vs dense: cache steps {_fmt(w['cache_steps'])}, reuse steps "
+            f"{_fmt(w['reuse_steps'])}, the run {_fmt(w['run'])} (QK^T {_fmt(w['qk_run'])}, "
+            f"PV {_fmt(w['pv_run'])})",
+            "Q and K projections skipped on reuse steps: "
+            f"{lin['skipped_fraction_of_linear_macs']:.3f} of the linear MACs"
+            + (f", {_fmt(lin['skipped_fraction_of_linear_passes'])} of DSTAR's nibble-pass work"
+               if lin.get("skipped_fraction_of_linear_passes") is not None else ""),
+            f"score cache: {c['bytes_per_layer_max']} bytes for the largest layer, "
+            f"{c['bytes_all_layers']} for all layers (per batch element)",
+            f"PSNR vs FP32 (dB): SAR alone {_fmt(s['attention_alone_psnr_vs_fp32_db'], 2)}, "
+            f"both {_fmt(s['both_psnr_vs_fp32_db'], 2)}, W8A8 "
+            f"{_fmt(s['w8a8_psnr_vs_fp32_db'], 2)}: gap {_fmt(s['psnr_gap_vs_w8a8_db'], 2)}, "
+            f"worst sample {_fmt(s['worst_sample_gap_vs_w8a8_db'], 2)} under its W8A8: "
+            + ("meets" if s["meets_target"] else "misses") + f" the target (gap <= "
+            f"{TARGET_PSNR_GAP_DB}, no sample > {TARGET_SAMPLE_GAP_DB} dB under, work <= "
+            f"{TARGET_SAR_WORK})",
+            "per sample gap vs W8A8 (dB): " + " ".join(f"{p['gap_vs_w8a8_db']:.2f}"
+                                                       for p in s["per_sample"])]
+
+
 def _rounded(summary: dict, keys) -> dict:
     return {k: summary[k] if summary[k] is None else round(summary[k], 6) for k in keys}
 
@@ -94,6 +162,8 @@ def run_bundled(cfg, model: DiT | None = None, quality: bool = False, progress=N
     figures bit for bit those of one process; ``timing`` in the report gives each run's wall
     time, the whole job's and its ratio to the FP32 run's."""
     model = model or DiT.bundled(cfg.workload)
+    if cfg.attention is Attention.SAR:
+        masks_for(cfg, model.shape)        # a bad mask file is refused before any run
     labels = sample_labels(cfg.samples, model.shape.num_classes)
     t0 = time.perf_counter()
     fmdq = cfg.encoding is Encoding.FMDQ
@@ -143,6 +213,7 @@ def run_bundled(cfg, model: DiT | None = None, quality: bool = False, progress=N
             "errors_measured_on_batch_elements": min(MEASURE_BATCH, 2 * cfg.samples),
             "per_step": [{"step": s, **v} for s, v in ast["per_step"].items()],
         },
+        "sar": _sar_report(cfg, runs, fp32, w8a8),
         "timing": {"workers": workers_for(workers), "seconds": round(total, 3),
                    "ratio_to_fp32": round(total / timing["fp32"], 3)},
         "ops_ratio_vs_w8a8": tot["ops_ratio_vs_w8a8"],
@@ -174,6 +245,8 @@ MAX_SWEEP_POINTS = 1000
 #: own W8A8 PSNR, while computing at most ``TARGET_REUSE_BLOCKS`` of the attention blocks on
 #: reuse steps.
 TARGET_PSNR_GAP_DB, TARGET_SAMPLE_GAP_DB, TARGET_REUSE_BLOCKS = 0.5, 2.0, 0.5
+#: SAR's work target (issue 29): attention work over the run at most this fraction of dense.
+TARGET_SAR_WORK = 0.5
 #: FMDQ's accuracy target (issue 28), its linears alone: final-sample PSNR vs FP32 at or above
 #: dense W8A8's, no sample more than ``TARGET_FMDQ_SAMPLE_GAP_DB`` under its own W8A8 PSNR.
 TARGET_FMDQ_SAMPLE_GAP_DB = 1.0
@@ -213,66 +286,117 @@ def _cfg_part(point: dict) -> dict:
     return {k: v for k, v in point.items() if k not in SWEEP_MODES}
 
 
-def run_sweep(cfg, grid: dict, model: DiT | None = None, progress=None) -> dict:
-    """The accuracy/work trade-off of DSTAR (both mechanisms on) over a grid of config
-    overrides (``grid``: field -> list of values, fields from ``SWEEP_FIELDS``, plus the modes
-    of ``SWEEP_MODES`` to run one mechanism alone): one FP32 and one dense W8A8 run, then one
-    run per point, all on the same seeds. Per point: PSNR
-    vs FP32 and its gap to W8A8, the fraction of attention blocks computed (all steps and
-    reuse steps), the linear layers' element-level nibble-pass ratio vs W8A8 (v1) or
-    ``fmdq_block`` (FMDQ: widths, groups, speed-up over INT8), whether the point meets the
-    target (``TARGET_*``) and the linears' target (``meets_linear_target``: PSNR at or above
-    W8A8's, no sample more than ``TARGET_FMDQ_SAMPLE_GAP_DB`` under its own)."""
-    points = sweep_points(cfg, grid)
-    model = model or DiT.bundled(cfg.workload)
+def _sweep_run(cfg, model, masks, pt, progress=None):
+    """One run of a sweep: ``pt`` a point (``run_sweep``), or ``"fp32"`` / ``"w8a8"``. Returns
+    ``(samples, info)``: ``info`` the point's work figures (picklable: worker processes)."""
     labels = sample_labels(cfg.samples, model.shape.num_classes)
     noise = initial_noise(cfg.samples, model.shape, cfg.seed)
+    tag = pt if isinstance(pt, str) else " ".join(f"{k}={v}" for k, v in pt.items())
+    t0 = time.perf_counter()
 
-    def run(tag, **hooks):
+    def run(**hooks):
         return ddim_sample(model, labels, noise, cfg.steps, cfg.cfg_scale, **hooks,
                            on_step=(lambda i, t: progress(tag, i, cfg.steps)) if progress
                            else None)
 
-    fp32 = run("fp32")
-    w8a8 = run("w8a8", linear=W8A8Linears())
+    if isinstance(pt, str):
+        return run(**({"linear": W8A8Linears()} if pt == "w8a8" else {})), {}
+    c = cfg.replace(**_cfg_part(pt))
+    lin, att = pt.get("linears", "dstar"), pt.get("attention", "dstar")
+    dl = DStarLinears(c, LINEAR_TYPES) if lin == "dstar" else None
+    sar = att == "dstar" and c.attention is Attention.SAR
+    at = AttentionReuse(c, measure=False) if att == "dstar" and not sar else None
+    hooks = {"linear": dl or (W8A8Linears() if lin == "w8a8" else None), "attention": at}
+    if sar:         # the paper's SAR (golden.sar): masks at the point's theta
+        hooks = sar_hooks(c, model, hooks["linear"], masks)
+        at = hooks["attention"]
+    out = run(**{k: v for k, v in hooks.items() if v is not None})
+    fmdq = dl is not None and c.encoding is Encoding.FMDQ
+    return out, {
+        "ast": at.stats() if at else {"blocks_computed_fraction": 1.0,
+                                      "blocks_computed_fraction_reuse": None},
+        "sar": sar, "dl": dl is not None, "at": at is not None, "encoding": str(c.encoding),
+        "qk_skip": hooks["linear"].stats() if sar else None,
+        "ops_ratio": (OpStats.summary(dl.stats.total())["ops_ratio_vs_w8a8"]
+                      if dl is not None and not fmdq else None),
+        "fmdq": fmdq_block(dl.stats) if fmdq else None,
+        "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _sweep_runs(cfg, model, masks, jobs, progress, workers: int) -> list:
+    """``_sweep_run`` of each of ``jobs``, in order: here, or in ``workers`` forked processes
+    (independent runs; the same figures, no progress dots)."""
+    import multiprocessing as mp
+    if workers <= 1 or len(jobs) == 1 or "fork" not in mp.get_all_start_methods():
+        return [_sweep_run(cfg, model, masks, pt, progress) for pt in jobs]
+    import concurrent.futures as cf
+
+    from threadpoolctl import threadpool_limits
+    _SWEEP.update(cfg=cfg, model=model, masks=masks)
+    with threadpool_limits(1), cf.ProcessPoolExecutor(
+            min(workers, len(jobs)), mp_context=mp.get_context("fork")) as pool:
+        return list(pool.map(_sweep_job, jobs))
+
+
+_SWEEP: dict = {}
+
+
+def _sweep_job(pt):
+    return _sweep_run(_SWEEP["cfg"], _SWEEP["model"], _SWEEP["masks"], pt)
+
+
+def run_sweep(cfg, grid: dict, model: DiT | None = None, progress=None,
+              workers: int = 1) -> dict:
+    """The accuracy/work trade-off of DSTAR (both mechanisms on) over a grid of config
+    overrides (``grid``: field -> list of values, fields from ``SWEEP_FIELDS``, plus the modes
+    of ``SWEEP_MODES`` to run one mechanism alone): one FP32 and one dense W8A8 run, then one
+    run per point, all on the same seeds (``workers`` > 1: that many forked processes). Per
+    point: PSNR
+    vs FP32 and its gap to W8A8, the fraction of attention blocks computed (all steps and
+    reuse steps), the linear layers' element-level nibble-pass ratio vs W8A8 (v1) or
+    ``fmdq_block`` (FMDQ: widths, groups, speed-up over INT8), whether the point meets the
+    target (``TARGET_*``) and the linears' target (``meets_linear_target``: PSNR at or above
+    W8A8's, no sample more than ``TARGET_FMDQ_SAMPLE_GAP_DB`` under its own). SAR points
+    (``attention = "sar"``) add the attention work over the run vs dense, the Q and K
+    projections skipped and the per-sample gaps; their work target is ``TARGET_SAR_WORK``."""
+    points = sweep_points(cfg, grid)
+    model = model or DiT.bundled(cfg.workload)
+    masks = (masks_for(cfg, model.shape) if any(cfg.replace(**_cfg_part(p)).attention
+                                                 is Attention.SAR for p in points) else None)
+    done = _sweep_runs(cfg, model, masks, ["fp32", "w8a8", *points], progress, workers)
+    fp32, w8a8 = done[0][0], done[1][0]
     w8a8_db, w8a8_each = psnr(w8a8, fp32), sample_psnrs(w8a8, fp32)
     rows = []
-    for pt in points:
-        c = cfg.replace(**_cfg_part(pt))
-        lin, att = pt.get("linears", "dstar"), pt.get("attention", "dstar")
-        dl = DStarLinears(c, LINEAR_TYPES) if lin == "dstar" else None
-        at = AttentionReuse(c, measure=False) if att == "dstar" else None
-        hooks = {"linear": dl or (W8A8Linears() if lin == "w8a8" else None), "attention": at}
-        t0 = time.perf_counter()
-        out = run(" ".join(f"{k}={v}" for k, v in pt.items()),
-                  **{k: v for k, v in hooks.items() if v is not None})
-        ast = at.stats() if at else {"blocks_computed_fraction": 1.0,
-                                     "blocks_computed_fraction_reuse": None}
+    for pt, (out, info) in zip(points, done[2:], strict=True):
+        ast, sar = info["ast"], info["sar"]
         db = psnr(out, fp32)
         # inf - inf (a sample both runs reproduce exactly) is no gap.
         each = np.nan_to_num(w8a8_each - sample_psnrs(out, fp32), nan=0.0)
         worst = float(each.max())
         reuse = ast["blocks_computed_fraction_reuse"]
-        fmdq = dl is not None and c.encoding is Encoding.FMDQ
         rows.append({
             **pt, "psnr_vs_fp32_db": db, "psnr_gap_vs_w8a8_db": w8a8_db - db,
             "worst_sample_gap_vs_w8a8_db": worst,
             "blocks_computed_fraction": ast["blocks_computed_fraction"],
             "blocks_computed_fraction_reuse_steps": reuse,
-            "encoding": str(c.encoding),
-            "ops_ratio_vs_w8a8": (OpStats.summary(dl.stats.total())["ops_ratio_vs_w8a8"]
-                                  if dl is not None and not fmdq else None),
-            "fmdq": fmdq_block(dl.stats) if fmdq else None,
+            "encoding": info["encoding"],
+            **({"attention_kind": "sar", "attention_work_vs_dense": ast["work_vs_dense"],
+                "qk_skipped_fraction_of_linear_macs":
+                    info["qk_skip"]["skipped_fraction_of_linear_macs"],
+                "per_sample_gap_vs_w8a8_db": [round(float(g), 3) for g in each]} if sar else {}),
+            "ops_ratio_vs_w8a8": info["ops_ratio"],
+            "fmdq": info["fmdq"],
             # FMDQ's target (issue 28) is for the linears (meaningful with attention=float).
-            "meets_linear_target": bool(dl is not None and db >= w8a8_db
+            "meets_linear_target": bool(info["dl"] and db >= w8a8_db
                                         and worst <= TARGET_FMDQ_SAMPLE_GAP_DB),
             # The target is for DSTAR as a whole: both mechanisms on.
-            "meets_target": bool(dl is not None and at is not None
+            "meets_target": bool(info["dl"] and info["at"]
                                  and w8a8_db - db <= TARGET_PSNR_GAP_DB
                                  and worst <= TARGET_SAMPLE_GAP_DB
-                                 and (reuse if reuse is not None else 1.0)
-                                 <= TARGET_REUSE_BLOCKS),
-            "seconds": round(time.perf_counter() - t0, 3)})
+                                 and ((ast["work_vs_dense"] <= TARGET_SAR_WORK) if sar else
+                                      (reuse if reuse is not None else 1.0)
+                                      <= TARGET_REUSE_BLOCKS)),
+            "seconds": info["seconds"]})
     return {"workload": f"{WORKLOADS[cfg.workload].title} (sweep)", "steps": cfg.steps,
             "samples": cfg.samples,
             "config": cfg.to_dict(), "grid": {k: list(v) for k, v in grid.items()},
@@ -280,6 +404,7 @@ def run_sweep(cfg, grid: dict, model: DiT | None = None, progress=None) -> dict:
             "target": {"psnr_gap_vs_w8a8_db": TARGET_PSNR_GAP_DB,
                        "worst_sample_gap_vs_w8a8_db": TARGET_SAMPLE_GAP_DB,
                        "blocks_computed_fraction_reuse_steps": TARGET_REUSE_BLOCKS,
+                       "attention_work_vs_dense": TARGET_SAR_WORK,
                        "linear_worst_sample_gap_vs_w8a8_db": TARGET_FMDQ_SAMPLE_GAP_DB},
             "points": rows}
 
@@ -429,7 +554,7 @@ def format_table(rep: dict) -> str:
                      f"blocks computed {a['blocks_computed_fraction']:.3f} of all "
                      f"({_reuse(a['blocks_computed_fraction_reuse_steps'])}), "
                      f"output error vs float {a['output_rel_err_vs_float']:.4f} "
-                     f"(dense integer attention {a['dense_int_rel_err_vs_float']:.4f}; on "
+                     f"(dense integer attention {_fmt(a['dense_int_rel_err_vs_float'], 4)}; on "
                      f"{a.get('errors_measured_on_batch_elements', 'all')} batch elements)")
     if "linear_output_sqnr_db" in rep.get("dstar", {}):
         w, d = rep["w8a8"], rep["dstar"]
@@ -454,6 +579,7 @@ def format_table(rep: dict) -> str:
                          f"integer attention {_fmt(a['dense_int_rel_err_vs_float'], 4)})")
         for line in rep.get("hardware_fit", []):
             lines.append(f"does not fit the configured hardware: {line}")
+    lines += _sar_lines(rep)
     lines += _fmdq_lines(rep)
     lines += _quality_lines(rep)
     lines.append("nibble passes vs dense W8A8: element-level "

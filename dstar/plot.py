@@ -52,9 +52,16 @@ def _nice_step(span: float) -> float:
     return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
 
 
+def _sar(rep: dict) -> bool:
+    """A sweep of SAR points (``attention = "sar"``): x is the run's attention work vs dense."""
+    return any(p.get("attention_kind") == "sar" for p in rep.get("points", ()))
+
+
 def _work(point: dict) -> float:
-    """A point's x: the blocks computed on reuse steps; none reported (attention off) is all."""
-    v = _finite(point.get("blocks_computed_fraction_reuse_steps"))
+    """A point's x: SAR's attention work over the run vs dense, else the blocks computed on
+    reuse steps; none reported (attention off) is all."""
+    v = _finite(point.get("attention_work_vs_dense",
+                          point.get("blocks_computed_fraction_reuse_steps")))
     return 1.0 if v is None else v
 
 
@@ -95,7 +102,7 @@ def _tick_label(v: float, step: float) -> str:
     return f"{v:.{digits}f}"
 
 
-def _frame(img, ax: Axes) -> None:
+def _frame(img, ax: Axes, sar: bool = False) -> None:
     """Axes, ticks, tick labels and axis titles."""
     for v in ax.yticks():
         _, r = to_pixel(ax, ax.x0, v)
@@ -111,7 +118,8 @@ def _frame(img, ax: Axes) -> None:
         draw_text(img, c - text_width(s) // 2, BOTTOM + 9, s)
     hline(img, BOTTOM, LEFT, RIGHT, BLACK)
     vline(img, LEFT, TOP, BOTTOM, BLACK)
-    title = "ATTENTION BLOCKS COMPUTED ON REUSE STEPS"
+    title = ("ATTENTION WORK OVER THE RUN VS DENSE" if sar else
+             "ATTENTION BLOCKS COMPUTED ON REUSE STEPS")
     draw_text(img, (LEFT + RIGHT - text_width(title)) // 2, HEIGHT - 18, title)
     draw_text(img, 8, 10, "PSNR VS FP32 (DB)")
     legend = "FILLED: MEETS TARGET"
@@ -128,7 +136,9 @@ def _references(img, ax: Axes, rep: dict) -> None:
             hline(img, r, LEFT + 1, RIGHT, DARK, dash)
             draw_text(img, RIGHT - text_width(name) - 2, r - 13 if dash == 0 else r + 4, name,
                       DARK)
-    work = _finite((rep.get("target") or {}).get("blocks_computed_fraction_reuse_steps"))
+    target = rep.get("target") or {}
+    work = _finite(target.get("attention_work_vs_dense") if _sar(rep) else
+                   target.get("blocks_computed_fraction_reuse_steps"))
     if work is not None:
         c, _ = to_pixel(ax, work, ax.y0)
         vline(img, c, TOP, BOTTOM - 1, DARK, 4)
@@ -140,7 +150,7 @@ def sweep_image(rep: dict) -> np.ndarray:
     the target, a ring if not, labelled with its row number in ``format_sweep``'s table."""
     ax = sweep_axes(rep)
     img = np.full((HEIGHT, WIDTH), WHITE, dtype=np.uint8)
-    _frame(img, ax)
+    _frame(img, ax, _sar(rep))
     _references(img, ax, rep)
     for i, p in enumerate(rep["points"], start=1):
         c, r = to_pixel(ax, _work(p), p.get("psnr_vs_fp32_db"))

@@ -14,12 +14,13 @@ import time
 
 from threadpoolctl import threadpool_limits
 
-from dstar.config import Encoding
+from dstar.config import Attention, Encoding
 
 from .attention import AttentionReuse
 from .dit import LINEAR_TYPES, DiT
 from .hooks import DStarLinears, W8A8Linears
 from .sampler import ddim_sample, initial_noise, sample_labels
+from .sar import sar_hooks, sar_stats
 
 __all__ = ["PATHS", "ENCODING_PATHS", "MEASURE_BATCH", "path_hooks", "run_path", "run_paths",
            "workers_for"]
@@ -35,8 +36,14 @@ PATHS = ("dstar", "fp32", "dstar-linear", "attention", "w8a8")
 ENCODING_PATHS = tuple(f"{e.value}-linear" for e in Encoding)
 
 
-def path_hooks(tag: str, cfg) -> dict:
-    """The model hooks of one of ``PATHS`` or ``ENCODING_PATHS``."""
+def path_hooks(tag: str, cfg, model: DiT | None = None) -> dict:
+    """The model hooks of one of ``PATHS`` or ``ENCODING_PATHS``; with ``attention = "sar"``
+    (``model`` needed) the ``attention`` and ``dstar`` runs are SAR's (``golden.sar``)."""
+    if cfg.attention is Attention.SAR and tag in ("attention", "dstar"):
+        lin = DStarLinears(cfg, LINEAR_TYPES) if tag == "dstar" else None
+        hooks = sar_hooks(cfg, model, lin, measure=tag == "attention",
+                          measure_batch=MEASURE_BATCH)
+        return {**hooks, "_dstar_linears": lin}
     if tag in ENCODING_PATHS:
         enc = Encoding(tag.removesuffix("-linear"))
         return {"linear": DStarLinears(cfg.replace(encoding=enc), LINEAR_TYPES)}
@@ -55,9 +62,10 @@ def path_hooks(tag: str, cfg) -> dict:
 def run_path(tag: str, cfg, model: DiT, progress=None) -> tuple:
     """One sampling run (``tag`` in ``PATHS``) of ``cfg.samples`` images on ``cfg.seed``. Returns
     ``(samples, seconds, stats)``: ``stats`` is the DSTAR linears' ``OpStats`` or ``FmdqStats``
-    (``dstar`` and ``ENCODING_PATHS``), the attention hook's ``stats()`` (``attention``) or
-    ``None``."""
-    hooks = path_hooks(tag, cfg)
+    (``dstar`` and ``ENCODING_PATHS``; with SAR its ``sar`` attribute holds ``sar_stats``), the
+    attention hook's ``stats()`` (``attention``; SAR: ``sar_stats``) or ``None``."""
+    hooks = path_hooks(tag, cfg, model)
+    inner = hooks.pop("_dstar_linears", None)
     labels = sample_labels(cfg.samples, model.shape.num_classes)
     noise = initial_noise(cfg.samples, model.shape, cfg.seed)
     t0 = time.perf_counter()
@@ -68,6 +76,11 @@ def run_path(tag: str, cfg, model: DiT, progress=None) -> tuple:
                           on_step=(lambda i, t: progress(tag, i, cfg.steps)) if progress
                           else None)
     seconds = time.perf_counter() - t0
+    if cfg.attention is Attention.SAR and tag in ("attention", "dstar"):
+        stats = sar_stats(hooks)
+        if inner is not None:           # dstar: the linears' stats, SAR's as an attribute
+            stats, inner.stats.sar = inner.stats, stats
+        return out, seconds, stats
     stats = (hooks["linear"].stats if tag == "dstar" or tag in ENCODING_PATHS else
              hooks["attention"].stats() if tag == "attention" else None)
     return out, seconds, stats
