@@ -48,6 +48,7 @@ from dstar.paths import build_dir
 from dstar.sim.bench import all_layers, dense_cycles, run_model
 from dstar.sim.traces import linear_inputs
 
+from . import fmdq_efficiency
 from .blocks import synth_blocks
 from .flows import SynthTarget, synth_module, yosys_version
 from .fmax_runs import FMAX_FLOW, FMAX_KINDS, run_fmax
@@ -86,7 +87,9 @@ def whole_run_cycles(base: Config, steps: int, layers=None) -> tuple[dict, dict]
     every block) and the workload's description; cached per configuration (every field: the
     run fields decide the encoding), steps and layers."""
     layers = all_layers() if layers is None else layers
-    key = json.dumps({"config": base.to_dict(), "steps": steps, "layers": layers,
+    # Every field but another encoding's (``Config.unused``: they change no strategy here).
+    key = json.dumps({"config": {**base.hardware(), **base.run_params()}, "steps": steps,
+                      "layers": layers,
                       "strategies": list(STRATEGIES), "version": 2}, sort_keys=True)
     cache = build_dir("efficiency", "cycles",
                       hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
@@ -204,10 +207,19 @@ def lane_ceiling(cfg: Config, y_memory_um2: float) -> dict:
             "pe_area_um2": round(pe + y_memory_um2, 1)}
 
 
+def _parts(a: dict) -> dict:
+    """Where a synthesized datapath's area goes: the PE arrays' logic and accumulator (``Y``)
+    memories apart, then its other blocks (the sequencer holds the weight memories)."""
+    out = {"pe_logic": a["pe_logic_area_um2"],
+           "y_memory": round(a["pe_area_um2"] - a["pe_logic_area_um2"], 1)}
+    out.update({k: v for k, v in a["blocks_um2"].items() if k != "pe_array"})
+    return out
+
+
 def run(base: Config, *, steps: int = DEFAULT_STEPS, fmax: bool = False, jobs: int = 1,
-        layers=None, area: str | None = SynthTarget.SKY130) -> dict:
+        layers=None, fmdq: bool = True, area: str | None = SynthTarget.SKY130) -> dict:
     """The efficiency report of ``base`` (module docstring; ``layers``: the DiT's linears to
-    run, None for all)."""
+    run, None for all; ``fmdq``: with FMDQ's row, ``dstar.synth.fmdq_efficiency``)."""
     cycles, workload = whole_run_cycles(base, steps, layers)
     # Cheapest first, so that a long run leaves the baseline's areas cached early.
     order = sorted(STRATEGIES, key=lambda n: (n != BASELINE, STRATEGIES[n]["datapath"]
@@ -223,7 +235,7 @@ def run(base: Config, *, steps: int = DEFAULT_STEPS, fmax: bool = False, jobs: i
                "tpa_pe_vs_dense": round(sp * ref["pe_area_um2"] / a["pe_area_um2"], 4),
                "tpa_datapath_vs_dense": round(sp * ref["datapath_area_um2"]
                                               / a["datapath_area_um2"], 4),
-               "blocks_um2": a["blocks_um2"]}
+               "blocks_um2": a["blocks_um2"], "parts_um2": _parts(a)}
         if fmax:
             row["fmax_mhz"] = a["fmax_mhz"]
         if area:
@@ -235,6 +247,8 @@ def run(base: Config, *, steps: int = DEFAULT_STEPS, fmax: bool = False, jobs: i
                                                           / x["datapath_area_um2"], 4),
                            "blocks_um2": x["blocks_um2"]}
         strategies[name] = row
+    if fmdq:
+        strategies["fmdq"] = fmdq_efficiency.row(base, steps, strategies[BASELINE], layers)
     cfg = strategy_config(base, BASELINE)
     macs = cfg.n_arrays * cfg.m_tile * cfg.group // 2
     ideal = workload["ideal_vs_dense"]
@@ -267,6 +281,19 @@ def format_text(rep: dict) -> str:
         lines.append(f"{name:10s} {s['cycles']:12d} {s['speedup_vs_dense']:8.3f} "
                      f"{s['pe_area_um2']:11.0f} {s['datapath_area_um2']:13.0f} "
                      f"{s['tpa_pe_vs_dense']:7.3f} {s['tpa_datapath_vs_dense']:7.3f}")
+        if "speedup_at_equal_area" in s:
+            lines.append(f"           at the baseline's datapath area: x"
+                         f"{s['speedup_at_equal_area']:.3f} (arrays scaled, shared parts kept)")
+        if "parts_um2" in s:
+            lines.append("           area: " + ", ".join(
+                f"{k} {v:.0f}" for k, v in s["parts_um2"].items()))
+        if "encode_cycles" in s:
+            g = s["geometry"]
+            lines.append(f"           T={g['tokens']} x M={g['columns']} x {g['n_arrays']} arrays "
+                         f"(equal peak INT8 throughput: {g['equal_peak']}), window "
+                         f"{g['window']}, {s['mean_width_bits']:.2f} bits; cycles: encode "
+                         f"{s['encode_cycles']} + replay {s['replay_cycles']} (replay alone: "
+                         f"x{s['speedup_replay_only']:.3f})")
         if "asic" in s:
             x = s["asic"]
             lines.append(f"           {x['target']} cells: PE {x['pe_area_um2']:.0f} um2, "

@@ -23,7 +23,7 @@ from dstar.paths import build_dir
 
 from .flows import SynthTarget, synth_module, verilog_modules
 
-__all__ = ["CONFIGS", "INT8_MAC_UM2", "ARRAY_ROWS", "run"]
+__all__ = ["CONFIGS", "INT8_MAC_UM2", "ARRAY_ROWS", "unit_area", "run"]
 
 #: Unit configurations: test-sized, middle and the default's sizes (T = window = 64); ``_r3``:
 #: a sort-network register after every 3 comparator stages instead of every one.
@@ -35,6 +35,10 @@ CONFIGS = {
     "mid_r3": dict(tokens=16, window=16, e_max=7, tau=0, diff_bits=17, channel_bits=10,
                    reg_every=3),
     "default": dict(tokens=64, window=64, e_max=7, tau=0, diff_bits=17, channel_bits=12),
+    # The chosen geometry (docs/design/fmdq.md): T = 8, window 32, the tiny preset's channel
+    # indices; the unit FmdqLinear builds is the r1 one (``dstar bench efficiency``).
+    "t8w32_r3": dict(tokens=8, window=32, e_max=7, tau=0, diff_bits=17, channel_bits=7,
+                     reg_every=3),
 }
 
 #: The lean INT8 datapath's PE area per MAC, logic and with its accumulator memory share
@@ -42,6 +46,24 @@ CONFIGS = {
 INT8_MAC_UM2 = {"logic": 924.6, "with_memory": 1433.9}
 #: Output columns of the PE array the unit feeds (spec 7.1: 64 x 64 PEs).
 ARRAY_ROWS = 64
+
+
+def unit_area(kw: dict) -> dict:
+    """The whole unit ``QuantUnit(**kw)`` synthesized (flattened; the code buffer as SRAM when
+    deep enough), cached in ``build/fmdq_qu/<hash of kw>``: ``unit_um2``, ``unit_logic_um2``,
+    ``code_buffer_sram_um2``, ``unit_ffs``, ``sort_latency``, ``buffers``."""
+    import hashlib
+    name = "u" + hashlib.sha256(json.dumps(kw, sort_keys=True).encode()).hexdigest()[:10]
+    d = build_dir("fmdq_qu", name)
+    d.mkdir(parents=True, exist_ok=True)
+    qu = QuantUnit(**kw)
+    v = d / f"qu_{name}.v"
+    if not v.exists():
+        v.write_text(verilog.convert(qu, name=f"qu_{name}"))
+    r = synth_module(v, f"qu_{name}", SynthTarget.CMOS, d / "cmos", reuse=True)
+    return {"config": kw, "buffers": qu.buffers, "sort_latency": qu.sort_latency,
+            "unit_um2": r["area_um2_45nm"], "unit_logic_um2": r["area_um2_45nm_logic"],
+            "code_buffer_sram_um2": r["area_um2_45nm_sram"], "unit_ffs": r["ffs"]}
 
 
 def run(name: str, sorter: bool = True, rest: bool = False, keep_verilog: bool = False) -> dict:

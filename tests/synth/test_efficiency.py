@@ -8,7 +8,7 @@ import pytest
 
 from dstar.cli import main
 from dstar.config import Datapath, preset
-from dstar.synth import efficiency, flows
+from dstar.synth import efficiency, flows, fmdq_efficiency
 from dstar.synth.report import config_hash
 
 #: Stand-in areas (um^2) per strategy: PE arrays, the whole linear datapath.
@@ -31,8 +31,20 @@ def fake_area(cfg, fmax, jobs=1, area=None):
     return out
 
 
+#: Stand-in areas (um^2) of the FMDQ datapath's parts (``fmdq_efficiency.PARTS``).
+FAKE_FMDQ = {"pe_logic": 60.0, "weight_window": 10.0, "y_memory": 30.0, "quant_unit": 40.0,
+             "group_memory": 20.0, "state_memories": 50.0, "weight_memories": 70.0,
+             "control": 20.0}
+
+
+def fake_fmdq_areas(base):
+    return {"parts_um2": dict(FAKE_FMDQ), "geometry": fmdq_efficiency.geometry(
+        fmdq_efficiency.fmdq_config(base)), "quant_unit": {"ffs": 1}}
+
+
 @pytest.fixture
 def fake_synth(monkeypatch):
+    monkeypatch.setattr(fmdq_efficiency, "areas", fake_fmdq_areas)
     monkeypatch.setattr(efficiency, "strategy_area", fake_area)
     monkeypatch.setattr(efficiency, "_multiplier_um2", lambda: 250.0)
     monkeypatch.setattr(efficiency, "_part_um2", lambda name, ports, body: FAKE_PARTS[
@@ -54,7 +66,7 @@ def test_throughput_per_area_against_the_int8_baseline(fake_synth):
     assert rep["workload"] == {"model": "bundled DiT", "steps": 3, "layers": 1,
                                "layer_steps": 3}
     s = rep["strategies"]
-    assert set(s) == {"compact", "lockstep", "dense", "int8"}
+    assert set(s) == {"compact", "lockstep", "dense", "int8", "fmdq"}
     keys = {"cycles", "speedup_vs_dense", "pe_area_um2", "datapath_area_um2",
             "tpa_pe_vs_dense", "tpa_datapath_vs_dense"}
     assert all(keys <= set(row) for row in s.values())
@@ -89,6 +101,16 @@ def test_throughput_per_area_against_the_int8_baseline(fake_synth):
     assert c["tpa_pe_at_85pct"] == round(0.85 * ideal * FAKE["int8"][0] / pe, 4)
     text = efficiency.format_text(rep)
     assert "Bit Fusion" in text and "compact" in text and "ceiling" in text
+    # FMDQ: encode then replay cycles (the quantization unit's and the arrays'), the PE-array
+    # level its arrays' three parts, the datapath every part, each against the baseline's.
+    f = s["fmdq"]
+    assert f["cycles"] == f["encode_cycles"] + f["replay_cycles"]
+    assert 0 < f["encode_cycles"] < f["replay_cycles"]
+    sp = base / f["cycles"]
+    assert f["tpa_pe_vs_dense"] == round(sp * FAKE["int8"][0] / 100.0, 4)
+    assert f["tpa_datapath_vs_dense"] == round(sp * FAKE["int8"][1] / 300.0, 4)
+    assert f["speedup_at_equal_area"] == round(sp * (400.0 - 200.0) / 100.0, 4)
+    assert f["geometry"]["equal_peak"] and "fmdq" in text and "replay" in text
 
 
 def test_areas_are_cached_per_config_hash(monkeypatch, tmp_path):

@@ -1,0 +1,188 @@
+"""FMDQ's row of ``dstar bench efficiency``: the FMDQ linear datapath (``hw.fmdq.linear``,
+``FmdqLinear``) over the bundled DiT's run, its cycles and its area per part (issue 28 part 4).
+
+Geometry: the configuration's ``FmdqLinear`` (``hw.fmdq.geometry.FmdqGeometry``): ``n_arrays``
+arrays of ``token_tile`` x ``m_tile`` SIMD-4 PEs, one quantization unit, the sort window and
+the arrays' weight window ``sort_window``. A SIMD-4 PE does one 8-bit activation's work per
+cycle, as one INT8 MAC, so the peak INT8 throughput equals the lean INT8 datapath's (``group /
+2`` lanes x ``m_tile`` columns per array) when ``token_tile = group / 2`` (``geometry``'s
+``equal_peak``).
+
+Cycles (``run_cycles``): every linear layer of every DiT block over the run, FMDQ-encoded with
+the configuration's ``token_tile`` (``golden.difflinear``, the closed loop). ``FmdqLinear`` runs
+a layer step in two phases (its docstring): *encode*, the quantization unit over every unit
+(one sub-channel per beat: a unit takes its ``min(W, K - jW)`` beats or its groups, whichever
+is more, ``sim.fmdq_qu_cycles``' steady state; ``encode``), then *replay* of the stored groups
+for every column block (``sim.fmdq_cycles.layer_cycles``, exact against the PE array's RTL;
+``replay``). ``cycles`` = encode + replay; ``replay`` alone is the arrays' time if the unit
+overlapped them.
+
+Area per part (CMOS flow, 45 nm estimate, ``dstar.synth.flows``; ``FmdqLinear(cfg)`` from one
+Verilog file, ``areas``): ``pe_logic``, ``weight_window`` (its 4-port SRAM), ``y_memory``: the
+first PE array synthesized alone, times ``n_arrays``; ``quant_unit``: the unit synthesized
+alone (its code buffer as SRAM when deep enough); the layer with both blackboxed gives
+``group_memory`` (the encoded step, replayed per column block), ``state_memories`` (target and
+differential state), ``weight_memories`` (the layer's weights, as the INT8 datapath's
+sequencer holds them) and ``control`` (the rest of its logic). ``pe_area_um2`` (PE-array
+level) = PE logic + weight window + ``Y``; ``datapath_area_um2`` = every part.
+
+Cached in ``build/efficiency`` (cycles per configuration and steps, areas per configuration);
+delete it after a change of the RTL.
+"""
+
+import hashlib
+import json
+import time
+
+from dstar.config import Config, Encoding
+from dstar.paths import build_dir
+
+__all__ = ["PARTS", "PE_PARTS", "geometry", "fmdq_config", "run_cycles", "areas", "row"]
+
+#: Area parts of the FMDQ linear datapath, in report order.
+PARTS = ("pe_logic", "weight_window", "y_memory", "quant_unit", "group_memory",
+         "state_memories", "weight_memories", "control")
+#: The parts of the PE-array level.
+PE_PARTS = PARTS[:3]
+
+
+def fmdq_config(base: Config) -> Config:
+    return base.replace(encoding=Encoding.FMDQ)
+
+
+def geometry(cfg: Config) -> dict:
+    """``tokens`` T, ``columns`` M, ``window``, ``n_arrays``, ``macs`` per array and
+    ``equal_peak`` (module docstring)."""
+    t, m = cfg.token_tile, cfg.m_tile
+    return {"tokens": t, "columns": m, "window": cfg.sort_window, "n_arrays": cfg.n_arrays,
+            "macs": t * m, "equal_peak": t * m == cfg.group // 2 * m}
+
+
+def _key(cfg: Config, *extra) -> str:
+    text = json.dumps([cfg.hardware(), cfg.run_params(), *extra], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def run_cycles(base: Config, steps: int, layers=None) -> dict:
+    """FMDQ's cycles over the run (module docstring): ``cycles``, ``encode``, ``replay``, the
+    groups, the mean width; cached per configuration, steps and layers."""
+    import numpy as np
+
+    from dstar.golden.difflinear import DiffLinear
+    from dstar.sim.bench import all_layers
+    from dstar.sim.fmdq_cycles import layer_cycles, unit_table
+    from dstar.sim.traces import linear_inputs
+    cfg = fmdq_config(base)
+    geo = geometry(cfg)
+    layers = all_layers() if layers is None else layers
+    cache = build_dir("efficiency", "cycles", f"fmdq-{_key(cfg, steps, layers, 2)}.json")
+    if cache.is_file():
+        return json.loads(cache.read_text())
+    win = geo["window"]
+    out = {"encode": 0, "replay": 0, "groups": 0, "dense_groups": 0, "width_bits": 0,
+           "layer_steps": 0}
+    for layer in layers:
+        xs, w, b = linear_inputs(layer, steps=steps)
+        lin = DiffLinear(w, b, cfg, layer)
+        k, m_out = w.shape[1], w.shape[0]
+        beats = np.array([min(win, k - c) for c in range(0, k, win)])[:, None]
+        for s in range(len(xs)):
+            enc = lin(xs[s], s).enc
+            g = unit_table(enc, win)[0]
+            g[0] = np.maximum(g[0], 1)          # a tile's first window issues a group
+            out["encode"] += int(np.maximum(beats, g).sum())
+            out["replay"] += layer_cycles(enc, win, m_out, geo["columns"], geo["n_arrays"])
+            out["groups"] += int(g.sum())
+            out["dense_groups"] += int(enc.width.size)
+            out["width_bits"] += int(enc.width.sum())
+            out["layer_steps"] += 1
+    out["cycles"] = out["encode"] + out["replay"]
+    out["mean_width_bits"] = round(out["width_bits"] / max(1, out["dense_groups"]), 3)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    return out
+
+
+def _synth_linear(cfg: Config) -> dict:
+    """``FmdqLinear(cfg)`` (``hw.fmdq.linear``) synthesized in three runs from one Verilog
+    file: its quantization unit and its first PE array alone, and the layer with both
+    blackboxed (its control and the memories it owns)."""
+    from amaranth.back import verilog
+
+    from dstar.hw.fmdq.linear import FmdqLinear
+
+    from .flows import SynthTarget, synth_module, verilog_modules
+    top = "fmdq_linear"
+    d = build_dir("efficiency", "fmdq", f"linear-{_key(cfg)}")
+    d.mkdir(parents=True, exist_ok=True)
+    v = d / f"{top}.v"
+    if not v.exists():
+        v.write_text(verilog.convert(FmdqLinear(cfg), name=top))
+    mods = verilog_modules(v)
+    qu = next(m for m in mods if m == f"{top}.qu")
+    arrays = [m for m in mods if m.startswith(f"{top}.array_") and m.count(".") == 1]
+    cmos = SynthTarget.CMOS
+    return {"quant_unit": synth_module(v, qu, cmos, d / "qu", reuse=True),
+            "array": synth_module(v, arrays[0], cmos, d / "array", reuse=True),
+            "rest": synth_module(v, top, cmos, d / "rest", blackbox=(qu, *arrays), reuse=True)}
+
+
+def _sram(r: dict, prefix: str) -> float:
+    """SRAM area of a synthesis result's memories whose name starts with ``prefix``."""
+    return sum(mem["area_um2_45nm"] for mem in r["memories"] if mem["name"].startswith(prefix))
+
+
+def areas(base: Config) -> dict:
+    """The FMDQ linear datapath's area per part (``PARTS``, um^2, module docstring); cached
+    per configuration."""
+    from dstar.hw.fmdq.geometry import FmdqGeometry
+    cfg = fmdq_config(base)
+    geo = geometry(cfg)
+    cache = build_dir("efficiency", "fmdq", f"area-{_key(cfg, 2)}.json")
+    if cache.is_file():
+        return json.loads(cache.read_text())
+    t0 = time.monotonic()
+    r = _synth_linear(cfg)
+    na, arr, rest, qu = geo["n_arrays"], r["array"], r["rest"], r["quant_unit"]
+    parts = {"pe_logic": na * arr["area_um2_45nm_logic"],
+             "weight_window": na * _sram(arr, "wmem"), "y_memory": na * _sram(arr, "y"),
+             "quant_unit": qu["area_um2_45nm"], "group_memory": _sram(rest, "groups"),
+             "state_memories": _sram(rest, "target") + _sram(rest, "state"),
+             "weight_memories": _sram(rest, "weights"),
+             "control": rest["area_um2_45nm_logic"]}
+    other = arr["area_um2_45nm_sram"] - (parts["weight_window"] + parts["y_memory"]) / na
+    assert abs(other) < 1 and abs(rest["area_um2_45nm_sram"] - sum(
+        parts[k] for k in ("group_memory", "state_memories", "weight_memories"))) < 1, \
+        "every memory of the FMDQ layer has its part"
+    out = {"geometry": geo, "fmdq_geometry": FmdqGeometry(cfg).to_dict(),
+           "parts_um2": {k: round(v, 1) for k, v in parts.items()},
+           "quant_unit": {"sort_latency": None, "ffs": qu["ffs"],
+                          "logic_um2": qu["area_um2_45nm_logic"],
+                          "code_buffer_sram_um2": qu["area_um2_45nm_sram"]},
+           "array_ffs": arr["ffs"], "seconds": round(time.monotonic() - t0, 1)}
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    return out
+
+
+def row(base: Config, steps: int, ref: dict, layers=None) -> dict:
+    """FMDQ's report row against the baseline's ``ref`` row (``cycles``, ``pe_area_um2``,
+    ``datapath_area_um2``): cycles (and the replay alone), areas per part, throughput per area
+    at both levels, and the speed-up at the baseline's datapath area (arrays added or removed
+    in proportion, the other parts kept: a first-order estimate)."""
+    c = run_cycles(base, steps, layers)
+    a = areas(base)
+    p = a["parts_um2"]
+    pe = sum(p[k] for k in PE_PARTS)
+    dp = sum(p.values())
+    sp = ref["cycles"] / c["cycles"]
+    return {"cycles": c["cycles"], "speedup_vs_dense": round(sp, 4),
+            "pe_area_um2": round(pe, 1), "datapath_area_um2": round(dp, 1),
+            "tpa_pe_vs_dense": round(sp * ref["pe_area_um2"] / pe, 4),
+            "tpa_datapath_vs_dense": round(sp * ref["datapath_area_um2"] / dp, 4),
+            "speedup_at_equal_area": round(
+                sp * max(0.0, ref["datapath_area_um2"] - (dp - pe)) / pe, 4),
+            "replay_cycles": c["replay"], "encode_cycles": c["encode"],
+            "speedup_replay_only": round(ref["cycles"] / c["replay"], 4),
+            "parts_um2": p, "geometry": a["geometry"], "quant_unit": a["quant_unit"],
+            "mean_width_bits": c["mean_width_bits"], "layer_steps": c["layer_steps"]}
