@@ -79,7 +79,7 @@ _BUNDLED_RUN_ONLY = ("steps", "samples", "seed", "workload", "cfg_scale")
 
 #: Config fields that have a flag of their own (``_add_config_args``, ``dstar generate``).
 _FIELD_FLAGS = ("tau", "refresh_linear", "lattice_bits", "steps", "samples", "seed", "theta",
-                "refresh_attn", "packing", "datapath", "workload")
+                "refresh_attn", "packing", "datapath", "workload", "masks")
 
 
 def _config(args):
@@ -234,7 +234,8 @@ def cmd_analyze(args) -> int:
         if not args.quiet:      # hours of runs announce themselves before the first dot
             print(f"sweep of {len(points)} points: {len(points) + 2} sampling runs (FP32, "
                   f"W8A8, then each point) of {cfg.steps} steps", file=sys.stderr, flush=True)
-        rep = analyze.run_sweep(cfg, grid, progress=_progress(args.quiet))
+        rep = analyze.run_sweep(cfg, grid, progress=_progress(args.quiet),
+                                workers=args.workers or 1)
         if args.plot is not None:
             rep["plot"] = str(args.plot)
         print(_dump(rep) if args.json else analyze.format_sweep(rep), flush=True)
@@ -272,6 +273,47 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def _sar_masks(cfg, what: str):
+    """With ``attention = "sar"``: the run's mask file read and checked against the bundled
+    model (``MaskError``: one line naming the mismatch)."""
+    from .config import Attention
+    if cfg.attention is not Attention.SAR:
+        return None
+    from dstar.golden.dit import load_weights
+    from dstar.golden.sar import masks_for
+    ms = masks_for(cfg, load_weights(workload=cfg.workload)[0])
+    raise UserError(f"attention = 'sar': mask file {ms.source!r} matches the model, but {what} "
+                    "runs v1's attention engine only so far (issue 29 part 2); use "
+                    "attention = 'residual'")
+
+
+def cmd_profile_masks(args) -> int:
+    """The calibration run must not use the evaluation's seed (``seed``)."""
+    from dstar.golden.dit import DiT
+    from dstar.golden.sar import profile_masks
+
+    from .outputs import check_output_file, write_atomic
+    cfg = _config(args)
+    if args.calib_seed == cfg.seed:
+        raise UserError(f"--calib-seed {args.calib_seed} is the evaluation's seed (seed = "
+                        f"{cfg.seed}): profile on other samples")
+    check_output_file(args.output, "--output")
+    model = DiT.bundled(cfg.workload)
+    prog = _progress(args.quiet)
+    ms = profile_masks(model, cfg, samples=args.calib_samples, seed=args.calib_seed,
+                       steps=cfg.steps, theta=cfg.theta,
+                       progress=lambda i, n: prog("calibration", i, n))
+    write_atomic(args.output, ms.to_bytes())
+    m = ms.meta
+    print(f"masks of {m['workload']} ({m['layers']} layers x {m['heads']} heads, {m['tokens']} "
+          f"tokens, blocks {m['block_q']} x {m['block_k']}) at theta {m['theta']}: "
+          f"{ms.mask.mean():.3f} of the blocks kept (per layer: "
+          + " ".join(f"{v:.2f}" for v in ms.mask.mean(axis=(1, 2, 3)))
+          + f"); calibration: {m['samples']} samples, seed {m['seed']}, {m['steps']} steps")
+    print(f"wrote {args.output}")
+    return 0
+
+
 def cmd_trace(args) -> int:
     from dstar.golden.trace import trace_path
 
@@ -303,6 +345,7 @@ def cmd_generate(args) -> int:
 
     from .outputs import atomic_dir, check_output_dir
     cfg = _config(args)
+    _sar_masks(cfg, "dstar generate")
     out = check_output_dir(args.output)
     check_buildable(cfg)
     if args.accelerator and cfg.datapath != Datapath.DSTAR:
@@ -339,6 +382,7 @@ def cmd_run(args) -> int:
     cfg = _config(args)
     if cfg.datapath != Datapath.DSTAR:
         raise UserError(f"dstar run needs datapath=dstar, not {cfg.datapath}")
+    _sar_masks(cfg, "dstar run")
 
     def say(line):
         if not args.quiet:
@@ -625,10 +669,25 @@ def build_parser() -> argparse.ArgumentParser:
                         "token_tile, sort_window, fmdq_rule, fmdq_thr0, fmdq_lattice; "
                         "linears=dstar,w8a8,float and attention=dstar,float run one "
                         "mechanism alone)")
+    p.add_argument("--workers", type=_pos_int, metavar="N",
+                   help="with --sweep: run its points in N processes (default: 1)")
+    p.add_argument("--masks", metavar="FILE", help="SAR's mask file (attention = 'sar'; "
+                   "default: the workload's bundled one; `dstar profile-masks` writes one)")
     p.add_argument("--plot", type=Path, metavar="FILE.png",
                    help="with --sweep: also write its PSNR vs work (attention blocks computed "
                         "on reuse steps) as a PNG plot")
     p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("profile-masks", help="SAR's static block masks of a bundled DiT from an "
+                       "FP32 calibration run (spec 7.3)")
+    _add_config_args(p, workload=True)
+    p.add_argument("-o", "--output", type=Path, required=True, help="the mask file (.npz)")
+    p.add_argument("--calib-samples", type=_pos_int, default=4, metavar="N",
+                   help="calibration images (default: %(default)s)")
+    p.add_argument("--calib-seed", type=_nonneg_int, default=1000, metavar="S",
+                   help="calibration noise seed, not the evaluation's (default: %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_profile_masks, masks=None)
 
     p = sub.add_parser("trace", help="record the bundled DiT's FP32 run as a trace file")
     _add_config_args(p, workload=True)
@@ -668,6 +727,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also the accelerator top (dstar.v: both blocks on shared PE arrays "
                    "behind a command stream; its manifest under 'accelerator')")
     p.add_argument("-o", "--output", type=Path, required=True, help="output directory")
+    p.add_argument("--masks", metavar="FILE", help="SAR's mask file (attention = 'sar')")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("lint", help="verilator --lint-only -Wall on every generated top, "
@@ -679,6 +739,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "accelerator top in an HDL simulator, checked against the golden model")
     _add_config_args(p)
     _add_workload_arg(p)
+    p.add_argument("--masks", metavar="FILE", help="SAR's mask file (attention = 'sar')")
     p.add_argument("--sim", choices=["icarus", "verilator"], default="verilator",
                    help="the simulator (default: %(default)s; Icarus only for small configs)")
     p.add_argument("--steps", dest="run_steps", type=_pos_int, default=3, metavar="N",
@@ -962,7 +1023,8 @@ def _user_errors() -> tuple:
     from .outputs import OutputError
     types = [ConfigError, UserError, OutputError, FileNotFoundError]
     for module, name in (("dstar.golden.trace", "TraceError"), ("dstar.synth.flows", "SynthError"),
-                         ("dstar.bench_tests", "TestBenchError")):
+                         ("dstar.bench_tests", "TestBenchError"),
+                         ("dstar.golden.sar", "MaskError")):
         if module in sys.modules:
             types.append(getattr(sys.modules[module], name))
     return tuple(types)
