@@ -20,17 +20,20 @@ from amaranth import Shape, Signal
 from amaranth.back import verilog
 from amaranth.lib import data, wiring
 
-from dstar.config import Config, ConfigError, Datapath
+from dstar.config import Config, ConfigError, Datapath, Encoding
 from dstar.outputs import write_atomic
 
 from .dense import DenseLinearLayer
+from .fmdq.geometry import FmdqGeometry
+from .fmdq.linear import FmdqLinear
 from .geometry import COUNTER_BITS, AttentionGeometry, Geometry
 from .int8 import Int8LinearLayer
 from .linear import LinearLayer
 
 __all__ = ["generate", "build", "build_accelerator", "check_buildable", "generate_block",
            "manifest", "attention_manifest", "accelerator_manifest", "top_of", "TOP_NAME",
-           "ATTN_TOP_NAME", "ACCEL_TOP_NAME", "OUTPUTS", "Tops", "TOPS", "MAX_MEMORY_WORDS"]
+           "ATTN_TOP_NAME", "ACCEL_TOP_NAME", "OUTPUTS", "Tops", "TOPS", "ENCODED_TOPS",
+           "MAX_MEMORY_WORDS"]
 
 TOP_NAME = "dstar_linear"
 ATTN_TOP_NAME = "dstar_attention"
@@ -102,8 +105,19 @@ TOPS: dict[Datapath, Tops] = {
 }
 
 
+#: The DSTAR datapath's ``dstar_linear`` top of each ``Encoding`` (v1's nibble encoder and
+#: dispatcher, or FMDQ's quantization unit and SIMD-4 arrays).
+ENCODED_TOPS: dict[Encoding, Callable[[Config], wiring.Component]] = {
+    Encoding.NIBBLE: LinearLayer,
+    Encoding.FMDQ: FmdqLinear,
+}
+
+
 def top_of(cfg) -> wiring.Component:
-    """The ``dstar_linear`` top ``cfg`` generates (``TOPS[cfg.datapath]``)."""
+    """The ``dstar_linear`` top ``cfg`` generates (``TOPS[cfg.datapath]``; the DSTAR datapath's
+    by ``ENCODED_TOPS[cfg.encoding]``)."""
+    if cfg.datapath is Datapath.DSTAR:
+        return ENCODED_TOPS[cfg.encoding](cfg)
     return TOPS[cfg.datapath].linear(cfg)
 
 
@@ -241,6 +255,8 @@ def check_buildable(cfg, *, attention: bool = True) -> dict:
                           "model only; the RTL does not shift a token's state and accumulators "
                           "yet (refine_max = 0 builds)")
     mems = Geometry(cfg).memories()
+    if cfg.datapath is Datapath.DSTAR and cfg.encoding is Encoding.FMDQ:
+        mems = {f"fmdq {k}": v for k, v in FmdqGeometry(cfg).memories().items()}
     if attention and TOPS[cfg.datapath].attention:
         for name, words in AttentionGeometry(cfg).memories().items():
             mems[f"attention {name}"] = words

@@ -18,6 +18,18 @@ The weight window's ``window`` rows load at one row per cycle into the free buff
 of window ``j - 2`` is free once that window's last group is accepted); a window's first group
 waits for its rows. That loader is the layer sequencer's (not built yet): this part of the
 model is the sequencer's specification, not yet checked against RTL.
+
+``linear_cycles``: the FMDQ linear datapath (``dstar.hw.fmdq.linear.FmdqLinear``), exactly, and
+checked against its RTL: every counter of a run from the encoded difference. Its phases:
+
+* encode: the units' sub-channels enter the quantization unit from the run's third cycle on, one
+  per cycle (``dstar.sim.fmdq_qu_cycles.predict`` gives every update and group); the phase ends
+  the cycle after its last update or group, whichever is later;
+* replay, from the next cycle: per column block, each window with a group is a pass, loaded in
+  ``min(W, K - j W)`` cycles (one cycle to start, one row per cycle, the rows usable two cycles
+  after the last is addressed) once pass ``p - 2``'s last group is accepted; the groups follow
+  the array's recurrence above, a pass's first group also waiting for its rows; the run ends
+  ``DRAIN_TAIL + 2`` cycles after the last unit's rows are written out.
 """
 
 import numpy as np
@@ -25,7 +37,10 @@ import numpy as np
 from dstar.golden.fmdq import LANES, FmdqEncoded, _shift_counts
 from dstar.golden.fmdq_pe import unit_bubbles
 
-__all__ = ["array_cycles", "unit_table", "layer_cycles", "DRAIN_TAIL"]
+from .fmdq_qu_cycles import Window, predict
+
+__all__ = ["array_cycles", "unit_table", "layer_cycles", "DRAIN_TAIL", "linear_cycles",
+           "qu_timing"]
 
 #: Cycles from a unit's last accepted group to its ``o_unit_done``, beyond its ``n_tok`` rows.
 DRAIN_TAIL = 3
@@ -90,3 +105,52 @@ def _run_with_loads(g, b, n, window: int) -> int:
             done = last + prev_n + DRAIN_TAIL + 1
         win_last[j % 2] = last
     return int(done)
+
+
+def qu_timing(window: int) -> tuple[int, int]:
+    """``(sort_latency, buffers)`` of ``FmdqLinear``'s quantization unit (one sub-channel a
+    beat, a register after every comparator stage, the default buffers)."""
+    from dstar.golden.fmdq import MAX_SLICES
+    from dstar.hw.fmdq.quant_unit import default_buffers
+    from dstar.hw.fmdq.sorter import register_stages
+    lat = register_stages(window * MAX_SLICES, 1, MAX_SLICES)
+    return lat, default_buffers(window, 1, lat)
+
+
+def linear_cycles(enc: FmdqEncoded, window: int, n_mt: int, *, sort_latency: int | None = None,
+                  buffers: int | None = None) -> dict[str, int]:
+    """The counters of one ``FmdqLinear`` run on the difference ``enc`` over ``n_mt`` column
+    blocks (``dstar.sim.fmdq_linear_io.COUNTERS``; the quantization unit's ``sort_latency`` and
+    ``buffers``, ``qu_timing``'s by default)."""
+    if sort_latency is None or buffers is None:
+        sort_latency, buffers = qu_timing(window)
+    g, b, n = unit_table(enc, window)
+    k = enc.shift.shape[1]
+    n_win = g.shape[0]
+    issued = (g > 0) | (np.arange(n_win) == 0)[:, None]
+    g_iss = np.where(issued, np.maximum(g, 1), 0)
+    qu = predict([[Window(min(window, k - j * window), int(g[j, t]), j == 0)]
+                  for j in range(n_win) for t in range(enc.n_tiles)], sort_latency, buffers)
+    a0 = 2                                          # the first beat's cycle (after start)
+    b0 = a0 + max(qu.updates[-1], qu.groups[-1] if qu.groups else 0) + 2
+    passes = [j for j in range(n_win) if issued[j].any()] * n_mt
+    rows = [min(window, k - j * window) for j in passes]
+    accept_last, stall = [], 0                      # per pass: its last group's acceptance
+    load_free, prev_l, prev_n, valid_at = b0, None, 0, b0 + 1
+    for p, j in enumerate(passes):
+        c = max(load_free, b0, accept_last[p - 2] + 1 if p >= 2 else b0)
+        load_free = c + rows[p] + 1
+        ready = c + rows[p] + 2
+        stall += max(0, ready - valid_at)
+        first = max(valid_at, ready)
+        for t in np.flatnonzero(issued[j]):
+            gu, bu = int(g_iss[j, t]), int(b[j, t])
+            end = first + gu + bu - 1
+            last = end if prev_l is None else max(end, prev_l + prev_n)
+            prev_l, prev_n = last, int(n[j, t])
+            first = valid_at = last + 1
+        accept_last.append(prev_l)
+    st = enc.stats(window)
+    return {"cycles": prev_l + prev_n + DRAIN_TAIL + 1, "stall_load": stall,
+            "count_groups": int(g_iss.sum()), "count_units": int(issued.sum()),
+            "count_clipped": st["clipped"], "count_saturated": st["saturated"]}

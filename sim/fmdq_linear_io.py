@@ -60,18 +60,19 @@ class FmdqImage:
         return {tile * self.max_k + c: _pack(pad[tile * t:(tile + 1) * t, c], self.state_bits)
                 for tile in range(pad.shape[0] // t) for c in range(self.k)}
 
-    def weight_words(self, w_q, array: int) -> dict[int, int]:
-        """Array ``array``'s weight words of ``w_q`` ``(k, m)``: row ``k`` of block ``mt`` at
-        ``mt * K + k``."""
-        cols, bc = self.geo["columns"], self.geo["block_cols"]
-        out = {}
-        for mt in range(self.n_mt):
-            c0 = mt * bc + array * cols
-            block = np.zeros((self.k, cols), np.int64)
-            part = np.asarray(w_q)[:, c0:c0 + cols]
-            block[:, :part.shape[1]] = part
-            out.update({mt * self.k + r: _pack(block[r], 8) for r in range(self.k)})
-        return out
+    @property
+    def weight_span(self) -> int:
+        """Words the layer's weights take: ``n_mt * K``."""
+        return self.n_mt * self.k
+
+    def weight_words(self, w_q, base: int = 0) -> dict[int, int]:
+        """The weight words of ``w_q`` ``(k, m)``, a whole row of a column block each: row
+        ``k`` of block ``mt`` at ``base + mt * K + k``."""
+        bc = self.geo["block_cols"]
+        pad = np.zeros((self.k, self.n_mt * bc), np.int64)
+        pad[:, :self.m] = w_q
+        return {base + mt * self.k + r: _pack(pad[r, mt * bc:(mt + 1) * bc], 8)
+                for mt in range(self.n_mt) for r in range(self.k)}
 
 
 @dataclass
@@ -100,9 +101,8 @@ async def run_fmdq_step(io, img: FmdqImage, target, *, key: bool, w_q=None, stat
     g = img.geo
     n_arrays = g["block_cols"] // g["columns"]
     if w_q is not None:
-        for a in range(n_arrays):
-            await _write(io, "host_w_we", "host_w_addr", "host_w_wdata",
-                         img.weight_words(w_q, a), 1 << a)
+        await _write(io, "host_w_we", "host_w_addr", "host_w_wdata", img.weight_words(w_q),
+                     (1 << n_arrays) - 1)
     if state is not None:
         await _write(io, "host_state_we", "host_sub_addr", "host_state_wdata",
                      img.sub_words(state))

@@ -8,7 +8,7 @@ Memory organisation (the quantization unit reads *sub-channels*: one channel ove
 * target and state: one word per sub-channel, ``T`` signed ``state_bits`` integers (token ``t``
   of the tile at element ``t``), address ``tile * max_k + k``;
 * weights, one memory per array: ``max_k * n_mt_max`` words of ``m_tile`` INT8, row ``k`` of
-  column block ``mt`` at ``mt * K + k`` (``K`` the run's: the blocks are packed);
+  column block ``mt`` at ``w_base + mt * K + k`` (``K`` the run's: the blocks are packed);
 * accumulators ``Y``, one per array: ``max_tokens * n_mt_max`` words of ``m_tile`` signed
   ``y_bits`` integers, token ``n`` of column block ``mt`` at ``n * n_mt_max + mt`` (v1's rule);
 * groups: the quantization unit's output of one step, replayed for every column block
@@ -107,6 +107,13 @@ class FmdqGeometry:
     def group_depth(self) -> int:
         """Entries of the group memory: every unit of a step at its most groups."""
         return self.n_tiles_max * self.n_win_max * unit_groups_max(self.window, self.cfg.e_max)
+
+    def memories(self) -> dict[str, int]:
+        """Words of each memory of the top (for ``dstar.hw.generate.check_buildable``)."""
+        n = self.cfg.n_arrays
+        return {"target": self.sub_depth, "state": self.sub_depth, "groups": self.group_depth,
+                "weights": n * self.weight_depth, "y": n * self.y_depth,
+                "weight window": n * 2 * self.window}
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in (

@@ -50,8 +50,8 @@ class FmdqLinear(wiring.Component):
     invariants do).
 
     A run (``start`` while idle; ``n_tokens`` rows, ``n_k`` = K channels, ``n_mt`` column
-    blocks of ``m_tile * n_arrays`` columns, ``key``, captured at ``start``; nothing runs if
-    any is zero) has two phases:
+    blocks of ``m_tile * n_arrays`` columns, ``key`` and the weights' first word ``w_base``,
+    captured at ``start``; nothing runs if any count is zero) has two phases:
 
     1. *Encode*: every sub-channel (windows outer, token tiles, channels inner) is read from the
        target and state memories, one per cycle, into the quantization unit (``QuantUnit``);
@@ -75,9 +75,12 @@ class FmdqLinear(wiring.Component):
     and saturated sub-channels (all cleared by ``start``).
 
     Host ports (flat vectors, for cocotb; memory layouts in ``FmdqGeometry``): the target and
-    state memories by ``host_sub_addr`` (the state read one cycle later), the weights of array
-    ``a`` by ``host_w_addr`` / ``host_w_we[a]``, ``Y`` by ``host_y_addr`` (one cycle later);
-    only while ``busy`` is low. Reset stops a run; the memories keep their contents.
+    state memories by ``host_sub_addr`` (the state read one cycle later); the weights by
+    ``host_w_addr``, a whole row of a column block per word (array ``a``'s ``m_tile`` weights
+    at element ``a * m_tile``) written into the arrays ``host_w_we`` selects; ``Y`` by
+    ``host_y_addr`` (read one cycle later; ``host_y_we`` writes a whole row of a column block,
+    array ``a``'s at element ``a * m_tile``); only while ``busy`` is low. Reset stops a run;
+    the memories keep their contents.
     """
 
     def __init__(self, cfg):
@@ -90,6 +93,7 @@ class FmdqLinear(wiring.Component):
             "n_tokens": In(uwidth(cfg.max_tokens + 1)),
             "n_k": In(uwidth(cfg.max_k + 1)),
             "n_mt": In(uwidth(geo.n_mt_max + 1)),
+            "w_base": In(uwidth(geo.weight_depth)),
             "busy": Out(1),
             "cycles": Out(COUNTER_BITS),
             "stall_load": Out(COUNTER_BITS),
@@ -105,14 +109,25 @@ class FmdqLinear(wiring.Component):
             "host_state_rdata": Out(sub),
             "host_w_addr": In(uwidth(geo.weight_depth)),
             "host_w_we": In(cfg.n_arrays),
-            "host_w_wdata": In(8 * geo.columns),
+            "host_w_wdata": In(8 * geo.block_cols),
             "host_y_addr": In(uwidth(geo.y_depth)),
             "host_y_rdata": Out(y_row).array(cfg.n_arrays),
+            "host_y_we": In(1),
+            "host_y_wdata": In(y_row * cfg.n_arrays),
         })
 
     @property
     def geometry(self) -> FmdqGeometry:
         return self._geo
+
+    def layouts(self) -> dict:
+        """The memory-word and payload layouts a testbench needs (``params.json``
+        ``layouts``)."""
+        geo = self._geo
+        return {"sub_word": sub_word_layout(geo),
+                "weight_row": data.ArrayLayout(signed(8), geo.columns),
+                "y_row": data.ArrayLayout(signed(geo.y_bits), geo.columns),
+                "group_entry": group_entry_layout(geo)}
 
     def quant_unit(self) -> QuantUnit:
         geo, cfg = self._geo, self._geo.cfg
@@ -127,17 +142,22 @@ class FmdqLinear(wiring.Component):
         for a in range(cfg.n_arrays):
             arr = FmdqPEArray(tokens=geo.tokens, columns=geo.columns, window=geo.window,
                               e_max=cfg.e_max, channel_bits=geo.channel_bits,
-                              y_depth=geo.y_depth, y_bits=geo.y_bits, y_stride=geo.n_mt_max)
+                              y_depth=geo.y_depth, y_bits=geo.y_bits, y_stride=geo.n_mt_max,
+                              host_writes=True)
             m.submodules[f"array_{a}"] = arr
             arrays.append(arr)
+            y_row = len(self.host_y_rdata[a])
             m.d.comb += [arr.host_y_addr.eq(self.host_y_addr),
-                         self.host_y_rdata[a].eq(arr.host_y_rdata)]
+                         self.host_y_rdata[a].eq(arr.host_y_rdata),
+                         arr.host_y_we.eq(self.host_y_we),
+                         arr.host_y_wdata.eq(self.host_y_wdata.word_select(a, y_row))]
         m.submodules.groups = gmem = Memory(shape=group_entry_layout(geo),
                                             depth=geo.group_depth, init=[])
 
         phase = Signal(range(3))
         run = {"key": Signal(), "n_tokens": Signal.like(self.n_tokens),
-               "n_k": Signal.like(self.n_k), "n_mt": Signal.like(self.n_mt)}
+               "n_k": Signal.like(self.n_k), "n_mt": Signal.like(self.n_mt),
+               "w_base": Signal.like(self.w_base)}
         restart = self.start & (phase == _IDLE)
         empty = (self.n_tokens == 0) | (self.n_k == 0) | (self.n_mt == 0)
         enc_done, rep_done = Signal(), Signal()
@@ -308,7 +328,8 @@ class FmdqLinear(wiring.Component):
             m.submodules[f"weights_{a}"] = wm
             wr, rd = wm.write_port(), wm.read_port()
             m.d.comb += [wr.en.eq(self.host_w_we[a]), wr.addr.eq(self.host_w_addr),
-                         wr.data.eq(self.host_w_wdata), rd.addr.eq(w_addr),
+                         wr.data.eq(self.host_w_wdata.word_select(a, 8 * geo.columns)),
+                         rd.addr.eq(w_addr),
                          arr.i_wrow.valid.eq(w_valid), arr.i_wrow.payload.bank.eq(w_bank),
                          arr.i_wrow.payload.row.eq(w_row), arr.i_wrow.payload.w.eq(rd.data)]
         m.d.sync += [w_valid.eq(l_active), w_row.eq(l_row), w_bank.eq(l_p[0]), l_ok.eq(l_p)]
@@ -364,6 +385,6 @@ class FmdqLinear(wiring.Component):
             m.d.sync += self.stall_load.eq(self.stall_load + 1)
         m.d.comb += rep_done.eq(~f_more & ~r_valid & (u_done == u_iss))
         with m.If(restart):
-            m.d.sync += [l_p.eq(0), d_p.eq(0), l_i.eq(0), l_mt.eq(0), l_base.eq(0),
+            m.d.sync += [l_p.eq(0), d_p.eq(0), l_i.eq(0), l_mt.eq(0), l_base.eq(self.w_base),
                          l_row.eq(0), l_active.eq(0), a_ptr.eq(0), f_i.eq(0), f_mt.eq(0),
                          f_p.eq(0), f_more.eq(1), r_valid.eq(0), u_iss.eq(0), u_done.eq(0)]

@@ -90,7 +90,8 @@ class FmdqPEArray(wiring.Component):
     partly accumulated unit and a pending write-out are dropped); weights, accumulators and
     ``Y`` keep their contents. ``host_y_addr`` reads ``Y`` (``host_y_rdata`` one cycle later)
     while no row is being written out (``host_y_addr`` is ignored in the cycles a unit's rows
-    are read).
+    are read). With ``host_writes``, ``host_y_we`` writes ``host_y_wdata`` into row
+    ``host_y_addr`` (a saved ``Y`` restored), only while no unit's rows are written out.
 
     Members
     -------
@@ -102,7 +103,7 @@ class FmdqPEArray(wiring.Component):
 
     def __init__(self, *, tokens: int, columns: int, window: int, e_max: int,
                  channel_bits: int, y_depth: int, y_bits: int, y_stride: int = 1,
-                 weights: str = "memory"):
+                 weights: str = "memory", host_writes: bool = False):
         if window < 2 or window & (window - 1):
             raise ValueError(f"window must be a power of two >= 2, got {window}")
         if weights not in ("memory", "registers"):
@@ -110,7 +111,7 @@ class FmdqPEArray(wiring.Component):
         self.weights = weights
         self.tokens, self.columns, self.window, self.e_max = tokens, columns, window, e_max
         self.channel_bits, self.y_depth, self.y_bits = channel_bits, y_depth, y_bits
-        self.y_stride = y_stride
+        self.y_stride, self.host_writes = y_stride, host_writes
         self.acc_bits = acc_bits(window, e_max)
         if y_bits < self.acc_bits:
             raise ValueError(f"y_bits={y_bits} is narrower than a unit's sum ({self.acc_bits})")
@@ -121,6 +122,8 @@ class FmdqPEArray(wiring.Component):
             "o_unit_done": Out(1),
             "host_y_addr": In(uwidth(y_depth)),
             "host_y_rdata": Out(data.ArrayLayout(signed(y_bits), columns)),
+            **({"host_y_we": In(1), "host_y_wdata": In(data.ArrayLayout(signed(y_bits), columns))}
+               if host_writes else {}),
         })
 
     def elaborate(self, platform):
@@ -312,3 +315,7 @@ class FmdqPEArray(wiring.Component):
                      self.o_unit_done.eq(a_valid & a_done)]
         for c in range(n_m):
             m.d.comb += y_wr.data[c].eq(Mux(a_over, a_val[c], y_rd.data[c] + a_val[c]))
+        if self.host_writes:
+            with m.If(~a_valid):
+                m.d.comb += [y_wr.en.eq(self.host_y_we), y_wr.addr.eq(self.host_y_addr),
+                             y_wr.data.eq(self.host_y_wdata)]
