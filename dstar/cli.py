@@ -908,6 +908,10 @@ def _add_bench_efficiency(bsub) -> None:
 
 
 def main(argv=None) -> int:
+    if sys.stdout is None:      # started with stdout closed (>&-): refuse before any work
+        print("dstar: error: the standard output is closed; redirect it (> FILE or "
+              ">/dev/null) instead", file=sys.stderr)
+        return 2
     ap = build_parser()
     # The pass-through command (train) hands every option it does not know to the tool it
     # fronts; argparse's REMAINDER alone misses a leading option such as --help.

@@ -100,3 +100,12 @@ def test_waves_false_means_no_waveforms(monkeypatch):
         assert not waves_requested()
     monkeypatch.setenv("WAVES", "1")
     assert waves_requested()
+
+
+def test_a_closed_stdout_is_one_line_before_any_work(tmp_path):
+    p = subprocess.run(["sh", "-c", f"'{sys.executable}' -m dstar.cli generate --preset tiny "
+                        "-o g >&-"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.strip() == (
+        "dstar: error: the standard output is closed; redirect it (> FILE or >/dev/null) "
+        "instead")
+    assert not (tmp_path / "g").exists()
