@@ -128,10 +128,14 @@ def _fail(path, msg):
 def _entry(path, f, key) -> np.ndarray:
     """One entry of the open archive, or a ``TraceError`` naming it (bad CRC, truncation, ...)."""
     try:
-        return f[key]
+        arr = f[key]
     except Exception as e:  # noqa: BLE001 (a damaged member is the file's fault, not ours)
         _fail(path, f"entry {key!r} is unreadable ({type(e).__name__}: {e}); the file is "
                     "damaged or was not completely written")
+    if not isinstance(arr, np.ndarray):     # NumPy hands back the raw bytes of such a member
+        _fail(path, f"entry {key!r} is not a NumPy array (no .npy header in member "
+                    f"{key + '.npy'!r})")
+    return arr
 
 
 def load_trace(path) -> Trace:
@@ -211,8 +215,9 @@ def load_trace(path) -> Trace:
             else:
                 if what not in ("q", "k", "v"):
                     _fail(path, f"unknown entry {key!r}")
-                if arr.ndim != 5 or arr.shape[0] != steps:
-                    _fail(path, f"{key} must be (steps={steps}, B, H, N, Dh), got {arr.shape}")
+                if arr.ndim != 5 or arr.shape[0] != steps or 0 in arr.shape:
+                    _fail(path, f"{key} must be (steps={steps}, B, H, N, Dh) with B, H, N, "
+                                f"Dh >= 1, got {arr.shape}")
                 tr.attn.setdefault(name, {})[what] = arr
     for name in tr.linear_x.keys() | tr.linear_w.keys() | tr.linear_b.keys() | \
             tr.linear_tokens.keys():

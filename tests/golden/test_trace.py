@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 
@@ -226,7 +228,8 @@ def test_steps_must_be_one_integer(tmp_path, steps):
 @pytest.mark.parametrize("n,k,m", [(0, 32, 16), (8, 0, 16), (8, 32, 0)])
 def test_empty_layers_are_refused(tmp_path, n, k, m):
     f = save_trace(tmp_path / "t.npz", small_trace(np.random.default_rng(9), n=n, k=k, m=m))
-    with pytest.raises(TraceError, match=r"must be \((steps=3, N, K|M, K)\) with .* >= 1, got"):
+    with pytest.raises(TraceError, match=r"must be \((steps=3, N, K|M, K|steps=3, B, H, N, "
+                                         r"Dh)\) with .* >= 1, got"):
         load_trace(f)
 
 
@@ -256,3 +259,34 @@ def test_a_trace_of_huge_values_is_undefined_without_warnings(recwarn):
     rep = run_trace(preset("default"), tr)
     assert np.isnan(rep["dstar"]["linear_output_sqnr_db"])
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 2, 0, 4), (1, 1, 2, 8, 0), (1, 0, 2, 8, 4)])
+def test_an_empty_attention_axis_is_refused(tmp_path, shape):
+    a = np.zeros(shape, np.float32)
+    f = _write(tmp_path / "a.npz", format=np.array(FORMAT), steps=np.array(1),
+               **{"linear/a/x": np.zeros((1, 4, 16)), "linear/a/weight": np.zeros((8, 16))},
+               **{f"attn/blk/{c}": a for c in "qkv"})
+    with pytest.raises(TraceError, match=r"attn/blk/\w must be .* >= 1, got " + re.escape(
+            str(shape))):
+        load_trace(f)
+
+
+@pytest.mark.parametrize("member", ["steps", "linear/a/x"])
+def test_a_member_that_is_not_npy_is_named(tmp_path, member):
+    import io
+    import zipfile
+
+    def npy(a):
+        b = io.BytesIO()
+        np.save(b, a)
+        return b.getvalue()
+
+    members = {"format": npy(np.array(FORMAT)), "steps": npy(np.array(1)),
+               "linear/a/x": npy(np.zeros((1, 4, 16))), "linear/a/weight": npy(np.zeros((8, 16)))}
+    members[member] = b"garbage"
+    with zipfile.ZipFile(tmp_path / "n.npz", "w") as z:
+        for k, data in members.items():
+            z.writestr(k + ".npy", data)
+    with pytest.raises(TraceError, match=f"entry '{member}' is not a NumPy array"):
+        load_trace(tmp_path / "n.npz")
