@@ -23,8 +23,10 @@ Attention key step (the first call for a layer, ``step == 0``, and every ``refre
 
 1. Full softmax over every key: ``(P, l)``; ``O_full = normalize(P V, l)``.
 2. Block mass: per row ``i`` and key block ``J`` the row's share ``q[i, J] = block_fraction(
-   sum_{j in J} P[i, j], l[i])`` (16-bit fraction, truncating), summed over the rows of each query
-   block: ``M[I, J] = sum_{i in I} q[i, J]``; the total is ``T[I] = sum_J M[I, J]``.
+   sum_{j in J} P[i, j], l[i])`` of the applied weights ``P`` (``w = p << shift`` of
+   ``golden.softmax``, not its 8-bit mantissas ``p``; a 16-bit fraction, truncating), summed
+   over the rows of each query block: ``M[I, J] = sum_{i in I} q[i, J]``; the total is
+   ``T[I] = sum_J M[I, J]``.
 3. Mask: key blocks sorted by descending ``M`` (ties: lower block index first); the smallest prefix
    whose cumulative mass ``C`` satisfies ``C * 2**16 >= theta_q * T[I]`` with
    ``theta_q = rint(theta * 2**16)``. ``theta_q == 2**16`` (theta = 1) selects every block, also
@@ -66,9 +68,19 @@ def _amax_scale(amax):
     return np.where(amax > 0, amax / 127.0, 1.0)
 
 
-def _float(x):
+def _float(x, name: str = "x"):
+    """``x`` as a float array ``(..., N, D)`` with ``N, D >= 1`` and finite values; a
+    ``ValueError`` naming ``name`` and the first bad value or the shape otherwise (a NaN would
+    quantize to INT64_MIN with only a warning)."""
     x = np.asarray(x)
-    return x if np.issubdtype(x.dtype, np.floating) else x.astype(np.float64)
+    if x.ndim < 2 or 0 in x.shape[-2:]:
+        raise ValueError(f"{name} must be (..., N, D) with N, D >= 1, got shape {x.shape}")
+    x = x if np.issubdtype(x.dtype, np.floating) else x.astype(np.float64)
+    bad = ~np.isfinite(x)
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"{name} has a non-finite value {x[idx]} at index {idx}")
+    return x
 
 
 def _absmax(x, axis):
@@ -99,6 +111,10 @@ def quantize_per_head(x):
 def quantize_on(x, s):
     """``clip(rint(x / s), -127, 127)`` on a given per-head lattice ``s`` ``(...)``; returns
     ``(x_int, n_clipped)``."""
+    s = np.asarray(s, dtype=np.float64)
+    if not (np.isfinite(s).all() and (s > 0).all()):
+        bad = s[~(np.isfinite(s) & (s > 0))].flat[0]
+        raise ValueError(f"the lattice steps s must be finite and > 0, got {bad}")
     u = _on_lattice(_float(x), s[..., None, None])
     n_clipped = int(np.count_nonzero(u > 127) + np.count_nonzero(u < -127))
     return np.clip(u, -127, 127).astype(np.int64), n_clipped
@@ -164,6 +180,17 @@ def select_blocks(mass, theta: float, forced=None):
 
 
 # ----- one head, integers in and out (the RTL testbench's reference) -----
+def _check_head(q_int, k_int, v_int):
+    """A head's INT8 ``q (..., N, Dh)`` and ``k``, ``v (..., Nk, Dh)`` as int64, or a
+    ``ValueError`` naming the shapes (an empty axis made NumPy fail deep inside)."""
+    q, k, v = _check_int("q_int", q_int), _check_int("k_int", k_int), _check_int("v_int", v_int)
+    if q.ndim < 2 or k.ndim < 2 or 0 in q.shape[-2:] or k.shape != v.shape \
+            or k.shape[:-2] != q.shape[:-2] or k.shape[-2] < 1 or k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"a head needs q (..., N, Dh) and k, v (..., Nk, Dh) with N, Nk, "
+                         f"Dh >= 1, got {q.shape}, {k.shape}, {v.shape}")
+    return q, k, v
+
+
 def _check_int(name, x, lo=-128, hi=127):
     x = np.asarray(x)
     if not np.issubdtype(x.dtype, np.integer):
@@ -258,7 +285,7 @@ def attention_head(q_int, k_int, v_int, m, sh, mask=None, *, block_q: int = 16,
     optional block ``mask`` ``(..., nqb, nkb)`` (``None``: dense); ``group``/``e_max``: the
     probabilities' exponent groups (``golden.softmax``). Returns ``(o, w, l)``: the output ``O``
     int64 ``(..., N, Dh)``, the applied integer weights ``w = p << shift`` and their row sums."""
-    q, k, v = _check_int("q_int", q_int), _check_int("k_int", k_int), _check_int("v_int", v_int)
+    q, k, v = _check_head(q_int, k_int, v_int)
     res = _attend(q, k, v, m, sh, mask, block_q=block_q, block_k=block_k, frac_bits=frac_bits,
                   out_frac_bits=out_frac_bits, group=group, e_max=e_max, want_w=True)
     return res["o"], res["w"], res["l"]
@@ -272,7 +299,7 @@ def key_step_head(q_int, k_int, v_int, m, sh, *, block_q: int = 16, block_k: int
     int64 arrays ``o_full``, ``o_sel``, ``r`` (``o_full - o_sel``), bool ``mask`` ``(..., nqb,
     nkb)`` and the block masses ``mass``; the step's output is ``o_full``."""
     theta_fixed(theta)
-    q, k, v = _check_int("q_int", q_int), _check_int("k_int", k_int), _check_int("v_int", v_int)
+    q, k, v = _check_head(q_int, k_int, v_int)
     res = _attend(q, k, v, m, sh, None, theta, block_q=block_q, block_k=block_k,
                   frac_bits=frac_bits, out_frac_bits=out_frac_bits, group=group, e_max=e_max)
     res["r"] = res["o_full"] - res["o_sel"]
@@ -284,7 +311,7 @@ def reuse_step_head(q_int, k_int, v_int, m, sh, mask, r, *, block_q: int = 16,
                     out_frac_bits: int = DEFAULT_OUT_FRAC_BITS, group: int = DEFAULT_GROUP,
                     e_max: int = DEFAULT_E_MAX):
     """Reuse step: ``O_sel + R`` (int64 ``(..., N, Dh)``), ``O_sel`` on the masked blocks only."""
-    q, k, v = _check_int("q_int", q_int), _check_int("k_int", k_int), _check_int("v_int", v_int)
+    q, k, v = _check_head(q_int, k_int, v_int)
     res = _attend(q, k, v, m, sh, mask, block_q=block_q, block_k=block_k, frac_bits=frac_bits,
                   out_frac_bits=out_frac_bits, group=group, e_max=e_max)
     res["o"] += np.asarray(r, dtype=np.int64)

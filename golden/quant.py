@@ -52,13 +52,21 @@ def token_lattice(x, extra_bits: int = 0):
     """Per-token step ``d[n] = max|x[n, :]| / (127 * 2**extra_bits)`` (1 for an all-zero row),
     float64 ``(N,)``. ``extra_bits = 0`` is spec section 2's INT8 lattice; DSTAR's differential
     layers may use a finer one (``Config.lattice_bits``), as their state is wider than INT8."""
+    _check_extra_bits(extra_bits)
     amax = amax_rows(x)
     return np.where(amax > 0, amax / (127.0 * (1 << extra_bits)), 1.0)
+
+
+def _check_extra_bits(extra_bits) -> None:
+    if isinstance(extra_bits, bool) or not isinstance(extra_bits, (int, np.integer)) \
+            or not 0 <= extra_bits <= 52:
+        raise ValueError(f"extra_bits must be an integer in [0, 52], got {extra_bits!r}")
 
 
 def layer_lattice(x, extra_bits: int = 0):
     """One step for every row: ``max|x| / (127 * 2**extra_bits)`` over the whole ``x`` (1 if it
     is all zero), float64 ``(N,)``."""
+    _check_extra_bits(extra_bits)
     amax = amax_rows(x)
     top = float(amax.max(initial=0.0))
     return np.full(amax.shape, top / (127.0 * (1 << extra_bits)) if top > 0 else 1.0)
@@ -125,6 +133,9 @@ def w8a8_linear(x, w_q, s_w, bias=None, dtype=np.float64):
     """Dense W8A8: per-token INT8 activations re-quantized every step, per-channel INT8 weights.
     ``(x_q @ w_q) * d[:, None] * s_w[None, :] (+ bias)`` in float64, returned as ``dtype``."""
     x = np.asarray(x)
+    if x.ndim != 2 or np.ndim(w_q) != 2 or x.shape[1] != np.shape(w_q)[0]:
+        raise ValueError(f"w8a8_linear needs activations (N, K) and weights (K, M) of one K, "
+                         f"got {x.shape} and {np.shape(w_q)}")
     n, m = x.shape[0], w_q.shape[1]
     y = np.empty((n, m), dtype)
     rows = max(1, CHUNK_ELEMENTS // max(x.shape[1], m))
