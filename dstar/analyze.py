@@ -131,7 +131,9 @@ def _sar_lines(rep: dict) -> list[str]:
             f"PV {_fmt(w['pv_run'])})",
             "Q and K projections skipped on reuse steps: "
             f"{lin['skipped_fraction_of_linear_macs']:.3f} of the linear MACs"
-            + (f", {_fmt(lin['skipped_fraction_of_linear_passes'])} of DSTAR's nibble-pass work"
+            + (f", {_fmt(lin['skipped_fraction_of_linear_passes'])} of DSTAR's nibble-pass work "
+               f"({_fmt(lin.get('net_saved_fraction_of_linear_passes'))} net of the Q and K "
+               "columns' estimated catch-up at cache steps)"
                if lin.get("skipped_fraction_of_linear_passes") is not None else ""),
             f"score cache: {c['bytes_per_layer_max']} bytes for the largest layer, "
             f"{c['bytes_all_layers']} for all layers (per batch element)",
@@ -554,7 +556,10 @@ def format_table(rep: dict) -> str:
                      f"blocks computed {a['blocks_computed_fraction']:.3f} of all "
                      f"({_reuse(a['blocks_computed_fraction_reuse_steps'])}), "
                      f"output error vs float {a['output_rel_err_vs_float']:.4f} "
-                     f"(dense integer attention {_fmt(a['dense_int_rel_err_vs_float'], 4)}; on "
+                     "(dense integer attention "
+                     + (_fmt(a["dense_int_rel_err_vs_float"], 4)
+                        if a["dense_int_rel_err_vs_float"] is not None else "not measured")
+                     + f"; on "
                      f"{a.get('errors_measured_on_batch_elements', 'all')} batch elements)")
     if "linear_output_sqnr_db" in rep.get("dstar", {}):
         w, d = rep["w8a8"], rep["dstar"]
