@@ -8,6 +8,7 @@ simulators run the same case against the same expectations, so where both pass t
 for bit and cycle for cycle."""
 
 import numpy as np
+import pytest
 
 from dstar.config import preset
 from dstar.hw.generate import ACCEL_TOP_NAME
@@ -29,6 +30,7 @@ def test_layers_and_attention_on_the_generated_top():
                   "DSTAR_ACC", "acc_cases.npz", build="icarus_acc", accelerator=True)
 
 
+@pytest.mark.slow       # the simulators' agreement; the default tier runs Verilator in dstar run
 def test_verilator_runs_the_same_case():
     need_verilator()
     from dstar.hw.generate import generate

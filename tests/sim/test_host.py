@@ -134,6 +134,7 @@ def small_cfg():
     return preset("tiny").replace(head_dim=16, max_m=96, attn_slots=2)
 
 
+@pytest.mark.slow       # a whole block over three steps (11 min on a loaded machine)
 def test_a_whole_block_on_the_accelerator_equals_the_golden_block(small_cfg):
     cfg, model = small_cfg, small_dit()
     recs = golden_records(cfg, model, 0, steps=3, samples=1)   # CFG: batch 2, 32 rows
