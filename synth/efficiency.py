@@ -21,6 +21,10 @@ peak 8-bit throughput):
   scaled from the 45 nm estimate), beside the transistor estimate's above, which the lone
   parts, the ceiling and other rows built from the estimate keep using.
 
+FMDQ (``fmdq``, unless ``fmdq=False``): the configuration's ``FmdqLinear`` beside them, its cycles
+(encode and replay phases) and area per part, ``dstar.synth.fmdq_efficiency``; every row gives
+``parts_um2``, where its area goes.
+
 The baseline's area per INT8 MAC (``int8_mac``) is reported next to Bit Fusion's fixed 8-bit PE
 (``BIT_FUSION_PE_UM2``), together with this flow's area of a lone 8x8 multiplier.
 

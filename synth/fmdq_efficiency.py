@@ -28,6 +28,10 @@ level) = PE logic + weight window + ``Y``; ``datapath_area_um2`` = every part.
 
 Cached in ``build/efficiency`` (cycles per configuration and steps, areas per configuration);
 delete it after a change of the RTL.
+
+``estimate``: the same parts without synthesis (memories by ``flows.sram_cost`` from
+``FmdqGeometry``, the PE logic from the per-part fit, the quantization unit from ``QU_MODEL``),
+for design-space figures (docs/design/fmdq-hw.md), never for the results page.
 """
 
 import hashlib
@@ -37,7 +41,8 @@ import time
 from dstar.config import Config, Encoding
 from dstar.paths import build_dir
 
-__all__ = ["PARTS", "PE_PARTS", "geometry", "fmdq_config", "run_cycles", "areas", "row"]
+__all__ = ["PARTS", "PE_PARTS", "QU_MODEL", "PE_FIT", "geometry", "fmdq_config", "run_cycles",
+           "areas", "row", "quant_unit_estimate", "estimate"]
 
 #: Area parts of the FMDQ linear datapath, in report order.
 PARTS = ("pe_logic", "weight_window", "y_memory", "quant_unit", "group_memory",
@@ -186,3 +191,73 @@ def row(base: Config, steps: int, ref: dict, layers=None) -> dict:
             "speedup_replay_only": round(ref["cycles"] / c["replay"], 4),
             "parts_um2": p, "geometry": a["geometry"], "quant_unit": a["quant_unit"],
             "mean_width_bits": c["mean_width_bits"], "layer_steps": c["layer_steps"]}
+
+
+#: Cost model of the quantization unit (um^2, CMOS flow) for ``estimate``, from the units
+#: measured with bitonic networks (docs/design/data/fmdq_qu_area.json, commit f640609): a
+#: network flip-flop with its enable (tiny against tiny_r3: 15,089 um^2 for 2,269 flip-flops),
+#: a comparator per entry bit (the mid network alone less its flip-flops at that rate, over
+#: 576 comparators of 9 bits), the share of the network alone left inside the unit (its
+#: constant channel fields fold) and the unit's other logic (both from the mid unit, the
+#: split between them assumed).
+QU_MODEL = {"ff": 6.65, "comparator_bit": 5.6, "inside": 0.8, "rest_logic": 20000.0}
+#: The FMDQ PE array's per-part fit at window 32 (docs/design/fmdq-hw.md, um^2 of logic).
+PE_FIT = {"pe": 1019.5, "column": 797.9, "token": 12.3, "array": 463.0}
+
+
+def quant_unit_estimate(cfg: Config, reg_every: int, kind=None) -> dict:
+    """The quantization unit of ``FmdqLinear(cfg)`` by ``QU_MODEL`` (not synthesized): its
+    sort network's flip-flops and comparators, the rest and the code buffer's SRAM."""
+    from dstar.golden.fmdq import MAX_SLICES
+    from dstar.hw.fmdq.geometry import FmdqGeometry
+    from dstar.hw.fmdq.layouts import total_shift_bits
+    from dstar.hw.fmdq.quant_unit import default_buffers
+    from dstar.hw.fmdq.sorter import SortNetwork, network, register_stages
+    from dstar.hw.geometry import uwidth
+
+    from .flows import sram_cost
+    geo = FmdqGeometry(cfg)
+    w, t = geo.window, geo.tokens
+    n = w * MAX_SLICES
+    kind = SortNetwork.ODD_EVEN if kind is None else kind
+    bits = uwidth(w) + total_shift_bits(cfg.e_max) + 1
+    regs = register_stages(n, reg_every, MAX_SLICES)
+    buffers = default_buffers(w, 1, regs)
+    ffs = regs * (n * bits + uwidth(buffers) + geo.channel_bits + 1)
+    comps = sum(map(len, network(kind, n, MAX_SLICES)))
+    net = QU_MODEL["ff"] * ffs + QU_MODEL["comparator_bit"] * comps * bits
+    code = sram_cost({"depth": buffers * w, "width": t * 8 + 6,
+                      "read_ports": 4})["area_um2_45nm"]
+    total = QU_MODEL["inside"] * net + QU_MODEL["rest_logic"] + code
+    return {"network_ffs": ffs, "comparators": comps, "network_alone_um2": round(net, 1),
+            "code_buffer_um2": code, "unit_um2": round(total, 1)}
+
+
+def estimate(base: Config, reg_every: int = 1, control_um2: float = 0.0, kind=None) -> dict:
+    """``areas``' parts without synthesis: the PE logic from ``PE_FIT``, the unit from
+    ``quant_unit_estimate``, every memory from ``FmdqGeometry`` by ``flows.sram_cost``,
+    ``control`` as given (a stand-in)."""
+    from dstar.hw.fmdq.geometry import FmdqGeometry
+    from dstar.hw.fmdq.layouts import slice_group_layout
+    from dstar.hw.geometry import uwidth
+
+    from .flows import sram_cost
+    cfg = fmdq_config(base)
+    geo = FmdqGeometry(cfg)
+    t, m, na = geo.tokens, geo.columns, cfg.n_arrays
+
+    def sram(depth, width, ports=1):
+        return sram_cost({"depth": depth, "width": width, "read_ports": ports})["area_um2_45nm"]
+    entry = (slice_group_layout(t, geo.channel_bits, cfg.e_max).size
+             + uwidth(geo.n_tiles_max) + uwidth(geo.n_win_max))
+    parts = {
+        "pe_logic": na * (t * m * PE_FIT["pe"] + m * PE_FIT["column"] + t * PE_FIT["token"]
+                          + PE_FIT["array"]),
+        "weight_window": na * sram(2 * geo.window, 8 * m, 4),
+        "y_memory": na * sram(geo.y_depth, geo.y_bits * m),
+        "quant_unit": quant_unit_estimate(cfg, reg_every, kind)["unit_um2"],
+        "group_memory": sram(geo.group_depth, entry),
+        "state_memories": 2 * sram(geo.sub_depth, t * cfg.state_bits),
+        "weight_memories": na * sram(geo.weight_depth, 8 * m),
+        "control": control_um2}
+    return {k: round(v, 1) for k, v in parts.items()}

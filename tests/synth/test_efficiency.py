@@ -163,3 +163,25 @@ def test_ceiling_parts_are_synthesized():
     mul8 = efficiency._multiplier_um2()
     assert 0.4 * mul8 < p["mul"] < 0.75 * mul8
     assert p["tree"] > p["acc_add"] > p["weights"] > 0
+
+
+def test_fmdq_estimate_parts():
+    """``fmdq_efficiency.estimate``: every memory from ``FmdqGeometry`` at the SRAM cost per bit
+    (one copy per read port), the quantization unit cheaper with the odd-even network and with
+    fewer register stages."""
+    from dstar.hw.fmdq.geometry import FmdqGeometry
+    from dstar.hw.fmdq.sorter import SortNetwork
+    cfg = fmdq_efficiency.fmdq_config(preset("tiny"))
+    geo = FmdqGeometry(cfg)
+    a = flows.CMOS_ASSUMPTIONS
+    per_bit = a["sram_bitcell_um2"] / a["sram_array_efficiency"]
+    parts = fmdq_efficiency.estimate(cfg, control_um2=7.0)
+    assert list(parts) == list(fmdq_efficiency.PARTS) and parts["control"] == 7.0
+    assert parts["state_memories"] == pytest.approx(
+        2 * geo.sub_depth * geo.tokens * cfg.state_bits * per_bit, abs=0.2)
+    assert parts["weight_window"] == pytest.approx(
+        cfg.n_arrays * 4 * 2 * geo.window * 8 * geo.columns * per_bit, abs=0.2)
+    qu = {(r, k): fmdq_efficiency.quant_unit_estimate(cfg, r, k)["unit_um2"]
+          for r in (1, 3) for k in SortNetwork}
+    assert qu[1, SortNetwork.ODD_EVEN] == parts["quant_unit"]
+    assert qu[3, SortNetwork.ODD_EVEN] < qu[1, SortNetwork.ODD_EVEN] < qu[1, SortNetwork.BITONIC]
