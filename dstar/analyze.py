@@ -440,6 +440,11 @@ def format_sweep(rep: dict) -> str:
                         if fm else "")
                      + ("  meets " if r["meets_target"] else "  -     ")
                      + ("  meets" if r.get("meets_linear_target") else "  -"))
+    if any(r.get("attention_kind") == "sar" for r in rep["points"]):
+        lines.append("SAR points (attention = sar): blocks = attention work over the run vs "
+                     "dense, reuse = on reuse steps (PV only); their work target: <= "
+                     f"{rep['target'].get('attention_work_vs_dense', TARGET_SAR_WORK)}x dense "
+                     "over the run")
     if fm:
         lines.append("lin x: v1's element-level nibble passes vs W8A8, or FMDQ's SIMD-4 groups "
                      "vs dense INT8's; bits: FMDQ's average width (skipped = 0 bits); pad: empty "
