@@ -88,6 +88,31 @@ RESULTS: dict[str, Result] = {
         "YoWASP Yosys per block; the CMOS figure is a transistor-count estimate at 45 nm "
         "(`dstar.synth.flows`; FPGA targets: `dstar synth --target ...`). `--reuse` reads a "
         "block's figures from an earlier run whose script and Verilog are unchanged."),
+    "synth_tiny_sky130": Result(
+        "Standard-cell area per block (`tiny` preset): sky130 HD beside the transistor estimate",
+        ("synth", "--preset", "tiny", "--target", "cmos", "--target", "sky130", "--block",
+         "pe_array", "--block", "encoder", "--block", "dispatcher", "--block", "sequencer",
+         "--reuse", "--jobs", "3", "--json"),
+        _synth_text,
+        "The linear datapath's blocks of the `tiny` preset and of its lean dense INT8 baseline "
+        "mapped onto SkyWater sky130_fd_sc_hd cells (areas from the cells' LEF footprints, "
+        "`dstar.synth.liberty`; ABC maps for area, no timing), with the share of flip-flops, "
+        "adder cells (XOR/XNOR/majority) and multiplexers, and `vs cmos`: the logic's NAND2 "
+        "equivalents over the 45 nm transistor estimate's (`dstar.synth.flows`). SRAM macros "
+        "are the estimate scaled by NAND2 area."),
+    "synth_tiny_osu018": Result(
+        "Standard-cell timing (`tiny` preset): OSU 0.18 um Fmax of the PE array, the "
+        "dispatcher and the accelerator top's own logic",
+        ("synth", "--preset", "tiny", "--target", "cmos", "--target", "osu018", "--block",
+         "pe_array", "--block", "dispatcher", "--block", "accelerator.command_processor",
+         "--no-dense", "--reuse", "--jobs", "2", "--json"),
+        _synth_text,
+        "The blocks mapped onto OSU 0.18 um cells (Debian's characterized Liberty, typical "
+        "1.8 V 25 C; ABC maps for delay) and timed by OpenSTA (`dstar.synth.sta`): pre-layout, "
+        "no wires, ideal clock, ports at 0 ns, so optimistic; the worst path over all and "
+        "register to register, its start and end by RTL name. The accelerator top's own "
+        "logic is its command processor (`dstar.v` with the datapath blocks blackboxed). "
+        "Totals cover these blocks only."),
     "bench_cycles": Result(
         "Linear-datapath cycles on the bundled DiT",
         ("bench", "cycles", "--json"),
