@@ -180,14 +180,18 @@ def select_blocks(mass, theta: float, forced=None):
 
 
 # ----- one head, integers in and out (the RTL testbench's reference) -----
-def _check_head(q_int, k_int, v_int):
-    """A head's INT8 ``q (..., N, Dh)`` and ``k``, ``v (..., Nk, Dh)`` as int64, or a
-    ``ValueError`` naming the shapes (an empty axis made NumPy fail deep inside)."""
+def _check_head(q_int, k_int, v_int, m, sh):
+    """A head's INT8 ``q (..., N, Dh)`` and ``k``, ``v (..., Nk, Dh)`` as int64, its rows'
+    multipliers ``m``, ``sh`` ``(..., N)`` checked, or a ``ValueError`` naming the shapes (an
+    empty axis or a short ``m`` made NumPy fail deep inside)."""
     q, k, v = _check_int("q_int", q_int), _check_int("k_int", k_int), _check_int("v_int", v_int)
     if q.ndim < 2 or k.ndim < 2 or 0 in q.shape[-2:] or k.shape != v.shape \
             or k.shape[:-2] != q.shape[:-2] or k.shape[-2] < 1 or k.shape[-1] != q.shape[-1]:
         raise ValueError(f"a head needs q (..., N, Dh) and k, v (..., Nk, Dh) with N, Nk, "
                          f"Dh >= 1, got {q.shape}, {k.shape}, {v.shape}")
+    if np.shape(m) != q.shape[:-1] or np.shape(sh) != q.shape[:-1]:
+        raise ValueError(f"m and sh must have q's rows {q.shape[:-1]}, got {np.shape(m)} and "
+                         f"{np.shape(sh)}")
     return q, k, v
 
 
@@ -285,7 +289,7 @@ def attention_head(q_int, k_int, v_int, m, sh, mask=None, *, block_q: int = 16,
     optional block ``mask`` ``(..., nqb, nkb)`` (``None``: dense); ``group``/``e_max``: the
     probabilities' exponent groups (``golden.softmax``). Returns ``(o, w, l)``: the output ``O``
     int64 ``(..., N, Dh)``, the applied integer weights ``w = p << shift`` and their row sums."""
-    q, k, v = _check_head(q_int, k_int, v_int)
+    q, k, v = _check_head(q_int, k_int, v_int, m, sh)
     res = _attend(q, k, v, m, sh, mask, block_q=block_q, block_k=block_k, frac_bits=frac_bits,
                   out_frac_bits=out_frac_bits, group=group, e_max=e_max, want_w=True)
     return res["o"], res["w"], res["l"]
@@ -299,7 +303,7 @@ def key_step_head(q_int, k_int, v_int, m, sh, *, block_q: int = 16, block_k: int
     int64 arrays ``o_full``, ``o_sel``, ``r`` (``o_full - o_sel``), bool ``mask`` ``(..., nqb,
     nkb)`` and the block masses ``mass``; the step's output is ``o_full``."""
     theta_fixed(theta)
-    q, k, v = _check_head(q_int, k_int, v_int)
+    q, k, v = _check_head(q_int, k_int, v_int, m, sh)
     res = _attend(q, k, v, m, sh, None, theta, block_q=block_q, block_k=block_k,
                   frac_bits=frac_bits, out_frac_bits=out_frac_bits, group=group, e_max=e_max)
     res["r"] = res["o_full"] - res["o_sel"]
@@ -311,7 +315,7 @@ def reuse_step_head(q_int, k_int, v_int, m, sh, mask, r, *, block_q: int = 16,
                     out_frac_bits: int = DEFAULT_OUT_FRAC_BITS, group: int = DEFAULT_GROUP,
                     e_max: int = DEFAULT_E_MAX):
     """Reuse step: ``O_sel + R`` (int64 ``(..., N, Dh)``), ``O_sel`` on the masked blocks only."""
-    q, k, v = _check_head(q_int, k_int, v_int)
+    q, k, v = _check_head(q_int, k_int, v_int, m, sh)
     res = _attend(q, k, v, m, sh, mask, block_q=block_q, block_k=block_k, frac_bits=frac_bits,
                   out_frac_bits=out_frac_bits, group=group, e_max=e_max)
     res["o"] += np.asarray(r, dtype=np.int64)

@@ -210,6 +210,15 @@ class DiT:
         between them (adaLN modulation, LayerNorm, GELU, the gated residual adds) runs here in
         float32 (``drive`` runs it with hooks; ``dstar.sim.host`` on the accelerator)."""
         s, w = self.shape, self.w
+        h, sc = np.asarray(h), np.asarray(sc)
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < s.depth:
+            raise ValueError(f"block {i!r} is not a block of this DiT (0 .. {s.depth - 1})")
+        if h.ndim != 3 or 0 in h.shape or h.shape[2] != s.hidden:
+            raise ValueError(f"h must be (B, N, hidden={s.hidden}) with B, N >= 1, got "
+                             f"{h.shape}")
+        if sc.shape != (h.shape[0], s.hidden):      # no silent broadcast of one sample's
+            raise ValueError(f"sc must be (B={h.shape[0]}, hidden={s.hidden}), h's batch, "
+                             f"got {sc.shape}")
         b, n, dim = h.shape
         heads, dh = s.heads, dim // s.heads
         pre = f"blocks.{i}"

@@ -115,6 +115,9 @@ def exact_dtype(a, b, a_bound, b_bound):
 def exact_matmul_float(a, b, a_bound=None, b_bound=None):
     """Integer ``a @ b`` as a float array of exact integers (float32 or float64, see
     ``exact_dtype``), for callers that scale the result next."""
+    if np.ndim(a) < 1 or np.ndim(b) < 2 or np.shape(a)[-1] != np.shape(b)[-2]:
+        raise ValueError(f"integer matmul of {np.shape(a)} by {np.shape(b)}: the inner sizes "
+                         "differ")
     dt = exact_dtype(a, b, a_bound, b_bound)
     return np.asarray(a, dt) @ np.asarray(b, dt)
 

@@ -177,12 +177,20 @@ class BlockHost:
         self.cfg, self.model, self.engine = cfg, model, engine
         self.lin: dict[str, dict] = {}
         self.att: dict[str, dict] = {}
+        self.rows: tuple | None = None          # (B, N) of the first step
 
     async def step(self, i: int, h, sc, step: int):
-        """Block ``i`` of ``model`` on ``h`` at sampling step ``step`` (``DiT.block_ops``)."""
+        """Block ``i`` of ``model`` on ``h`` at sampling step ``step`` (``DiT.block_ops``);
+        every step of one host has the first one's batch and tokens (its lattices and the
+        engine's state are per row): a ``ValueError`` names another."""
+        rows = np.shape(h)[:2]
+        if self.rows is not None and rows != self.rows:
+            raise ValueError(f"h has (batch, tokens) {rows}, this host's steps had {self.rows}; "
+                             "use a new BlockHost for another sequence")
         ops = self.model.block_ops(i, h, sc)
         try:
             op = next(ops)
+            self.rows = rows
             while True:
                 if op[0] == "linear":
                     res = await self._linear(*op[1:], step)

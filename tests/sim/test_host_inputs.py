@@ -1,0 +1,51 @@
+"""``BlockHost`` and ``GoldenEngine`` name a bad input's shape or value in one ``ValueError``
+(the bad-input probe's H7-H26: NumPy broadcast messages, a ``KeyError`` for a block, a silent
+broadcast of one sample's conditioning)."""
+
+import numpy as np
+import pytest
+
+from dstar.config import load_config
+from dstar.golden.dit import DiT
+from dstar.golden.softmax import logit_multiplier
+from dstar.sim.host import BlockHost, GoldenEngine, run_sync
+
+
+@pytest.fixture(scope="module")
+def setup():
+    cfg = load_config(None, "tiny").replace(max_k=512, max_m=512)
+    r = np.random.default_rng(0)
+    h = r.standard_normal((2, 4, 128)).astype("f4")
+    sc = r.standard_normal((2, 128)).astype("f4")
+    return cfg, DiT.bundled(), h, sc
+
+
+@pytest.mark.parametrize("args, named", [
+    (lambda h, sc: (0, h[..., :127], sc), r"hidden=128.*got \(2, 4, 127\)"),          # H7
+    (lambda h, sc: (0, h[0], sc), r"got \(4, 128\)"),                                  # H8
+    (lambda h, sc: (0, h[:, :0], sc), r"got \(2, 0, 128\)"),                           # H9
+    (lambda h, sc: (99, h, sc), "block 99 is not a block"),                           # H12
+    (lambda h, sc: (-1, h, sc), "block -1 is not a block"),                           # H13
+    (lambda h, sc: (0, h, sc[:1]), r"sc must be \(B=2, hidden=128\).*got \(1, 128\)"),  # H15
+])
+def test_a_block_step_names_a_bad_input(setup, args, named):
+    cfg, model, h, sc = setup
+    host = BlockHost(cfg, model, GoldenEngine(cfg))
+    i, hh, scc = args(h, sc)
+    with pytest.raises(ValueError, match=named):
+        run_sync(host.step(i, hh, scc, 0))
+
+
+def test_a_host_refuses_another_sequence_length_and_the_engine_bad_shapes(setup):
+    cfg, model, h, sc = setup
+    host = BlockHost(cfg, model, GoldenEngine(cfg))
+    run_sync(host.step(0, h, sc, 0))
+    with pytest.raises(ValueError, match=r"\(2, 3\), this host's steps had \(2, 4\)"):  # H16
+        run_sync(host.step(0, h[:, :3], sc, 1))
+    g = GoldenEngine(cfg)
+    with pytest.raises(ValueError, match=r"\(2, 32\) by \(16, 16\)"):                   # H21
+        run_sync(g.linear("n", np.ones((16, 16), np.int64), np.ones((2, 32), np.int64), True))
+    q = np.random.default_rng(1).integers(-127, 128, (8, 32))
+    m, s = logit_multiplier(np.full(8, 0.01), 6)
+    with pytest.raises(ValueError, match=r"m and sh must have q's rows \(8,\), got \(2,\)"):
+        run_sync(g.attention(0, q, q, q, m[:2], s[:2]))                                 # H26
