@@ -62,8 +62,31 @@ class GoldenEngine:
         self.layers: dict[str, tuple] = {}
         self.slots: dict[int, dict] = {}
 
+    def _check_linear(self, name: str, w_q, target, key: bool) -> None:
+        """What the top's memories hold and its state needs: INT8 weights ``(K, M)``, integer
+        targets ``(N, K)`` within ``+-target_max`` (the top would clip the others, and this
+        engine must agree with it), and a non-key step with its layer's rows; a ``ValueError``
+        naming the value or shape otherwise."""
+        w_q, target = np.asarray(w_q), np.asarray(target)
+        for what, a, lim in (("weights", w_q, 128), ("targets", target, self.cfg.target_max)):
+            if a.ndim != 2 or not np.issubdtype(a.dtype, np.integer):
+                raise ValueError(f"{name}: {what} must be a 2-D integer array, got {a.dtype} "
+                                 f"of shape {a.shape}")
+            bad = (a < -lim) | (a > (127 if what == "weights" else lim))
+            if bad.any():
+                idx = tuple(int(i) for i in np.argwhere(bad)[0])
+                raise ValueError(f"{name}: {what} hold {a[idx]} at {idx}, outside "
+                                 f"[{-lim}, {127 if what == 'weights' else lim}]")
+        if target.shape[1] != w_q.shape[0]:
+            raise ValueError(f"{name}: targets of K={target.shape[1]} for weights of "
+                             f"K={w_q.shape[0]}")
+        if not key and name in self.layers and self.layers[name][0].shape != target.shape:
+            raise ValueError(f"{name}: a non-key step of {target.shape[0]} rows after steps of "
+                             f"{self.layers[name][0].shape[0]}")
+
     async def linear(self, name: str, w_q, target, key: bool):
         """One linear step of layer ``name``: ``Y_int`` (int64 ``(N, M)``)."""
+        self._check_linear(name, w_q, target, key)
         if key or name not in self.layers:
             xs = np.zeros_like(target)
             y = np.zeros((target.shape[0], w_q.shape[1]), np.int64)

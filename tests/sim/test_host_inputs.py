@@ -43,9 +43,22 @@ def test_a_host_refuses_another_sequence_length_and_the_engine_bad_shapes(setup)
     with pytest.raises(ValueError, match=r"\(2, 3\), this host's steps had \(2, 4\)"):  # H16
         run_sync(host.step(0, h[:, :3], sc, 1))
     g = GoldenEngine(cfg)
-    with pytest.raises(ValueError, match=r"\(2, 32\) by \(16, 16\)"):                   # H21
+    with pytest.raises(ValueError, match="targets of K=32 for weights of K=16"):         # H21
         run_sync(g.linear("n", np.ones((16, 16), np.int64), np.ones((2, 32), np.int64), True))
     q = np.random.default_rng(1).integers(-127, 128, (8, 32))
     m, s = logit_multiplier(np.full(8, 0.01), 6)
     with pytest.raises(ValueError, match=r"m and sh must have q's rows \(8,\), got \(2,\)"):
         run_sync(g.attention(0, q, q, q, m[:2], s[:2]))                                 # H26
+
+
+def test_the_golden_engine_refuses_what_the_top_would_clip_or_cannot_hold(setup):
+    cfg = setup[0]
+    g = GoldenEngine(cfg)
+    w = np.random.default_rng(2).integers(-127, 128, (32, 16))
+    with pytest.raises(ValueError, match=r"targets hold 40000 at \(0, 0\), outside "):   # H17
+        run_sync(g.linear("l", w, np.full((2, 32), 40000), True))
+    with pytest.raises(ValueError, match=r"weights hold 1000 at \(0, 0\)"):                # H20
+        run_sync(g.linear("m", np.full((32, 16), 1000), np.ones((2, 32), np.int64), True))
+    run_sync(g.linear("p", w, np.ones((2, 32), np.int64), True))
+    with pytest.raises(ValueError, match="a non-key step of 3 rows after steps of 2"):   # H23
+        run_sync(g.linear("p", w, np.ones((3, 32), np.int64), False))
