@@ -161,7 +161,7 @@ def areas(base: Config) -> dict:
         "every memory of the FMDQ layer has its part"
     out = {"geometry": geo, "fmdq_geometry": FmdqGeometry(cfg).to_dict(),
            "parts_um2": {k: round(v, 1) for k, v in parts.items()},
-           "quant_unit": {"sort_latency": None, "ffs": qu["ffs"],
+           "quant_unit": {"ffs": qu["ffs"],
                           "logic_um2": qu["area_um2_45nm_logic"],
                           "code_buffer_sram_um2": qu["area_um2_45nm_sram"]},
            "array_ffs": arr["ffs"], "seconds": round(time.monotonic() - t0, 1)}
