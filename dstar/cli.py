@@ -640,11 +640,22 @@ def cmd_train(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, except that a help or usage text it cannot write (a full disk) is
+    an ``OSError`` for ``main`` to report, not silently dropped."""
+
+    def _print_message(self, message, file=None):
+        if message:
+            file = file or sys.stderr
+            file.write(message)
+            file.flush()
+
+
 def build_parser() -> argparse.ArgumentParser:
     # Standard library only: no Yosys or NumPy needed to parse arguments.
     from dstar.synth.fmax_runs import FMAX_CHOICES
     from dstar.synth.report import ALL_TARGETS
-    ap = argparse.ArgumentParser(prog="dstar", description="DSTAR accelerator generator, golden "
+    ap = _Parser(prog="dstar", description="DSTAR accelerator generator, golden "
                                  "model and evaluation")
     ap.add_argument("--build-dir", type=Path, metavar="DIR",
                     help=f"root of all build output (default: ${BUILD_DIR_ENV}, else ./build)")
@@ -915,7 +926,17 @@ def main(argv=None) -> int:
     ap = build_parser()
     # The pass-through command (train) hands every option it does not know to the tool it
     # fronts; argparse's REMAINDER alone misses a leading option such as --help.
-    args, extra = ap.parse_known_args(argv)
+    try:
+        args, extra = ap.parse_known_args(argv)
+    except BrokenPipeError:     # --help | head: the reader has what it wanted
+        _drop_stdout()
+        return 128 + 13
+    except OSError as e:        # --help or a usage error could not be written
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        _drop_stdout()
+        print(f"dstar: error: cannot write the standard output: {e.strerror}", file=sys.stderr)
+        return 2
     if extra:
         if not hasattr(args, "rest"):
             ap.error(f"unrecognized arguments: {' '.join(extra)}")

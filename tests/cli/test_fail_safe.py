@@ -109,3 +109,11 @@ def test_a_closed_stdout_is_one_line_before_any_work(tmp_path):
         "dstar: error: the standard output is closed; redirect it (> FILE or >/dev/null) "
         "instead")
     assert not (tmp_path / "g").exists()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_help_to_a_full_disk_says_so():
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-m", "dstar.cli", "--help"], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+    assert p.returncode == 2 and "cannot write the standard output" in p.stderr
