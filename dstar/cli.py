@@ -655,8 +655,8 @@ def build_parser() -> argparse.ArgumentParser:
     # Standard library only: no Yosys or NumPy needed to parse arguments.
     from dstar.synth.fmax_runs import FMAX_CHOICES
     from dstar.synth.report import ALL_TARGETS
-    ap = _Parser(prog="dstar", description="DSTAR accelerator generator, golden "
-                                 "model and evaluation")
+    ap = _Parser(prog="dstar", description="DSTAR accelerator generator, golden model and "
+                 "evaluation")
     ap.add_argument("--build-dir", type=Path, metavar="DIR",
                     help=f"root of all build output (default: ${BUILD_DIR_ENV}, else ./build)")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
