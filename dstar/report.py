@@ -143,6 +143,31 @@ def _stats(models: dict, names, key: str, sub: str | None = None) -> dict:
     return out
 
 
+#: HBM bandwidths of the sensitivity sweep (TB/s; issue 30 part 3).
+HBM_SWEEP = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0)
+#: The designs the sweep compares DSTAR v2 with (the A100's own bandwidth stays).
+SWEEP_BASELINES = ("int8_sa", "ditto_like", "exion_like", "a100")
+
+
+def hbm_sweep(shapes, machine: Machine, mix, eta: float) -> dict:
+    """``{"<bw> TB/s": {"speedup_vs": {baseline: geomean over shapes}}}``: every design on the
+    machine at each ``HBM_SWEEP`` bandwidth."""
+    from dataclasses import replace
+    out = {}
+    for bw in HBM_SWEEP:
+        m = replace(machine, hbm_tbs=bw)
+        logs = dict.fromkeys(SWEEP_BASELINES, 0.0)
+        for s in shapes:
+            ours = run_model(s, OURS, mix, m)["latency_s"]
+            for b in SWEEP_BASELINES:
+                t = run_a100(s, eta)["latency_s"] if b == "a100" else \
+                    run_model(s, b, mix, m)["latency_s"]
+                logs[b] += math.log(t / ours)
+        out[f"{bw:g} TB/s"] = {"speedup_vs": {b: math.exp(v / len(shapes))
+                                              for b, v in logs.items()}}
+    return out
+
+
 def run(shapes, machine: Machine, mix, *, mix_note: str) -> dict:
     """The report (module docstring) of ``shapes`` (``ModelShape`` list) on ``machine`` with the
     measured ``mix`` (``report_mix.Mix``)."""
@@ -153,6 +178,8 @@ def run(shapes, machine: Machine, mix, *, mix_note: str) -> dict:
                "speedup_vs": _stats(models, seven, "speedup_vs"),
                "energy_saving_vs": _stats(models, seven, "energy_saving_vs"),
                "equal_area_speedup_vs": _stats(models, seven, "speedup_vs", "equal_area")}
+    summary["hbm_sweep"] = hbm_sweep([s for s in shapes if s.name in seven], machine, mix,
+                                     cal["eta"])
     return {"report": "dstar report", "ours": OURS, "machine": machine.to_dict(),
             "mix": {"note": mix_note, **mix.summary(), "source": mix.rep["source"],
                     "config": mix.rep["config"]},
@@ -217,6 +244,9 @@ def format_text(rep: dict) -> str:
                        ("equal_area_speedup_vs", "speedup, equal area")):
         out.append(f"  {label:20s}" + "  ".join(
             f"{b} {v['geomean']:.2f}/{v['max']:.2f}" for b, v in s[key].items()))
+    out.append("  geomean speedup vs HBM bandwidth (the A100 at its own): " + "; ".join(
+        f"{bw}: " + " ".join(f"{b} {v:.2f}" for b, v in d["speedup_vs"].items())
+        for bw, d in s.get("hbm_sweep", {}).items()))
     p = rep["paper"]
     out.append(f"  paper vs A100: speedup {p['a100']['speedup_geomean']}/"
                f"{p['a100']['speedup_max']}, energy {p['a100']['energy_geomean']}/"
@@ -271,7 +301,7 @@ def format_md(rep: dict) -> str:
 
 #: The files ``write_outputs`` writes.
 FILES = ("report.md", "report.json", "speedup.png", "energy.png", "breakdown_time.png",
-         "breakdown_energy.png")
+         "breakdown_energy.png", "hbm_sweep.png")
 
 
 def write_outputs(rep: dict, folder) -> None:
@@ -288,6 +318,8 @@ def write_outputs(rep: dict, folder) -> None:
                                             "act"),
         "breakdown_energy.png": breakdown_png(rep, rep["ours"], "energy_parts_j",
                                               "DSTAR v2 energy by part"),
+        "hbm_sweep.png": bars_png({"models": rep["summary"]["hbm_sweep"]}, "speedup_vs",
+                                  "geomean speedup of DSTAR v2 vs HBM bandwidth"),
     }
     with atomic_dir(folder, owned=FILES) as tmp:
         for name, data in files.items():
