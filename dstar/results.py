@@ -100,6 +100,19 @@ RESULTS: dict[str, Result] = {
         "adder cells (XOR/XNOR/majority) and multiplexers, and `vs cmos`: the logic's NAND2 "
         "equivalents over the 45 nm transistor estimate's (`dstar.synth.flows`). SRAM macros "
         "are the estimate scaled by NAND2 area."),
+    "synth_tiny_sky130_attention": Result(
+        "Standard-cell area per block (`tiny` preset): the attention engine and the "
+        "accelerator top's own blocks on sky130 HD",
+        ("synth", "--preset", "tiny", "--target", "cmos", "--target", "sky130", "--block",
+         "softmax", "--block", "normalizer", "--block", "tile_runner", "--block",
+         "softmax_feed", "--block", "mask_select", "--block", "norm", "--block", "sel_recip",
+         "--block", "block_list", "--block", "attention_controller", "--block",
+         "accelerator.command_processor", "--block", "accelerator.out_q", "--no-dense",
+         "--reuse", "--jobs", "3", "--json"),
+        _synth_text,
+        "The same for the attention engine's blocks (its PE arrays are the linear datapath's) "
+        "and the accelerator top's own: its command processor and output queue (the top's "
+        "other blocks are the kinds above again)."),
     "synth_tiny_osu018": Result(
         "Standard-cell timing (`tiny` preset): OSU 0.18 um Fmax of the PE array, the "
         "dispatcher and the accelerator top's own logic",
