@@ -8,23 +8,25 @@ Ref: dstar-spec.md section 5 (the top level and its command stream); the command
 import enum
 from types import SimpleNamespace
 
-from amaranth import Cat, Const, Module, Mux, Shape, Signal, unsigned
+from amaranth import Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from dstar.config import Config
+from dstar.config import Config, Encoding
 
 from .attention import AttentionEngine
 from .attention.layouts import memory_layouts
 from .encoder import row_layouts
+from .fmdq.geometry import FmdqGeometry
+from .fmdq.linear import FmdqLinear, sub_word_layout
 from .geometry import COUNTER_BITS, AttentionGeometry, uwidth
 from .layouts import weight_row_layout
 from .linear import LinearLayer
 from .pe_array import PEArray, y_row_layout
 
-__all__ = ["Accelerator", "Opcode", "Mem", "COUNTERS", "command_layout", "memory_words",
-           "memory_depths", "data_bits"]
+__all__ = ["Accelerator", "Opcode", "Mem", "COUNTERS", "FMDQ_COUNTERS", "counters_of",
+           "command_layout", "memory_words", "memory_depths", "data_bits"]
 
 
 class Opcode(enum.IntEnum):
@@ -40,7 +42,8 @@ class Opcode(enum.IntEnum):
     READ = 2
     #: ``args.linear``: one differential linear step (``LinearLayer``) of ``n_tokens`` rows
     #: over ``n_kt`` x ``n_mt`` weight tiles stored from ``w_base`` on, a linear key step if
-    #: ``key``.
+    #: ``key`` (``encoding = "fmdq"``: ``FmdqLinear``, ``n_k`` channels instead of ``n_kt``
+    #: tiles).
     RUN_LINEAR = 3
     #: ``args.attention``: one attention step (``AttentionEngine``) of ``n_tokens`` rows of
     #: slot ``slot`` with ``theta_q`` and ``refresh``.
@@ -81,6 +84,20 @@ COUNTERS = ("commands", "errors", "target_clipped",
             "linear_cycles", "linear_stall_load", "linear_low", "linear_high", "linear_zero",
             "linear_clipped_groups", "linear_saturated_groups",
             "attention_cycles", "attention_qk_tiles", "attention_pv_tiles", "attention_key")
+#: The counters with ``encoding = "fmdq"``: the linear datapath's are ``FmdqLinear``'s.
+FMDQ_COUNTERS = ("commands", "errors", "target_clipped",
+                 "linear_cycles", "linear_stall_load", "linear_groups", "linear_units",
+                 "linear_clipped", "linear_saturated",
+                 "attention_cycles", "attention_qk_tiles", "attention_pv_tiles", "attention_key")
+
+
+def _fmdq(cfg: Config) -> bool:
+    return cfg.encoding is Encoding.FMDQ
+
+
+def counters_of(cfg: Config) -> tuple[str, ...]:
+    """The counters ``READ_COUNTERS`` sends for ``cfg``, in order."""
+    return FMDQ_COUNTERS if _fmdq(cfg) else COUNTERS
 
 
 def _geometries(cfg: Config):
@@ -99,9 +116,15 @@ def memory_words(cfg: Config) -> dict:
     def block(per_array):           # every array's word of a per-array memory, side by side
         return data.ArrayLayout(per_array.elem_shape, bc)
 
+    if _fmdq(cfg):
+        fg = FmdqGeometry(cfg)
+        t_l = s_l = sub_word_layout(fg)
+        w_l, y_l = data.ArrayLayout(signed(8), bc), data.ArrayLayout(signed(fg.y_bits), bc)
+    else:
+        w_l, y_l = block(weight_row_layout(lin).members["w"]), block(y_row_layout(lin))
     return {Mem.TARGET.name: t_l, Mem.STATE.name: s_l,
-            Mem.WEIGHTS.name: block(weight_row_layout(lin).members["w"]),
-            Mem.Y.name: block(y_row_layout(lin)),
+            Mem.WEIGHTS.name: w_l,
+            Mem.Y.name: y_l,
             Mem.Q.name: al["q_word"], Mem.KT.name: block(al["kt_word"]),
             Mem.V.name: block(al["v_word"]),
             Mem.MS.name: al["ms_word"], Mem.O.name: al["o_word"], Mem.RES.name: al["res_word"],
@@ -111,7 +134,12 @@ def memory_words(cfg: Config) -> dict:
 def memory_depths(cfg: Config) -> dict:
     """Words of each ``Mem``, by name."""
     lin, ag = _geometries(cfg)
-    return {Mem.TARGET.name: lin.row_depth, Mem.STATE.name: lin.row_depth,
+    if _fmdq(cfg):
+        lin = FmdqGeometry(cfg)
+        rows = lin.sub_depth
+    else:
+        rows = lin.row_depth
+    return {Mem.TARGET.name: rows, Mem.STATE.name: rows,
             Mem.WEIGHTS.name: lin.weight_depth, Mem.Y.name: lin.y_depth,
             Mem.Q.name: ag.q_depth, Mem.KT.name: ag.kt_depth, Mem.V.name: ag.v_depth,
             Mem.MS.name: ag.n_max, Mem.O.name: ag.o_depth, Mem.RES.name: ag.res_depth,
@@ -129,16 +157,25 @@ def command_layout(cfg: Config) -> data.StructLayout:
     ``READ``), ``args.linear`` (``RUN_LINEAR``), ``args.attention`` (``RUN_ATTENTION``)."""
     lin, ag = _geometries(cfg)
     depth = max(memory_depths(cfg).values())
+    if _fmdq(cfg):
+        fg = FmdqGeometry(cfg)
+        linear = data.StructLayout({"n_tokens": unsigned(uwidth(cfg.max_tokens + 1)),
+                                    "n_k": unsigned(uwidth(cfg.max_k + 1)),
+                                    "n_mt": unsigned(uwidth(fg.n_mt_max + 1)),
+                                    "key": unsigned(1),
+                                    "w_base": unsigned(uwidth(fg.weight_depth))})
+    else:
+        linear = data.StructLayout({"n_tokens": unsigned(uwidth(cfg.max_tokens + 1)),
+                                    "n_kt": unsigned(uwidth(lin.n_kt_max + 1)),
+                                    "n_mt": unsigned(uwidth(lin.n_mt_max + 1)),
+                                    "key": unsigned(1),
+                                    "w_base": unsigned(uwidth(lin.weight_depth))})
     return data.StructLayout({
         "op": unsigned(4),
         "args": data.UnionLayout({
             "mem": data.StructLayout({"mem": unsigned(4), "addr": unsigned(uwidth(depth)),
                                       "count": unsigned(uwidth(depth + 1))}),
-            "linear": data.StructLayout({"n_tokens": unsigned(uwidth(cfg.max_tokens + 1)),
-                                         "n_kt": unsigned(uwidth(lin.n_kt_max + 1)),
-                                         "n_mt": unsigned(uwidth(lin.n_mt_max + 1)),
-                                         "key": unsigned(1),
-                                         "w_base": unsigned(uwidth(lin.weight_depth))}),
+            "linear": linear,
             "attention": data.StructLayout({"slot": unsigned(uwidth(cfg.attn_slots)),
                                             "n_tokens": unsigned(uwidth(cfg.max_tokens + 1)),
                                             "theta_q": unsigned(ag.theta_bits),
@@ -192,7 +229,8 @@ class Accelerator(wiring.Component):
 
     def __init__(self, cfg: Config):
         self._cfg = cfg
-        self._lin = LinearLayer(cfg, shared=True)
+        # FMDQ's linear datapath has its own SIMD-4 arrays; attention keeps v1's arrays.
+        self._lin = FmdqLinear(cfg) if _fmdq(cfg) else LinearLayer(cfg, shared=True)
         self._att = AttentionEngine(cfg, shared=True)
         w = data_bits(cfg)
         super().__init__({
@@ -211,7 +249,8 @@ class Accelerator(wiring.Component):
 
     @property
     def linear_geometry(self):
-        """The linear datapath's ``Geometry`` (that of the shared PE arrays)."""
+        """The linear datapath's geometry (``Geometry``: that of the shared PE arrays; with
+        ``encoding = "fmdq"`` ``FmdqGeometry``)."""
         return self._lin.geometry
 
     @property
@@ -223,7 +262,7 @@ class Accelerator(wiring.Component):
         m = Module()
         m.submodules.linear = lin = self._lin
         m.submodules.attention = att = self._att
-        geo = lin.geometry
+        geo = _geometries(cfg)[0]                   # the v1 arrays' (attention's, shared)
         cl = command_layout(cfg)
         cmd = self.cmd.payload
         # The state shared by the parts: the command processor's state, the captured
@@ -239,7 +278,10 @@ class Accelerator(wiring.Component):
         for a in range(cfg.n_arrays):
             arr = PEArray(geo, host_writes=True)
             m.submodules[f"array_{a}"] = arr
-            _share(m, arr, [lin.pe[a], att.pe[a]], st.mode_att)
+            if _fmdq(self._cfg):
+                _share(m, arr, [att.pe[a]], Const(0, 1))
+            else:
+                _share(m, arr, [lin.pe[a], att.pe[a]], st.mode_att)
             st.arrays.append(arr)
         m.d.comb += [self.busy.eq(st.state != _IDLE), self.key.eq(att.key)]
         self._commands(m, st)
@@ -265,10 +307,17 @@ class Accelerator(wiring.Component):
             with m.Case(Opcode.READ):
                 m.d.comb += ok.eq(in_range & _member_of(ma.mem, _READABLE))
             with m.Case(Opcode.RUN_LINEAR):
-                span = la.n_kt * la.n_mt * cfg.k_tile       # the run's weight words
-                m.d.comb += ok.eq((la.n_tokens >= 1) & (la.n_tokens <= cfg.max_tokens)
-                                  & (la.n_kt <= geo.n_kt_max) & (la.n_mt <= geo.n_mt_max)
-                                  & (la.w_base + span <= geo.weight_depth))
+                if _fmdq(self._cfg):
+                    fg = st.lin.geometry
+                    span = la.n_k * la.n_mt                 # the run's weight words
+                    m.d.comb += ok.eq((la.n_tokens >= 1) & (la.n_tokens <= cfg.max_tokens)
+                                      & (la.n_k <= cfg.max_k) & (la.n_mt <= fg.n_mt_max)
+                                      & (la.w_base + span <= fg.weight_depth))
+                else:
+                    span = la.n_kt * la.n_mt * cfg.k_tile   # the run's weight words
+                    m.d.comb += ok.eq((la.n_tokens >= 1) & (la.n_tokens <= cfg.max_tokens)
+                                      & (la.n_kt <= geo.n_kt_max) & (la.n_mt <= geo.n_mt_max)
+                                      & (la.w_base + span <= geo.weight_depth))
             with m.Case(Opcode.RUN_ATTENTION):
                 m.d.comb += ok.eq((aa.n_tokens >= 1) & (aa.n_tokens <= cfg.max_tokens)
                                   & (aa.slot < cfg.attn_slots))
@@ -303,7 +352,7 @@ class Accelerator(wiring.Component):
                         m.d.sync += [st.state.eq(_START), st.a_args.eq(cmd.args.attention),
                                      st.is_att.eq(1), st.mode_att.eq(1)]
                     with m.Case(Opcode.READ_COUNTERS):
-                        m.d.sync += [st.state.eq(_COUNT), st.left.eq(len(COUNTERS)),
+                        m.d.sync += [st.state.eq(_COUNT), st.left.eq(len(counters_of(self._cfg))),
                                      st.addr.eq(0)]
                     with m.Case(Opcode.ACK_ERROR):
                         m.d.sync += self.error.eq(0)
@@ -313,9 +362,9 @@ class Accelerator(wiring.Component):
         """A run: its block started from the captured arguments, ``done`` when it is idle."""
         lin, att, la, aa = st.lin, st.att, st.l_args, st.a_args
         start = st.state == _START
-        m.d.comb += [lin.n_tokens.eq(la.n_tokens), lin.n_kt.eq(la.n_kt),
-                     lin.n_mt.eq(la.n_mt), lin.key.eq(la.key), lin.w_base.eq(la.w_base),
-                     att.slot.eq(aa.slot), att.n_tokens.eq(aa.n_tokens),
+        for name in la.shape().members:                  # the linear top's run arguments
+            m.d.comb += getattr(lin, name).eq(getattr(la, name))
+        m.d.comb += [att.slot.eq(aa.slot), att.n_tokens.eq(aa.n_tokens),
                      att.theta_q.eq(aa.theta_q), att.refresh.eq(aa.refresh),
                      lin.start.eq(start & ~st.is_att), att.start.eq(start & st.is_att)]
         with m.If(start):
@@ -354,6 +403,7 @@ class Accelerator(wiring.Component):
         m.d.comb += [
             lin.host_target_we.eq(beat & (mem == Mem.TARGET)),
             lin.host_target_wdata.eq(clipped),
+            _row_addr(lin).eq(addr),
             lin.host_state_we.eq(beat & (mem == Mem.STATE)),
             lin.host_state_wdata.eq(word("STATE")),
             lin.host_w_we.eq(Mux(beat & (mem == Mem.WEIGHTS), every, 0)),
@@ -376,8 +426,12 @@ class Accelerator(wiring.Component):
             att.host_slot_wdata.eq(word("SLOT")),
         ]
         y_row = y_row_layout(st.geo).size
+        y_load = beat & (mem == Mem.Y)
+        fmdq = _fmdq(cfg)
+        if fmdq:                                  # a saved Y restored (FmdqLinear's port)
+            m.d.comb += [lin.host_y_we.eq(y_load), lin.host_y_wdata.eq(word("Y"))]
         for a, arr in enumerate(st.arrays):       # a saved Y restored (the arrays' own port)
-            m.d.comb += [arr.host_y_we.eq(beat & (mem == Mem.Y)), arr.host_y_waddr.eq(addr),
+            m.d.comb += [arr.host_y_we.eq(0 if fmdq else y_load), arr.host_y_waddr.eq(addr),
                          arr.host_y_wdata.eq(d.word_select(a, y_row))]
         with m.If(beat):
             m.d.sync += [addr.eq(addr + 1), st.left.eq(st.left - 1)]
@@ -393,7 +447,7 @@ class Accelerator(wiring.Component):
         inflight, issue = Signal(), Signal()
         m.d.comb += issue.eq((st.state == _READ) & (left != 0)
                              & (out_q.level + inflight < _OUT_DEPTH))
-        m.d.comb += [lin.host_row_addr.eq(addr), lin.host_y_addr.eq(addr),
+        m.d.comb += [lin.host_y_addr.eq(addr),
                      att.host_o_addr.eq(addr), att.host_res_addr.eq(addr),
                      att.host_mask_addr.eq(addr), att.host_slot_addr.eq(addr)]
         mask_q = Signal.like(att.host_mask_rdata)
@@ -420,9 +474,13 @@ class Accelerator(wiring.Component):
                 m.d.comb += rdata.eq(slot_q)
 
         c = st.counters
-        values = [c["commands"], c["errors"], c["target_clipped"],
-                  lin.cycles, lin.stall_load, lin.count_low, lin.count_high, lin.count_zero,
-                  lin.count_clipped, lin.count_saturated,
+        if _fmdq(self._cfg):
+            linear = [lin.cycles, lin.stall_load, lin.count_groups, lin.count_units,
+                      lin.count_clipped, lin.count_saturated]
+        else:
+            linear = [lin.cycles, lin.stall_load, lin.count_low, lin.count_high, lin.count_zero,
+                      lin.count_clipped, lin.count_saturated]
+        values = [c["commands"], c["errors"], c["target_clipped"], *linear,
                   att.cycles, att.count_qk, att.count_pv, att.key]
         cval = Signal(COUNTER_BITS)
         with m.Switch(addr):
@@ -439,6 +497,12 @@ class Accelerator(wiring.Component):
                      out_q.r_en.eq(self.dout.ready)]
         with m.If(((st.state == _READ) | (st.state == _COUNT)) & (left == 0) & ~inflight):
             m.d.sync += st.state.eq(_IDLE)
+
+
+def _row_addr(lin):
+    """The linear top's target / state address port (``LinearLayer``'s rows, ``FmdqLinear``'s
+    sub-channels)."""
+    return lin.host_sub_addr if isinstance(lin, FmdqLinear) else lin.host_row_addr
 
 
 def _member_of(value, members) -> "Signal":

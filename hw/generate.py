@@ -181,6 +181,7 @@ def accelerator_manifest(cfg, top=None) -> dict:
     top = top if top is not None else acc.Accelerator(cfg)
     words = acc.memory_words(cfg)
     depths = acc.memory_depths(cfg)
+    fmdq = cfg.encoding is Encoding.FMDQ
     rules = {
         "TARGET": "token * n_kt_max + kt (elements kt*k_tile ..; clipped to +-target_max)",
         "STATE": "token * n_kt_max + kt",
@@ -196,6 +197,13 @@ def accelerator_manifest(cfg, top=None) -> dict:
         "MASK": "slot * nqb + I, bit J: key block J selected for query block I",
         "SLOT": "slot (valid: stepped since CLEAR_SLOTS or reset; phase: calls mod refresh)",
     }
+    if fmdq:                  # FmdqLinear's sub-channel words and packed column blocks
+        rules.update({
+            "TARGET": "tile * max_k + k (tokens tile*token_tile ..; clipped to +-target_max)",
+            "STATE": "tile * max_k + k (tokens tile*token_tile ..)",
+            "WEIGHTS": "w_base + mt * K + k for row k, columns mt * block_cols .. (a run's "
+                       "n_mt blocks of K rows)",
+        })
     mems = {}
     for mm in acc.Mem:
         access = ("rw" if mm in acc._WRITABLE and mm in acc._READABLE else
@@ -220,7 +228,7 @@ def accelerator_manifest(cfg, top=None) -> dict:
         "data_bits": acc.data_bits(cfg),
         "read_latency": "a READ's words leave on dout in address order; the first no earlier "
                         "than 2 cycles after the command is taken",
-        "counters": list(acc.COUNTERS),
+        "counters": list(acc.counters_of(cfg)),
         "counter_bits": COUNTER_BITS,
     }
 

@@ -17,15 +17,18 @@ cycle models as it goes.
 
 import numpy as np
 
+from dstar.config import Encoding
 from dstar.golden.attention import AttentionReuse, theta_fixed
 from dstar.golden.difflinear import encode_step
 from dstar.golden.dit import ATTN_SUFFIX, LINEAR_TYPES, DiT, drive
 from dstar.golden.encoder import HIGH, LOW, ZERO
+from dstar.golden.fmdq import fmdq_encode
 from dstar.golden.hooks import DStarLinears
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
 
 from .attention_cycles import predict as predict_attention
 from .cycle_model import predict as predict_linear
+from .fmdq_cycles import linear_cycles
 from .host import GoldenEngine
 
 __all__ = ["block_inputs", "check_request", "check_fits", "golden_block", "CheckedEngine",
@@ -36,6 +39,11 @@ LINEAR_COUNTERS = {"linear_cycles": "cycles", "linear_stall_load": "stall_load",
                    "linear_low": "count_low", "linear_high": "count_high",
                    "linear_zero": "count_zero", "linear_clipped_groups": "count_clipped",
                    "linear_saturated_groups": "count_saturated"}
+#: ``LINEAR_COUNTERS`` with ``encoding = "fmdq"`` (``sim.fmdq_cycles.linear_cycles``' names).
+FMDQ_LINEAR_COUNTERS = {"linear_cycles": "cycles", "linear_stall_load": "stall_load",
+                        "linear_groups": "count_groups", "linear_units": "count_units",
+                        "linear_clipped": "count_clipped",
+                        "linear_saturated": "count_saturated"}
 ATTENTION_COUNTERS = {"attention_cycles": "cycles", "attention_qk_tiles": "count_qk",
                       "attention_pv_tiles": "count_pv"}
 
@@ -151,18 +159,26 @@ class CheckedEngine:
         runs = self.hw.runs[first:]
         k, m = w_q.shape
         rows = self.hw.max_rows
-        predicted = dict.fromkeys(LINEAR_COUNTERS, 0)
+        fmdq = cfg.encoding is Encoding.FMDQ
+        names = FMDQ_LINEAR_COUNTERS if fmdq else LINEAR_COUNTERS
+        predicted = dict.fromkeys(names, 0)
         elements = {"zero": 0, "low": 0, "high": 0}
         for r0 in range(0, target.shape[0], rows):
-            enc, _ = encode_step(target[r0:r0 + rows], xs0[r0:r0 + rows], cfg)
-            rep = predict_linear(cfg, enc, k, m).counters()
-            for c, model_name in LINEAR_COUNTERS.items():
+            d = target[r0:r0 + rows] - xs0[r0:r0 + rows]
+            if fmdq:
+                enc = fmdq_encode(d, cfg.token_tile, cfg.e_max, cfg.tau)
+                rep = linear_cycles(enc, cfg.sort_window, -(-m // (cfg.m_tile * cfg.n_arrays)))
+                _fmdq_elements(enc, elements)
+            else:
+                enc, _ = encode_step(target[r0:r0 + rows], xs0[r0:r0 + rows], cfg)
+                rep = predict_linear(cfg, enc, k, m).counters()
+                for cls, kind in ((ZERO, "zero"), (LOW, "low"), (HIGH, "high")):
+                    elements[kind] += int(np.count_nonzero(enc.cls == cls))
+            for c, model_name in names.items():
                 predicted[c] += rep[model_name]
-            for cls, kind in ((ZERO, "zero"), (LOW, "low"), (HIGH, "high")):
-                elements[kind] += int(np.count_nonzero(enc.cls == cls))
         self._record({"step": self.step, "op": op_kind(name), "layer": name, "key": bool(key),
                       "rows": int(target.shape[0]), "bit_exact": bool(np.array_equal(got, want)),
-                      "counters": {c: sum(r[c] for r in runs) for c in LINEAR_COUNTERS},
+                      "counters": {c: sum(r[c] for r in runs) for c in names},
                       "predicted": predicted, "elements": elements})
         return got
 
@@ -200,6 +216,15 @@ class CheckedEngine:
     def finish(self) -> None:
         """Close the last record (call after the block's last operation)."""
         self._flush_heads()
+
+
+def _fmdq_elements(enc, elements: dict) -> None:
+    """FMDQ's element mix in v1's three kinds: elements of skipped sub-channels (``zero``), of
+    2- and 4-bit ones (``low``), of 6- and 8-bit ones (``high``)."""
+    w = enc._per_row(enc.width)
+    elements["zero"] += int(np.count_nonzero(w == 0))
+    elements["low"] += int(np.count_nonzero((w == 2) | (w == 4)))
+    elements["high"] += int(np.count_nonzero(w >= 6))
 
 
 def run_cycles(counters: dict) -> int:

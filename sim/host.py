@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from dstar.config import Encoding
 from dstar.golden.attention import (
     key_step_head,
     quantize_on,
@@ -33,10 +34,12 @@ from dstar.golden.attention import (
     theta_fixed,
 )
 from dstar.golden.difflinear import encode_step
+from dstar.golden.fmdq_pe import linear_step
 from dstar.golden.quant import exact_matmul, quantize_weights, to_lattice_float, token_lattice
 from dstar.golden.softmax import logit_multiplier
 
-from .accel_io import AttentionStep, LinearStep, counters
+from .accel_io import AttentionStep, counters
+from .fmdq_accel_io import linear_step_of
 
 __all__ = ["BlockHost", "GoldenEngine", "AcceleratorEngine", "run_sync"]
 
@@ -85,15 +88,22 @@ class GoldenEngine:
                              f"{self.layers[name][0].shape[0]}")
 
     async def linear(self, name: str, w_q, target, key: bool):
-        """One linear step of layer ``name``: ``Y_int`` (int64 ``(N, M)``)."""
+        """One linear step of layer ``name``: ``Y_int`` (int64 ``(N, M)``; with ``encoding =
+        "fmdq"`` ``golden.fmdq_pe.linear_step``'s)."""
+        cfg = self.cfg
         self._check_linear(name, w_q, target, key)
         if key or name not in self.layers:
             xs = np.zeros_like(target)
             y = np.zeros((target.shape[0], w_q.shape[1]), np.int64)
         else:
             xs, y = self.layers[name]
-        enc, xs = encode_step(target, xs, self.cfg)
-        y = y + exact_matmul(enc.decode(), w_q)
+        if cfg.encoding is Encoding.FMDQ:
+            st = linear_step(target, xs, y, w_q, key=False, token_tile=cfg.token_tile,
+                             window=cfg.sort_window, e_max=cfg.e_max, tau=cfg.tau)
+            xs, y = st.xs, st.y
+        else:
+            enc, xs = encode_step(target, xs, cfg)
+            y = y + exact_matmul(enc.decode(), w_q)
         self.layers[name] = (xs, y)
         return y
 
@@ -140,7 +150,7 @@ class AcceleratorEngine:
         ys = []
         for c, r0 in enumerate(range(0, n, self.max_rows)):
             rows = target[r0:r0 + self.max_rows]
-            step = LinearStep(self.man, k, w_q.shape[1], rows.shape[0])
+            step = linear_step_of(self.man)(self.man, k, w_q.shape[1], rows.shape[0])
             state, y = (None, None) if key else self.saved[(name, c)]
             w = None if name in self.w_base else w_q
             y_int, xs = await step.run(self.io, rows, key=key, w_q=w,
