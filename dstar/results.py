@@ -41,6 +41,7 @@ _efficiency_text = _formatter("dstar.synth.efficiency", "format_text")
 _run_text = _formatter("dstar.run", "format_summary")
 _regress_text = _formatter("dstar.sim.regress", "format_report")
 _tests_text = _formatter("dstar.bench_tests", "format_report")
+_report_text = _formatter("dstar.report", "format_text")
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,17 @@ RESULTS: dict[str, Result] = {
         "(2 samples, the default 50 steps; two worker processes of one BLAS thread each on a "
         "2-core machine) and the five runs' wall time over the FP32 run's, on the machine that "
         "ran it."),
+    "report": Result(
+        "The paper's evaluation: seven DiTs against an A100 and peer accelerators",
+        ("report", "--json", "--quiet", "-o", "docs/results/report"),
+        _report_text,
+        "`dstar report` on the paper's configuration (32 cores of 64 x 64 SIMD-4 PEs, 1 GHz, "
+        "262 INT8 TOPS, HBM2 1.5 TB/s): DSTAR v2 (FMDQ + SAR) against an INT8 systolic array, "
+        "Ditto-, Cambricon-D- and EXION-like models and an A100 (calibrated FP16 roofline), at "
+        "equal peak INT8 TOPS and at equal PE-array area; the mix is measured on the bundled "
+        "DiT with the exact cycle models and transferred to every model. The full report, with "
+        "every constant's source: `docs/results/report/report.md`.",
+        ("report/speedup.png", "report/energy.png", "report/breakdown_energy.png")),
     "test_time": Result(
         "The default test run's time",
         ("bench", "tests", "--clone", "--json"),
