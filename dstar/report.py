@@ -123,6 +123,9 @@ def _model(s, mix, machine, eta) -> dict:
             "speedup_vs": {b: lat[b] / lat[OURS] for b in BASELINES},
             "energy_saving_vs": {b: en[b] / en[OURS] for b in BASELINES}
             | {"a100_400w": en["a100_400w"] / en[OURS]},
+            "energy_saving_vs_at_45nm": {b: (en[b] if b == "a100" else
+                                             res[b]["energy_45nm_j"]) / res[OURS]["energy_45nm_j"]
+                                         for b in BASELINES},
             "equal_area": {"latency_s": lat_area,
                            "speedup_vs": {b: lat_area[b] / lat_area[OURS] for b in BASELINES}},
             "breakdown": {d: {"time_s": r["time_s"], "energy_parts_j": r["energy_parts_j"]}
@@ -177,6 +180,7 @@ def run(shapes, machine: Machine, mix, *, mix_note: str) -> dict:
     summary = {"over": seven,
                "speedup_vs": _stats(models, seven, "speedup_vs"),
                "energy_saving_vs": _stats(models, seven, "energy_saving_vs"),
+               "energy_saving_vs_at_45nm": _stats(models, seven, "energy_saving_vs_at_45nm"),
                "equal_area_speedup_vs": _stats(models, seven, "speedup_vs", "equal_area")}
     summary["hbm_sweep"] = hbm_sweep([s for s in shapes if s.name in seven], machine, mix,
                                      cal["eta"])
@@ -241,6 +245,7 @@ def format_text(rep: dict) -> str:
     out.append("")
     out.append(f"over {len(s['over'])} models ({', '.join(s['over'])}): geomean / max")
     for key, label in (("speedup_vs", "speedup"), ("energy_saving_vs", "energy saving"),
+                       ("energy_saving_vs_at_45nm", "energy, accel. 45 nm"),
                        ("equal_area_speedup_vs", "speedup, equal area")):
         out.append(f"  {label:20s}" + "  ".join(
             f"{b} {v['geomean']:.2f}/{v['max']:.2f}" for b, v in s[key].items()))

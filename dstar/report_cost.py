@@ -148,6 +148,7 @@ def run_model(shape, design: str, mix, machine, *, equal_area: bool = False) -> 
     t_parts = dict.fromkeys(TIME_PARTS, 0.0)
     e_parts = dict.fromkeys(ENERGY_PARTS, 0.0)
     work = {"dense_cycles": 0.0, "cycles": 0.0}
+    logic45 = 0.0                  # logic and SRAM energy before node scaling (pJ)
     for ctx, count in step_contexts(shape.steps, mix.refresh_attn()).items():
         for op in ops:
             if op.invariant and not ctx[3]:
@@ -163,13 +164,16 @@ def run_model(shape, design: str, mix, machine, *, equal_area: bool = False) -> 
             for k, v in by.items():
                 e_parts[k] += count * v * 8 * value("hbm_bit")
             dram = sum(by.values())
-            e_parts["sram"] += count * (en["sram_feed"] + 2 * dram) * 8 * value("sram_bit") \
-                * node
+            sram = count * (en["sram_feed"] + 2 * dram) * 8 * value("sram_bit")
+            e_parts["sram"] += sram * node
+            logic45 += sram + count * sum(en[k] for k in ("compute", "vpu", "qpu"))
             for k in ("compute", "vpu", "qpu"):
                 e_parts[k] += count * en[k] * node
             work["cycles"] += count * cyc * area
     lat = sum(t_parts.values())
     energy = sum(e_parts.values()) * 1e-12
-    return {"latency_s": lat, "energy_j": energy, "time_s": t_parts,
+    dram = sum(e_parts[k] for k in ("weights", "state", "cache", "act"))
+    return {"latency_s": lat, "energy_j": energy, "energy_45nm_j": (logic45 + dram) * 1e-12,
+            "time_s": t_parts,
             "energy_parts_j": {k: v * 1e-12 for k, v in e_parts.items()},
             "array_cycles": work["cycles"]}
