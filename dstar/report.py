@@ -247,7 +247,7 @@ def format_text(rep: dict) -> str:
     for key, label in (("speedup_vs", "speedup"), ("energy_saving_vs", "energy saving"),
                        ("energy_saving_vs_at_45nm", "energy, accel. 45 nm"),
                        ("equal_area_speedup_vs", "speedup, equal area")):
-        out.append(f"  {label:20s}" + "  ".join(
+        out.append(f"  {label:22s}" + "  ".join(
             f"{b} {v['geomean']:.2f}/{v['max']:.2f}" for b, v in s[key].items()))
     out.append("  geomean speedup vs HBM bandwidth (the A100 at its own): " + "; ".join(
         f"{bw}: " + " ".join(f"{b} {v:.2f}" for b, v in d["speedup_vs"].items())
