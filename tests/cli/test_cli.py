@@ -115,7 +115,7 @@ def test_analyze_bundled_json_keys(capsys, tmp_path):
     assert 0 <= rep["quality"]["fp32"]["class_accuracy"] <= 1
     # FMDQ beside v1 (encoding = "nibble" runs one more run of FMDQ's linears alone).
     f = rep["fmdq"]
-    assert rep["encoding"] == "nibble" and f["token_tile"] == 16 and f["rule"] == "lossless"
+    assert rep["encoding"] == "nibble" and f["token_tile"] == 8 and f["rule"] == "lossless"
     for part in ("all", "key_step", "delta_steps", *(f["per_layer_type"][t] for t in ("qkv",))):
         s = f[part] if isinstance(part, str) else part
         assert s["groups"] + s["dense_groups"] > 0 and 0 <= s["mean_width_bits"] <= 8
