@@ -68,7 +68,7 @@ def test_a_sweep_says_how_many_points_it_runs(monkeypatch, capsys):
     from dstar import analyze
     from dstar.cli import main
 
-    def run_sweep(cfg, grid, progress=None):
+    def run_sweep(cfg, grid, progress=None, **options):
         raise KeyboardInterrupt          # the announcement comes before the runs
     monkeypatch.setattr(analyze, "run_sweep", run_sweep)
     assert main(["analyze", "--preset", "tiny", "--samples", "1", "--steps", "2",
