@@ -94,9 +94,9 @@ def test_real_layer():
 
 @pytest.mark.slow
 def test_real_layer_tiny():
-    """The tiny preset's FMDQ datapath (T = 16, window 32, 2 arrays of 4 columns) on the
-    bundled DiT's block-0 fc1: 20 tokens (a short second tile), K = 128, two column blocks,
-    the key step and a delta step."""
+    """The tiny preset's FMDQ datapath (its token_tile and sort_window, 2 arrays of 4
+    columns) on the bundled DiT's block-0 fc1: 20 tokens (a short last tile at T = 8 or 16),
+    K = 128, two column blocks, the key step and a delta step."""
     cfg = preset("tiny").replace(encoding="fmdq")
     named = {"fc1": cases.real_case(cfg, n=20, m=16)}
     assert mismatches(run_cases(cfg, named), named) == []
