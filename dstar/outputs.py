@@ -41,13 +41,19 @@ def _check_parent(path: Path, what: str, *, create: bool = False) -> None:
         raise OutputError(f"{what} {str(path)!r}: folder {str(parent)!r} does not exist")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise OutputError(f"{what} {str(path)!r}: folder {str(probe)!r} is not writable")
-    try:        # what os.access cannot tell: root on a read-only or special file system
-        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".dstar-probe.")
+    # What os.access cannot tell: root on a read-only or special file system.
+    _try_create(probe, f"{what} {str(path)!r}: cannot create files in folder {str(probe)!r}")
+
+
+def _try_create(folder: Path, message: str) -> None:
+    """Create and remove a probe file in ``folder``; on failure an ``OutputError`` of
+    ``message`` and the system's reason."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".dstar-probe.")
         os.close(fd)
         os.unlink(tmp)
     except OSError as e:
-        raise OutputError(f"{what} {str(path)!r}: cannot create files in folder "
-                          f"{str(probe)!r} ({e.strerror or e})") from None
+        raise OutputError(f"{message} ({e.strerror or e})") from None
 
 
 def _in_place(path: Path) -> bool:
@@ -96,13 +102,8 @@ def check_work_dir(path, what: str = "build folder") -> Path:
     path = Path(path)
     if not path.is_dir():
         return check_output_dir(path, what)
-    try:        # os.access cannot tell for root or a read-only file system: try it
-        fd, tmp = tempfile.mkstemp(dir=path, prefix=".dstar-probe.")
-        os.close(fd)
-        os.unlink(tmp)
-    except OSError as e:
-        raise OutputError(f"{what} {str(path)!r}: cannot create files in it "
-                          f"({e.strerror or e})") from None
+    # os.access cannot tell for root or a read-only file system: try it.
+    _try_create(path, f"{what} {str(path)!r}: cannot create files in it")
     return path
 
 
