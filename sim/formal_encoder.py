@@ -37,21 +37,24 @@ Status: bounded model checking of ``EncoderHarness`` is still too slow for the t
 smallest encoder of ``tests/hw/test_formal.py``, ``checks=("bound",)`` passes to depth 12 in
 about 30 s on a loaded 2-core machine, ``("bound", "code")`` to depth 20 had reached step 13
 after 80 s, ``"stored"`` is slower still: the solver re-proves the rounding arithmetic at every
-step). The state-width property is proved instead by ``EncoderWidthHarness``: k-induction with
-the memories observed directly (about 25 s in the tests). The dead-zone code check has
-no proof to depth 20 yet.
+step). Both properties are proved instead by k-induction with the memories observed directly:
+``EncoderWidthHarness`` (the state width, 34 s) and ``EncoderCodeHarness`` (the width invariants
+and every code against the spec's shift, dead-zone and rounding rule, 37 s; yices, depth 20,
+on a 2-core machine at load 6), both inductive, so they hold at every depth.
 """
 
-from amaranth import Elaboratable, Module, Mux, ResetSignal, Signal, signed
+from amaranth import Cat, Elaboratable, Module, Mux, ResetSignal, Signal, signed
 from amaranth.asserts import AnyConst, AnySeq, Initial
 from amaranth.hdl import Assert, Assume, Cover
+from amaranth.lib import data
 
 from dstar.hw.encoder import DeltaEncoder
 from dstar.hw.geometry import Geometry
+from dstar.hw.layouts import slice_cmd_layout
 
 from .formal import reset_first
 
-__all__ = ["EncoderHarness", "EncoderWidthHarness"]
+__all__ = ["EncoderCodeHarness", "EncoderHarness", "EncoderWidthHarness"]
 
 
 class EncoderHarness(Elaboratable):
@@ -213,10 +216,15 @@ class EncoderWidthHarness(Elaboratable):
         self.unbounded_targets = unbounded_targets
 
     def elaborate(self, platform):
+        return self._invariants(platform)[0]
+
+    def _invariants(self, platform, dut_geo: Geometry | None = None):
+        """The harness above: ``(m, dut, body)`` (``body``: the encoder's elaborated module,
+        built on ``dut_geo`` if given, else on ``geo``)."""
         geo, cfg = self.geo, self.geo.cfg
         smax, tmax = cfg.state_max, cfg.target_max
         m = Module()
-        dut = DeltaEncoder(geo)
+        dut = DeltaEncoder(dut_geo or geo)
         dut._MustUse__silence = True
         body = dut.elaborate(platform)
         m.submodules.dut = body
@@ -272,4 +280,117 @@ class EncoderWidthHarness(Elaboratable):
         commit = wr.en & ~dut.host_state_we
         m.d.comb += [Cover(commit & (wr.data[0] == smax), "a commit writes +state_max"),
                      Cover(commit & (wr.data[0] == -smax), "a commit writes -state_max")]
+        return m, dut, body
+
+
+def _driven(body: Module, name: str):
+    """The signal named ``name`` that ``body`` (an elaborated ``Module``) drives."""
+    found = [s for s in body._driving.keys() if s.name == name]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} signals named {name!r} in the encoder")
+    return found[0]
+
+
+class _NarrowDelta(Geometry):
+    """The mutant's geometry: the encoder's difference ``D`` one bit narrower than
+    ``delta_max`` needs (it wraps for the largest ``|target - state|``)."""
+
+    @property
+    def delta_bits(self) -> int:
+        return super().delta_bits - 1
+
+
+class EncoderCodeHarness(EncoderWidthHarness):
+    """The code ranges of ``DeltaEncoder(geo)``, by k-induction (``mode="prove"``).
+
+    Everything ``EncoderWidthHarness`` states (the inputs' contract and the memories' range
+    invariants, which make the words stage 2 encodes in range in every cycle), and, for every
+    slice the output register holds and every lane of it, with ``D = target - state`` (state
+    0 on a key step) computed wide by the harness from the words stage 2 encoded, ``e`` the
+    lane's group shift and ``r(e) = (D + 2**(e-1)) >> e`` (spec rounding):
+
+    * ``e <= e_max``, and ``e`` is the smallest shift at which every ``r`` of the group fits
+      INT8, or ``e_max`` when none does (spec section 3's shift rule; ``e_tol`` only counts);
+    * ZERO class: the code is 0 when ``|D| <= tau`` (the dead zone);
+    * otherwise the code is ``r(e)`` when it fits INT8 (exact rounding: ``|D - (q << e)| <=
+      2**(e-1)``), and ``r(e)`` saturated to ``[-128, 127]`` when it does not, which happens
+      only at ``e = e_max``. So every code lies in its class's range: ZERO 0, LOW
+      ``[-8, 7]``, HIGH ``[-128, 127]``, with no wrap of ``D`` or of the rounding on the way.
+
+    The harness's shadow of ``D`` is loaded with the output register (same enable), so the
+    property is inductive together with the memories' invariants: the ``prove`` pass holds
+    at every depth.
+
+    Covers: a slice with a LOW and a HIGH code leaves; one whose group saturates.
+
+    Mutation (``narrow_delta``): the encoder is built with ``D`` one bit narrower than
+    ``delta_max`` needs (``geo.delta_bits - 1``): its ``D`` wraps for large
+    ``|target - state|`` and the code proof must fail.
+    """
+
+    def __init__(self, geo: Geometry, *, narrow_delta: bool = False):
+        super().__init__(geo)
+        self.narrow_delta = narrow_delta
+
+    def elaborate(self, platform):
+        geo, cfg = self.geo, self.geo.cfg
+        dut_geo = _NarrowDelta(cfg) if self.narrow_delta else None
+        m, dut, body = self._invariants(platform, dut_geo)
+        tmem, smem = body.submodules.target, body.submodules.state
+        t_data, s_data = tmem.read_ports[0].data, smem.read_ports[0].data
+        cmd1 = data.View(slice_cmd_layout(geo), _driven(body, "cmd1"))
+        adv = ~dut.o.valid | dut.o.ready
+        wide = signed(cfg.state_bits + 3)         # |D| <= delta_max < 2 * state_max + 1
+        g_size = cfg.group
+        ds = []
+        for k in range(cfg.k_tile):
+            d_now = Signal(wide, name=f"d_now_{k}")
+            d2 = Signal(wide, name=f"d_out_{k}")  # D of the slice in the output register
+            m.d.comb += d_now.eq(t_data[k] - Mux(cmd1.key, 0, s_data[k]))
+            with m.If(adv):
+                m.d.sync += d2.eq(d_now)
+            ds.append(d2)
+
+        def rnd(d, e):
+            return (d + ((1 << (e - 1)) if e else 0)) >> e
+
+        def fits(x):
+            return (x <= 127) & (x >= -128)
+
+        any_low, any_high, any_sat = [], [], []
+        for j in range(geo.slice_groups):
+            grp = dut.o.payload.groups[j]
+            e = grp.shift
+            lanes = range(j * g_size, (j + 1) * g_size)
+            fit = [Cat(*[fits(rnd(ds[k], x)) for k in lanes]).all()
+                   for x in range(cfg.e_max + 1)]
+            spec_e = cfg.e_max
+            for x in reversed(range(cfg.e_max + 1)):
+                spec_e = Mux(fit[x], x, spec_e)
+            with m.If(dut.o.valid):
+                m.d.comb += [Assert(e <= cfg.e_max, f"group {j}: shift beyond e_max"),
+                             Assert(e == spec_e, f"group {j}: not the smallest fitting shift")]
+            any_sat.append(dut.o.valid & ~fit[cfg.e_max])
+            for lane, k in enumerate(lanes):
+                q, d = grp.q[lane], ds[k]
+                r = Signal(wide, name=f"r_out_{k}")
+                sel = rnd(d, cfg.e_max)
+                for x in reversed(range(cfg.e_max)):
+                    sel = Mux(e == x, rnd(d, x), sel)
+                m.d.comb += r.eq(sel)
+                dead = (d <= cfg.tau) & (d >= -cfg.tau)
+                with m.If(dut.o.valid):
+                    with m.If(dead):
+                        m.d.comb += Assert(q == 0, f"lane {k}: a dead-zone code is not 0")
+                    with m.Elif(fits(r)):
+                        m.d.comb += Assert(q == r, f"lane {k}: code is not D rounded at e")
+                    with m.Else():
+                        m.d.comb += [
+                            Assert(e == cfg.e_max, f"lane {k}: saturated below e_max"),
+                            Assert(q == Mux(r > 0, 127, -128), f"lane {k}: bad saturation")]
+                any_low.append(dut.o.valid & (q != 0) & (q <= 7) & (q >= -8))
+                any_high.append(dut.o.valid & ((q > 7) | (q < -8)))
+        m.d.comb += [Cover(Cat(*any_low).any() & Cat(*any_high).any(),
+                           "a slice with a LOW and a HIGH code leaves"),
+                     Cover(Cat(*any_sat).any(), "a saturated group leaves")]
         return m

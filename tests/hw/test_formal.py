@@ -3,8 +3,8 @@ proof passes to its depth, its cover is reached, and a deliberately broken varia
 
 Tiers: the default run keeps, per property family, a cover and a mutant, plus the quick
 proofs (the lockstep dispatcher's and the normalizer's stream stability, the encoder's state
-width); the long proofs are ``slow`` (still ``formal``). Measured on a loaded 2-core machine
-(``nice -n 5``, other workers running): see each test's docstring or comment."""
+width and code ranges); the long proofs are ``slow`` (still ``formal``). Measured on a loaded
+2-core machine (``nice -n 5``, other workers running): see each test's docstring or comment."""
 
 import pytest
 from amaranth.asserts import AnySeq
@@ -22,7 +22,7 @@ from dstar.sim.formal_accel import (
     RefusalHarness,
 )
 from dstar.sim.formal_dispatch import DispatchHarness, dispatcher_contract
-from dstar.sim.formal_encoder import EncoderWidthHarness
+from dstar.sim.formal_encoder import EncoderCodeHarness, EncoderWidthHarness
 from dstar.sim.formal_streams import StreamHarness
 
 pytestmark = pytest.mark.formal
@@ -144,12 +144,35 @@ def encoder_cfg(**kw):
                                   attn_slots=1, attn_frac_bits=1, **kw)
 
 
+# The code proof states the width invariants too: it runs by default, the width proof alone
+# (34 s) is in the slow tier.
+@pytest.mark.slow
 def test_encoder_state_stays_in_width():
     """k-induction (depth 20): every state word stays within ``+-state_max`` (any targets
     within ``+-target_max``), for every depth."""
     geo = Geometry(encoder_cfg())
     res = check(EncoderWidthHarness(geo), "encoder_width", mode="prove")
     assert res.passed, f"{res}\n{res.summary}"
+
+
+def test_encoder_codes_stay_in_their_class_range():
+    """k-induction (depth 20, yices, 37 s on a loaded machine): the state width invariants,
+    and every code leaving the encoder is the spec's (smallest fitting shift, 0 in the dead
+    zone, ``D`` rounded at the shift, saturated to INT8 only at ``e_max``), for every depth."""
+    res = check(EncoderCodeHarness(Geometry(encoder_cfg())), "encoder_code", mode="prove")
+    assert res.passed, f"{res}\n{res.summary}"
+
+
+def test_encoder_low_high_and_saturated_codes_are_reachable():
+    res = check(EncoderCodeHarness(Geometry(encoder_cfg())), "encoder_code", mode="cover")
+    assert res.passed, f"{res}\n{res.summary}"
+
+
+def test_encoder_mutant_with_narrow_delta_fails():
+    """An encoder whose ``D`` is one bit too narrow wraps: its codes leave their range."""
+    res = check(EncoderCodeHarness(Geometry(encoder_cfg()), narrow_delta=True),
+                "encoder_code_mutant", mode="prove")
+    assert not res.passed and res.trace is not None, str(res)
 
 
 def test_encoder_commit_reaches_state_max():
