@@ -474,7 +474,8 @@ def cmd_synth(args) -> int:
         rep = synth_report.run(cfg, targets, fmax=fmax_selection(args.fmax), dense=dense,
                                outdir=Path(args.output) if args.output else None,
                                jobs=args.jobs, flat_total=args.flat_total, reuse=args.reuse,
-                               fmax_timeout_min=args.fmax_timeout, blocks=args.block or ())
+                               fmax_timeout_min=args.fmax_timeout, blocks=args.block or (),
+                               flat_top=args.flat_top)
     except ValueError as e:     # an unknown --block
         raise UserError(str(e)) from None
     except SynthError as e:     # a tool failed (or was stopped): one line, the log's path
@@ -810,6 +811,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flat-total", action="store_true",
                    help="also synthesize the whole top flat, for comparison with the per-block "
                    "totals")
+    p.add_argument("--flat-top", action="store_true",
+                   help="also synthesize the accelerator top (dstar.v) flat for each target; "
+                   "on osu018 its OpenSTA critical path across the blocks (slow: hours for "
+                   "tiny)")
     p.add_argument("--write-baseline", action="store_true",
                    help="store the report's area as the preset's committed baseline for this "
                    "Yosys version (synth/baselines/<preset>.json)")

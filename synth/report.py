@@ -11,7 +11,9 @@ command line.
 
 A target's totals are the sums over blocks x instances. Logic is not optimized across block
 boundaries (as in a hierarchical ASIC flow), so totals are slightly above a flat synthesis of
-the whole top (``flat_total=True`` runs that for comparison). The cmos target keeps memories of
+the whole top (``flat_total=True`` runs that for comparison; ``flat_top=True`` synthesizes the
+accelerator top ``dstar.v`` flat, which on a timed standard-cell target gives the top's own
+critical path across block boundaries). The cmos target keeps memories of
 at least ``SRAM_MIN_DEPTH`` words as SRAM macros; ``memories`` lists them with their area.
 The attention engine's blocks carry ``part = "attention"``; ``targets`` stays the linear
 datapath (what ``area_ratio`` compares with the dense baseline), ``attention.targets`` sums the
@@ -82,7 +84,7 @@ def preset_name(cfg: Config) -> str:
 def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = None,
         jobs: int = 1, flat_total: bool = False, reuse: bool = False,
         dense: bool | None = None, fmax_timeout_min: float | None = None,
-        blocks: tuple = ()) -> dict:
+        blocks: tuple = (), flat_top: bool = False) -> dict:
     """Synthesize ``cfg`` for ``targets`` (names of ``dstar.synth.flows.TARGETS``) and return the
     report (see ``REPORT_VERSION``); it is also written to ``<outdir>/report.json``.
 
@@ -107,6 +109,11 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
     ``blocks``: synthesize only these block kinds (``modules`` names, e.g. ``pe_array``,
     ``accelerator.command_processor``); the report's ``blocks`` lists them, its totals then
     sum those blocks only, and the dense baseline's those it has (none: no baseline).
+    ``flat_top``: also synthesize the accelerator top (``dstar.v``) flat for every target,
+    into ``<outdir>/<target>/flat_top`` (``reuse`` applies): ``flat_top["top"]`` names it,
+    ``flat_top["targets"][t]`` holds its counts, and on a timed target (osu018) its OpenSTA
+    paths (``sta``), start and end named by RTL register; ``ValueError`` if the configuration
+    has no accelerator top.
     Standard-cell targets (``dstar.synth.flows.LIBERTY_TARGETS``) run beside ``cmos`` add
     ``vs_cmos`` (and ``vs_cmos_attention``, ``vs_cmos_accelerator``, the dense baseline's):
     their logic's NAND2 equivalents over the transistor estimate's, per target, in total and
@@ -171,6 +178,11 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
     if flat_total:
         report["flat"] = {t: _strip(synth_module(verilog, top, t, outdir / t / "flat"))
                           for t in targets}
+    if flat_top:
+        acc = _accelerator_verilog(verilog)
+        report["flat_top"] = {"top": acc.stem, "targets": {
+            t: _strip(synth_module(acc, acc.stem, t, outdir / t / "flat_top", reuse=reuse))
+            for t in targets}}
     if fmax:
         fdir = outdir / "fmax"
         report["nextpnr_version"] = _fmax.nextpnr_version()
@@ -205,6 +217,16 @@ def _ratios(totals: dict, dense: dict, modules: dict, dmods: dict) -> dict:
 def man_attention_top(modules: dict) -> str:
     """Name of the attention engine's top (its controller's module)."""
     return modules[ATTN_CONTROLLER]["module"] if ATTN_CONTROLLER in modules else None
+
+
+def _accelerator_verilog(verilog: Path) -> Path:
+    """The accelerator top's Verilog written beside the linear top ``verilog`` (its manifest,
+    ``params.json``, names it); ``ValueError`` if there is none."""
+    man = json.loads((Path(verilog).parent / "params.json").read_text())
+    if "accelerator" not in man:
+        raise ValueError("this configuration has no accelerator top (dstar.v) to synthesize "
+                         "flat")
+    return Path(verilog).parent / man["accelerator"]["verilog"]
 
 
 def _strip(res: dict) -> dict:

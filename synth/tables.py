@@ -74,6 +74,11 @@ def _parts(report: dict) -> list[str]:
         if report.get(part):
             rows = [_total_row(t, tot, None) for t, tot in report[part]["targets"].items()]
             lines += ["", title] + _grid(_HEAD, rows)
+    flat = report.get("flat_top")
+    if flat:
+        rows = [_total_row(t, res, None) for t, res in flat["targets"].items()]
+        lines += ["", f"Accelerator top {flat['top']} synthesized flat (one netlist: logic "
+                  "optimized across block boundaries):"] + _grid(_HEAD, rows)
     return lines
 
 
@@ -168,6 +173,16 @@ def _timing(report: dict) -> list[str]:
                         rows.append([f"{where}{kind}", t, which, p["period_ns"], p["fmax_mhz"],
                                      f"{p['start_kind']} {p['start']} -> {p['end_kind']} "
                                      f"{p['end']}"])
+    flat = report.get("flat_top") or {}
+    for t, res in flat.get("targets", {}).items():
+        for which in ("critical", "reg2reg"):
+            p = (res.get("sta") or {}).get(which)
+            if p:
+                rows.append([f"top {flat['top']} (flat)", t, which, p["period_ns"],
+                             p["fmax_mhz"], f"{p['start_kind']} {p['start']} -> "
+                             f"{p['end_kind']} {p['end']}"])
+        if res.get("sta_skipped"):
+            skipped.add(res["sta_skipped"])
     lines = []
     if rows:
         lines += ["", "Static timing (OpenSTA, pre-layout: typical corner, no wires, ideal "

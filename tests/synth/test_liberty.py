@@ -5,6 +5,8 @@ The libraries come from ``scripts/liberty.sh`` (``dstar.synth.liberty``); withou
 without Yosys or OpenSTA, the tests that need them skip and say why.
 """
 
+from pathlib import Path
+
 import pytest
 
 flows = pytest.importorskip("dstar.synth.flows")
@@ -151,3 +153,44 @@ def test_tables_show_cells_timing_and_the_ratio_to_the_estimate():
     # area, logic, shares (flip-flops, adders, muxes, other), SRAM, NAND2-eq, vs cmos
     assert row.split()[3:] == ["1248.0", "1248.0", "92%", "0%", "0%", "8%", "0.0", "52", "0.8"]
     assert "2000.0" in text and "register ra[0] -> register q[0]" in text
+
+
+def test_flat_top_synthesizes_the_accelerator_top_and_tables_show_its_path(tmp_path,
+                                                                           monkeypatch):
+    """``flat_top``: the accelerator top named by the manifest (``dstar.v``) synthesized whole
+    for each target, with ``reuse`` passed on, into ``<target>/flat_top``; the tables show its
+    area and its OpenSTA paths (block synthesis and Yosys stubbed: the plumbing only)."""
+    from dstar.config import preset
+    from dstar.synth import report as synth_report
+
+    rtl = tmp_path / "rtl"
+    rtl.mkdir()
+    (rtl / "params.json").write_text('{"accelerator": {"verilog": "dstar.v"}}')
+    path = {"start": "cmd_q[3]", "start_kind": "register", "end": "excess_4[4]",
+            "end_kind": "register", "arrival_ns": 13.0, "setup_ns": 0.3, "period_ns": 13.3,
+            "fmax_mhz": 75.2}
+    calls = []
+
+    def fake_synth(verilog, module, target, builddir, blackbox=(), netlist=False, reuse=False):
+        calls.append((Path(verilog).name, module, target, Path(builddir), reuse))
+        return {"cells": 9, "ffs": 3, "area_um2": 1234.5, "cells_by_type": {"X": 9},
+                "sta": {"critical": path, "reg2reg": path, "clock": True}}
+
+    monkeypatch.setattr(synth_report, "synth_blocks",
+                        lambda *a, **kw: ("dstar_linear", rtl / "dstar_linear.v", {}))
+    monkeypatch.setattr(synth_report, "synth_module", fake_synth)
+    monkeypatch.setattr(synth_report, "yosys_version", lambda: "stub")
+    rep = synth_report.run(preset("tiny"), ("osu018",), outdir=tmp_path, dense=False,
+                           reuse=True, flat_top=True)
+    assert calls == [("dstar.v", "dstar", "osu018", tmp_path / "osu018" / "flat_top", True)]
+    flat = rep["flat_top"]
+    assert flat["top"] == "dstar" and "cells_by_type" not in flat["targets"]["osu018"]
+    text = format_table(rep)
+    assert "Accelerator top dstar synthesized flat" in text
+    row = next(line for line in text.splitlines() if line.strip().startswith("top dstar"))
+    assert row.split()[2:7] == ["(flat)", "osu018", "critical", "13.3", "75.2"]
+    assert "register cmd_q[3] -> register excess_4[4]" in row
+    (rtl / "params.json").write_text("{}")
+    with pytest.raises(ValueError, match="no accelerator top"):
+        synth_report.run(preset("tiny"), ("osu018",), outdir=tmp_path, dense=False,
+                         flat_top=True)
