@@ -114,6 +114,28 @@ RESULTS: dict[str, Result] = {
         "The same for the attention engine's blocks (its PE arrays are the linear datapath's) "
         "and the accelerator top's own: its command processor and output queue (the top's "
         "other blocks are the kinds above again)."),
+    "synth_default_sky130": Result(
+        "Standard-cell area per block (`default` preset): sky130 HD beside the transistor "
+        "estimate",
+        ("synth", "--preset", "default", "--target", "cmos", "--target", "sky130", "--block",
+         "pe_array", "--block", "encoder", "--block", "dispatcher", "--block", "sequencer",
+         "--reuse", "--jobs", "1", "--json"),
+        _synth_text,
+        "The same as for `tiny`, at the `default` preset: the linear datapath's blocks and its "
+        "lean dense INT8 baseline's on sky130 HD cells, with `vs cmos`, the logic's NAND2 "
+        "equivalents over the 45 nm transistor estimate's."),
+    "synth_default_sky130_attention": Result(
+        "Standard-cell area per block (`default` preset): the attention engine and the "
+        "accelerator top's own blocks on sky130 HD",
+        ("synth", "--preset", "default", "--target", "cmos", "--target", "sky130", "--block",
+         "softmax", "--block", "normalizer", "--block", "tile_runner", "--block",
+         "softmax_feed", "--block", "mask_select", "--block", "norm", "--block", "sel_recip",
+         "--block", "block_list", "--block", "attention_controller", "--block",
+         "accelerator.command_processor", "--block", "accelerator.out_q", "--no-dense",
+         "--reuse", "--jobs", "1", "--json"),
+        _synth_text,
+        "The same for the `default` preset's attention engine and the accelerator top's own "
+        "blocks."),
     "synth_tiny_osu018": Result(
         "Standard-cell timing (`tiny` preset): OSU 0.18 um Fmax of the PE array, the "
         "dispatcher and the accelerator top's own logic",
@@ -127,6 +149,17 @@ RESULTS: dict[str, Result] = {
         "register to register, its start and end by RTL name. The accelerator top's own "
         "logic is its command processor (`dstar.v` with the datapath blocks blackboxed). "
         "Totals cover these blocks only."),
+    "synth_tiny_osu018_top": Result(
+        "Standard-cell timing (`tiny` preset): OSU 0.18 um Fmax of the whole accelerator top",
+        ("synth", "--preset", "tiny", "--target", "osu018", "--block",
+         "accelerator.command_processor", "--no-dense", "--flat-top", "--reuse", "--jobs", "1",
+         "--json"),
+        _synth_text,
+        "The accelerator top (`dstar.v`: the linear datapath, the attention engine and the "
+        "command processor on the shared PE arrays) synthesized flat onto OSU 0.18 um cells "
+        "and timed by OpenSTA as above: its critical path across the blocks' boundaries, "
+        "start and end by RTL name (SRAM macros left out of the netlist, so paths through "
+        "them are not timed). The command processor alone is the block row."),
     "bench_cycles": Result(
         "Linear-datapath cycles on the bundled DiT",
         ("bench", "cycles", "--json"),

@@ -273,18 +273,34 @@ def run(base: Config, *, steps: int = DEFAULT_STEPS, fmax: bool = False, jobs: i
 
 
 def format_text(rep: dict) -> str:
-    """The report as a table (one line per strategy) plus the INT8 MAC's area."""
+    """The report as tables (one line per strategy) plus the INT8 MAC's area. With a
+    standard-cell target (``area``), its areas and throughput per area come first (the rows
+    that have them: ``asic``), then the 45 nm transistor estimate's of every row, as before,
+    with each row's parts, FMDQ's geometry and the routed Fmax."""
     w = rep["workload"]
-    lines = [f"preset {rep['preset']}: {w['model']}, {w['layers']} linears x {w['steps']} steps "
-             f"({w['layer_steps']} layer-steps); baseline {rep['baseline']} (lean dense INT8); "
-             "CMOS areas at 45 nm (Yosys estimate)"
-             + (f", and from {rep['area']} standard cells" if rep.get("area") else ""),
-             f"{'strategy':10s} {'cycles':>12s} {'speedup':>8s} {'PE um2':>11s} "
-             f"{'datapath um2':>13s} {'TPA PE':>7s} {'TPA dp':>7s}"]
+    head = (f"preset {rep['preset']}: {w['model']}, {w['layers']} linears x {w['steps']} steps "
+            f"({w['layer_steps']} layer-steps); baseline {rep['baseline']} (lean dense INT8)")
+    cols = (f"{'strategy':10s} {'cycles':>12s} {'speedup':>8s} {'PE um2':>11s} "
+            f"{'datapath um2':>13s} {'TPA PE':>7s} {'TPA dp':>7s}")
+
+    def row(name: str, s: dict, a: dict) -> str:
+        return (f"{name:10s} {s['cycles']:12d} {s['speedup_vs_dense']:8.3f} "
+                f"{a['pe_area_um2']:11.0f} {a['datapath_area_um2']:13.0f} "
+                f"{a['tpa_pe_vs_dense']:7.3f} {a['tpa_datapath_vs_dense']:7.3f}")
+
+    asic = {n: s["asic"] for n, s in rep["strategies"].items() if "asic" in s}
+    lines = [head]
+    if asic:
+        target = next(iter(asic.values()))["target"]
+        lines += [f"{target} standard cells (real cell areas; SRAM macros scaled from the 45 nm "
+                  "estimate by NAND2 area):", cols]
+        lines += [row(n, rep["strategies"][n], a) for n, a in asic.items()]
+        lines.append("CMOS transistor estimate at 45 nm (Yosys), beside for continuity:")
+    else:
+        lines[0] += "; CMOS areas at 45 nm (Yosys estimate)"
+    lines.append(cols)
     for name, s in rep["strategies"].items():
-        lines.append(f"{name:10s} {s['cycles']:12d} {s['speedup_vs_dense']:8.3f} "
-                     f"{s['pe_area_um2']:11.0f} {s['datapath_area_um2']:13.0f} "
-                     f"{s['tpa_pe_vs_dense']:7.3f} {s['tpa_datapath_vs_dense']:7.3f}")
+        lines.append(row(name, s, s))
         if "speedup_at_equal_area" in s:
             lines.append(f"           at the baseline's datapath area: x"
                          f"{s['speedup_at_equal_area']:.3f} (arrays scaled, shared parts kept)")
@@ -298,26 +314,26 @@ def format_text(rep: dict) -> str:
                          f"{g['window']}, {s['mean_width_bits']:.2f} bits; cycles: encode "
                          f"{s['encode_cycles']} + replay {s['replay_cycles']} (replay alone: "
                          f"x{s['speedup_replay_only']:.3f})")
-        if "asic" in s:
-            x = s["asic"]
-            lines.append(f"           {x['target']} cells: PE {x['pe_area_um2']:.0f} um2, "
-                         f"datapath {x['datapath_area_um2']:.0f} um2, TPA PE "
-                         f"{x['tpa_pe_vs_dense']:.3f}, TPA dp {x['tpa_datapath_vs_dense']:.3f}")
         if "fmax_mhz" in s:
             lines.append("           routed ECP5 Fmax: " + ", ".join(
                 f"{k} {v:.1f} MHz" if v else f"{k} -" for k, v in s["fmax_mhz"].items()))
     mac = rep["int8_mac"]
     lo, hi = mac["bit_fusion_pe_um2"]
-    lines.append(f"int8 baseline: {mac['pe_um2_per_mac']:.0f} um2 per INT8 MAC with its "
-                 f"accumulator memory share, {mac['pe_logic_um2_per_mac']:.0f} um2 logic only "
-                 f"({mac['macs']} MACs); Bit Fusion's fixed 8-bit PE: {lo:.0f}-{hi:.0f} um2 "
-                 f"(45 nm); this flow's lone 8x8 multiplier: {mac['mul8x8_um2']:.0f} um2")
+    base = asic.get(rep["baseline"])
+    cells = (f"; {base['target']} cells: {base['pe_area_um2'] / mac['macs']:.0f} um2 per MAC"
+             if base else "")
+    lines.append(f"int8 baseline (45 nm estimate): {mac['pe_um2_per_mac']:.0f} um2 per INT8 MAC "
+                 f"with its accumulator memory share, {mac['pe_logic_um2_per_mac']:.0f} um2 "
+                 f"logic only ({mac['macs']} MACs){cells}; Bit Fusion's fixed 8-bit PE: "
+                 f"{lo:.0f}-{hi:.0f} um2 (45 nm); this flow's lone 8x8 multiplier: "
+                 f"{mac['mul8x8_um2']:.0f} um2")
     c = rep.get("ceiling")                    # reports before the ceiling have none
     if not c:
         return "\n".join(lines)
     p = c["parts_um2"]
-    lines.append(f"ceiling of any nibble-lane array (lone parts: lane multiplier {p['mul']:.0f}, "
-                 f"weights {p['weights']:.0f}, column tree {p['tree']:.0f} and adder "
+    lines.append(f"ceiling of any nibble-lane array (45 nm estimate; lone parts: lane "
+                 f"multiplier {p['mul']:.0f}, weights {p['weights']:.0f}, column tree "
+                 f"{p['tree']:.0f} and adder "
                  f"{p['acc_add']:.0f} um2; no selection, shift or control): PE area "
                  f"{c['pe_area_um2']:.0f} um2, TPA PE {c['tpa_pe_at_ideal']:.2f} at the ideal "
                  f"x{c['ideal_vs_dense']:.2f}, {c['tpa_pe_at_85pct']:.2f} at 85 % of it")

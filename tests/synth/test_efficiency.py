@@ -101,6 +101,11 @@ def test_throughput_per_area_against_the_int8_baseline(fake_synth):
     assert c["tpa_pe_at_85pct"] == round(0.85 * ideal * FAKE["int8"][0] / pe, 4)
     text = efficiency.format_text(rep)
     assert "Bit Fusion" in text and "compact" in text and "ceiling" in text
+    # The standard cells' table first (the rows that have them), the estimate's beside.
+    cells, _, estimate = text.partition("CMOS transistor estimate at 45 nm")
+    assert "sky130 standard cells" in cells and estimate
+    assert f"{asic['tpa_pe_vs_dense']:7.3f}" in cells.splitlines()[-1]
+    assert "fmdq" not in cells and "fmdq" in estimate
     # FMDQ: encode then replay cycles (the quantization unit's and the arrays'), the PE-array
     # level its arrays' three parts, the datapath every part, each against the baseline's.
     f = s["fmdq"]
