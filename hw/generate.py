@@ -21,6 +21,7 @@ from amaranth.back import verilog
 from amaranth.lib import data, wiring
 
 from dstar.config import Config, ConfigError, Datapath, Encoding
+from dstar.golden.attention import THETA_BITS
 from dstar.outputs import write_atomic
 
 from .dense import DenseLinearLayer
@@ -175,7 +176,8 @@ def accelerator_manifest(cfg, top=None) -> dict:
     reset ``rst``, synchronous, active high, included), the command word's and every
     memory word's layout (``layouts``: ``command`` and each memory by name), the opcodes, the
     memories (id, depth, access, address rule), the read latency, the ``din`` /
-    ``dout`` beat width and the counters ``READ_COUNTERS`` sends, in order."""
+    ``dout`` beat width, the counters ``READ_COUNTERS`` sends, in order, and the rules of
+    driving the top (``driver``: ``_driver_rules``)."""
     from . import accelerator as acc
 
     top = top if top is not None else acc.Accelerator(cfg)
@@ -230,7 +232,95 @@ def accelerator_manifest(cfg, top=None) -> dict:
                         "than 2 cycles after the command is taken",
         "counters": list(acc.counters_of(cfg)),
         "counter_bits": COUNTER_BITS,
+        "driver": _driver_rules(cfg, top),
     }
+
+
+#: What clears a counter of ``READ_COUNTERS``, by name prefix (the others: reset only).
+_COUNTER_RUNS = {"linear_": "RUN_LINEAR", "attention_": "RUN_ATTENTION"}
+#: Cycles a run command adds to its block's counter, from the cycle it is taken to ``done``.
+RUN_OVERHEAD_CYCLES = 2
+
+
+def _driver_rules(cfg, top) -> dict:
+    """The ``driver`` section of the accelerator's manifest: the rules of driving the top
+    beyond ports and layouts, as data (docs/design/accelerator.md, "Driving the top", says
+    them in words; ``tests/hw/test_accelerator_docs.py`` checks each on the RTL). Word counts
+    are arithmetic expressions in ``N`` (``n_tokens``), ``ceil`` and the names of ``config``
+    and ``attention_geometry``.
+
+    - ``beat``: a memory word sits in the low bits of its ``din`` / ``dout`` beat, one word a
+      beat (above it: 0 on ``dout``, ignored on ``din``); in the arrays' memories array ``a``'s
+      element ``e`` is the word's element ``a * m_tile + e``.
+    - ``read_counters``: one counter a beat, in ``counters`` order, wrapping at
+      ``2**counter_bits``.
+    - ``counter_cleared_by``: each counter's lifetime: ``reset`` (counts from reset), or the
+      run opcode whose start clears it (it then holds the last such run's value).
+    - ``done``: the opcodes that pulse ``done`` (for one cycle), never for a refused command;
+      ``run_overhead_cycles``: a run's cycles from taken to ``done`` beyond its counter.
+    - ``error``: rises ``latency`` cycles after a refused command is taken, blocks nothing,
+      one ``ACK_ERROR`` clears it whatever the number of refusals, ``errors`` keeps counting.
+    - ``accepted``: per opcode, each argument's accepted range ``[lo, hi]``, bounds that are
+      strings being expressions in the other arguments, ``depth`` (the memory's) and the
+      names of ``config`` and ``geometry``; outside it the command is refused (a memory must
+      also have the access: ``memories``). ``empty_run``: the ``RUN_LINEAR`` fields of which
+      any one 0 makes an accepted run that writes nothing, leaves its counters 0 and is done
+      ``done_after`` cycles after it is taken (``n_tokens`` 0 is refused instead). With
+      ``encoding = "fmdq"`` only ``n_tokens`` is listed for ``RUN_LINEAR``, and no
+      ``empty_run``: ``FmdqLinear``'s run limits are its own.
+    - ``theta_q``: its meaningful range, and how the top treats the values outside it.
+    - ``run_attention``: the words it needs loaded, those it needs on a reuse step, what it
+      writes and overwrites, and its tile counts (the cycles: ``dstar.sim.attention_cycles``).
+    """
+    from . import accelerator as acc
+
+    ag, lin = top.attention_geometry, top.linear_geometry
+    tokens = [1, cfg.max_tokens]
+    linear = {"n_tokens": tokens}
+    mem = {"addr": [0, "depth - 1"], "count": [1, "depth - addr"]}
+    rules = {
+        "beat": {"words_per_beat": 1, "word_lsb": 0, "dout_above_word": 0,
+                 "din_above_word": "ignored", "array_element": "a * m_tile + e"},
+        "read_counters": {"beats": len(acc.counters_of(cfg)), "counters_per_beat": 1,
+                          "order": "counters", "wraps_at": 1 << COUNTER_BITS},
+        "counter_cleared_by": {
+            name: next((op for pre, op in _COUNTER_RUNS.items() if name.startswith(pre)),
+                       "reset")
+            for name in acc.counters_of(cfg)},
+        "done": {"opcodes": [acc.Opcode.RUN_LINEAR.name, acc.Opcode.RUN_ATTENTION.name],
+                 "pulse_cycles": 1, "on_refused": False},
+        "run_overhead_cycles": RUN_OVERHEAD_CYCLES,
+        "error": {"latency": 1, "blocks_commands": False, "cleared_by": "ACK_ERROR",
+                  "acks_to_clear": 1, "counted_in": "errors", "ack_clears_count": False},
+        "accepted": {
+            "LOAD": mem, "READ": mem,
+            "RUN_LINEAR": linear,
+            "RUN_ATTENTION": {"n_tokens": tokens, "slot": [0, cfg.attn_slots - 1],
+                              "theta_q": [0, (1 << ag.theta_bits) - 1],
+                              "refresh": [0, (1 << ag.REFRESH_BITS) - 1]},
+        },
+        "theta_q": {"meaningful": [1, 1 << THETA_BITS], "below_as": 1,
+                    "every_block_from": 1 << THETA_BITS, "read_on": "key steps"},
+        "run_attention": {
+            "needs": {"Q": "N * rows_q", "MS": "N", "KT": "head_dim * ceil(N / block_cols)",
+                      "V": "ceil(N / group) * group * n_cp"},
+            "needs_on_reuse": [acc.Mem.MASK.name, acc.Mem.RES.name, acc.Mem.SLOT.name],
+            "writes": {"O": "N * n_cp"},
+            "writes_on_key": [acc.Mem.MASK.name, acc.Mem.RES.name],
+            "advances": acc.Mem.SLOT.name,
+            "overwrites": [acc.Mem.Y.name],
+            "tiles": {"nqb": "ceil(N / block_q)", "nkb": "ceil(N / block_k)",
+                      "key_step": "nqb * nkb", "reuse_step": "mask bits set in rows < nqb"},
+            "cycles": "dstar.sim.attention_cycles.predict",
+        },
+    }
+    if cfg.encoding is Encoding.NIBBLE:       # FmdqLinear's run limits are its own
+        linear |= {"n_kt": [0, lin.n_kt_max], "n_mt": [0, lin.n_mt_max],
+                   "w_base": [0, "weight_depth - n_kt * n_mt * k_tile"]}
+        rules["empty_run"] = {"opcode": acc.Opcode.RUN_LINEAR.name,
+                              "zero_fields": ["n_kt", "n_mt"], "done_after": RUN_OVERHEAD_CYCLES,
+                              "writes": [], "counters": 0}
+    return rules
 
 
 def generate_block(component: wiring.Component, name: str, cfg, layouts_: dict,

@@ -2,7 +2,10 @@
 docs/design/accelerator.md ("Driving the top") alone: beats and counters, ``error`` that does
 not block and one ``ACK_ERROR``, ``done`` for runs only, the empty ``RUN_LINEAR``, ``theta_q``
 out of its range, ``key``, what ``RUN_ATTENTION`` needs loaded, and the cycle table, with the
-outputs compared to the golden model."""
+outputs compared to the golden model. Every rule the manifest states as data (its ``driver``
+section) is read from there and checked on the RTL."""
+
+import math
 
 import numpy as np
 
@@ -11,7 +14,7 @@ from dstar.golden.attention import attention_head, quantize_per_head, quantize_p
 from dstar.golden.softmax import logit_multiplier
 from dstar.hw.accelerator import Accelerator
 from dstar.hw.generate import accelerator_manifest
-from dstar.sim.accel_io import AttentionStep, command, receive, send
+from dstar.sim.accel_io import AttentionStep, LinearStep, command, receive, send
 from dstar.sim.pysim_driver import io_adapter, simulate
 
 N = 8
@@ -84,15 +87,19 @@ def test_the_top_behaves_as_its_manifest_and_the_docs_say():
 
     simulate(dut, bench)
     # error rises the cycle after a refused command is taken and stays; no done for a refusal
+    rules = man["driver"]
+    err = rules["error"]
     assert out["refused"][0] == [(0, 1)] * 3 and out["refused"][1] == [(0, 1)] * 3
+    assert err["latency"] == 1 and not rules["done"]["on_refused"]
     assert out["load_done"] == [(0, 1)] * 3 and out["read_back"] == [0x1234]
+    assert not err["blocks_commands"] and "LOAD" not in rules["done"]["opcodes"]
     c = out["before_ack"]
     assert c["errors"] == 2 and c["commands"] == 5       # this READ_COUNTERS included
-    assert out["after_ack"][-1] == (0, 0)                # one ACK_ERROR for both
+    assert out["after_ack"][-1] == (0, 0) and err["acks_to_clear"] == 1     # one for both
     assert out["empty_run"] == [(0, 0), (1, 0), (0, 0), (0, 0)]
     c = out["after_empty"]
     assert all(c[n] == 0 for n in names if n.startswith("linear_"))
-    assert c["errors"] == 2                              # ACK_ERROR does not clear the count
+    assert c["errors"] == 2 and not err["ack_clears_count"]
     # The key step's output is the full attention; the docs' cycle table (tiny, N = 8).
     want = attention_head(*_head(cfg), block_q=cfg.block_q, block_k=cfg.block_k,
                           frac_bits=cfg.attn_frac_bits, group=cfg.group, e_max=cfg.e_max)[0]
@@ -107,3 +114,139 @@ def test_the_top_behaves_as_its_manifest_and_the_docs_say():
     assert cnt["attention_cycles"] == 493 and cnt["errors"] == 2
     _, _, mask, cnt = out["theta0"]
     assert cnt["errors"] == 2 and mask.any(axis=1).all()     # theta_q 0 is accepted
+
+
+def _expr(man, text, **names):
+    """A manifest expression (``driver``: word counts and bounds) evaluated in ``names``,
+    ``ceil`` and the names of ``config``, ``geometry`` and ``attention_geometry``."""
+    scope = {**man["config"], **man["geometry"], **man["attention_geometry"], **names,
+             "ceil": math.ceil}
+    return eval(text, {"__builtins__": {}}, scope) if isinstance(text, str) else text
+
+
+async def _until_done(io, limit=100_000):
+    """Cycles from the command taken (``send`` has just returned: the cycle after it) to
+    ``done``."""
+    _, get, tick = io
+    for i in range(limit):
+        if get("done"):
+            return i + 1
+        await tick()
+    raise TimeoutError("no done")
+
+
+def test_the_manifest_states_the_driver_rules_the_top_follows():
+    """The manifest's ``driver`` section, rule by rule, against the RTL: beats, counter
+    lifetimes, ``done`` and the run overhead, ``error``, the accepted ranges at their edges,
+    the empty run, and what ``RUN_ATTENTION`` needs, writes and counts."""
+    cfg = preset("tiny")
+    dut = Accelerator(cfg)
+    man = accelerator_manifest(cfg, dut)
+    rules, names = man["driver"], man["counters"]
+    acc = rules["accepted"]
+    out = {}
+
+    async def counters(io):
+        await send(io, "cmd", [command(man, "READ_COUNTERS")])
+        beats = await receive(io, "dout", rules["read_counters"]["beats"])
+        return dict(zip(names, beats, strict=True))
+
+    async def refused(io, op, **args):
+        """Whether the top refuses ``op`` (errors counted; ``error`` acknowledged after)."""
+        before = (await counters(io))["errors"]
+        await send(io, "cmd", [command(man, op, **args)])
+        refused = (await counters(io))["errors"] == before + 1      # waits for a run's end
+        await send(io, "cmd", [command(man, "ACK_ERROR")])
+        return refused
+
+    async def body(io):
+        # Beats: the word in the low bits; bits above it ignored on din, 0 on dout.
+        width = man["layouts"]["RES"]["width"]                 # narrower than a beat
+        await send(io, "cmd", [command(man, "LOAD", mem="RES", addr=0, count=1)])
+        await send(io, "din", [(1 << (man["data_bits"] - 1)) | 0x1234])
+        await send(io, "cmd", [command(man, "READ", mem="RES", addr=0, count=1)])
+        out["beat"] = (await receive(io, "dout", 1))[0], width
+        # The accepted ranges at their edges.
+        edges = []
+        for op, args in [("RUN_LINEAR", {"n_kt": 0, "n_mt": 1}),
+                         ("RUN_ATTENTION", {"slot": 0})]:
+            lo, hi = acc[op]["n_tokens"]
+            for n, want in ((lo - 1, True), (hi + 1, True)):
+                edges.append((op, n, want, await refused(io, op, n_tokens=n, **args)))
+        edges.append(("n_tokens", hi, False, await refused(io, "RUN_LINEAR", n_tokens=hi,
+                                                           n_kt=0, n_mt=1)))
+        s_hi = acc["RUN_ATTENTION"]["slot"][1]
+        edges.append(("slot", s_hi, False, await refused(io, "RUN_ATTENTION", slot=s_hi,
+                                                         n_tokens=1, theta_q=1 << 16)))
+        for field in ("n_kt", "n_mt"):
+            hi = acc["RUN_LINEAR"][field][1]
+            args = {"n_kt": 1, "n_mt": 1} | {field: hi + 1}
+            edges.append((field, hi + 1, True,
+                          await refused(io, "RUN_LINEAR", n_tokens=1, **args)))
+        w_hi = _expr(man, acc["RUN_LINEAR"]["w_base"][1], n_kt=1, n_mt=1)
+        edges.append(("w_base", w_hi + 1, True, await refused(
+            io, "RUN_LINEAR", n_tokens=1, n_kt=1, n_mt=1, w_base=w_hi + 1)))
+        depth = man["memories"]["STATE"]["depth"]
+        for count, want in ((0, True), (2, True)):
+            edges.append(("count", count, want, await refused(
+                io, "READ", mem="STATE", addr=depth - 1, count=count)))
+        await send(io, "cmd", [command(man, "READ", mem="STATE", addr=depth - 1, count=1)])
+        await receive(io, "dout", 1)
+        out["edges"] = edges
+        # A linear step: its counters live until the next RUN_LINEAR, an attention step's
+        # until the next RUN_ATTENTION.
+        r = np.random.default_rng(3)
+        lin = LinearStep(man, 16, 8, 2)
+        await lin.run(io, r.integers(-100, 100, (2, 16)), key=True,
+                      w_q=r.integers(-127, 128, (16, 8)))
+        c_lin = await counters(io)
+        step = AttentionStep(man, N)
+        q, k, v, m, sh = _head(cfg)
+        _, _, _, c_att = await step.run(io, q, k, v, m, sh, slot=1, theta_q=1 << 16, refresh=2)
+        await send(io, "cmd", [command(man, "RUN_LINEAR", n_tokens=1, n_kt=0, n_mt=1)])
+        out["empty_cycles"] = await _until_done(io)
+        c_empty = await counters(io)
+        out["lives"] = c_lin, c_att, c_empty
+        # The reuse step and a third call (a key step at refresh 2) with nothing reloaded.
+        await step.run(io, q, k, v, m, sh, slot=1, theta_q=1 << 16, refresh=2)
+        await send(io, "cmd", [command(man, "RUN_ATTENTION", slot=1, n_tokens=N,
+                                       theta_q=1 << 16, refresh=2)])
+        out["key_cycles"] = await _until_done(io)
+        out["key_counters"] = await counters(io)
+        out["needs"] = {"Q": len(step.img.q_words(q)), "MS": len(step.img.ms_words(m, sh)),
+                        "KT": len(step.k_words(k)), "V": len(step.v_words(v)),
+                        "O": len(step.img.o_addrs())}
+
+    async def bench(ctx):
+        await body(io_adapter(ctx, dut))
+
+    simulate(dut, bench)
+    word, width = out["beat"]
+    assert rules["beat"]["word_lsb"] == 0 and rules["beat"]["dout_above_word"] == 0
+    assert width < man["data_bits"] and word == 0x1234      # din's high bit ignored
+    for what, value, want, got in out["edges"]:
+        assert got == want, f"{what} = {value}: refused {got}, the manifest says {want}"
+    # Counter lifetimes as counter_cleared_by says.
+    c_lin, c_att, c_empty = out["lives"]
+    assert c_lin["linear_cycles"] > 0 and c_att["attention_cycles"] > 0
+    for name, by in rules["counter_cleared_by"].items():
+        if by == "RUN_LINEAR":           # kept through the attention step, cleared by a run
+            assert c_att[name] == c_lin[name] and c_empty[name] == rules["empty_run"][
+                "counters"], name
+        elif by == "RUN_ATTENTION":      # kept through the empty linear run
+            assert c_empty[name] == c_att[name], name
+        else:                            # from reset: only ever counts up
+            assert by == "reset" and c_lin[name] <= c_att[name] <= c_empty[name], name
+    assert out["empty_cycles"] == rules["empty_run"]["done_after"]
+    assert rules["empty_run"]["zero_fields"] == ["n_kt", "n_mt"]
+    # A run's cycles from taken to done: its counter plus the overhead; the tiles as stated.
+    c = out["key_counters"]
+    assert out["key_cycles"] == c["attention_cycles"] + rules["run_overhead_cycles"]
+    ra = rules["run_attention"]
+    nqb, nkb = (_expr(man, ra["tiles"][t], N=N) for t in ("nqb", "nkb"))
+    assert c["attention_key"] == 1
+    assert c["attention_qk_tiles"] == c["attention_pv_tiles"] == _expr(
+        man, ra["tiles"]["key_step"], nqb=nqb, nkb=nkb)
+    # The words RUN_ATTENTION needs and writes: the counts the (working) host uses.
+    for mem, words in {**ra["needs"], **ra["writes"]}.items():
+        assert _expr(man, words, N=N) == out["needs"][mem], mem
