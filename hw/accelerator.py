@@ -19,7 +19,7 @@ from .attention import AttentionEngine
 from .attention.layouts import memory_layouts
 from .encoder import row_layouts
 from .fmdq.geometry import FmdqGeometry
-from .fmdq.linear import FmdqLinear, sub_word_layout
+from .fmdq.linear import FmdqLinear, sub_pair_layout, sub_word_layout
 from .geometry import COUNTER_BITS, AttentionGeometry, uwidth
 from .layouts import weight_row_layout
 from .linear import LinearLayer
@@ -42,8 +42,10 @@ class Opcode(enum.IntEnum):
     READ = 2
     #: ``args.linear``: one differential linear step (``LinearLayer``) of ``n_tokens`` rows
     #: over ``n_kt`` x ``n_mt`` weight tiles stored from ``w_base`` on, a linear key step if
-    #: ``key`` (``encoding = "fmdq"``: ``FmdqLinear``, ``n_k`` channels instead of ``n_kt``
-    #: tiles).
+    #: ``key``. With ``encoding = "fmdq"``: ``FmdqLinear``, ``n_k`` channels instead of
+    #: ``n_kt`` tiles, and the targets and old state are not in memories: they come on
+    #: ``din`` during the run, one sub-channel per beat (``FmdqGeometry.beats`` order), and
+    #: the new state goes out on ``dout`` in the same order; ``done`` follows the last one.
     RUN_LINEAR = 3
     #: ``args.attention``: one attention step (``AttentionEngine``) of ``n_tokens`` rows of
     #: slot ``slot`` with ``theta_q`` and ``refresh``.
@@ -61,8 +63,8 @@ class Mem(enum.IntEnum):
     depths are in the manifest (``memory_words``, ``memory_depths``). The arrays' memories
     (weights, accumulators, K^T, V) are read and written all arrays at once: a word holds a
     whole row of a column block, array ``a``'s ``m_tile`` values at element ``a * m_tile``."""
-    TARGET = 0      # linear targets, write only
-    STATE = 1       # linear state
+    TARGET = 0      # linear targets, write only (fmdq: none, depth 0: RUN_LINEAR streams them)
+    STATE = 1       # linear state (fmdq: none, depth 0: RUN_LINEAR streams it)
     WEIGHTS = 2     # linear weights, write only
     Y = 3           # linear accumulators: saved and restored between steps
     Q = 4           # attention Q, write only
@@ -134,9 +136,9 @@ def memory_words(cfg: Config) -> dict:
 def memory_depths(cfg: Config) -> dict:
     """Words of each ``Mem``, by name."""
     lin, ag = _geometries(cfg)
-    if _fmdq(cfg):
+    if _fmdq(cfg):              # targets and state stream through RUN_LINEAR: no memories
         lin = FmdqGeometry(cfg)
-        rows = lin.sub_depth
+        rows = 0
     else:
         rows = lin.row_depth
     return {Mem.TARGET.name: rows, Mem.STATE.name: rows,
@@ -147,9 +149,13 @@ def memory_depths(cfg: Config) -> dict:
 
 
 def data_bits(cfg: Config) -> int:
-    """Width of a ``din`` / ``dout`` beat: the widest memory word (or counter); a narrower
-    word sits in the low bits (the rest are zero on ``dout``, ignored on ``din``)."""
-    return max(COUNTER_BITS, *(Shape.cast(w).width for w in memory_words(cfg).values()))
+    """Width of a ``din`` / ``dout`` beat: the widest memory word, counter or (``encoding =
+    "fmdq"``) linear stream beat (``sub_pair_layout``); a narrower word sits in the low bits
+    (the rest are zero on ``dout``, ignored on ``din``)."""
+    widths = [Shape.cast(w).width for w in memory_words(cfg).values()]
+    if _fmdq(cfg):
+        widths.append(sub_pair_layout(FmdqGeometry(cfg)).size)
+    return max(COUNTER_BITS, *widths)
 
 
 def command_layout(cfg: Config) -> data.StructLayout:
@@ -206,9 +212,13 @@ class Accelerator(wiring.Component):
         weight memory: ``w_base + n_kt * n_mt * k_tile > depth``, ``slot >= attn_slots``)
         is not executed: it sets ``error`` and counts in ``errors``.
     din : In(stream.Signature(data_bits(cfg)))
-        The words of a ``LOAD``, one per beat (taken only during a ``LOAD``).
+        The words of a ``LOAD``, one per beat (taken only during a ``LOAD``); with ``encoding =
+        "fmdq"`` also a ``RUN_LINEAR``'s sub-channel beats (target and old state,
+        ``sub_pair_layout``), taken while the run's encode phase wants them.
     dout : Out(stream.Signature(data_bits(cfg)))
-        The words of a ``READ`` or ``READ_COUNTERS``, one per beat; back-pressure holds them.
+        The words of a ``READ`` or ``READ_COUNTERS``, one per beat; with ``encoding = "fmdq"``
+        also a ``RUN_LINEAR``'s new state, a sub-channel per beat. Back-pressure holds them
+        (and stalls the run that makes them).
     busy : Out(1)
         A command is being executed.
     done : Out(1)
@@ -275,6 +285,7 @@ class Accelerator(wiring.Component):
             a_args=Signal(cl.members["args"].members["attention"]), is_att=Signal(),
             counters={n: Signal(COUNTER_BITS, name=f"count_{n}") for n in COUNTERS[:3]},
             arrays=[])
+        m.submodules.out_q = st.out_q = SyncFIFO(width=len(self.dout.payload), depth=_OUT_DEPTH)
         for a in range(cfg.n_arrays):
             arr = PEArray(geo, host_writes=True)
             m.submodules[f"array_{a}"] = arr
@@ -369,7 +380,10 @@ class Accelerator(wiring.Component):
                      lin.start.eq(start & ~st.is_att), att.start.eq(start & st.is_att)]
         with m.If(start):
             m.d.sync += st.state.eq(_RUN)
-        with m.If((st.state == _RUN) & ~Mux(st.is_att, att.busy, lin.busy)):
+        idle = ~Mux(st.is_att, att.busy, lin.busy)
+        if _fmdq(self._cfg):        # and the run's last new state has left through dout
+            idle = idle & (st.is_att | ~st.out_q.r_rdy)
+        with m.If((st.state == _RUN) & idle):
             m.d.sync += st.state.eq(_IDLE)
             m.d.comb += self.done.eq(1)
 
@@ -378,8 +392,7 @@ class Accelerator(wiring.Component):
         clipped and counted; the arrays' words split among the arrays)."""
         cfg, lin, att, mem, addr = self._cfg, st.lin, st.att, st.mem, st.addr
         beat = Signal()
-        m.d.comb += [self.din.ready.eq(st.state == _LOAD),
-                     beat.eq(self.din.valid & self.din.ready)]
+        m.d.comb += beat.eq(self.din.valid & (st.state == _LOAD))
         words = memory_words(cfg)
         d = self.din.payload
         t_lay = words[Mem.TARGET.name]
@@ -393,7 +406,25 @@ class Accelerator(wiring.Component):
         clip_count = Signal(range(len(n_clip) + 1))
         m.d.comb += clip_count.eq(sum(c.as_unsigned() for c in n_clip))
         c_clip = st.counters["target_clipped"]
-        with m.If(beat & (mem == Mem.TARGET)):
+        fmdq = _fmdq(cfg)
+        if fmdq:
+            # RUN_LINEAR's sub-channel beats: the target (clipped) in the low bits, the state
+            # above it, straight into FmdqLinear's input while it runs.
+            run_lin = (st.state == _RUN) & ~st.is_att
+            m.d.comb += [self.din.ready.eq((st.state == _LOAD) | (run_lin & lin.i_sub.ready)),
+                         lin.i_sub.valid.eq(self.din.valid & run_lin),
+                         lin.i_sub.payload.target.eq(clipped),
+                         lin.i_sub.payload.state.eq(d[t_lay.size:2 * t_lay.size])]
+            clip_beat = (beat & (mem == Mem.TARGET)) | (lin.i_sub.valid & lin.i_sub.ready)
+        else:
+            m.d.comb += [self.din.ready.eq(st.state == _LOAD),
+                         lin.host_target_we.eq(beat & (mem == Mem.TARGET)),
+                         lin.host_target_wdata.eq(clipped),
+                         lin.host_row_addr.eq(addr),
+                         lin.host_state_we.eq(beat & (mem == Mem.STATE)),
+                         lin.host_state_wdata.eq(d[:Shape.cast(words["STATE"]).width])]
+            clip_beat = beat & (mem == Mem.TARGET)
+        with m.If(clip_beat):
             m.d.sync += c_clip.eq(c_clip + clip_count)
         every = Const((1 << cfg.n_arrays) - 1, cfg.n_arrays)
 
@@ -401,11 +432,6 @@ class Accelerator(wiring.Component):
             return d[:Shape.cast(words[name]).width]
 
         m.d.comb += [
-            lin.host_target_we.eq(beat & (mem == Mem.TARGET)),
-            lin.host_target_wdata.eq(clipped),
-            _row_addr(lin).eq(addr),
-            lin.host_state_we.eq(beat & (mem == Mem.STATE)),
-            lin.host_state_wdata.eq(word("STATE")),
             lin.host_w_we.eq(Mux(beat & (mem == Mem.WEIGHTS), every, 0)),
             lin.host_w_wdata.eq(word("WEIGHTS")),
             lin.host_w_addr.eq(addr),
@@ -427,7 +453,6 @@ class Accelerator(wiring.Component):
         ]
         y_row = y_row_layout(st.geo).size
         y_load = beat & (mem == Mem.Y)
-        fmdq = _fmdq(cfg)
         if fmdq:                                  # a saved Y restored (FmdqLinear's port)
             m.d.comb += [lin.host_y_we.eq(y_load), lin.host_y_wdata.eq(word("Y"))]
         for a, arr in enumerate(st.arrays):       # a saved Y restored (the arrays' own port)
@@ -443,7 +468,7 @@ class Accelerator(wiring.Component):
         only into a free entry (reads are one cycle late; the mask's and the slot counter's
         are delayed to match)."""
         lin, att, addr, left = st.lin, st.att, st.addr, st.left
-        m.submodules.out_q = out_q = SyncFIFO(width=len(self.dout.payload), depth=_OUT_DEPTH)
+        out_q = st.out_q
         inflight, issue = Signal(), Signal()
         m.d.comb += issue.eq((st.state == _READ) & (left != 0)
                              & (out_q.level + inflight < _OUT_DEPTH))
@@ -459,8 +484,9 @@ class Accelerator(wiring.Component):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
         rdata = Signal(len(self.dout.payload))
         with m.Switch(r_mem):
-            with m.Case(Mem.STATE):
-                m.d.comb += rdata.eq(lin.host_state_rdata)
+            if not _fmdq(self._cfg):
+                with m.Case(Mem.STATE):
+                    m.d.comb += rdata.eq(lin.host_state_rdata)
             with m.Case(Mem.Y):
                 m.d.comb += rdata.eq(Cat(*(lin.host_y_rdata[a]
                                            for a in range(self._cfg.n_arrays))))
@@ -491,18 +517,20 @@ class Accelerator(wiring.Component):
         m.d.comb += push_count.eq((st.state == _COUNT) & (left != 0) & out_q.w_rdy)
         with m.If(push_count):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
-        m.d.comb += [out_q.w_en.eq(inflight | push_count),
-                     out_q.w_data.eq(Mux(inflight, rdata, cval)),
+        new_state = Const(0, 1)
+        if _fmdq(self._cfg):        # a RUN_LINEAR's new state, in its beats' order
+            new_state = Signal()
+            m.d.comb += [lin.o_state.ready.eq(out_q.w_rdy & (st.state == _RUN) & ~st.is_att),
+                         new_state.eq(lin.o_state.valid & lin.o_state.ready)]
+        m.d.comb += [out_q.w_en.eq(inflight | push_count | new_state),
+                     out_q.w_data.eq(Mux(inflight, rdata,
+                                         Mux(push_count, cval,
+                                             lin.o_state.payload.as_value()
+                                             if _fmdq(self._cfg) else 0))),
                      self.dout.valid.eq(out_q.r_rdy), self.dout.payload.eq(out_q.r_data),
                      out_q.r_en.eq(self.dout.ready)]
         with m.If(((st.state == _READ) | (st.state == _COUNT)) & (left == 0) & ~inflight):
             m.d.sync += st.state.eq(_IDLE)
-
-
-def _row_addr(lin):
-    """The linear top's target / state address port (``LinearLayer``'s rows, ``FmdqLinear``'s
-    sub-channels)."""
-    return lin.host_sub_addr if isinstance(lin, FmdqLinear) else lin.host_row_addr
 
 
 def _member_of(value, members) -> "Signal":

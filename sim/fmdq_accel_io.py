@@ -1,13 +1,14 @@
 """The host side of an FMDQ linear step on the accelerator top (``encoding = "fmdq"``:
 ``dstar.hw.fmdq.linear.FmdqLinear`` behind the command stream), from its manifest only: the
-memory images (``FmdqImage``'s words, in the manifest's layouts) and the step's commands
-through ``dstar.sim.accel_io``. ``FmdqLinearStep`` has ``accel_io.LinearStep``'s interface, so
+memory images (``FmdqImage``'s words, in the manifest's layouts), the step's commands through
+``dstar.sim.accel_io`` and its target and state streamed through ``din`` / ``dout`` during the
+run. ``FmdqLinearStep`` has ``accel_io.LinearStep``'s interface, so
 the host (``dstar.sim.host``) runs either encoding's layers alike."""
 
 import numpy as np
 
-from .accel_io import load, read, run
-from .fmdq_linear_io import FmdqImage, _pack, _unpack
+from .accel_io import command, load, read, send
+from .fmdq_linear_io import FmdqImage, _pack, _unpack, stream_step
 
 __all__ = ["FmdqLinearStep", "linear_step_of"]
 
@@ -40,34 +41,30 @@ class FmdqLinearStep:
 
     async def run(self, io, target, *, key: bool, w_q=None, w_base: int = 0, state=None,
                   y=None):
-        """Load (weights at ``w_base`` if given, state and ``Y`` if given; targets), run the
-        step, read ``Y`` and the state back; returns ``(y, state)``."""
+        """Load (weights at ``w_base`` and ``Y`` if given), run the step with the target and
+        the old ``state`` (None: zeros) streamed in and the new state streamed out, read ``Y``
+        back; returns ``(y, state)``."""
         img, man, g = self.img, self.man, self.img.geo
         if w_q is not None:
             await load(io, man, "WEIGHTS", img.weight_words(w_q, w_base))
-        t_words = img.sub_words(target)
-        await load(io, man, "TARGET", t_words)
-        if state is not None:
-            await load(io, man, "STATE", img.sub_words(state))
         if y is not None:
             await load(io, man, "Y", self.y_words(y))
-        await run(io, man, "RUN_LINEAR", n_tokens=img.n, n_k=img.k, n_mt=img.n_mt,
-                  key=int(key), w_base=w_base)
-        s_words = await read(io, man, "STATE", list(t_words))
+        _, get, _ = io
+        args = dict(n_tokens=img.n, n_k=img.k, n_mt=img.n_mt, key=int(key), w_base=w_base)
+        refused_before = get("error")
+        await send(io, "cmd", [command(man, "RUN_LINEAR", **args)])
+        if get("error") and not refused_before:
+            raise ValueError(f"RUN_LINEAR {args}: refused by the top (error set)")
+        beats = img.sub_beats(target, state)
+        s_words = await stream_step(io, beats, len(beats), "din", "dout", lambda: get("busy"))
         y_words = await read(io, man, "Y", self.y_addrs())
-        bc, t = g["block_cols"], g["tokens"]
+        bc = g["block_cols"]
         y_out = np.zeros((img.n, img.n_mt * bc), np.int64)
         for r in range(img.n):
             for mt in range(img.n_mt):
                 y_out[r, mt * bc:(mt + 1) * bc] = _unpack(y_words[r * g["n_mt_max"] + mt], bc,
                                                           g["y_bits"])
-        xs = np.zeros((img.n, img.k), np.int64)
-        for tile in range(-(-img.n // t)):
-            rows = range(tile * t, min((tile + 1) * t, img.n))
-            for c in range(img.k):
-                vals = _unpack(s_words[tile * img.max_k + c], t, img.state_bits)
-                xs[rows.start:rows.stop, c] = vals[:len(rows)]
-        return y_out[:, :img.m], xs
+        return y_out[:, :img.m], img.state_from(s_words)
 
 
 def linear_step_of(man: dict):

@@ -1,14 +1,15 @@
 """Host side of the FMDQ linear datapath (``dstar.hw.fmdq.linear.FmdqLinear``): packing of its
-memory words and one layer step through the three-call adapter of ``dstar.sim.layer_io``
-(``SimIO``: ``set``, ``get``, ``tick``), so the same code drives Amaranth's simulator and
-cocotb. Sizes come from ``FmdqGeometry.to_dict()`` (the manifest's ``fmdq`` section) and the
-configuration's ``state_bits``; memory layouts are ``FmdqGeometry``'s docstring."""
+memory words and stream beats, and one layer step through the three-call adapter of
+``dstar.sim.layer_io`` (``SimIO``: ``set``, ``get``, ``tick``), so the same code drives
+Amaranth's simulator and cocotb. Sizes come from ``FmdqGeometry.to_dict()`` (the manifest's
+``fmdq`` section) and the configuration's ``state_bits``; memory layouts and the beat order are
+``FmdqGeometry``'s docstring."""
 
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["FmdqImage", "FmdqOutcome", "COUNTERS", "run_fmdq_step"]
+__all__ = ["FmdqImage", "FmdqOutcome", "COUNTERS", "run_fmdq_step", "stream_step"]
 
 #: The run's counter ports, in the order ``FmdqOutcome.counters`` lists them.
 COUNTERS = ("cycles", "stall_load", "count_groups", "count_units", "count_clipped",
@@ -52,13 +53,37 @@ class FmdqImage:
     def n_mt(self) -> int:
         return -(-self.m // self.geo["block_cols"])
 
-    def sub_words(self, x) -> dict[int, int]:
-        """Target or state ``x`` ``(n, k)`` as sub-channel words by address."""
+    def beats(self) -> list[tuple[int, int]]:
+        """``(tile, channel)`` of each beat of the step's streams (``FmdqGeometry.beats``)."""
+        t, w = self.geo["tokens"], self.geo["window"]
+        n_tiles = -(-self.n // t)
+        return [(tile, c) for j0 in range(0, self.k, w) for tile in range(n_tiles)
+                for c in range(j0, min(j0 + w, self.k))]
+
+    def _padded(self, x) -> np.ndarray:
         t = self.geo["tokens"]
         pad = np.zeros((-(-self.n // t) * t, self.k), np.int64)
-        pad[:self.n] = x
-        return {tile * self.max_k + c: _pack(pad[tile * t:(tile + 1) * t, c], self.state_bits)
-                for tile in range(pad.shape[0] // t) for c in range(self.k)}
+        if x is not None:
+            pad[:self.n] = x
+        return pad
+
+    def sub_beats(self, target, state=None) -> list[int]:
+        """The ``i_sub`` beats of a step: each sub-channel's target (low bits) and old state
+        (``None``: zeros), in ``beats`` order."""
+        t, bits = self.geo["tokens"], self.state_bits
+        tg, st = self._padded(target), self._padded(state)
+        half = t * bits
+        return [_pack(tg[tile * t:(tile + 1) * t, c], bits)
+                | _pack(st[tile * t:(tile + 1) * t, c], bits) << half
+                for tile, c in self.beats()]
+
+    def state_from(self, words) -> np.ndarray:
+        """The new state ``(n, k)`` from the ``o_state`` words, in ``beats`` order."""
+        t = self.geo["tokens"]
+        xs = np.zeros((-(-self.n // t) * t, self.k), np.int64)
+        for (tile, c), w in zip(self.beats(), words, strict=True):
+            xs[tile * t:(tile + 1) * t, c] = _unpack(w, t, self.state_bits)
+        return xs[:self.n]
 
     @property
     def weight_span(self) -> int:
@@ -93,34 +118,60 @@ async def _write(io, we: str, addr: str, wdata: str, words: dict, we_value: int 
     set_(we, 0)
 
 
+async def stream_step(io, beats: list[int], n_out: int, inp: str, out: str, busy,
+                      max_cycles: int = 10_000_000) -> list[int]:
+    """Offer ``beats`` on the input stream ``inp`` (held valid, a beat per cycle while it is
+    ready) and take ``n_out`` words of ``out`` (always ready) until ``busy()`` is false and
+    every word has come: the step's stream traffic at full rate."""
+    set_, get, tick = io
+    got, i = [], 0
+    set_(f"{out}__ready", 1)
+    for _ in range(max_cycles):
+        if i < len(beats):
+            set_(f"{inp}__valid", 1)
+            set_(f"{inp}__payload", beats[i])
+        else:
+            set_(f"{inp}__valid", 0)
+        ready = get(f"{inp}__ready")            # a function of the design's state only
+        o_valid = get(f"{out}__valid")
+        o_word = get(f"{out}__payload")
+        if len(got) == n_out and i == len(beats) and not busy():
+            break
+        await tick()
+        if ready and i < len(beats):
+            i += 1
+        if o_valid:
+            got.append(o_word)
+    else:
+        raise TimeoutError(f"{len(got)} of {n_out} {out} words and {i} of {len(beats)} {inp} "
+                           f"beats after {max_cycles} cycles")
+    set_(f"{inp}__valid", 0)
+    set_(f"{out}__ready", 0)
+    if len(got) != n_out:
+        raise ValueError(f"{out}: {len(got)} words, expected {n_out}")
+    return got
+
+
 async def run_fmdq_step(io, img: FmdqImage, target, *, key: bool, w_q=None, state=None,
                         max_cycles: int = 10_000_000) -> FmdqOutcome:
-    """Load ``target`` (and ``w_q``, ``state`` if given), run one step, read ``Y`` and the
-    state back."""
+    """Load ``w_q`` (if given), run one step with the target and the old ``state`` (None:
+    zeros) streamed in, take the new state, read ``Y`` back."""
     set_, get, tick = io
     g = img.geo
     n_arrays = g["block_cols"] // g["columns"]
     if w_q is not None:
         await _write(io, "host_w_we", "host_w_addr", "host_w_wdata", img.weight_words(w_q),
                      (1 << n_arrays) - 1)
-    if state is not None:
-        await _write(io, "host_state_we", "host_sub_addr", "host_state_wdata",
-                     img.sub_words(state))
-    await _write(io, "host_target_we", "host_sub_addr", "host_target_wdata",
-                 img.sub_words(target))
     for name, v in (("n_tokens", img.n), ("n_k", img.k), ("n_mt", img.n_mt),
                     ("key", int(key)), ("start", 1)):
         set_(name, v)
     await tick()
     set_("start", 0)
-    for _ in range(max_cycles):
-        if not get("busy"):
-            break
-        await tick()
-    else:
-        raise TimeoutError(f"the FMDQ step did not finish in {max_cycles} cycles")
+    beats = img.sub_beats(target, state)
+    words = await stream_step(io, beats, len(beats), "i_sub", "o_state",
+                              lambda: get("busy"), max_cycles)
     counters = {c: get(c) for c in COUNTERS}
-    cols, bc, t = g["columns"], g["block_cols"], g["tokens"]
+    cols, bc = g["columns"], g["block_cols"]
     y = np.zeros((img.n, img.n_mt * bc), np.int64)
     for r in range(img.n):
         for mt in range(img.n_mt):
@@ -129,12 +180,4 @@ async def run_fmdq_step(io, img: FmdqImage, target, *, key: bool, w_q=None, stat
             for a in range(n_arrays):
                 y[r, mt * bc + a * cols:mt * bc + (a + 1) * cols] = _unpack(
                     get(f"host_y_rdata__{a}"), cols, g["y_bits"])
-    xs = np.zeros((img.n, img.k), np.int64)
-    for c in range(img.k):
-        for tile in range(-(-img.n // t)):
-            set_("host_sub_addr", tile * img.max_k + c)
-            await tick()
-            vals = _unpack(get("host_state_rdata"), t, img.state_bits)
-            rows = range(tile * t, min((tile + 1) * t, img.n))
-            xs[rows.start:rows.stop, c] = vals[:len(rows)]
-    return FmdqOutcome(y[:, :img.m], xs, counters)
+    return FmdqOutcome(y[:, :img.m], img.state_from(words), counters)

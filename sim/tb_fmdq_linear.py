@@ -30,9 +30,11 @@ async def test_cases(dut):
         await reset(dut, io, man["ports"])
         n, k, m = (int(x) for x in c["shape"])
         img = FmdqImage(man["geometry"], cfg["state_bits"], cfg["max_k"], k, m, n)
-        for s in range(len(c["keys"])):
+        state = c["state0"] if "state0" in c else None
+        for s in range(len(c["keys"])):     # the host keeps the state between steps
             out = await run_fmdq_step(io, img, c["targets"][s], key=bool(c["keys"][s]),
-                                      w_q=c["w_q"] if s == 0 else None)
+                                      w_q=c["w_q"] if s == 0 else None, state=state)
+            state = out.state
             want = dict(zip(COUNTERS, (int(x) for x in c["counters"][s]), strict=True))
             cocotb.log.info(f"{name} step {s}: {out.counters}")
             if not np.array_equal(out.y, c["y"][s]):

@@ -21,10 +21,12 @@ Area per part (CMOS flow, 45 nm estimate, ``dstar.synth.flows``; ``FmdqLinear(cf
 Verilog file, ``areas``): ``pe_logic``, ``weight_window`` (its 4-port SRAM), ``y_memory``: the
 first PE array synthesized alone, times ``n_arrays``; ``quant_unit``: the unit synthesized
 alone (its code buffer as SRAM when deep enough); the layer with both blackboxed gives
-``group_memory`` (the encoded step, replayed per column block), ``state_memories`` (target and
-differential state), ``weight_memories`` (the layer's weights, as the INT8 datapath's
-sequencer holds them) and ``control`` (the rest of its logic). ``pe_area_um2`` (PE-array
-level) = PE logic + weight window + ``Y``; ``datapath_area_um2`` = every part.
+``group_memory`` (the encoded step, replayed per column block), ``weight_memories`` (the
+layer's weights, as the INT8 datapath's sequencer holds them) and ``control`` (the rest of its
+logic). The targets and the differential state have no memory: a step streams them in and
+the new state out (``FmdqLinear``; the INT8 datapath keeps its INT8 targets in a memory, part
+of its sequencer's area). ``pe_area_um2`` (PE-array level) = PE logic + weight window +
+``Y``; ``datapath_area_um2`` = every part.
 
 Cached in ``build/efficiency`` (cycles per configuration and steps, areas per configuration);
 delete it after a change of the RTL.
@@ -46,7 +48,7 @@ __all__ = ["PARTS", "PE_PARTS", "QU_MODEL", "PE_FIT", "geometry", "fmdq_config",
 
 #: Area parts of the FMDQ linear datapath, in report order.
 PARTS = ("pe_logic", "weight_window", "y_memory", "quant_unit", "group_memory",
-         "state_memories", "weight_memories", "control")
+         "weight_memories", "control")
 #: The parts of the PE-array level.
 PE_PARTS = PARTS[:3]
 
@@ -152,12 +154,11 @@ def areas(base: Config) -> dict:
     parts = {"pe_logic": na * arr["area_um2_45nm_logic"],
              "weight_window": na * _sram(arr, "wmem"), "y_memory": na * _sram(arr, "y"),
              "quant_unit": qu["area_um2_45nm"], "group_memory": _sram(rest, "groups"),
-             "state_memories": _sram(rest, "target") + _sram(rest, "state"),
              "weight_memories": _sram(rest, "weights"),
              "control": rest["area_um2_45nm_logic"]}
     other = arr["area_um2_45nm_sram"] - (parts["weight_window"] + parts["y_memory"]) / na
     assert abs(other) < 1 and abs(rest["area_um2_45nm_sram"] - sum(
-        parts[k] for k in ("group_memory", "state_memories", "weight_memories"))) < 1, \
+        parts[k] for k in ("group_memory", "weight_memories"))) < 1, \
         "every memory of the FMDQ layer has its part"
     out = {"geometry": geo, "fmdq_geometry": FmdqGeometry(cfg).to_dict(),
            "parts_um2": {k: round(v, 1) for k, v in parts.items()},
@@ -257,7 +258,6 @@ def estimate(base: Config, reg_every: int = 1, control_um2: float = 0.0, kind=No
         "y_memory": na * sram(geo.y_depth, geo.y_bits * m),
         "quant_unit": quant_unit_estimate(cfg, reg_every, kind)["unit_um2"],
         "group_memory": sram(geo.group_depth, entry),
-        "state_memories": 2 * sram(geo.sub_depth, t * cfg.state_bits),
         "weight_memories": na * sram(geo.weight_depth, 8 * m),
         "control": control_um2}
     return {k: round(v, 1) for k, v in parts.items()}

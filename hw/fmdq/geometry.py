@@ -5,8 +5,10 @@ Amaranth-free, like ``dstar.hw.geometry``.
 Memory organisation (the quantization unit reads *sub-channels*: one channel over a token tile's
 ``T`` tokens, ``docs/design/fmdq-qu.md``):
 
-* target and state: one word per sub-channel, ``T`` signed ``state_bits`` integers (token ``t``
-  of the tile at element ``t``), address ``tile * max_k + k``;
+* target and state: not stored; a step streams them in, a sub-channel per beat (``T`` signed
+  ``state_bits`` integers each, token ``t`` of the tile at element ``t``) in ``beats`` order,
+  and streams the new state out in the same order (the differential state lives with the host,
+  off chip, as in the paper's design);
 * weights, one memory per array: ``max_k * n_mt_max`` words of ``m_tile`` INT8, row ``k`` of
   column block ``mt`` at ``w_base + mt * K + k`` (``K`` the run's: the blocks are packed);
 * accumulators ``Y``, one per array: ``max_tokens * n_mt_max`` words of ``m_tile`` signed
@@ -85,10 +87,12 @@ class FmdqGeometry:
         """Signed width of a difference ``target - Xs``."""
         return bits_signed(self.cfg.target_max + self.cfg.state_max)
 
-    @property
-    def sub_depth(self) -> int:
-        """Words of the target and state memories."""
-        return self.n_tiles_max * self.cfg.max_k
+    def beats(self, n_tokens: int, n_k: int) -> list[tuple[int, int]]:
+        """The ``(tile, channel)`` of each beat of a step's target and state streams, in order:
+        windows outer, token tiles, channels inner."""
+        n_tiles = -(-n_tokens // self.tokens)
+        return [(tile, k) for j0 in range(0, n_k, self.window) for tile in range(n_tiles)
+                for k in range(j0, min(j0 + self.window, n_k))]
 
     @property
     def weight_depth(self) -> int:
@@ -111,12 +115,12 @@ class FmdqGeometry:
     def memories(self) -> dict[str, int]:
         """Words of each memory of the top (for ``dstar.hw.generate.check_buildable``)."""
         n = self.cfg.n_arrays
-        return {"target": self.sub_depth, "state": self.sub_depth, "groups": self.group_depth,
+        return {"groups": self.group_depth,
                 "weights": n * self.weight_depth, "y": n * self.y_depth,
                 "weight window": n * 2 * self.window}
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in (
             "tokens", "window", "columns", "block_cols", "n_tiles_max", "n_win_max", "n_mt_max",
-            "channel_bits", "diff_bits", "sub_depth", "weight_depth", "y_depth", "y_bits",
+            "channel_bits", "diff_bits", "weight_depth", "y_depth", "y_bits",
             "group_depth")}

@@ -1,12 +1,13 @@
-"""The FMDQ differential linear layer: target and state sub-channels in, the quantization unit,
-a group memory, the SIMD-4 PE arrays and their ``Y`` memories (spec 7.2 and 7.4, issue 28).
+"""The FMDQ differential linear layer: target and state sub-channels streamed in (the new state
+streamed out), the quantization unit, a group memory, the SIMD-4 PE arrays and their ``Y``
+memories (spec 7.2 and 7.4, issue 28).
 
 Golden twin: ``dstar.golden.fmdq_pe.linear_step``; exact cycles: ``dstar.sim.fmdq_cycles``
 (``linear_cycles``); sizes and memory layouts: ``dstar.hw.fmdq.geometry.FmdqGeometry``.
 """
 
 from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -17,7 +18,7 @@ from .layouts import slice_group_layout
 from .pe_array import FmdqPEArray
 from .quant_unit import QuantUnit
 
-__all__ = ["FmdqLinear", "sub_word_layout", "group_entry_layout"]
+__all__ = ["FmdqLinear", "sub_word_layout", "sub_pair_layout", "group_entry_layout"]
 
 # Run phases.
 _IDLE, _ENCODE, _REPLAY = range(3)
@@ -26,6 +27,12 @@ _IDLE, _ENCODE, _REPLAY = range(3)
 def sub_word_layout(geo: FmdqGeometry) -> data.ArrayLayout:
     """A target or state word: one sub-channel, ``tokens`` signed ``state_bits`` integers."""
     return data.ArrayLayout(signed(geo.cfg.state_bits), geo.tokens)
+
+
+def sub_pair_layout(geo: FmdqGeometry) -> data.StructLayout:
+    """A beat of the encode phase's input: one sub-channel's target and old state (target in
+    the low bits)."""
+    return data.StructLayout({"target": sub_word_layout(geo), "state": sub_word_layout(geo)})
 
 
 def group_entry_layout(geo: FmdqGeometry) -> data.StructLayout:
@@ -53,13 +60,18 @@ class FmdqLinear(wiring.Component):
     blocks of ``m_tile * n_arrays`` columns, ``key`` and the weights' first word ``w_base``,
     captured at ``start``; nothing runs if any count is zero) has two phases:
 
-    1. *Encode*: every sub-channel (windows outer, token tiles, channels inner) is read from the
-       target and state memories, one per cycle, into the quantization unit (``QuantUnit``);
-       tokens past ``n_tokens`` in the last tile are given as 0. Its updates write the new state
-       back; its groups (with their unit's tile and window) go to the group memory, in the PE
-       arrays' order (``golden.fmdq_pe.units_of``: windows outer, tiles inner, empty units
-       skipped but for each tile's first window). Both outputs are always ready, so this phase
-       takes the unit's own cycles (``dstar.sim.fmdq_qu_cycles.predict``).
+    1. *Encode*: the sub-channels come in on ``i_sub``, a beat each (``sub_pair_layout``: the
+       target and the old state of one channel over one token tile), windows outer, token
+       tiles, channels inner (``FmdqGeometry.beats``): ``n_tiles x n_k`` beats. Tokens past
+       ``n_tokens`` in the last tile are taken as 0, and so is the state on a key step. Each
+       beat's new state goes out on ``o_state``, in the same order. The quantization unit
+       (``QuantUnit``) takes a beat per cycle; its groups (with their unit's tile and window)
+       go to the group memory, in the PE arrays' order (``golden.fmdq_pe.units_of``: windows
+       outer, tiles inner, empty units skipped but for each tile's first window). With a beat
+       offered on ``i_sub`` whenever it is ready and ``o_state`` always ready, this phase
+       takes the unit's own cycles (``dstar.sim.fmdq_qu_cycles.predict``); a gap on ``i_sub``
+       or back-pressure on ``o_state`` only stalls it (no beat is lost or repeated).
+       ``i_sub.ready`` depends on the design's state only, and is low outside this phase.
     2. *Replay*: for each column block, every window that issued a group is a *pass*: its rows
        (``min(W, K - j W)``) are loaded, one per cycle, from the weight memory into the arrays'
        double-buffered weight window (pass ``p`` into bank ``p % 2`` once pass ``p - 2``'s last
@@ -74,8 +86,7 @@ class FmdqLinear(wiring.Component):
     groups and units of the encode phase, ``count_clipped`` / ``count_saturated`` the clipped
     and saturated sub-channels (all cleared by ``start``).
 
-    Host ports (flat vectors, for cocotb; memory layouts in ``FmdqGeometry``): the target and
-    state memories by ``host_sub_addr`` (the state read one cycle later); the weights by
+    Host ports (flat vectors, for cocotb; memory layouts in ``FmdqGeometry``): the weights by
     ``host_w_addr``, a whole row of a column block per word (array ``a``'s ``m_tile`` weights
     at element ``a * m_tile``) written into the arrays ``host_w_we`` selects; ``Y`` by
     ``host_y_addr`` (read one cycle later; ``host_y_we`` writes a whole row of a column block,
@@ -85,7 +96,6 @@ class FmdqLinear(wiring.Component):
 
     def __init__(self, cfg):
         self._geo = geo = FmdqGeometry(cfg)
-        sub = sub_word_layout(geo).size
         y_row = data.ArrayLayout(signed(geo.y_bits), geo.columns).size
         super().__init__({
             "start": In(1),
@@ -101,12 +111,8 @@ class FmdqLinear(wiring.Component):
             "count_units": Out(COUNTER_BITS),
             "count_clipped": Out(COUNTER_BITS),
             "count_saturated": Out(COUNTER_BITS),
-            "host_sub_addr": In(uwidth(geo.sub_depth)),
-            "host_target_we": In(1),
-            "host_target_wdata": In(sub),
-            "host_state_we": In(1),
-            "host_state_wdata": In(sub),
-            "host_state_rdata": Out(sub),
+            "i_sub": In(stream.Signature(sub_pair_layout(geo))),
+            "o_state": Out(stream.Signature(sub_word_layout(geo))),
             "host_w_addr": In(uwidth(geo.weight_depth)),
             "host_w_we": In(cfg.n_arrays),
             "host_w_wdata": In(8 * geo.block_cols),
@@ -180,84 +186,72 @@ class FmdqLinear(wiring.Component):
         return m
 
     def _encode(self, m, qu, gmem, run, phase, restart, enc_done):
-        """Phase 1: the feeder, the state write-back and the group collector. Returns the
-        window list (``win``: the windows that issued groups, in order; ``start``: each one's
-        first group; ``n``: how many; ``groups``: the total)."""
+        """Phase 1: the feeder, the new state out and the group collector. Returns the window
+        list (``win``: the windows that issued groups, in order; ``start``: each one's first
+        group; ``n``: how many; ``groups``: the total)."""
         geo, cfg = self._geo, self._geo.cfg
-        T, W, max_k = geo.tokens, geo.window, cfg.max_k
+        T, W = geo.tokens, geo.window
         sub_l = sub_word_layout(geo)
-        m.submodules.target = tmem = Memory(shape=sub_l, depth=geo.sub_depth, init=[])
-        m.submodules.state = smem = Memory(shape=sub_l, depth=geo.sub_depth, init=[])
-        t_wr, s_wr = tmem.write_port(), smem.write_port()
-        t_rd, s_rd = tmem.read_port(), smem.read_port()
         in_enc = phase == _ENCODE
 
-        # --- feeder: (window c0, tile, channel k), one read per accepted beat ---
+        # --- feeder: (window c0, tile, channel k), one ``i_sub`` beat per accepted beat ---
         c0, k = Signal(geo.channel_bits + 1), Signal(geo.channel_bits + 1)
         tile, tok0 = Signal(uwidth(geo.n_tiles_max)), Signal(uwidth(cfg.max_tokens + T))
-        tbase = Signal(uwidth(geo.sub_depth + max_k))
-        f_more = Signal()                       # beats left to read
+        f_more = Signal()                       # beats left to take
         r_valid, r_last, r_k = Signal(), Signal(), Signal.like(k)
-        r_addr, r_tile = Signal.like(self.host_sub_addr), Signal.like(tile)
+        r_tile = Signal.like(tile)
         r_win, r_ntok = Signal(uwidth(geo.n_win_max)), Signal(range(T + 1))
+        r_sub = Signal(sub_pair_layout(geo))
         beat, accept = qu.i.payload, Signal()
         m.submodules.pending = pend = SyncFIFO(
-            width=len(r_addr) + len(r_tile) + len(r_win) + sub_l.size, depth=4)
+            width=len(r_tile) + len(r_win) + sub_l.size, depth=4)
         advance = ~r_valid | accept
         w_end = Signal.like(k)
         m.d.comb += w_end.eq(Mux(c0 + W < run["n_k"], c0 + W, run["n_k"]))
         last_k, last_tile = k + 1 == w_end, tok0 + T >= run["n_tokens"]
+        take = Signal()
         m.d.comb += [
-            t_rd.addr.eq(Mux(in_enc, tbase + k, self.host_sub_addr)),
-            s_rd.addr.eq(Mux(in_enc, tbase + k, self.host_sub_addr)),
-            t_rd.en.eq(~in_enc | advance), s_rd.en.eq(~in_enc | advance),
-            self.host_state_rdata.eq(s_rd.data),
+            self.i_sub.ready.eq(in_enc & advance & f_more),
+            take.eq(self.i_sub.valid & self.i_sub.ready),
             qu.i.valid.eq(r_valid & pend.w_rdy),
             accept.eq(qu.i.valid & qu.i.ready),
             beat.channel.eq(r_k), beat.last.eq(r_last),
         ]
         old = Signal(sub_l)
         for t in range(T):
-            s_t = Mux(run["key"], 0, s_rd.data[t])
+            s_t = Mux(run["key"], 0, r_sub.state[t])
             m.d.comb += [old[t].eq(s_t),
-                         beat.d[0][t].eq(Mux(t < r_ntok, t_rd.data[t] - s_t, 0))]
+                         beat.d[0][t].eq(Mux(t < r_ntok, r_sub.target[t] - s_t, 0))]
         with m.If(in_enc & advance):
-            m.d.sync += [r_valid.eq(f_more), r_last.eq(last_k), r_k.eq(k),
-                         r_addr.eq(tbase + k), r_tile.eq(tile), r_win.eq(c0[W.bit_length() - 1:]),
+            m.d.sync += [r_valid.eq(take), r_last.eq(last_k), r_k.eq(k), r_tile.eq(tile),
+                         r_win.eq(c0[W.bit_length() - 1:]), r_sub.eq(self.i_sub.payload),
                          r_ntok.eq(Mux(last_tile, run["n_tokens"] - tok0, T))]
-            with m.If(f_more):
+            with m.If(take):
                 m.d.sync += k.eq(k + 1)
                 with m.If(last_k):
-                    m.d.sync += [k.eq(c0), tile.eq(tile + 1), tok0.eq(tok0 + T),
-                                 tbase.eq(tbase + max_k)]
+                    m.d.sync += [k.eq(c0), tile.eq(tile + 1), tok0.eq(tok0 + T)]
                     with m.If(last_tile):
-                        m.d.sync += [tile.eq(0), tok0.eq(0), tbase.eq(0), c0.eq(c0 + W),
-                                     k.eq(c0 + W), f_more.eq(c0 + W < run["n_k"])]
+                        m.d.sync += [tile.eq(0), tok0.eq(0), c0.eq(c0 + W), k.eq(c0 + W),
+                                     f_more.eq(c0 + W < run["n_k"])]
         with m.If(restart):
-            m.d.sync += [c0.eq(0), k.eq(0), tile.eq(0), tok0.eq(0), tbase.eq(0),
-                         f_more.eq(1), r_valid.eq(0)]
-        m.d.comb += [pend.w_en.eq(accept), pend.w_data.eq(Cat(r_addr, r_tile, r_win, old))]
+            m.d.sync += [c0.eq(0), k.eq(0), tile.eq(0), tok0.eq(0), f_more.eq(1),
+                         r_valid.eq(0)]
+        m.d.comb += [pend.w_en.eq(accept), pend.w_data.eq(Cat(r_tile, r_win, old))]
 
-        # --- state write-back: Xs' = old + q << p, one update per beat ---
+        # --- new state out: Xs' = old + q << p, one update per beat, in beat order ---
         u = qu.u.payload
-        p_addr, p_tile = Signal.like(r_addr), Signal.like(r_tile)
-        p_win, p_old = Signal.like(r_win), Signal(sub_l)
-        m.d.comb += Cat(p_addr, p_tile, p_win, p_old).eq(pend.r_data)
+        p_tile, p_win, p_old = Signal.like(r_tile), Signal.like(r_win), Signal(sub_l)
+        m.d.comb += Cat(p_tile, p_win, p_old).eq(pend.r_data)
         fire = Signal()
         m.submodules.tags = tags = SyncFIFO(width=len(p_tile) + len(p_win),
                                             depth=qu.buffers + 1)
-        m.d.comb += [qu.u.ready.eq(tags.w_rdy), fire.eq(qu.u.valid & qu.u.ready),
-                     pend.r_en.eq(fire)]
-        new = Signal(sub_l)
+        # ``o_state.valid`` does not wait for its ready: ``tags.w_rdy`` cannot fall before
+        # ``fire`` (only ``fire`` writes the tags).
+        m.d.comb += [self.o_state.valid.eq(qu.u.valid & tags.w_rdy),
+                     qu.u.ready.eq(tags.w_rdy & self.o_state.ready),
+                     fire.eq(qu.u.valid & qu.u.ready), pend.r_en.eq(fire)]
         for t in range(T):
-            m.d.comb += new[t].eq(p_old[t] + (u.sub[0].q[t] << u.sub[0].shift))
-        m.d.comb += [
-            s_wr.en.eq(Mux(in_enc, fire, self.host_state_we)),
-            s_wr.addr.eq(Mux(in_enc, p_addr, self.host_sub_addr)),
-            s_wr.data.eq(Mux(in_enc, new, self.host_state_wdata)),
-            t_wr.en.eq(self.host_target_we & ~in_enc), t_wr.addr.eq(self.host_sub_addr),
-            t_wr.data.eq(self.host_target_wdata),
-        ]
+            m.d.comb += self.o_state.payload[t].eq(p_old[t] + (u.sub[0].q[t] << u.sub[0].shift))
         # A unit issues groups iff one of its sub-channels is not empty or it is a tile's first
         # window (``QuantUnit``'s contract): its tag is queued as its last update leaves.
         live = Signal()

@@ -33,8 +33,7 @@ def fake_area(cfg, fmax, jobs=1, area=None):
 
 #: Stand-in areas (um^2) of the FMDQ datapath's parts (``fmdq_efficiency.PARTS``).
 FAKE_FMDQ = {"pe_logic": 60.0, "weight_window": 10.0, "y_memory": 30.0, "quant_unit": 40.0,
-             "group_memory": 20.0, "state_memories": 50.0, "weight_memories": 70.0,
-             "control": 20.0}
+             "group_memory": 20.0, "weight_memories": 120.0, "control": 20.0}
 
 
 def fake_fmdq_areas(base):
@@ -182,8 +181,8 @@ def test_fmdq_estimate_parts():
     per_bit = a["sram_bitcell_um2"] / a["sram_array_efficiency"]
     parts = fmdq_efficiency.estimate(cfg, control_um2=7.0)
     assert list(parts) == list(fmdq_efficiency.PARTS) and parts["control"] == 7.0
-    assert parts["state_memories"] == pytest.approx(
-        2 * geo.sub_depth * geo.tokens * cfg.state_bits * per_bit, abs=0.2)
+    assert parts["weight_memories"] == pytest.approx(
+        cfg.n_arrays * geo.weight_depth * 8 * geo.columns * per_bit, abs=0.2)
     assert parts["weight_window"] == pytest.approx(
         cfg.n_arrays * 4 * 2 * geo.window * 8 * geo.columns * per_bit, abs=0.2)
     qu = {(r, k): fmdq_efficiency.quant_unit_estimate(cfg, r, k)["unit_um2"]
