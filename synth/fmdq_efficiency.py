@@ -44,7 +44,7 @@ from dstar.config import Config, Encoding
 from dstar.paths import build_dir
 
 __all__ = ["PARTS", "PE_PARTS", "QU_MODEL", "PE_FIT", "geometry", "fmdq_config", "run_cycles",
-           "areas", "row", "quant_unit_estimate", "estimate"]
+           "areas", "row", "quant_unit_estimate", "estimate", "int8_estimate"]
 
 #: Area parts of the FMDQ linear datapath, in report order.
 PARTS = ("pe_logic", "weight_window", "y_memory", "quant_unit", "group_memory",
@@ -260,4 +260,25 @@ def estimate(base: Config, reg_every: int = 1, control_um2: float = 0.0, kind=No
         "group_memory": sram(geo.group_depth, entry),
         "weight_memories": na * sram(geo.weight_depth, 8 * m),
         "control": control_um2}
+    return {k: round(v, 1) for k, v in parts.items()}
+
+
+def int8_estimate(base: Config, pe_logic_um2: float, control_um2: float) -> dict:
+    """The lean INT8 datapath's parts for ``estimate``'s comparison: its arrays' logic as
+    measured (``pe_logic_um2``), its memories from ``DenseGeometry`` by ``flows.sram_cost``
+    (``Y``, the weights and the INT8 targets, which it keeps on chip and reads once per column
+    block), ``control`` as given."""
+    from dstar.config import Datapath
+    from dstar.hw.geometry import DenseGeometry
+
+    from .flows import sram_cost
+    cfg = base.replace(datapath=Datapath.INT8)
+    dg = DenseGeometry(cfg)
+    g, na, m = dg.base, cfg.n_arrays, cfg.m_tile
+
+    def sram(depth, width):
+        return sram_cost({"depth": depth, "width": width, "read_ports": 1})["area_um2_45nm"]
+    parts = {"pe_logic": pe_logic_um2, "y_memory": na * sram(g.y_depth, dg.acc_bits * m),
+             "weight_memories": na * sram(g.weight_depth, 8 * m),
+             "target_memory": sram(g.row_depth, 8 * cfg.k_tile), "control": control_um2}
     return {k: round(v, 1) for k, v in parts.items()}

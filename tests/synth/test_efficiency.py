@@ -189,3 +189,20 @@ def test_fmdq_estimate_parts():
           for r in (1, 3) for k in SortNetwork}
     assert qu[1, SortNetwork.ODD_EVEN] == parts["quant_unit"]
     assert qu[3, SortNetwork.ODD_EVEN] < qu[1, SortNetwork.ODD_EVEN] < qu[1, SortNetwork.BITONIC]
+
+
+def test_int8_estimate_counts_the_targets_memory():
+    """``fmdq_efficiency.int8_estimate``: the INT8 datapath's memories from its geometry,
+    its INT8 targets' memory (``row_depth`` words of ``k_tile`` INT8) among them."""
+    from dstar.config import Datapath
+    from dstar.hw.geometry import DenseGeometry
+    cfg = preset("tiny")
+    g = DenseGeometry(cfg.replace(datapath=Datapath.INT8)).base
+    a = flows.CMOS_ASSUMPTIONS
+    per_bit = a["sram_bitcell_um2"] / a["sram_array_efficiency"]
+    parts = fmdq_efficiency.int8_estimate(cfg, 100.0, 7.0)
+    assert parts["pe_logic"] == 100.0 and parts["control"] == 7.0
+    assert parts["target_memory"] == pytest.approx(g.row_depth * 8 * cfg.k_tile * per_bit,
+                                                   abs=0.2)
+    assert parts["weight_memories"] == pytest.approx(
+        cfg.n_arrays * g.weight_depth * 8 * cfg.m_tile * per_bit, abs=0.2)
