@@ -527,8 +527,9 @@ def _reuse(fraction) -> str:
 
 def format_table(rep: dict) -> str:
     """A human-readable rendering of an analysis report."""
+    tokens = rep["tokens"] if rep["tokens"] is not None else "per layer"
     lines = [f"workload: {rep['workload']}",
-             f"steps {rep['steps']}, tokens {rep['tokens']}"
+             f"steps {rep['steps']}, tokens {tokens}"
              + (f", samples {rep['samples']}" if "samples" in rep else "")]
     c = rep.get("config", {})
     if c:
@@ -574,6 +575,9 @@ def format_table(rep: dict) -> str:
                      f"{_fmt(d['linear_output_sqnr_db'], 2)}; activations W8A8 "
                      f"{_fmt(w['activation_sqnr_db'], 2)}  DSTAR "
                      f"{_fmt(d['activation_sqnr_db'], 2)}")
+        if "rows_per_layer" in rep:
+            lines.append("rows per linear, by layer: " + ", ".join(
+                f"{name} {n}" for name, n in rep["rows_per_layer"].items()))
         if rep.get("batch"):
             lines.append(f"rows per linear: {rep['rows_per_linear']} = batch {rep['batch']}"
                          + (f" ({rep['batch'] // 2} conditional + {rep['batch'] // 2} "
@@ -691,7 +695,9 @@ def run_trace(cfg, trace, source: str = "trace", progress=None) -> dict:
     layer outputs without their bias, so weight quantization is part of the error; the
     reconstructed activations alone: ``activation_sqnr_db``); recorded attention runs
     DSTAR's reuse (``attention``). Drift is invisible here: every step starts from the
-    recorded float inputs. ``progress(phase, i, n)`` is called per layer."""
+    recorded float inputs. ``progress(phase, i, n)`` is called per layer. When the layers'
+    row counts differ, ``rows_per_linear``, ``tokens`` and ``batch`` are None and
+    ``rows_per_layer`` lists them."""
     from dstar.golden.trace import TraceError
     if cfg.encoding is not Encoding.NIBBLE:
         raise ConfigError(f"encoding = {cfg.encoding.value!r}: the trace analysis runs v1's "
@@ -706,13 +712,16 @@ def run_trace(cfg, trace, source: str = "trace", progress=None) -> dict:
     with np.errstate(over="ignore", invalid="ignore"):   # overflowed energies: "undefined"
         _trace_linears(cfg, trace, stats, e, progress)
     tot, per_type, per_step = _dstar_block(stats)
+    rows_of = {name: int(x.shape[1]) for name, x in trace.linear_x.items()}
     first = next(iter(trace.linear_x))
-    rows = int(trace.linear_x[first].shape[1])
-    tokens = trace.linear_tokens.get(first)
+    rows, tokens = rows_of[first], trace.linear_tokens.get(first)
+    if len(set(rows_of.values())) > 1:     # layers of their own row counts: no one figure
+        rows = tokens = None
     rep = {
         "workload": source, "steps": trace.steps, "rows_per_linear": rows,
         "tokens": tokens if tokens is not None else rows,
         "batch": rows // tokens if tokens else None, "cfg_halves": trace.cfg_halves,
+        **({} if rows is not None else {"rows_per_layer": rows_of}),
         "layers": len(trace.linear_x), "config": cfg.to_dict(),
         "hardware_fit": hardware_fit(cfg, trace),
         "w8a8": {"linear_output_sqnr_db": _sqnr(e["signal"], e["w8a8"]),

@@ -38,6 +38,14 @@ def _nonneg_int(s: str) -> int:
     return v
 
 
+def _path(s: str) -> Path:
+    """A path option's value; the empty one refused (``Path('')`` would be the working folder,
+    and ``-o ''`` would then name it)."""
+    if not s:
+        raise argparse.ArgumentTypeError("empty path ''; name a file or folder")
+    return Path(s)
+
+
 def _pos_int(s: str) -> int:
     v = _nonneg_int(s)
     if v < 1:
@@ -49,7 +57,7 @@ def _add_config_args(p: argparse.ArgumentParser, workload: bool = False) -> None
     """``--preset``, ``--config`` and a repeatable ``--set FIELD=VALUE`` for every field; with
     ``workload`` the flags of the workload fields."""
     p.add_argument("--preset", help="named preset (default: 'default'; see `dstar config`)")
-    p.add_argument("--config", type=Path, help="TOML file of config keys (may name a preset)")
+    p.add_argument("--config", type=_path, help="TOML file of config keys (may name a preset)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="set any config field (repeatable; see `dstar config`), after the "
                         "preset and the TOML file")
@@ -202,6 +210,15 @@ def _sweep_grid(specs) -> dict:
     return grid
 
 
+def _default_png(output: Path | None) -> Path:
+    """The bundled run's sample grid without ``--png``: beside ``--output`` and named after it
+    (``a.json`` -> ``a_samples.png``: two runs with their own reports do not share one grid),
+    else ``DEFAULT_PNG``."""
+    if output is None:
+        return Path(DEFAULT_PNG)
+    return output.with_name(f"{output.stem}_samples.png")
+
+
 def cmd_analyze(args) -> int:
     """Output paths are checked before the run; the report is printed before the files are
     written (each whole, ``write_atomic``), so a failed write loses no result."""
@@ -214,7 +231,7 @@ def cmd_analyze(args) -> int:
         raise UserError(f"--png {str(args.png)!r}: only the bundled run draws a sample grid; "
                         f"{'--trace' if args.trace is not None else '--sweep'} writes none "
                         "(drop --png)")
-    png = None if skip_png or not bundled else args.png or Path(DEFAULT_PNG)
+    png = None if skip_png or not bundled else args.png or _default_png(args.output)
     if args.output:
         check_output_file(args.output, "--output")
     if png:
@@ -341,15 +358,21 @@ def cmd_generate(args) -> int:
     whole (``atomic_dir``), so it never mixes two runs or keeps a top this run does not make.
     A folder holding files dstar did not write is refused, not wiped: replacing it whole would
     delete them, and replacing only dstar's own files would not be all-or-nothing."""
-    from dstar.hw.generate import OUTPUTS, build, check_buildable
+    from dstar.hw.generate import LARGE_MEMORY_WORDS, OUTPUTS, build, check_buildable
 
     from .outputs import atomic_dir, check_output_dir
     cfg = _config(args)
     _sar_masks(cfg, "dstar generate")
     out = check_output_dir(args.output)
-    check_buildable(cfg)
+    size = check_buildable(cfg)
     if args.accelerator and cfg.datapath != Datapath.DSTAR:
         raise UserError(f"--accelerator needs datapath=dstar, not {cfg.datapath}")
+    if size["memory_words"] >= LARGE_MEMORY_WORDS:       # minutes of silence otherwise
+        name, words = size["largest_memory"]
+        print(f"dstar generate: {size['memory_words']} memory words (the largest: {name}, "
+              f"{words}; the default preset has about 61 500): expect many minutes and "
+              "gigabytes of memory; Ctrl-C stops it and writes nothing", file=sys.stderr,
+              flush=True)
     with atomic_dir(out, owned=OUTPUTS) as tmp:
         files, _ = build(cfg, accelerator=args.accelerator)
         for name, text in files.items():
@@ -658,7 +681,7 @@ def build_parser() -> argparse.ArgumentParser:
     from dstar.synth.report import ALL_TARGETS
     ap = _Parser(prog="dstar", description="DSTAR accelerator generator, golden model and "
                  "evaluation")
-    ap.add_argument("--build-dir", type=Path, metavar="DIR",
+    ap.add_argument("--build-dir", type=_path, metavar="DIR",
                     help=f"root of all build output (default: ${BUILD_DIR_ENV}, else ./build)")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
@@ -668,11 +691,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("analyze", help="FP32 vs W8A8 vs DSTAR on the bundled DiT (or a trace)")
     _add_config_args(p, workload=True)
-    p.add_argument("--trace", type=Path, help="analyse this trace file instead (golden.trace)")
+    p.add_argument("--trace", type=_path, help="analyse this trace file instead (golden.trace)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--output", type=Path, help="also write the JSON report here")
-    p.add_argument("--png", type=Path,
-                   help=f"the bundled run's sample grid (default: {DEFAULT_PNG}; '' to skip)")
+    p.add_argument("--output", type=_path, help="also write the JSON report here")
+    p.add_argument("--png", type=Path,           # '' is a value: no grid
+                   help=f"the bundled run's sample grid (default: {DEFAULT_PNG}, or with "
+                        "--output X.json X_samples.png; '' to skip)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--sweep", action="append", metavar="FIELD=V1,V2",
                    help="trade-off sweep of DSTAR (both mechanisms) over config values; repeat "
@@ -685,7 +709,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --sweep: run its points in N processes (default: 1)")
     p.add_argument("--masks", metavar="FILE", help="SAR's mask file (attention = 'sar'; "
                    "default: the workload's bundled one; `dstar profile-masks` writes one)")
-    p.add_argument("--plot", type=Path, metavar="FILE.png",
+    p.add_argument("--plot", type=_path, metavar="FILE.png",
                    help="with --sweep: also write its PSNR vs work (attention blocks computed "
                         "on reuse steps) as a PNG plot")
     p.set_defaults(func=cmd_analyze)
@@ -693,7 +717,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("profile-masks", help="SAR's static block masks of a bundled DiT from an "
                        "FP32 calibration run (spec 7.3)")
     _add_config_args(p, workload=True)
-    p.add_argument("-o", "--output", type=Path, required=True, help="the mask file (.npz)")
+    p.add_argument("-o", "--output", type=_path, required=True, help="the mask file (.npz)")
     p.add_argument("--calib-samples", type=_pos_int, default=4, metavar="N",
                    help="calibration images (default: %(default)s)")
     p.add_argument("--calib-seed", type=_nonneg_int, default=1000, metavar="S",
@@ -703,7 +727,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("trace", help="record the bundled DiT's FP32 run as a trace file")
     _add_config_args(p, workload=True)
-    p.add_argument("-o", "--output", type=Path, required=True)
+    p.add_argument("-o", "--output", type=_path, required=True)
     p.add_argument("--layers", help="comma-separated layer names (default: all)")
     p.add_argument("--no-attention", action="store_true", help="do not record Q/K/V")
     p.set_defaults(func=cmd_trace)
@@ -738,7 +762,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accelerator", action="store_true",
                    help="also the accelerator top (dstar.v: both blocks on shared PE arrays "
                    "behind a command stream; its manifest under 'accelerator')")
-    p.add_argument("-o", "--output", type=Path, required=True, help="output directory")
+    p.add_argument("-o", "--output", type=_path, required=True, help="output directory")
     p.add_argument("--masks", metavar="FILE", help="SAR's mask file (attention = 'sar')")
     p.set_defaults(func=cmd_generate)
 
@@ -778,7 +802,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rerun case I of --seed alone (what a failure's rerun line says)")
     p.add_argument("--inject-mismatch", type=_nonneg_int, metavar="I",
                    help="make case I's expected result wrong (to see a failure reported)")
-    p.add_argument("-o", "--output", type=Path, help="write the JSON report here (whole)")
+    p.add_argument("-o", "--output", type=_path, help="write the JSON report here (whole)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_regress)
@@ -829,12 +853,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(p, workload=True)
     p.add_argument("--models", type=lambda s: [m for m in s.split(",") if m],
                    help="comma-separated models (default: the paper's seven and the bundled)")
-    p.add_argument("--shapes", type=Path, help="a JSON shapes file of further models")
+    p.add_argument("--shapes", type=_path, help="a JSON shapes file of further models")
     p.add_argument("--machine", action="append", default=[], metavar="KEY=VALUE",
                    help="machine field (cores, rows, cols, ghz, hbm_tbs, sram_kb, x_bits, "
                         "y_bits, act_bits, node_nm); default the paper's configuration")
-    p.add_argument("--trace", type=Path, help="measure the mix on this trace file instead")
-    p.add_argument("-o", "--output", type=Path, metavar="DIR",
+    p.add_argument("--trace", type=_path, help="measure the mix on this trace file instead")
+    p.add_argument("-o", "--output", type=_path, metavar="DIR",
                    help="write report.md, report.json and the PNGs here (all or nothing)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -845,7 +869,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .results import RESULTS  # standard library only, like the other parse-time imports
     p.add_argument("--run", action="append", choices=list(RESULTS), metavar="NAME",
                    help=f"re-run this section's command first (repeatable: {', '.join(RESULTS)})")
-    p.add_argument("--root", type=Path, metavar="DIR",
+    p.add_argument("--root", type=_path, metavar="DIR",
                    help="the folder whose docs/ to write (default: the dstar checkout holding "
                    "the working directory; refused outside one)")
     p.set_defaults(func=cmd_results)
@@ -953,7 +977,7 @@ def main(argv=None) -> int:
     saved = os.environ.get(BUILD_DIR_ENV)
     if args.build_dir is not None:
         os.environ[BUILD_DIR_ENV] = str(args.build_dir.absolute())
-    old_term = _catch_sigterm()
+    old_handlers = _catch_signals()
     try:
         code = args.func(args)
         sys.stdout.flush()          # a closed pipe or a full disk shows here, not at exit
@@ -983,8 +1007,10 @@ def main(argv=None) -> int:
         print(f"dstar: error: cannot write the standard output: {e.strerror}", file=sys.stderr)
         return 2
     finally:
-        if old_term is not None:
-            signal.signal(signal.SIGTERM, old_term)
+        if old_handlers is not None:
+            signal.signal(signal.SIGTERM, old_handlers[0])
+            signal.signal(signal.SIGINT, old_handlers[1])
+        sys.modules["dstar.outputs"].interrupted.clear()    # library calls after it write
         if saved is None:
             os.environ.pop(BUILD_DIR_ENV, None)
         else:
@@ -996,12 +1022,24 @@ class Terminated(BaseException):
     outputs and subprocesses runs (``subprocess.run`` kills its child on any exception)."""
 
 
-def _catch_sigterm():
-    """Make SIGTERM end the command cleanly (``_on_sigterm``); returns the handler it replaced
-    (None off the main thread, where Python cannot set one)."""
+def _catch_signals():
+    """Make SIGTERM end the command cleanly (``_on_sigterm``) and SIGINT leave a mark a
+    swallowed ``KeyboardInterrupt`` cannot lose (``_on_sigint``); returns the handlers it
+    replaced (None off the main thread, where Python cannot set one)."""
+    from .outputs import interrupted
+    interrupted.clear()
     if threading.current_thread() is not threading.main_thread():
         return None
-    return signal.signal(signal.SIGTERM, _on_sigterm)
+    return (signal.signal(signal.SIGTERM, _on_sigterm),
+            signal.signal(signal.SIGINT, _on_sigint))
+
+
+def _on_sigint(signum, frame):
+    """Ctrl-C: marked (``dstar.outputs.interrupted``: no output is put in place after it, even
+    when Python drops the ``KeyboardInterrupt`` raised in a finalizer), then raised."""
+    from .outputs import interrupted
+    interrupted.set()
+    raise KeyboardInterrupt
 
 
 def _on_sigterm(signum, frame):
@@ -1054,7 +1092,7 @@ def _user_errors() -> tuple:
     types = [ConfigError, UserError, OutputError, FileNotFoundError]
     for module, name in (("dstar.golden.trace", "TraceError"), ("dstar.synth.flows", "SynthError"),
                          ("dstar.bench_tests", "TestBenchError"),
-                         ("dstar.golden.sar", "MaskError")):
+                         ("dstar.golden.sar", "MaskError"), ("dstar.run", "ToolError")):
         if module in sys.modules:
             types.append(getattr(sys.modules[module], name))
     return tuple(types)

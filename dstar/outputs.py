@@ -9,12 +9,25 @@ import fcntl
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Collection
 from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["OutputError", "check_output_file", "check_output_dir", "check_work_dir",
-           "locked_dir", "write_atomic", "atomic_file", "atomic_dir"]
+           "locked_dir", "write_atomic", "atomic_file", "atomic_dir", "interrupted"]
+
+#: Set when a Ctrl-C arrives (the command line's SIGINT handler). Python drops a
+#: ``KeyboardInterrupt`` raised inside a finalizer (``Exception ignored in ...``: Amaranth's
+#: ``MustUse.__del__`` during elaboration), and the command would then go on; ``atomic_file``
+#: and ``atomic_dir`` check this before putting their output in place, so an interrupted
+#: command writes nothing even then.
+interrupted = threading.Event()
+
+
+def _stop_if_interrupted() -> None:
+    if interrupted.is_set():
+        raise KeyboardInterrupt
 
 
 class OutputError(Exception):
@@ -150,10 +163,10 @@ def _os_error(path: Path, e: OSError) -> OutputError:
 @contextmanager
 def atomic_file(path):
     """A binary file object (yielded) whose content appears at ``path`` whole when the block
-    ends without error (a temporary file beside it, then a rename); on an error nothing
-    changes at ``path``. A device, pipe or symbolic link is written in place instead (it is
-    not a file that a rename could replace). An operating-system error becomes an
-    ``OutputError`` naming the path."""
+    ends without error (a temporary file beside it, then a rename); on an error, or after a
+    Ctrl-C (``interrupted``), nothing changes at ``path``. A device, pipe or symbolic link is
+    written in place instead (it is not a file that a rename could replace). An
+    operating-system error becomes an ``OutputError`` naming the path."""
     path = Path(path)
     if _in_place(path):
         try:
@@ -169,6 +182,7 @@ def atomic_file(path):
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
+        _stop_if_interrupted()
         os.chmod(tmp, _mode_for(path, 0o666))
         os.replace(tmp, path)
     except BaseException as e:
@@ -193,25 +207,23 @@ def _foreign(path: Path, owned: Collection[str]) -> list[str]:
 @contextmanager
 def atomic_dir(path, owned: Collection[str] | None = None):
     """Build a folder's contents in a temporary sibling (yielded) and put it in place of
-    ``path`` when the block ends without error; on an error the old folder stays as it was.
+    ``path`` when the block ends without error; on an error, or after a Ctrl-C
+    (``interrupted``), the old folder stays as it was.
     The old folder, if any, is replaced whole: nothing of a previous run survives. With
     ``owned`` (the names the command writes), an old folder holding anything else is refused
     (``OutputError``) rather than deleted. A second ``atomic_dir`` of the same path while one
-    is open is refused (``OutputError``): a lock file beside the folder is held for the block.
-    Missing parent folders are created; a symbolic link is followed (the link stays)."""
+    is open is refused (``OutputError``): a lock file beside the folder is held for the block
+    and removed after it. Missing parent folders are created; a symbolic link is followed (the
+    link stays)."""
     path = Path(path).absolute()
     if path.is_symlink():       # replace the folder it points to, not the link
         path = path.resolve()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(path.parent / f".{path.name}.lock", "w")  # noqa: SIM115 (held for the block)
     except OSError as e:
         raise _os_error(path, e) from None
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        raise OutputError(f"another dstar command is writing {str(path)!r}") from None
+    lock_path = path.parent / f".{path.name}.lock"
+    lock = _take_lock(lock_path, path)
     try:
         foreign = _foreign(path, owned) if owned is not None else []
         if foreign:
@@ -226,6 +238,7 @@ def atomic_dir(path, owned: Collection[str] | None = None):
             raise _os_error(path, e) from None
         try:
             yield tmp
+            _stop_if_interrupted()
             os.chmod(tmp, _mode_for(path, 0o777))
             if path.exists():
                 old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.",
@@ -241,4 +254,30 @@ def atomic_dir(path, owned: Collection[str] | None = None):
                 raise _os_error(path, e) from None
             raise
     finally:
+        lock_path.unlink(missing_ok=True)       # still held: nobody takes it in between
         lock.close()
+
+
+def _take_lock(lock_path: Path, path: Path):
+    """The open lock file ``lock_path``, locked (``flock``), for writing ``path``;
+    ``OutputError`` if another command holds it. The holder removes the file when it is done
+    (``atomic_dir``), so a lock taken on a file that is no longer at ``lock_path`` (removed
+    between this open and this lock) is dropped and the new file's tried."""
+    for _ in range(100):
+        try:
+            lock = open(lock_path, "w")     # noqa: SIM115 (held by the caller)
+        except OSError as e:
+            raise _os_error(path, e) from None
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            raise OutputError(f"another dstar command is writing {str(path)!r}") from None
+        try:
+            if os.stat(lock_path).st_ino == os.fstat(lock.fileno()).st_ino:
+                return lock
+        except FileNotFoundError:
+            pass
+        lock.close()
+    raise OutputError(f"cannot lock {str(path)!r}: its lock file {str(lock_path)!r} keeps "
+                      "changing")

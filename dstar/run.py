@@ -12,6 +12,7 @@ results of the last run (``plan.json``, ``inputs.npz``, ``progress.log``, ``ops.
 
 import hashlib
 import json
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -35,9 +36,14 @@ from dstar.sim.block_run import (
 from dstar.sim.simulators import Simulator
 from dstar.synth.report import config_hash, preset_name
 
-__all__ = ["run_block", "run_folder", "format_run", "format_summary"]
+__all__ = ["run_block", "run_folder", "format_run", "format_summary", "ToolError"]
 
 TESTBENCH = "dstar.sim.tb_run"
+
+
+class ToolError(Exception):
+    """The simulator failed to compile or run the generated top: the message names the
+    folder's log (reported in one line)."""
 
 
 def run_folder(cfg) -> Path:
@@ -55,15 +61,28 @@ def _generator_digest() -> str:
     return h.hexdigest()
 
 
+#: The generated files of a run folder, whose digest the stamp holds.
+_GENERATED = (f"{ACCEL_TOP_NAME}.v", "params.json")
+
+
+def _files_digest(folder: Path) -> str:
+    """A digest of the folder's generated files (``_GENERATED``) as they are now."""
+    h = hashlib.sha256()
+    for name in _GENERATED:
+        h.update(name.encode() + b"\0" + (folder / name).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def _generate(cfg, folder: Path, say) -> None:
     """``dstar.v`` and ``params.json`` in ``folder`` unless they are already this
-    configuration's, made by these sources (``generator.sha256``)."""
+    configuration's, made by these sources and unchanged since (``generator.sha256``: the
+    generator's digest, then the files'; a truncated or edited ``dstar.v`` is made again)."""
     params, digest = folder / "params.json", _generator_digest()
     stamp = folder / "generator.sha256"
-    if params.is_file() and (folder / f"{ACCEL_TOP_NAME}.v").is_file() and stamp.is_file():
+    if all((folder / name).is_file() for name in _GENERATED) and stamp.is_file():
         try:
             if (json.loads(params.read_text())["accelerator"]["config"] == cfg.hardware()
-                    and stamp.read_text().strip() == digest):
+                    and stamp.read_text().split() == [digest, _files_digest(folder)]):
                 say(f"reusing {folder / ACCEL_TOP_NAME}.v")
                 return
         except (ValueError, KeyError):
@@ -75,7 +94,7 @@ def _generate(cfg, folder: Path, say) -> None:
     stamp.unlink(missing_ok=True)
     for name, text in files.items():
         write_atomic(folder / name, text)
-    write_atomic(stamp, digest + "\n")
+    write_atomic(stamp, f"{digest}\n{_files_digest(folder)}\n")
     say(f"wrote {folder / ACCEL_TOP_NAME}.v in {time.perf_counter() - t0:.0f} s")
 
 
@@ -135,8 +154,12 @@ def _run_in(cfg, model, folder: Path, *, sim, steps, block, tokens, waves, say,
     build = folder / (f"{sim}-waves" if waves else str(sim))
     say(f"compiling for {sim} in {build} (log: build.log; minutes the first time) ...")
     t0 = time.perf_counter()
-    runner = simulators.build(sim, folder / f"{ACCEL_TOP_NAME}.v", ACCEL_TOP_NAME, build,
-                              waves=waves, log_file=folder / "build.log")
+    try:
+        runner = simulators.build(sim, folder / f"{ACCEL_TOP_NAME}.v", ACCEL_TOP_NAME, build,
+                                  waves=waves, log_file=folder / "build.log")
+    except (RuntimeError, subprocess.CalledProcessError) as e:
+        raise ToolError(f"{sim} could not compile {str(folder / ACCEL_TOP_NAME)!r}.v ({e}); "
+                        f"see {str(folder / 'build.log')!r}") from None
     t_build = time.perf_counter() - t0
     say(f"compiled in {t_build:.0f} s; running {steps} steps of block {block} "
         f"({inputs[0][0].shape[0]} x {inputs[0][0].shape[1]} tokens) ...")
@@ -147,6 +170,9 @@ def _run_in(cfg, model, folder: Path, *, sim, steps, block, tokens, waves, say,
     try:
         simulators.test(runner, ACCEL_TOP_NAME, TESTBENCH, build, folder,
                         {"DSTAR_RUN_DIR": folder}, waves=waves, log_file=folder / "sim.log")
+    except (RuntimeError, subprocess.CalledProcessError) as e:
+        raise ToolError(f"the {sim} simulation failed ({e}); see "
+                        f"{str(folder / 'sim.log')!r}") from None
     finally:
         stop.set()
         follower.join()

@@ -117,7 +117,7 @@ def export(ema: DiT, path: Path, step: int, shape: DiTShape) -> None:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(prog="dstar train", description=__doc__)
     ap.add_argument("--steps", type=int, default=10000)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=5e-4)

@@ -34,7 +34,7 @@ from .linear import LinearLayer
 __all__ = ["generate", "build", "build_accelerator", "check_buildable", "generate_block",
            "manifest", "attention_manifest", "accelerator_manifest", "top_of", "TOP_NAME",
            "ATTN_TOP_NAME", "ACCEL_TOP_NAME", "OUTPUTS", "Tops", "TOPS", "ENCODED_TOPS",
-           "MAX_MEMORY_WORDS"]
+           "MAX_MEMORY_WORDS", "LARGE_MEMORY_WORDS"]
 
 TOP_NAME = "dstar_linear"
 ATTN_TOP_NAME = "dstar_attention"
@@ -46,6 +46,9 @@ OUTPUTS = (f"{TOP_NAME}.v", f"{ATTN_TOP_NAME}.v", f"{ACCEL_TOP_NAME}.v", "params
 #: Verilog spells out every word's initial value, so its size, the generation time and the
 #: generator's memory grow with it (the default preset has about 61 500).
 MAX_MEMORY_WORDS = 1 << 20
+#: Memory words from which ``dstar generate`` announces a long generation (``attn_slots =
+#: 4096`` on ``tiny``: 537 152 words, over 2 minutes and 5 GB).
+LARGE_MEMORY_WORDS = 1 << 18
 
 
 def _fields(layout, prefix="", base=0):
@@ -347,7 +350,8 @@ def check_buildable(cfg, *, attention: bool = True) -> dict:
     build every top of ``cfg`` (``TOPS[cfg.datapath]``; the attention engine only with
     ``attention``), without elaborating anything: the geometries' checks and the size bound
     ``MAX_MEMORY_WORDS``. The one buildability check of dstar (``dstar config`` runs it too).
-    Returns the size estimate: ``{"memory_words": n, "memory_words_limit": MAX_MEMORY_WORDS}``."""
+    Returns the size estimate: ``{"memory_words": n, "memory_words_limit": MAX_MEMORY_WORDS,
+    "largest_memory": [name, words]}``."""
     if cfg.refine_max:
         raise ConfigError(f"refine_max={cfg.refine_max}: lattice refinement is in the golden "
                           "model only; the RTL does not shift a token's state and accumulators "
@@ -359,13 +363,14 @@ def check_buildable(cfg, *, attention: bool = True) -> dict:
         for name, words in AttentionGeometry(cfg).memories().items():
             mems[f"attention {name}"] = words
     total = sum(mems.values())
+    big = max(mems, key=mems.get)
     if total > MAX_MEMORY_WORDS:
-        big = max(mems, key=mems.get)
         raise ConfigError(f"the tops' memories would hold {total} words (limit "
                           f"{MAX_MEMORY_WORDS}; the largest: {big}, {mems[big]} words): the "
                           "Verilog spells out every word, so its size and the generation time "
                           "grow with them")
-    return {"memory_words": total, "memory_words_limit": MAX_MEMORY_WORDS}
+    return {"memory_words": total, "memory_words_limit": MAX_MEMORY_WORDS,
+            "largest_memory": [big, mems[big]]}
 
 
 def build(cfg, *, attention: bool = True, accelerator: bool = False

@@ -426,9 +426,7 @@ class AttentionGeometry:
         if cfg.block_k > cfg.k_tile:
             raise ConfigError(f"block_k={cfg.block_k} must be <= k_tile={cfg.k_tile} (one V "
                               f"tile holds a key block)")
-        if cfg.acc_bits < max(self.logit_bits, self.pv_acc_bits):
-            raise ConfigError(f"acc_bits={cfg.acc_bits} is narrower than the attention sums "
-                              f"({max(self.logit_bits, self.pv_acc_bits)} bits)")
+        self._check_attention_sums()
         # A lane's PV partial sum runs over a key block's groups, a reduction over its keys.
         w_max = self.w_max
         if bits_signed(128 * w_max * self.kg_per_block) > lin.psum_bits:
@@ -439,6 +437,24 @@ class AttentionGeometry:
             raise ConfigError(f"block_k={cfg.block_k}: a PV tile's sum (up to "
                               f"{128 * w_max * cfg.block_k}) overflows the PE array's "
                               f"{lin.tile_sum_bits}-bit tile sums")
+
+    def _check_attention_sums(self) -> None:
+        """``ConfigError`` naming the field that sets the attention sum too wide for the
+        accumulators (``max_tokens`` for the PV sums, ``head_dim`` for the logits), its largest
+        value that fits, and the fields that widen the accumulators instead."""
+        cfg, top = self.cfg, (1 << (self.cfg.acc_bits - 1)) - 1    # the largest |sum| held
+        why = (f"the {cfg.acc_bits}-bit accumulators (acc_bits, set by max_k={cfg.max_k} and "
+               f"state_bits={cfg.state_bits}: raise either to widen them)")
+        if self.pv_acc_bits > cfg.acc_bits:
+            fits = top // (128 * self.w_max)
+            fix = (f"max_tokens <= {fits} fits at this e_max" if fits else "lower e_max")
+            raise ConfigError(f"max_tokens={cfg.max_tokens} with e_max={cfg.e_max}: the "
+                              f"attention's PV sums (max_tokens keys of up to 128 * 255 * "
+                              f"2**e_max, {self.pv_acc_bits} bits) overflow {why}; {fix}")
+        if self.logit_bits > cfg.acc_bits:
+            raise ConfigError(f"head_dim={cfg.head_dim}: the attention's logits (up to head_dim "
+                              f"* 128 * 128, {self.logit_bits} bits) overflow {why}; head_dim <= "
+                              f"{top // (128 * 128)} fits")
 
     @property
     def lin(self) -> Geometry:

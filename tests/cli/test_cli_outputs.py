@@ -74,7 +74,9 @@ def test_config_shows_the_generated_size():
     from dstar.hw.generate import MAX_MEMORY_WORDS, check_buildable
 
     size = check_buildable(preset("tiny"))
-    assert size == {"memory_words": 5192, "memory_words_limit": MAX_MEMORY_WORDS}
+    assert size == {"memory_words": 5192, "memory_words_limit": MAX_MEMORY_WORDS,
+                    "largest_memory": ["weights (max_k x max_m / block_cols, per array)",
+                                       2048]}
     assert check_buildable(preset("default"))["memory_words"] == 61504
     # Without the attention engine (the dense baseline) the estimate is the linear top's alone.
     assert check_buildable(preset("tiny").replace(datapath="dense"))["memory_words"] == 2816
@@ -118,7 +120,8 @@ def test_generate_writes_the_accelerator_top_and_its_manifest(capsys, tmp_path):
 
 def test_generate_replaces_the_folder_whole(capsys, tmp_path):
     """A dense run into a folder of an earlier DSTAR run leaves no stale ``dstar_attention.v``;
-    the files get the umask's modes, and no temporary or lock is left inside the folder."""
+    the files get the umask's modes, and no temporary or lock is left, inside the folder or beside
+    it."""
     out_dir = tmp_path / "rtl"
     out_dir.mkdir()
     for name in ("dstar_linear.v", "dstar_attention.v", "params.json"):
@@ -132,7 +135,7 @@ def test_generate_replaces_the_folder_whole(capsys, tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert (out_dir / "params.json").stat().st_mode & 0o777 == 0o666 & ~umask
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".rtl.lock", "rtl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rtl"]     # no lock left (G16)
 
 
 def test_an_interrupted_generate_leaves_the_earlier_run(capsys, tmp_path, monkeypatch):
@@ -149,7 +152,7 @@ def test_an_interrupted_generate_leaves_the_earlier_run(capsys, tmp_path, monkey
     code, out, err = run(capsys, "generate", "--preset", "tiny", "-o", str(out_dir))
     assert code == 130 and out == "" and err == "dstar: interrupted\n"
     assert listing(out_dir) == {"params.json": b"earlier run"}
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".rtl.lock", "rtl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rtl"]     # no lock left (G16)
 
 
 def test_generate_does_not_wipe_files_it_did_not_write(capsys, tmp_path):

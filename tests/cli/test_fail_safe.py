@@ -2,11 +2,13 @@
 refused or announced instead of running silent (issue 31's probe findings)."""
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -78,15 +80,18 @@ def test_a_sweep_says_how_many_points_it_runs(monkeypatch, capsys):
 
 @pytest.mark.parametrize("argv, named", [
     (["analyze", "--preset", "tiny", "--sweep", "theta=0.5", "--png", "x.png"], "--png 'x.png'"),
-    (["--build-dir", "", "config", "--preset", "tiny"], "--build-dir '.'"),
+    (["--build-dir", "", "config", "--preset", "tiny"], "--build-dir: empty path ''"),
+    (["--build-dir", ".", "config", "--preset", "tiny"], "--build-dir '.'"),
     (["generate", "--preset", "tiny", "-o", "."], "output folder '.' is the working folder"),
+    (["generate", "--preset", "tiny", "-o", ""], "-o/--output: empty path ''"),     # O29
 ])
 def test_options_that_would_do_nothing_or_replace_the_working_folder_are_refused(
         tmp_path, monkeypatch, capsys, argv, named):
     from dstar.cli import main
     monkeypatch.chdir(tmp_path)
     # argparse's own errors exit (status 2); the commands' return it
-    with pytest.raises(SystemExit) if argv[0] == "--build-dir" else contextlib.nullcontext():
+    with pytest.raises(SystemExit) if argv[0] == "--build-dir" or "" in argv else \
+            contextlib.nullcontext():
         assert main(argv) == 2
     err = capsys.readouterr().err
     assert named in err and "Traceback" not in err
@@ -117,3 +122,122 @@ def test_help_to_a_full_disk_says_so():
         p = subprocess.run([sys.executable, "-m", "dstar.cli", "--help"], stdout=full,
                            stderr=subprocess.PIPE, text=True, timeout=60)
     assert p.returncode == 2 and "cannot write the standard output" in p.stderr
+
+
+def _one_line(err: str, *parts: str) -> None:
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for part in parts:
+        assert part in err, err
+
+
+@pytest.mark.parametrize("value", [256, 1 << 20])
+def test_max_tokens_too_large_for_the_accumulators_is_named_with_its_fix(capsys, value):
+    """C28 / O9: the refusal names ``max_tokens`` and the largest value that fits."""
+    from dstar.cli import main
+    assert main(["config", "--preset", "tiny", "--set", f"max_tokens={value}"]) == 2
+    _one_line(capsys.readouterr().err, f"max_tokens={value} with e_max=7",
+              "30-bit accumulators", "max_tokens <= 128 fits")
+
+
+def test_train_help_names_dstar_train(capsys):
+    """O22."""
+    pytest.importorskip("torch")
+    from dstar.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--help"])
+    assert e.value.code == 0 and capsys.readouterr().out.startswith("usage: dstar train ")
+
+
+def _stub_build(monkeypatch, during=None):
+    """``dstar generate``'s build replaced by a quick one (``during()`` runs inside it)."""
+    from dstar.hw import generate
+
+    def build(cfg, attention=True, accelerator=False):
+        if during is not None:
+            during()
+        return {"dstar_linear.v": "// new\n", "params.json": "{}\n"}, {}
+    monkeypatch.setattr(generate, "build", build)
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason="signal handlers need the main thread")
+def test_a_ctrl_c_python_swallows_still_writes_nothing(tmp_path, monkeypatch, capsys):
+    """O34: a ``KeyboardInterrupt`` raised inside a finalizer (Amaranth's ``MustUse.__del__``)
+    is dropped by Python; the folder is still left as it was."""
+    from dstar.cli import main
+
+    def swallowed():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10_000):      # the handler runs between bytecodes
+                pass
+        except KeyboardInterrupt:        # dropped, as Python does in a __del__
+            pass
+    out = tmp_path / "g"
+    out.mkdir()
+    (out / "dstar_linear.v").write_text("// old\n")
+    _stub_build(monkeypatch, swallowed)
+    assert main(["generate", "--preset", "tiny", "-o", str(out)]) == 130
+    assert capsys.readouterr().err == "dstar: interrupted\n"
+    assert [p.name for p in out.iterdir()] == ["dstar_linear.v"]
+    assert (out / "dstar_linear.v").read_text() == "// old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g"]        # no lock, no temporary
+    from dstar.outputs import interrupted, write_atomic
+    assert not interrupted.is_set()      # cleared for library calls after the command
+    write_atomic(tmp_path / "x.txt", "x")
+
+
+def test_a_huge_generation_announces_itself(tmp_path, capsys, monkeypatch):
+    """O11: ``attn_slots = 4096`` is within the size limit but takes minutes and gigabytes:
+    said before the work starts."""
+    from dstar.cli import main
+
+    def stop():
+        raise KeyboardInterrupt
+    _stub_build(monkeypatch, stop)
+    assert main(["generate", "--preset", "tiny", "--set", "attn_slots=4096", "-o",
+                 str(tmp_path / "hs")]) == 130
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("dstar generate: 537152 memory words (the largest: attention "
+                             "residual cache") and "Ctrl-C stops it" in err[0]
+    assert err[1:] == ["dstar: interrupted"] and list(tmp_path.iterdir()) == []
+    _stub_build(monkeypatch)
+    assert main(["generate", "--preset", "tiny", "-o", str(tmp_path / "t")]) == 0
+    assert capsys.readouterr().err == ""                  # a usual size: nothing said
+
+
+def test_two_reports_name_their_own_sample_grids(tmp_path, monkeypatch, capsys):
+    """O68: with ``--output`` and no ``--png`` the grid is named after the report."""
+    from dstar import analyze, png
+    from dstar.cli import main
+    seeds = iter(range(2))
+    monkeypatch.setattr(analyze, "run_bundled", lambda cfg, **kw: (
+        {"seed": next(seeds)}, {"fp32": 0, "w8a8": 0, "dstar": 0}))
+    monkeypatch.setattr(png, "image_grid", lambda images: images)
+    monkeypatch.setattr(png, "png_bytes", lambda grid: b"grid")
+    monkeypatch.chdir(tmp_path)
+    for name in ("a", "b"):
+        assert main(["analyze", "--preset", "tiny", "--json", "--quiet", "--output",
+                     f"{name}.json"]) == 0
+    reps = [json.loads((tmp_path / f"{n}.json").read_text()) for n in "ab"]
+    assert [r["png"] for r in reps] == ["a_samples.png", "b_samples.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.json", "a_samples.png", "b.json", "b_samples.png"]
+
+
+def test_a_trace_whose_layers_differ_in_rows_reports_each(tmp_path, capsys):
+    """O57: no single ``rows_per_linear`` (the first layer's) for layers of 8 and 4 rows."""
+    import numpy as np
+
+    from dstar.cli import main
+    r = np.random.default_rng(0)
+    arrays = {"format": np.array("dstar-trace/1"), "steps": np.array(2)}
+    for name, n, k, m in (("blk.fc1", 8, 32, 16), ("blk.fc2", 4, 16, 32)):
+        arrays[f"linear/{name}/x"] = r.standard_normal((2, n, k)).astype("f4")
+        arrays[f"linear/{name}/weight"] = r.standard_normal((m, k)).astype("f4")
+    np.savez(tmp_path / "t.npz", **arrays)
+    assert main(["analyze", "--preset", "tiny", "--trace", str(tmp_path / "t.npz"), "--json",
+                 "--quiet"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["rows_per_linear"] is None and rep["tokens"] is None and rep["batch"] is None
+    assert rep["rows_per_layer"] == {"blk.fc1": 8, "blk.fc2": 4}

@@ -46,7 +46,7 @@ def test_atomic_dir_replaces_the_old_folder_only_on_success(tmp_path):
     with atomic_dir(out) as d:
         (d / "a.v").write_text("3")
     assert sorted(p.name for p in out.iterdir()) == ["a.v"] and (out / "a.v").read_text() == "3"
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == ["out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]      # no lock file left
 
 
 def test_a_second_writer_of_the_same_folder_is_refused(tmp_path):
@@ -57,6 +57,29 @@ def test_a_second_writer_of_the_same_folder_is_refused(tmp_path):
     with atomic_dir(out) as d:          # released: a later run goes through
         (d / "x").write_text("1")
     assert (out / "x").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]     # the lock file removed (G16)
+
+
+def test_a_lock_file_removed_by_its_holder_is_not_taken(tmp_path, monkeypatch):
+    """A writer that opened the lock file just before its holder removed it locks the new
+    one, not the removed one (else a third writer could lock the new one as well)."""
+    from dstar import outputs
+    out, lock_path = tmp_path / "out", tmp_path / ".out.lock"
+    lock_path.write_text("")
+    real_flock, calls = outputs.fcntl.flock, []
+
+    def flock(f, op):                   # the holder finishes between our open and our lock
+        if not calls:
+            lock_path.unlink()
+        calls.append(f.fileno())
+        return real_flock(f, op)
+
+    monkeypatch.setattr(outputs.fcntl, "flock", flock)
+    lock = outputs._take_lock(lock_path, out)
+    try:
+        assert len(calls) == 2 and lock_path.stat().st_ino == os.fstat(lock.fileno()).st_ino
+    finally:
+        lock.close()
 
 
 def _umask():

@@ -23,15 +23,18 @@ def test_the_verilog_is_reused_only_for_the_same_config_and_generator(tmp_path, 
     run._generate(cfg, tmp_path, said.append)
     assert len(made) == 1 and said[-1].startswith("reusing")
     stamp = tmp_path / "generator.sha256"
-    assert stamp.read_text() == run._generator_digest() + "\n"
-    stamp.write_text("0" * 64 + "\n")                   # made by another version
+    assert stamp.read_text().split() == [run._generator_digest(), run._files_digest(tmp_path)]
+    (tmp_path / "dstar.v").write_text("// 1")         # damaged (truncated): made again (R31)
     run._generate(cfg, tmp_path, said.append)
     assert len(made) == 2 and (tmp_path / "dstar.v").read_text() == "// 2\n"
-    run._generate(cfg.replace(max_tokens=64), tmp_path, said.append)
-    assert len(made) == 3
-    stamp.unlink()                                      # a folder from before the stamps
+    stamp.write_text("0" * 64 + "\n")                   # made by another version
+    run._generate(cfg, tmp_path, said.append)
+    assert len(made) == 3 and (tmp_path / "dstar.v").read_text() == "// 3\n"
     run._generate(cfg.replace(max_tokens=64), tmp_path, said.append)
     assert len(made) == 4
+    stamp.unlink()                                      # a folder from before the stamps
+    run._generate(cfg.replace(max_tokens=64), tmp_path, said.append)
+    assert len(made) == 5
 
 
 def _refused_before_generating(monkeypatch, tmp_path, build_root, match, capsys):
@@ -83,3 +86,33 @@ def test_a_folder_files_cannot_be_created_in_is_refused(tmp_path, monkeypatch):
     with pytest.raises(OutputError, match="Read-only file system"):
         check_work_dir(ro / "new" / "run")
     assert os.listdir(ro) == []
+
+
+def test_a_simulator_that_cannot_compile_is_one_line_naming_its_log(tmp_path, monkeypatch,
+                                                                      capsys):
+    """R31: a compile failure (a damaged ``dstar.v``) is one line pointing at build.log."""
+    import numpy as np
+
+    from dstar.cli import main
+    from dstar.sim import simulators
+
+    def build(cfg):
+        man = {"accelerator": {"config": cfg.hardware()}}
+        return {"dstar.v": "module dstar(\n", "params.json": json.dumps(man)}, man
+
+    def compile_(*args, **kwargs):
+        raise RuntimeError("Command failed with return code: 2")
+
+    monkeypatch.setattr(run, "build_accelerator", build)
+    monkeypatch.setattr(run, "block_inputs",
+                        lambda *a: [(np.zeros((1, 1, 4)), np.zeros((1, 4)))])
+    monkeypatch.setattr(run, "golden_block", lambda *a: [])
+    monkeypatch.setattr(simulators, "missing", lambda sim: None)
+    monkeypatch.setattr(simulators, "build", compile_)
+    monkeypatch.chdir(tmp_path)
+    argv = ["--build-dir", "b", "run", "--preset", "tiny", "--set", "max_k=512", "--set",
+            "max_m=512", "--tokens", "1", "--steps", "1", "--sim", "icarus", "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "icarus could not compile" in err, err
+    assert err.endswith("build.log'") and "Traceback" not in err

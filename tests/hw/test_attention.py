@@ -169,7 +169,8 @@ def test_config_errors():
     # (sized for 128 << e_max per group), and too wide a PV sum overflows acc_bits.
     with pytest.raises(ConfigError, match="PV partial sum"):
         AttentionGeometry(preset("tiny").replace(k_tile=48, block_k=48))
-    with pytest.raises(ConfigError, match="acc_bits=30 is narrower"):
+    with pytest.raises(ConfigError, match="max_tokens=32 with e_max=10: the attention's PV "
+                       "sums .* overflow the 30-bit accumulators"):
         AttentionGeometry(preset("tiny").replace(e_max=10))
 
 
