@@ -21,7 +21,7 @@ from dstar.golden.dit import LINEAR_TYPES, DiT
 from dstar.golden.fmdq_stats import FmdqStats
 from dstar.golden.hooks import DStarLinears, W8A8Linears, layer_type
 from dstar.golden.image_stats import psnr
-from dstar.golden.runs import MEASURE_BATCH, PATHS, run_paths, workers_for
+from dstar.golden.runs import MEASURE_BATCH, PATHS, RunPath, run_paths, workers_for
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
 from dstar.golden.sar import masks_for, sar_hooks
 from dstar.golden.stats import OpStats
@@ -86,8 +86,8 @@ def _sar_report(cfg, runs: dict, fp32, w8a8) -> dict | None:
     attention alone and of both vs FP32 and vs W8A8, per sample."""
     if cfg.attention is not Attention.SAR:
         return None
-    alone, d = runs["attention"][2], runs["dstar"][2].sar
-    both = runs["dstar"][0]
+    alone, d = runs[RunPath.ATTENTION][2], runs[RunPath.DSTAR][2].sar
+    both = runs[RunPath.DSTAR][0]
     w8_each, both_each = sample_psnrs(w8a8, fp32), sample_psnrs(both, fp32)
     gap = np.nan_to_num(w8_each - both_each, nan=0.0)
     w8_db, both_db = psnr(w8a8, fp32), psnr(both, fp32)
@@ -100,7 +100,7 @@ def _sar_report(cfg, runs: dict, fp32, w8a8) -> dict | None:
                                     "pv_run": d["pv_work_vs_dense"]},
         "linear_qk_skipped": d["linears"], "linear_qk_skipped_attention_alone": alone["linears"],
         "score_cache": d["score_cache"],
-        "attention_alone_psnr_vs_fp32_db": psnr(runs["attention"][0], fp32),
+        "attention_alone_psnr_vs_fp32_db": psnr(runs[RunPath.ATTENTION][0], fp32),
         "attention_alone_rel_err_vs_float": alone["err_vs_float"],
         "both_psnr_vs_fp32_db": both_db, "w8a8_psnr_vs_fp32_db": w8_db,
         "psnr_gap_vs_w8a8_db": w8_db - both_db,
@@ -169,43 +169,44 @@ def run_bundled(cfg, model: DiT | None = None, quality: bool = False, progress=N
     labels = sample_labels(cfg.samples, model.shape.num_classes)
     t0 = time.perf_counter()
     fmdq = cfg.encoding is Encoding.FMDQ
-    other = "nibble-linear" if fmdq else "fmdq-linear"      # the other encoding's linears
-    runs = run_paths(cfg, model, progress, workers, tags=("dstar", other) + PATHS[1:])
+    # the other encoding's linears
+    other = RunPath.NIBBLE_LINEAR if fmdq else RunPath.FMDQ_LINEAR
+    runs = run_paths(cfg, model, progress, workers, tags=(RunPath.DSTAR, other) + PATHS[1:])
     total = time.perf_counter() - t0
     timing = {tag: runs[tag][1] for tag in PATHS}
-    fp32, w8a8, dstar_lin, attn, dstar = (runs[t][0] for t in ("fp32", "w8a8", "dstar-linear",
-                                                                "attention", "dstar"))
+    fp32, w8a8, dstar_lin, attn, dstar = (runs[t][0] for t in (
+        RunPath.FP32, RunPath.W8A8, RunPath.DSTAR_LINEAR, RunPath.ATTENTION, RunPath.DSTAR))
     # v1's element mix from a nibble run, FMDQ's figures from an FMDQ run, whichever is the
     # configured encoding (that one with attention reuse, as before FMDQ existed).
     tot, per_type, per_step = _dstar_block(runs[other if fmdq else "dstar"][2])
     fmdq_rep = _fmdq_report(cfg.replace(encoding=Encoding.FMDQ),
-                            runs["dstar" if fmdq else other][2],
+                            runs[RunPath.DSTAR if fmdq else other][2],
                             dstar_lin if fmdq else runs[other][0], fp32, w8a8)
     v1_lin = runs[other][0] if fmdq else dstar_lin
-    ast = runs["attention"][2]
+    ast = runs[RunPath.ATTENTION][2]
     samples = {"fp32": fp32, "w8a8": w8a8, "dstar": dstar}
     report = {
         "workload": WORKLOADS[cfg.workload].title, "workload_name": str(cfg.workload),
         "steps": cfg.steps, "tokens": model.shape.tokens, "samples": cfg.samples,
         "rows_per_linear": cfg.samples * model.shape.tokens * (2 if cfg.cfg_scale > 1 else 1),
         "config": cfg.to_dict(),
-        "fp32": {"seconds": round(timing["fp32"], 3)},
+        "fp32": {"seconds": round(timing[RunPath.FP32], 3)},
         "w8a8": {"psnr_vs_fp32_db": psnr(w8a8, fp32), "mean_passes": 2.0,
-                 "seconds": round(timing["w8a8"], 3)},
+                 "seconds": round(timing[RunPath.W8A8], 3)},
         "dstar": {"psnr_vs_fp32_db": psnr(dstar, fp32), **tot,
-                  "seconds": round(timing["dstar"], 3),
-                  "steps_per_second": cfg.steps / timing["dstar"]},
+                  "seconds": round(timing[RunPath.DSTAR], 3),
+                  "steps_per_second": cfg.steps / timing[RunPath.DSTAR]},
         "dstar_linear_only": {"psnr_vs_fp32_db": psnr(dstar_lin, fp32),
-                              "seconds": round(timing["dstar-linear"], 3)},
+                              "seconds": round(timing[RunPath.DSTAR_LINEAR], 3)},
         "encoding": str(cfg.encoding),
         "nibble_linear_only": {"psnr_vs_fp32_db": psnr(v1_lin, fp32),
                                "worst_sample_gap_vs_w8a8_db": float(np.nan_to_num(
                                    sample_psnrs(w8a8, fp32) - sample_psnrs(v1_lin, fp32),
                                    nan=0.0).max())},
-        "fmdq": {**fmdq_rep, "seconds": round(runs["dstar" if fmdq else other][1], 3)},
+        "fmdq": {**fmdq_rep, "seconds": round(runs[RunPath.DSTAR if fmdq else other][1], 3)},
         "attention": {
             "psnr_vs_fp32_db": psnr(attn, fp32),
-            "seconds": round(timing["attention"], 3),
+            "seconds": round(timing[RunPath.ATTENTION], 3),
             "blocks_computed_fraction": ast["blocks_computed_fraction"],
             "blocks_computed_fraction_reuse_steps": ast["blocks_computed_fraction_reuse"],
             "pv_blocks_fraction": ast["pv_blocks_fraction"],
@@ -217,7 +218,7 @@ def run_bundled(cfg, model: DiT | None = None, quality: bool = False, progress=N
         },
         "sar": _sar_report(cfg, runs, fp32, w8a8),
         "timing": {"workers": workers_for(workers), "seconds": round(total, 3),
-                   "ratio_to_fp32": round(total / timing["fp32"], 3)},
+                   "ratio_to_fp32": round(total / timing[RunPath.FP32], 3)},
         "ops_ratio_vs_w8a8": tot["ops_ratio_vs_w8a8"],
         "lockstep_ops_ratio_vs_w8a8": tot["lockstep_ops_ratio_vs_w8a8"],
         "per_layer_type": per_type,
@@ -289,7 +290,7 @@ def _cfg_part(point: dict) -> dict:
 
 
 def _sweep_run(cfg, model, masks, pt, progress=None):
-    """One run of a sweep: ``pt`` a point (``run_sweep``), or ``"fp32"`` / ``"w8a8"``. Returns
+    """One run of a sweep: ``pt`` a point (``run_sweep``), or ``RunPath.FP32`` / ``W8A8``. Returns
     ``(samples, info)``: ``info`` the point's work figures (picklable: worker processes)."""
     labels = sample_labels(cfg.samples, model.shape.num_classes)
     noise = initial_noise(cfg.samples, model.shape, cfg.seed)
@@ -302,7 +303,7 @@ def _sweep_run(cfg, model, masks, pt, progress=None):
                            else None)
 
     if isinstance(pt, str):
-        return run(**({"linear": W8A8Linears()} if pt == "w8a8" else {})), {}
+        return run(**({"linear": W8A8Linears()} if pt == RunPath.W8A8 else {})), {}
     c = cfg.replace(**_cfg_part(pt))
     lin, att = pt.get("linears", "dstar"), pt.get("attention", "dstar")
     dl = DStarLinears(c, LINEAR_TYPES) if lin == "dstar" else None
@@ -365,7 +366,8 @@ def run_sweep(cfg, grid: dict, model: DiT | None = None, progress=None,
     model = model or DiT.bundled(cfg.workload)
     masks = (masks_for(cfg, model.shape) if any(cfg.replace(**_cfg_part(p)).attention
                                                  is Attention.SAR for p in points) else None)
-    done = _sweep_runs(cfg, model, masks, ["fp32", "w8a8", *points], progress, workers)
+    done = _sweep_runs(cfg, model, masks, [RunPath.FP32, RunPath.W8A8, *points], progress,
+                       workers)
     fp32, w8a8 = done[0][0], done[1][0]
     w8a8_db, w8a8_each = psnr(w8a8, fp32), sample_psnrs(w8a8, fp32)
     rows = []

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dstar.config import Workload
+
 __all__ = ["DiTShape", "pos_embed_2d"]
 
 
@@ -54,13 +56,13 @@ _LAYER_PATHS = {"qkv": "attn.qkv", "proj": "attn.proj", "fc1": "mlp.fc1", "fc2":
 ATTN_SUFFIX = "attn"
 
 
-def bundled_weights_path(workload="digits"):
+def bundled_weights_path(workload=Workload.DIGITS):
     """The installed weights file of a bundled workload (``dstar.golden.workloads``)."""
     from .workloads import weights_path
     return weights_path(workload)
 
 
-def load_weights(path=None, workload="digits") -> tuple[DiTShape, dict[str, np.ndarray]]:
+def load_weights(path=None, workload=Workload.DIGITS) -> tuple[DiTShape, dict[str, np.ndarray]]:
     """Load a DiT weight file (``state_dict`` keys, float32, plus ``meta.*`` shape entries);
     without ``path``, the bundled weights of ``workload``."""
     from pathlib import Path
@@ -159,7 +161,7 @@ class DiT:
         self.pos_embed = pos_embed_2d(shape.hidden, shape.image_size // shape.patch)
 
     @classmethod
-    def bundled(cls, workload="digits") -> "DiT":
+    def bundled(cls, workload=Workload.DIGITS) -> "DiT":
         """The bundled DiT of ``workload`` (``dstar.config.Workload``)."""
         return cls(*load_weights(workload=workload))
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dstar.config import Datapath, Packing
+from dstar.config import Datapath, Packing, Workload
 from dstar.golden.difflinear import DiffLinear, encode_step
 from dstar.golden.dispatch import STRATEGIES
 from dstar.golden.quant import exact_matmul
@@ -57,7 +57,7 @@ def dense_cycles(base, datapath: Datapath, n_tokens: int, k: int, m: int) -> int
     return SHAPE_MODELS[datapath](base.replace(datapath=datapath), n_tokens, k, m).cycles
 
 
-def all_layers(blocks=None, layers=LAYERS, workload="digits") -> list[str]:
+def all_layers(blocks=None, layers=LAYERS, workload=Workload.DIGITS) -> list[str]:
     """Names of the ``layers`` of DiT ``blocks`` (None: every block of ``workload``'s bundled
     DiT)."""
     if blocks is None:
@@ -257,7 +257,8 @@ def run(base, *, blocks=None, layers=LAYERS, packings=DEFAULT_PACKINGS, every: i
 def format_report(rep: dict) -> str:
     """``run``'s report as text: the whole run and each layer, one line per strategy."""
     # Reports from before the int8 baseline measured against a dense pass on the same lanes.
-    base = "lean dense INT8" if rep.get("baseline") == "int8" else "dense pass on the same lanes"
+    base = ("lean dense INT8" if rep.get("baseline") == Datapath.INT8.value
+            else "dense pass on the same lanes")
 
     def lines(t, indent=""):
         mix = t["mix"]

@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from dstar.config import ConfigError
+from dstar.config import ConfigError, Workload
 from dstar.golden.attention import (
     key_step_head,
     quantize_on,
@@ -42,7 +42,7 @@ __all__ = ["attention_inputs", "HeadSteps", "run", "format_report"]
 
 
 def attention_inputs(layer: int = 0, steps: int = 20, take: int = 3, label: int = 3,
-                     seed: int = 0, workload: str = "digits"):
+                     seed: int = 0, workload: str = Workload.DIGITS):
     """Float ``q, k, v`` of the attention of DiT block ``layer`` at the first ``take`` steps of a
     ``steps``-step DDIM run (one sample of ``label``, no guidance): three arrays
     ``(take, H, N, Dh)`` (float32, before the 1/sqrt(Dh) scale), of ``workload``'s bundled

@@ -11,13 +11,13 @@ over its FP32 run's.
 import time
 
 from dstar.golden.dit import DiT
-from dstar.golden.runs import PATHS, run_paths, workers_for
+from dstar.golden.runs import PATHS, RunPath, run_paths, workers_for
 
 __all__ = ["LABELS", "run", "format_report"]
 
 #: The runs' names for people, in report order.
-LABELS = {"fp32": "FP32", "w8a8": "W8A8", "dstar-linear": "DSTAR linears",
-          "attention": "attention reuse", "dstar": "both"}
+LABELS = {RunPath.FP32: "FP32", RunPath.W8A8: "W8A8", RunPath.DSTAR_LINEAR: "DSTAR linears",
+          RunPath.ATTENTION: "attention reuse", RunPath.DSTAR: "both"}
 
 
 def run(cfg, workers: int | None = None) -> dict:
@@ -35,10 +35,10 @@ def run(cfg, workers: int | None = None) -> dict:
     return {"bench": "golden", "workload": str(cfg.workload), "steps": cfg.steps,
             "samples": cfg.samples,
             "workers": workers_for(workers), "paths": paths, "seconds": total,
-            "ratio_to_fp32": total / paths["fp32"]["seconds"],
-            "fp32_steps_per_second": paths["fp32"]["steps_per_second"],
-            "dstar_steps_per_second": paths["dstar-linear"]["steps_per_second"],
-            "dstar_seconds": paths["dstar-linear"]["seconds"]}
+            "ratio_to_fp32": total / paths[RunPath.FP32]["seconds"],
+            "fp32_steps_per_second": paths[RunPath.FP32]["steps_per_second"],
+            "dstar_steps_per_second": paths[RunPath.DSTAR_LINEAR]["steps_per_second"],
+            "dstar_seconds": paths[RunPath.DSTAR_LINEAR]["seconds"]}
 
 
 def format_report(rep: dict) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dstar.config import Workload
 from dstar.golden.dit import DiT, bundled_weights_path, float_linear, load_weights
 from dstar.golden.sampler import ddim_sample, initial_noise
 from dstar.outputs import OutputError, atomic_file, check_work_dir
@@ -22,7 +23,7 @@ __all__ = ["linear_inputs", "cache_path", "read_cache", "write_cache", "sample_f
 
 
 def cache_path(stem: str, steps: int, take: int, label: int, seed: int, st,
-               workload: str = "digits") -> Path:
+               workload: str = Workload.DIGITS) -> Path:
     """The ``build/traces/`` file of a capture of the first ``take`` steps of a ``steps``-step
     run of ``workload``'s DiT, keyed by ``st`` (the weights file's ``os.stat``: its size and
     modification time)."""
@@ -53,7 +54,8 @@ def sample_first_steps(shape, weights, steps: int, take: int, label: int, seed: 
 
 
 def linear_inputs(layer: str = "blocks.0.mlp.fc1", steps: int = 20, label: int = 3,
-                  seed: int = 0, take: int | None = None, workload: str = "digits"):
+                  seed: int = 0, take: int | None = None,
+                  workload: str = Workload.DIGITS):
     """``(xs, w, b)``: ``xs`` float64 ``(take or steps, N, K)`` inputs of ``layer`` at the first
     ``take`` steps (all by default) of a ``steps``-step run of ``workload``'s bundled DiT, ``w``
     ``(M, K)`` and ``b`` ``(M,)`` its float weights."""

@@ -1,6 +1,6 @@
 """Plain-text tables of a synthesis report (``dstar.synth.report.run``), section by section."""
 
-from dstar.config import PRESETS
+from dstar.config import PRESETS, WeightStore
 
 from .fmax_runs import FMAX_FLOW
 
@@ -220,7 +220,7 @@ def _fmax(report: dict) -> list[str]:
         else:
             fig = (f"no routed figure (routing unfinished after {f.get('timeout_min')} "
                    f"min); placement estimate {f.get('placed_estimate_mhz')} MHz")
-            if report.get("config", {}).get("weight_store") == "registers":
+            if report.get("config", {}).get("weight_store") == WeightStore.REGISTERS.value:
                 fig += ("; weight_store = lane_ram (the FPGA form: no weight-row "
                         "multiplexers) relieves routing congestion")
         lines.append(f"  {what}: {fig} on LFE5U-{d['device'].upper()} "

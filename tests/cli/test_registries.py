@@ -1,7 +1,8 @@
 """Every per-layer registry of a closed choice covers each member of its enum, and nothing else:
-adding a packing strategy, a datapath, a weight store, a synthesis target or a workload means one
-enum member and one entry per registry, and this test names the registry that lacks it (the
-training registry, which needs PyTorch, is checked in ``tests/torch``)."""
+adding a packing strategy, a datapath, a weight store, a synthesis target, a workload, an
+encoding or a sampling run of the main job means one enum member and one entry per registry,
+and this test names the registry that lacks it (the training registry, which needs PyTorch, is
+checked in ``tests/torch``)."""
 
 import pytest
 
@@ -9,9 +10,10 @@ from dstar.config import Datapath, Encoding, FmdqLattice, FmdqRule, Packing, Wei
 from dstar.golden.difflinear import ENCODINGS, LATTICES
 from dstar.golden.dispatch import STRATEGIES
 from dstar.golden.fmdq import RULES
+from dstar.golden.runs import ENCODING_PATHS, PATH_HOOKS, RunPath
 from dstar.golden.workloads import WORKLOADS
 from dstar.hw.dispatcher import DISPATCHERS
-from dstar.hw.generate import TOPS
+from dstar.hw.generate import ENCODED_TOPS, TOPS
 from dstar.hw.pe_array import WEIGHT_STORES
 from dstar.sim.cycle_model import EVENT_MODELS
 from dstar.sim.cycle_reference import LANE_QUEUES
@@ -31,6 +33,8 @@ REGISTRIES = [
     ("dstar.golden.difflinear.ENCODINGS", ENCODINGS, Encoding),
     ("dstar.golden.fmdq.RULES", RULES, FmdqRule),
     ("dstar.golden.difflinear.LATTICES", LATTICES, FmdqLattice),
+    ("dstar.hw.generate.ENCODED_TOPS", ENCODED_TOPS, Encoding),
+    ("dstar.golden.runs.PATH_HOOKS", PATH_HOOKS, RunPath),
 ]
 
 
@@ -38,3 +42,9 @@ REGISTRIES = [
 def test_registry_covers_its_enum(name, registry, enum):
     assert set(registry) == set(enum), name
     assert all(isinstance(key, enum) for key in registry), f"{name}: keys must be {enum.__name__}"
+
+
+def test_every_encoding_has_its_linears_run():
+    """``analyze`` shows the encodings side by side: each has a ``<encoding>-linear`` run."""
+    assert [p.value for p in ENCODING_PATHS] == [f"{e.value}-linear" for e in Encoding]
+    assert all(isinstance(p, RunPath) for p in ENCODING_PATHS)
