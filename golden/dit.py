@@ -49,9 +49,14 @@ def pos_embed_2d(dim: int, grid: int) -> np.ndarray:
     return emb.astype(np.float32)
 
 
-__all__ += ["DiT", "drive", "LINEAR_TYPES", "load_weights", "bundled_weights_path", "ATTN_SUFFIX"]
+__all__ += ["DiT", "drive", "LINEAR_TYPES", "BLOCK_OPS", "load_weights", "bundled_weights_path",
+            "ATTN_SUFFIX"]
 
+#: A block's linear layer types (the last part of their names).
 LINEAR_TYPES = ("qkv", "proj", "fc1", "fc2")
+#: A block's accelerator operations in the order ``DiT.block_ops`` yields them: its linears by
+#: type and its attention.
+BLOCK_OPS = ("qkv", "attention", "proj", "fc1", "fc2")
 _LAYER_PATHS = {"qkv": "attn.qkv", "proj": "attn.proj", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
 ATTN_SUFFIX = "attn"
 

@@ -3,6 +3,7 @@
 import numpy as np
 
 from .difflinear import ENCODINGS, DiffLinear
+from .dit import LINEAR_TYPES
 from .quant import quantize_weights, w8a8_linear
 
 __all__ = ["layer_type", "W8A8Linears", "DStarLinears"]
@@ -32,7 +33,7 @@ class DStarLinears:
     (``stats``: the ``cfg.encoding``'s, ``golden.stats.OpStats`` or
     ``golden.fmdq_stats.FmdqStats``)."""
 
-    def __init__(self, cfg, layer_types=("qkv", "proj", "fc1", "fc2"), on_result=None):
+    def __init__(self, cfg, layer_types=LINEAR_TYPES, on_result=None):
         self.cfg = cfg
         self.layers: dict[str, DiffLinear] = {}
         self.stats = ENCODINGS[cfg.encoding].stats(layer_types)

@@ -20,16 +20,21 @@ waits for its rows. That loader is the layer sequencer's (not built yet): this p
 model is the sequencer's specification, not yet checked against RTL.
 
 ``linear_cycles``: the FMDQ linear datapath (``dstar.hw.fmdq.linear.FmdqLinear``), exactly, and
-checked against its RTL: every counter of a run from the encoded difference. Its phases:
+checked against its RTL: every counter of a run from the encoded difference. Window after
+window, two phases:
 
-* encode: the units' sub-channels enter the quantization unit from the run's third cycle on, one
-  per cycle (``dstar.sim.fmdq_qu_cycles.predict`` gives every update and group); the phase ends
-  the cycle after its last update or group, whichever is later;
-* replay, from the next cycle: per column block, each window with a group is a pass, loaded in
-  ``min(W, K - j W)`` cycles (one cycle to start, one row per cycle, the rows usable two cycles
-  after the last is addressed) once pass ``p - 2``'s last group is accepted; the groups follow
-  the array's recurrence above, a pass's first group also waiting for its rows; the run ends
-  ``DRAIN_TAIL + 2`` cycles after the last unit's rows are written out.
+* encode: the window's sub-channels (tiles outer) enter the quantization unit, idle, one per
+  cycle from the run's third cycle on for the first window, three cycles after the previous
+  window's last accepted group for the others (``dstar.sim.fmdq_qu_cycles.predict`` gives
+  every update and group); the phase ends the cycle after its last update or group,
+  whichever is later;
+* replay, from the next cycle, if the window issued a group (else the next encode starts two
+  cycles later): per column block a pass, loaded in ``min(W, K - j W)`` cycles (one cycle to
+  start, one row per cycle, the rows usable two cycles after the last is addressed) once pass
+  ``p - 2``'s last group is accepted (passes counted over the run); the groups follow the
+  array's recurrence above across windows, a pass's first group also waiting for its rows; the
+  run ends ``DRAIN_TAIL + 2`` cycles after the last unit's rows are written out (or, if the
+  last window issued nothing, the cycle after its encode).
 """
 
 import numpy as np
@@ -129,28 +134,34 @@ def linear_cycles(enc: FmdqEncoded, window: int, n_mt: int, *, sort_latency: int
     n_win = g.shape[0]
     issued = (g > 0) | (np.arange(n_win) == 0)[:, None]
     g_iss = np.where(issued, np.maximum(g, 1), 0)
-    qu = predict([[Window(min(window, k - j * window), int(g[j, t]), j == 0)]
-                  for j in range(n_win) for t in range(enc.n_tiles)], sort_latency, buffers)
-    a0 = 2                                          # the first beat's cycle (after start)
-    b0 = a0 + max(qu.updates[-1], qu.groups[-1] if qu.groups else 0) + 2
-    passes = [j for j in range(n_win) if issued[j].any()] * n_mt
-    rows = [min(window, k - j * window) for j in passes]
+    a0 = 2                                          # the window's first beat's cycle
     accept_last, stall = [], 0                      # per pass: its last group's acceptance
-    load_free, prev_l, prev_n, valid_at = b0, None, 0, b0 + 1
-    for p, j in enumerate(passes):
-        c = max(load_free, b0, accept_last[p - 2] + 1 if p >= 2 else b0)
-        load_free = c + rows[p] + 1
-        ready = c + rows[p] + 2
-        stall += max(0, ready - valid_at)
-        first = max(valid_at, ready)
-        for t in np.flatnonzero(issued[j]):
-            gu, bu = int(g_iss[j, t]), int(b[j, t])
-            end = first + gu + bu - 1
-            last = end if prev_l is None else max(end, prev_l + prev_n)
-            prev_l, prev_n = last, int(n[j, t])
-            first = valid_at = last + 1
-        accept_last.append(prev_l)
+    load_free, prev_l, prev_n, end = 0, None, 0, 0
+    for j in range(n_win):
+        rows = min(window, k - j * window)
+        qu = predict([[Window(rows, int(g[j, t]), j == 0)] for t in range(enc.n_tiles)],
+                     sort_latency, buffers)
+        b0 = a0 + max(qu.updates[-1], qu.groups[-1] if qu.groups else 0) + 2
+        if not issued[j].any():                     # nothing to replay: the next encode
+            a0, end = b0 + 2, b0 + 1
+            continue
+        valid_at = b0 + 1
+        for _ in range(n_mt):
+            p = len(accept_last)
+            c = max(load_free, b0, accept_last[p - 2] + 1 if p >= 2 else b0)
+            load_free = c + rows + 1
+            ready = c + rows + 2
+            stall += max(0, ready - valid_at)
+            first = max(valid_at, ready)
+            for t in np.flatnonzero(issued[j]):
+                gu, bu = int(g_iss[j, t]), int(b[j, t])
+                end = first + gu + bu - 1
+                last = end if prev_l is None else max(end, prev_l + prev_n)
+                prev_l, prev_n = last, int(n[j, t])
+                first = valid_at = last + 1
+            accept_last.append(prev_l)
+        a0 = prev_l + 3
     st = enc.stats(window)
-    return {"cycles": prev_l + prev_n + DRAIN_TAIL + 1, "stall_load": stall,
+    return {"cycles": max(end, prev_l + prev_n + DRAIN_TAIL + 1), "stall_load": stall,
             "count_groups": int(g_iss.sum()), "count_units": int(issued.sum()),
             "count_clipped": st["clipped"], "count_saturated": st["saturated"]}

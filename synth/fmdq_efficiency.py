@@ -9,13 +9,13 @@ cycle, as one INT8 MAC, so the peak INT8 throughput equals the lean INT8 datapat
 ``equal_peak``).
 
 Cycles (``run_cycles``): every linear layer of every DiT block over the run, FMDQ-encoded with
-the configuration's ``token_tile`` (``golden.difflinear``, the closed loop). ``FmdqLinear`` runs
-a layer step in two phases (its docstring): *encode*, the quantization unit over every unit
-(one sub-channel per beat: a unit takes its ``min(W, K - jW)`` beats or its groups, whichever
-is more, ``sim.fmdq_qu_cycles``' steady state; ``encode``), then *replay* of the stored groups
-for every column block (``sim.fmdq_cycles.layer_cycles``, exact against the PE array's RTL;
-``replay``). ``cycles`` = encode + replay; ``replay`` alone is the arrays' time if the unit
-overlapped them.
+the configuration's ``token_tile`` (``golden.difflinear``, the closed loop): ``cycles``, the
+``FmdqLinear`` runs' own (``sim.fmdq_cycles.linear_cycles``, exact against its RTL: window
+after window, the window's encode then its replay over every column block). Two parts for
+design-space figures: ``encode``, the quantization unit's steady state over every unit (a
+unit takes its ``min(W, K - jW)`` beats or its groups, whichever is more), and ``replay``,
+the arrays over every column block without the encode (``sim.fmdq_cycles.layer_cycles``):
+``replay`` alone is the arrays' time if the unit overlapped them.
 
 Area per part (CMOS flow, 45 nm estimate, ``dstar.synth.flows``; ``FmdqLinear(cfg)`` from one
 Verilog file, ``areas``): ``pe_logic``, ``weight_window`` (its 4-port SRAM), ``y_memory``: the
@@ -77,17 +77,18 @@ def run_cycles(base: Config, steps: int, layers=None) -> dict:
 
     from dstar.golden.difflinear import DiffLinear
     from dstar.sim.bench import all_layers
-    from dstar.sim.fmdq_cycles import layer_cycles, unit_table
+    from dstar.sim.fmdq_cycles import layer_cycles, linear_cycles, unit_table
     from dstar.sim.traces import linear_inputs
     cfg = fmdq_config(base)
     geo = geometry(cfg)
     layers = all_layers() if layers is None else layers
-    cache = build_dir("efficiency", "cycles", f"fmdq-{_key(cfg, steps, layers, 2)}.json")
+    cache = build_dir("efficiency", "cycles", f"fmdq-{_key(cfg, steps, layers, 3)}.json")
     if cache.is_file():
         return json.loads(cache.read_text())
     win = geo["window"]
-    out = {"encode": 0, "replay": 0, "groups": 0, "dense_groups": 0, "width_bits": 0,
-           "layer_steps": 0}
+    out = {"cycles": 0, "encode": 0, "replay": 0, "groups": 0, "dense_groups": 0,
+           "width_bits": 0, "layer_steps": 0}
+    block = geo["columns"] * geo["n_arrays"]
     for layer in layers:
         xs, w, b = linear_inputs(layer, steps=steps)
         lin = DiffLinear(w, b, cfg, layer)
@@ -99,11 +100,11 @@ def run_cycles(base: Config, steps: int, layers=None) -> dict:
             g[0] = np.maximum(g[0], 1)          # a tile's first window issues a group
             out["encode"] += int(np.maximum(beats, g).sum())
             out["replay"] += layer_cycles(enc, win, m_out, geo["columns"], geo["n_arrays"])
+            out["cycles"] += linear_cycles(enc, win, -(-m_out // block))["cycles"]
             out["groups"] += int(g.sum())
             out["dense_groups"] += int(enc.width.size)
             out["width_bits"] += int(enc.width.sum())
             out["layer_steps"] += 1
-    out["cycles"] = out["encode"] + out["replay"]
     out["mean_width_bits"] = round(out["width_bits"] / max(1, out["dense_groups"]), 3)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")

@@ -13,8 +13,9 @@ Memory organisation (the quantization unit reads *sub-channels*: one channel ove
   column block ``mt`` at ``w_base + mt * K + k`` (``K`` the run's: the blocks are packed);
 * accumulators ``Y``, one per array: ``max_tokens * n_mt_max`` words of ``m_tile`` signed
   ``y_bits`` integers, token ``n`` of column block ``mt`` at ``n * n_mt_max + mt`` (v1's rule);
-* groups: the quantization unit's output of one step, replayed for every column block
-  (``group_depth`` entries, ``unit_groups_max`` per unit).
+* groups: the quantization unit's output for one sort window (every token tile's unit),
+  replayed for every column block before the next window is encoded (``group_depth`` entries,
+  ``unit_groups_max`` per unit).
 """
 
 from dataclasses import dataclass
@@ -109,8 +110,8 @@ class FmdqGeometry:
 
     @property
     def group_depth(self) -> int:
-        """Entries of the group memory: every unit of a step at its most groups."""
-        return self.n_tiles_max * self.n_win_max * unit_groups_max(self.window, self.cfg.e_max)
+        """Entries of the group memory: every unit of one window at its most groups."""
+        return self.n_tiles_max * unit_groups_max(self.window, self.cfg.e_max)
 
     def memories(self) -> dict[str, int]:
         """Words of each memory of the top (for ``dstar.hw.generate.check_buildable``)."""

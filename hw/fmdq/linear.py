@@ -6,7 +6,7 @@ Golden twin: ``dstar.golden.fmdq_pe.linear_step``; exact cycles: ``dstar.sim.fmd
 (``linear_cycles``); sizes and memory layouts: ``dstar.hw.fmdq.geometry.FmdqGeometry``.
 """
 
-from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
@@ -20,8 +20,8 @@ from .quant_unit import QuantUnit
 
 __all__ = ["FmdqLinear", "sub_word_layout", "sub_pair_layout", "group_entry_layout"]
 
-# Run phases.
-_IDLE, _ENCODE, _REPLAY = range(3)
+# Run phases: a window's encode, its replay, the arrays' last write-outs.
+_IDLE, _ENCODE, _REPLAY, _DRAIN = range(4)
 
 
 def sub_word_layout(geo: FmdqGeometry) -> data.ArrayLayout:
@@ -58,27 +58,30 @@ class FmdqLinear(wiring.Component):
 
     A run (``start`` while idle; ``n_tokens`` rows, ``n_k`` = K channels, ``n_mt`` column
     blocks of ``m_tile * n_arrays`` columns, ``key`` and the weights' first word ``w_base``,
-    captured at ``start``; nothing runs if any count is zero) has two phases:
+    captured at ``start``; nothing runs if any count is zero) runs its sort windows (``W =
+    sort_window`` channels each) one after the other, each in two phases:
 
-    1. *Encode*: the sub-channels come in on ``i_sub``, a beat each (``sub_pair_layout``: the
-       target and the old state of one channel over one token tile), windows outer, token
-       tiles, channels inner (``FmdqGeometry.beats``): ``n_tiles x n_k`` beats. Tokens past
-       ``n_tokens`` in the last tile are taken as 0, and so is the state on a key step. Each
-       beat's new state goes out on ``o_state``, in the same order. The quantization unit
-       (``QuantUnit``) takes a beat per cycle; its groups (with their unit's tile and window)
-       go to the group memory, in the PE arrays' order (``golden.fmdq_pe.units_of``: windows
-       outer, tiles inner, empty units skipped but for each tile's first window). With a beat
-       offered on ``i_sub`` whenever it is ready and ``o_state`` always ready, this phase
-       takes the unit's own cycles (``dstar.sim.fmdq_qu_cycles.predict``); a gap on ``i_sub``
-       or back-pressure on ``o_state`` only stalls it (no beat is lost or repeated).
-       ``i_sub.ready`` depends on the design's state only, and is low outside this phase.
-    2. *Replay*: for each column block, every window that issued a group is a *pass*: its rows
-       (``min(W, K - j W)``) are loaded, one per cycle, from the weight memory into the arrays'
-       double-buffered weight window (pass ``p`` into bank ``p % 2`` once pass ``p - 2``'s last
-       group is accepted), and its groups are replayed from the group memory into every array
-       (``FmdqPEArray``), a pass's first group once its rows are written. A unit adds its sum
-       into ``Y`` rows ``(tile * T + t) * n_mt_max + mt``, or overwrites them in the first window
-       of a key step.
+    1. *Encode*: the window's sub-channels come in on ``i_sub``, a beat each
+       (``sub_pair_layout``: the target and the old state of one channel over one token
+       tile), token tiles outer, channels inner (over the run: ``FmdqGeometry.beats``,
+       ``n_tiles x n_k`` beats). Tokens past ``n_tokens`` in the last tile are taken as 0, and
+       so is the state on a key step. Each beat's new state goes out on ``o_state``, in the
+       same order. The quantization unit (``QuantUnit``) takes a beat per cycle; its groups
+       (with their unit's tile and window) go to the group memory, which holds one window's
+       units (tiles in order; empty units skipped but for each tile's first window). With a
+       beat offered on ``i_sub`` whenever it is ready and ``o_state`` always ready, this
+       phase takes the unit's own cycles from idle (``dstar.sim.fmdq_qu_cycles.predict``); a
+       gap on ``i_sub`` or back-pressure on ``o_state`` only stalls it (no beat is lost or
+       repeated). ``i_sub.ready`` depends on the design's state only, and is low outside this
+       phase.
+    2. *Replay*: if the window issued a group, each column block is a *pass*: the window's
+       rows (``min(W, K - j W)``) are loaded, one per cycle, from the weight memory into the
+       arrays' double-buffered weight window (pass ``p`` of the run into bank ``p % 2`` once
+       pass ``p - 2``'s last group is accepted), and the window's groups are replayed from
+       the group memory into every array (``FmdqPEArray``), a pass's first group once its
+       rows are written. A unit adds its sum into ``Y`` rows ``(tile * T + t) * n_mt_max +
+       mt``, or overwrites them in the first window of a key step. The next window's encode
+       starts once the last group is accepted (the arrays may still be writing out).
 
     ``busy`` falls when the last unit of the last block is written into ``Y``; ``cycles`` then
     holds the cycles ``busy`` was high (``dstar.sim.fmdq_cycles.linear_cycles``), ``stall_load``
@@ -160,13 +163,16 @@ class FmdqLinear(wiring.Component):
         m.submodules.groups = gmem = Memory(shape=group_entry_layout(geo),
                                             depth=geo.group_depth, init=[])
 
-        phase = Signal(range(3))
+        phase = Signal(range(4))
         run = {"key": Signal(), "n_tokens": Signal.like(self.n_tokens),
                "n_k": Signal.like(self.n_k), "n_mt": Signal.like(self.n_mt),
                "w_base": Signal.like(self.w_base)}
         restart = self.start & (phase == _IDLE)
         empty = (self.n_tokens == 0) | (self.n_k == 0) | (self.n_mt == 0)
-        enc_done, rep_done = Signal(), Signal()
+        # ``next_win``: a window's replay has read its last group and another window follows
+        # (its encode starts); ``rep_done``: the last window's too; ``drained``: every unit
+        # is written out.
+        enc_done, rep_done, next_win, drained = Signal(), Signal(), Signal(), Signal()
         with m.If(restart):
             m.d.sync += [run[k].eq(getattr(self, k)) for k in run]
             m.d.sync += [phase.eq(Mux(empty, _IDLE, _ENCODE)), self.cycles.eq(0),
@@ -175,20 +181,24 @@ class FmdqLinear(wiring.Component):
             m.d.sync += self.cycles.eq(self.cycles + 1)
         with m.If((phase == _ENCODE) & enc_done):
             m.d.sync += phase.eq(_REPLAY)
+        with m.If((phase == _REPLAY) & next_win):
+            m.d.sync += phase.eq(_ENCODE)
         with m.If((phase == _REPLAY) & rep_done):
+            m.d.sync += phase.eq(_DRAIN)
+        with m.If((phase == _DRAIN) & drained):
             m.d.sync += phase.eq(_IDLE)
         m.d.comb += [self.busy.eq(phase != _IDLE), qu.clear.eq(restart),
                      self.count_clipped.eq(qu.count_clipped),
                      self.count_saturated.eq(qu.count_saturated)]
 
-        wl = self._encode(m, qu, gmem, run, phase, restart, enc_done)
-        self._replay(m, arrays, gmem, run, phase, restart, rep_done, wl)
+        win = self._encode(m, qu, gmem, run, phase, restart, enc_done, next_win)
+        self._replay(m, arrays, gmem, run, phase, restart, win, rep_done, next_win, drained)
         return m
 
-    def _encode(self, m, qu, gmem, run, phase, restart, enc_done):
-        """Phase 1: the feeder, the new state out and the group collector. Returns the window
-        list (``win``: the windows that issued groups, in order; ``start``: each one's first
-        group; ``n``: how many; ``groups``: the total)."""
+    def _encode(self, m, qu, gmem, run, phase, restart, enc_done, next_win):
+        """A window's encode: the feeder, the new state out and the group collector. Returns
+        the window's first channel ``c0``, its ``groups`` and whether another window follows
+        (``more``)."""
         geo, cfg = self._geo, self._geo.cfg
         T, W = geo.tokens, geo.window
         sub_l = sub_word_layout(geo)
@@ -231,8 +241,9 @@ class FmdqLinear(wiring.Component):
                 with m.If(last_k):
                     m.d.sync += [k.eq(c0), tile.eq(tile + 1), tok0.eq(tok0 + T)]
                     with m.If(last_tile):
-                        m.d.sync += [tile.eq(0), tok0.eq(0), c0.eq(c0 + W), k.eq(c0 + W),
-                                     f_more.eq(c0 + W < run["n_k"])]
+                        m.d.sync += [tile.eq(0), tok0.eq(0), f_more.eq(0)]
+        with m.If(next_win):
+            m.d.sync += [c0.eq(c0 + W), k.eq(c0 + W), f_more.eq(1)]
         with m.If(restart):
             m.d.sync += [c0.eq(0), k.eq(0), tile.eq(0), tok0.eq(0), f_more.eq(1),
                          r_valid.eq(0)]
@@ -261,61 +272,55 @@ class FmdqLinear(wiring.Component):
         m.d.comb += [tags.w_en.eq(fire & u.last & issues), tags.w_data.eq(Cat(p_tile, p_win))]
         with m.If(restart):
             m.d.sync += live.eq(0)
-        return self._collect(m, qu, gmem, tags, f_more, r_valid, pend, restart, enc_done)
+        n_groups = self._collect(m, qu, gmem, tags, f_more, r_valid, pend, restart, enc_done,
+                                 next_win)
+        return {"c0": c0, "groups": n_groups, "more": c0 + W < run["n_k"]}
 
-    def _collect(self, m, qu, gmem, tags, f_more, r_valid, pend, restart, enc_done):
-        """The groups into the group memory with their tags; the window list; the end of the
-        encode phase."""
+    def _collect(self, m, qu, gmem, tags, f_more, r_valid, pend, restart, enc_done,
+                 next_win):
+        """The window's groups into the group memory with their tags; the end of its encode.
+        Returns the window's group count."""
         geo = self._geo
         g_wr = gmem.write_port()
         n_groups = Signal(uwidth(geo.group_depth + 1))
-        wl_win = Array(Signal(uwidth(geo.n_win_max), name=f"wl_win{i}")
-                       for i in range(geo.n_win_max))
-        wl_start = Array(Signal(uwidth(geo.group_depth + 1), name=f"wl_start{i}")
-                         for i in range(geo.n_win_max + 1))
-        n_wl = Signal(uwidth(geo.n_win_max + 1))
-        t_tile = tags.r_data[:len(g_wr.data.tile)]
-        t_win = tags.r_data[len(g_wr.data.tile):]
         o = qu.o.payload
         got = qu.o.valid
         m.d.comb += [qu.o.ready.eq(1), g_wr.en.eq(got), g_wr.addr.eq(n_groups),
-                     g_wr.data.group.eq(o), g_wr.data.tile.eq(t_tile),
-                     g_wr.data.window.eq(t_win), tags.r_en.eq(got & o.last)]
-        new_win = (n_wl == 0) | (wl_win[n_wl - 1] != t_win)
+                     g_wr.data.group.eq(o),
+                     g_wr.data.tile.eq(tags.r_data[:len(g_wr.data.tile)]),
+                     g_wr.data.window.eq(tags.r_data[len(g_wr.data.tile):]),
+                     tags.r_en.eq(got & o.last)]
         with m.If(got):
             m.d.sync += [n_groups.eq(n_groups + 1), self.count_groups.eq(self.count_groups + 1)]
-            with m.If(new_win):
-                m.d.sync += [wl_win[n_wl].eq(t_win), wl_start[n_wl].eq(n_groups),
-                             n_wl.eq(n_wl + 1)]
             with m.If(o.last):
                 m.d.sync += self.count_units.eq(self.count_units + 1)
+        with m.If(next_win):
+            m.d.sync += n_groups.eq(0)
         with m.If(restart):
-            m.d.sync += [n_groups.eq(0), n_wl.eq(0), self.count_groups.eq(0),
-                         self.count_units.eq(0)]
+            m.d.sync += [n_groups.eq(0), self.count_groups.eq(0), self.count_units.eq(0)]
         m.d.comb += enc_done.eq(~f_more & ~r_valid & ~pend.r_rdy & ~tags.r_rdy)
-        return {"win": wl_win, "start": wl_start, "n": n_wl, "groups": n_groups}
+        return n_groups
 
-    def _replay(self, m, arrays, gmem, run, phase, restart, rep_done, wl):
-        """Phase 2: per column block, each window of the list a pass: its weight rows loaded
-        into the arrays' window, its groups replayed from the group memory."""
+    def _replay(self, m, arrays, gmem, run, phase, restart, win, rep_done, next_win, drained):
+        """A window's replay: per column block a *pass*, its weight rows loaded into the
+        arrays' window and the window's groups replayed from the group memory; then the next
+        window's encode (``next_win``) or, after the last, the arrays' write-outs."""
         geo, cfg = self._geo, self._geo.cfg
         T, W = geo.tokens, geo.window
         in_rep = phase == _REPLAY
-        lg = W.bit_length() - 1
-        # --- loader: pass l_p (window list entry l_i of block l_mt) into bank l_p % 2 ---
+        n_groups, has_groups = win["groups"], win["groups"] != 0
+        # --- loader: pass l_p (block l_mt of the window) into bank l_p % 2 ---
         l_p, d_p = Signal(32), Signal(32)
         l_ok = Signal(32)                    # passes whose rows are all written
-        l_i, l_mt = Signal.like(wl["n"]), Signal.like(run["n_mt"])
+        l_mt = Signal.like(run["n_mt"])
         l_base = Signal(uwidth(geo.weight_depth + cfg.max_k))
         l_row, l_active = Signal(range(W)), Signal()
-        j_w = Signal(geo.channel_bits + 1)
-        m.d.comb += j_w.eq(wl["win"][l_i] << lg)
-        left = Signal.like(j_w)
-        m.d.comb += left.eq(run["n_k"] - j_w)
+        left = Signal.like(win["c0"])
+        m.d.comb += left.eq(run["n_k"] - win["c0"])
         rows = Mux(left >= W, W, left)
         w_valid, w_row, w_bank = Signal(), Signal.like(l_row), Signal()
         w_addr = Signal(uwidth(geo.weight_depth))
-        m.d.comb += w_addr.eq(l_base + j_w + l_row)
+        m.d.comb += w_addr.eq(l_base + win["c0"] + l_row)
         for a, arr in enumerate(arrays):
             wm = Memory(shape=data.ArrayLayout(signed(8), geo.columns),
                         depth=geo.weight_depth, init=[])
@@ -330,32 +335,29 @@ class FmdqLinear(wiring.Component):
         with m.If(l_active):
             m.d.sync += l_row.eq(l_row + 1)
             with m.If(l_row == rows - 1):
-                m.d.sync += [l_active.eq(0), l_p.eq(l_p + 1), l_row.eq(0), l_i.eq(l_i + 1)]
-                with m.If(l_i + 1 == wl["n"]):
-                    m.d.sync += [l_i.eq(0), l_mt.eq(l_mt + 1), l_base.eq(l_base + run["n_k"])]
-        with m.Elif(in_rep & (l_mt < run["n_mt"]) & (l_p < d_p + 2)):
+                m.d.sync += [l_active.eq(0), l_p.eq(l_p + 1), l_row.eq(0), l_mt.eq(l_mt + 1),
+                             l_base.eq(l_base + run["n_k"])]
+        with m.Elif(in_rep & has_groups & (l_mt < run["n_mt"]) & (l_p < d_p + 2)):
             m.d.sync += l_active.eq(1)
 
-        # --- replayer: the group memory, block after block, into every array ---
+        # --- replayer: the window's groups, block after block, into every array ---
         rd = gmem.read_port()
-        a_ptr = Signal.like(wl["groups"])
-        f_i, f_mt, f_p, f_more = Signal.like(l_i), Signal.like(l_mt), Signal(32), Signal()
+        a_ptr = Signal.like(n_groups)
+        f_mt, f_p, f_more = Signal.like(l_mt), Signal(32), Signal()
         r_valid, r_p, r_lastp, r_mt = Signal(), Signal(32), Signal(), Signal.like(l_mt)
-        end = Mux(f_i + 1 < wl["n"], wl["start"][f_i + 1], wl["groups"])
         ok, accept = Signal(), Signal()
         m.d.comb += [ok.eq(r_valid & (r_p < l_ok)),
                      accept.eq(ok & arrays[0].i_op.ready)]
         advance = ~r_valid | accept
         m.d.comb += [rd.addr.eq(a_ptr), rd.en.eq(advance)]
+        live = f_more & has_groups
         with m.If(in_rep & advance):
-            m.d.sync += [r_valid.eq(f_more), r_p.eq(f_p), r_lastp.eq(a_ptr + 1 == end),
+            m.d.sync += [r_valid.eq(live), r_p.eq(f_p), r_lastp.eq(a_ptr + 1 == n_groups),
                          r_mt.eq(f_mt)]
-            with m.If(f_more):
+            with m.If(live):
                 m.d.sync += a_ptr.eq(a_ptr + 1)
-                with m.If(a_ptr + 1 == end):
-                    m.d.sync += [f_p.eq(f_p + 1), f_i.eq(f_i + 1)]
-                with m.If(a_ptr + 1 == wl["groups"]):
-                    m.d.sync += [a_ptr.eq(0), f_i.eq(0), f_mt.eq(f_mt + 1),
+                with m.If(a_ptr + 1 == n_groups):
+                    m.d.sync += [a_ptr.eq(0), f_p.eq(f_p + 1), f_mt.eq(f_mt + 1),
                                  f_more.eq(f_mt + 1 < run["n_mt"])]
         ent = rd.data
         tok0 = Signal(uwidth(cfg.max_tokens + T))
@@ -377,8 +379,13 @@ class FmdqLinear(wiring.Component):
             m.d.sync += u_done.eq(u_done + 1)
         with m.If(in_rep & r_valid & ~(r_p < l_ok)):
             m.d.sync += self.stall_load.eq(self.stall_load + 1)
-        m.d.comb += rep_done.eq(~f_more & ~r_valid & (u_done == u_iss))
+        read_all = in_rep & ~live & ~r_valid          # the window's groups are all accepted
+        m.d.comb += [next_win.eq(read_all & win["more"]), rep_done.eq(read_all & ~win["more"]),
+                     drained.eq(u_done == u_iss)]
+        with m.If(next_win):
+            m.d.sync += [l_mt.eq(0), l_base.eq(run["w_base"]), a_ptr.eq(0), f_mt.eq(0),
+                         f_more.eq(1)]
         with m.If(restart):
-            m.d.sync += [l_p.eq(0), d_p.eq(0), l_i.eq(0), l_mt.eq(0), l_base.eq(self.w_base),
-                         l_row.eq(0), l_active.eq(0), a_ptr.eq(0), f_i.eq(0), f_mt.eq(0),
+            m.d.sync += [l_p.eq(0), d_p.eq(0), l_mt.eq(0), l_base.eq(self.w_base),
+                         l_row.eq(0), l_active.eq(0), a_ptr.eq(0), f_mt.eq(0),
                          f_p.eq(0), f_more.eq(1), r_valid.eq(0), u_iss.eq(0), u_done.eq(0)]

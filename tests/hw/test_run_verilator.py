@@ -12,6 +12,7 @@ import json
 import pytest
 
 from dstar.cli import main
+from dstar.golden.dit import BLOCK_OPS
 from dstar.paths import BUILD_DIR_ENV
 from tests.conftest import BUILD
 from tests.hw.fixtures import need_verilator
@@ -51,7 +52,7 @@ def test_dstar_run_on_verilator(capsys, monkeypatch):
     assert rep["preset"] == "custom" and rep["batch"] == 2 and rep["waves"] is None
     # Progress as it went: each operation of each step.
     for s in range(3):
-        for op in ("qkv", "attention", "proj", "fc1", "fc2"):
+        for op in BLOCK_OPS:
             assert f"step {s} {op}" in err
     ops = json.loads((BUILD / "dstar-run" / "run" / rep["folder"].rsplit("/", 1)[-1]
                       / "ops.json").read_text())

@@ -9,7 +9,7 @@ import pytest
 
 from dstar.config import preset
 from dstar.golden.attention import AttentionReuse
-from dstar.golden.dit import LINEAR_TYPES, DiT, DiTShape
+from dstar.golden.dit import BLOCK_OPS, LINEAR_TYPES, DiT, DiTShape
 from dstar.golden.hooks import DStarLinears
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
 from dstar.hw.accelerator import Accelerator
@@ -160,7 +160,7 @@ def test_a_whole_block_on_the_accelerator_equals_the_golden_block(small_cfg):
     # Every operation was checked on its own too: its integers against the golden model's,
     # the top's counters against the cycle models'.
     assert [(r["step"], r["op"]) for r in engine.ops] == [
-        (s, op) for s in range(3) for op in ("qkv", "attention", "proj", "fc1", "fc2")]
+        (s, op) for s in range(3) for op in BLOCK_OPS]
     for r in engine.ops:
         assert r["bit_exact"], r
         assert r["counters"] == r["predicted"], r
