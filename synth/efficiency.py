@@ -252,7 +252,8 @@ def run(base: Config, *, steps: int = DEFAULT_STEPS, fmax: bool = False, jobs: i
                            "blocks_um2": x["blocks_um2"]}
         strategies[name] = row
     if fmdq:
-        strategies["fmdq"] = fmdq_efficiency.row(base, steps, strategies[BASELINE], layers)
+        strategies["fmdq"] = fmdq_efficiency.row(base, steps, strategies[BASELINE], layers,
+                                                 area)
     cfg = strategy_config(base, BASELINE)
     macs = cfg.n_arrays * cfg.m_tile * cfg.group // 2
     ideal = workload["ideal_vs_dense"]

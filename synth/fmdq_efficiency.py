@@ -111,15 +111,15 @@ def run_cycles(base: Config, steps: int, layers=None) -> dict:
     return out
 
 
-def _synth_linear(cfg: Config) -> dict:
-    """``FmdqLinear(cfg)`` (``hw.fmdq.linear``) synthesized in three runs from one Verilog
-    file: its quantization unit and its first PE array alone, and the layer with both
-    blackboxed (its control and the memories it owns)."""
+def _synth_linear(cfg: Config, target: str) -> dict:
+    """``FmdqLinear(cfg)`` (``hw.fmdq.linear``) synthesized for ``target`` in three runs from
+    one Verilog file: its quantization unit and its first PE array alone, and the layer with
+    both blackboxed (its control and the memories it owns)."""
     from amaranth.back import verilog
 
     from dstar.hw.fmdq.linear import FmdqLinear
 
-    from .flows import SynthTarget, synth_module, verilog_modules
+    from .flows import synth_module, verilog_modules
     top = "fmdq_linear"
     d = build_dir("efficiency", "fmdq", f"linear-{_key(cfg)}")
     d.mkdir(parents=True, exist_ok=True)
@@ -129,70 +129,92 @@ def _synth_linear(cfg: Config) -> dict:
     mods = verilog_modules(v)
     qu = next(m for m in mods if m == f"{top}.qu")
     arrays = [m for m in mods if m.startswith(f"{top}.array_") and m.count(".") == 1]
-    cmos = SynthTarget.CMOS
-    return {"quant_unit": synth_module(v, qu, cmos, d / "qu", reuse=True),
-            "array": synth_module(v, arrays[0], cmos, d / "array", reuse=True),
-            "rest": synth_module(v, top, cmos, d / "rest", blackbox=(qu, *arrays), reuse=True)}
+    sub = d / target
+    return {"quant_unit": synth_module(v, qu, target, sub / "qu", reuse=True),
+            "array": synth_module(v, arrays[0], target, sub / "array", reuse=True),
+            "rest": synth_module(v, top, target, sub / "rest", blackbox=(qu, *arrays),
+                                 reuse=True)}
 
 
-def _sram(r: dict, prefix: str) -> float:
-    """SRAM area of a synthesis result's memories whose name starts with ``prefix``."""
-    return sum(mem["area_um2_45nm"] for mem in r["memories"] if mem["name"].startswith(prefix))
+def _parts(r: dict, n_arrays: int, key: str) -> dict:
+    """``PARTS`` of one target's ``_synth_linear`` results; ``key``: its area key
+    (``area_um2_45nm`` for the CMOS estimate, ``area_um2`` for standard cells)."""
+    arr, rest, qu = r["array"], r["rest"], r["quant_unit"]
+
+    def sram(res, prefix):          # the memories whose name starts with ``prefix``
+        return sum(mem[key] for mem in res["memories"] if mem["name"].startswith(prefix))
+    parts = {"pe_logic": n_arrays * arr[key + "_logic"],
+             "weight_window": n_arrays * sram(arr, "wmem"), "y_memory": n_arrays * sram(arr, "y"),
+             "quant_unit": qu[key], "group_memory": sram(rest, "groups"),
+             "weight_memories": sram(rest, "weights"), "control": rest[key + "_logic"]}
+    other = arr[key + "_sram"] - (parts["weight_window"] + parts["y_memory"]) / n_arrays
+    assert abs(other) < 1 and abs(rest[key + "_sram"] - sum(
+        parts[k] for k in ("group_memory", "weight_memories"))) < 1, \
+        "every memory of the FMDQ layer has its part"
+    return {k: round(v, 1) for k, v in parts.items()}
 
 
-def areas(base: Config) -> dict:
-    """The FMDQ linear datapath's area per part (``PARTS``, um^2, module docstring); cached
-    per configuration."""
+def areas(base: Config, area: str | None = None) -> dict:
+    """The FMDQ linear datapath's area per part (``PARTS``, um^2, module docstring), and with
+    ``area`` (a standard-cell target) the same from its cells under ``asic``; cached per
+    configuration and target."""
     from dstar.hw.fmdq.geometry import FmdqGeometry
+
+    from .flows import SynthTarget
     cfg = fmdq_config(base)
     geo = geometry(cfg)
-    cache = build_dir("efficiency", "fmdq", f"area-{_key(cfg, 2)}.json")
+    cache = build_dir("efficiency", "fmdq", f"area-{_key(cfg, 3, area)}.json")
     if cache.is_file():
         return json.loads(cache.read_text())
     t0 = time.monotonic()
-    r = _synth_linear(cfg)
-    na, arr, rest, qu = geo["n_arrays"], r["array"], r["rest"], r["quant_unit"]
-    parts = {"pe_logic": na * arr["area_um2_45nm_logic"],
-             "weight_window": na * _sram(arr, "wmem"), "y_memory": na * _sram(arr, "y"),
-             "quant_unit": qu["area_um2_45nm"], "group_memory": _sram(rest, "groups"),
-             "weight_memories": _sram(rest, "weights"),
-             "control": rest["area_um2_45nm_logic"]}
-    other = arr["area_um2_45nm_sram"] - (parts["weight_window"] + parts["y_memory"]) / na
-    assert abs(other) < 1 and abs(rest["area_um2_45nm_sram"] - sum(
-        parts[k] for k in ("group_memory", "weight_memories"))) < 1, \
-        "every memory of the FMDQ layer has its part"
+    r = _synth_linear(cfg, SynthTarget.CMOS)
+    na, arr, qu = geo["n_arrays"], r["array"], r["quant_unit"]
     out = {"geometry": geo, "fmdq_geometry": FmdqGeometry(cfg).to_dict(),
-           "parts_um2": {k: round(v, 1) for k, v in parts.items()},
+           "parts_um2": _parts(r, na, "area_um2_45nm"),
            "quant_unit": {"ffs": qu["ffs"],
                           "logic_um2": qu["area_um2_45nm_logic"],
                           "code_buffer_sram_um2": qu["area_um2_45nm_sram"]},
-           "array_ffs": arr["ffs"], "seconds": round(time.monotonic() - t0, 1)}
+           "array_ffs": arr["ffs"]}
+    if area:
+        out["asic"] = {"target": area,
+                       "parts_um2": _parts(_synth_linear(cfg, area), na, "area_um2")}
+    out["seconds"] = round(time.monotonic() - t0, 1)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     return out
 
 
-def row(base: Config, steps: int, ref: dict, layers=None) -> dict:
+def row(base: Config, steps: int, ref: dict, layers=None, area: str | None = None) -> dict:
     """FMDQ's report row against the baseline's ``ref`` row (``cycles``, ``pe_area_um2``,
     ``datapath_area_um2``): cycles (and the replay alone), areas per part, throughput per area
     at both levels, and the speed-up at the baseline's datapath area (arrays added or removed
-    in proportion, the other parts kept: a first-order estimate)."""
+    in proportion, the other parts kept: a first-order estimate); with ``area`` and the
+    baseline's ``asic`` figures, the same on that target's cells under ``asic``."""
     c = run_cycles(base, steps, layers)
-    a = areas(base)
+    a = areas(base, area if ref.get("asic") else None)
     p = a["parts_um2"]
     pe = sum(p[k] for k in PE_PARTS)
     dp = sum(p.values())
     sp = ref["cycles"] / c["cycles"]
-    return {"cycles": c["cycles"], "speedup_vs_dense": round(sp, 4),
-            "pe_area_um2": round(pe, 1), "datapath_area_um2": round(dp, 1),
-            "tpa_pe_vs_dense": round(sp * ref["pe_area_um2"] / pe, 4),
-            "tpa_datapath_vs_dense": round(sp * ref["datapath_area_um2"] / dp, 4),
-            "speedup_at_equal_area": round(
-                sp * max(0.0, ref["datapath_area_um2"] - (dp - pe)) / pe, 4),
-            "replay_cycles": c["replay"], "encode_cycles": c["encode"],
-            "speedup_replay_only": round(ref["cycles"] / c["replay"], 4),
-            "parts_um2": p, "geometry": a["geometry"], "quant_unit": a["quant_unit"],
-            "mean_width_bits": c["mean_width_bits"], "layer_steps": c["layer_steps"]}
+    out = {"cycles": c["cycles"], "speedup_vs_dense": round(sp, 4),
+           "pe_area_um2": round(pe, 1), "datapath_area_um2": round(dp, 1),
+           "tpa_pe_vs_dense": round(sp * ref["pe_area_um2"] / pe, 4),
+           "tpa_datapath_vs_dense": round(sp * ref["datapath_area_um2"] / dp, 4),
+           "speedup_at_equal_area": round(
+               sp * max(0.0, ref["datapath_area_um2"] - (dp - pe)) / pe, 4),
+           "replay_cycles": c["replay"], "encode_cycles": c["encode"],
+           "speedup_replay_only": round(ref["cycles"] / c["replay"], 4),
+           "parts_um2": p, "geometry": a["geometry"], "quant_unit": a["quant_unit"],
+           "mean_width_bits": c["mean_width_bits"], "layer_steps": c["layer_steps"]}
+    if "asic" in a:
+        x, rx = a["asic"]["parts_um2"], ref["asic"]
+        x_pe, x_dp = sum(x[k] for k in PE_PARTS), sum(x.values())
+        out["asic"] = {"target": a["asic"]["target"], "pe_area_um2": round(x_pe, 1),
+                       "datapath_area_um2": round(x_dp, 1),
+                       "tpa_pe_vs_dense": round(sp * rx["pe_area_um2"] / x_pe, 4),
+                       "tpa_datapath_vs_dense": round(sp * rx["datapath_area_um2"] / x_dp, 4),
+                       "blocks_um2": x}
+    return out
 
 
 #: Cost model of the quantization unit (um^2, CMOS flow) for ``estimate``, from the units
