@@ -12,6 +12,8 @@ passes over DSTAR's on the linear layers (element-level ideal, and the ``lockste
 
 import math
 import time
+from collections.abc import Callable
+from enum import StrEnum
 
 import numpy as np
 
@@ -27,7 +29,8 @@ from dstar.golden.sar import masks_for, sar_hooks
 from dstar.golden.stats import OpStats
 from dstar.golden.workloads import WORKLOADS, denoising_psnr, sample_quality
 
-__all__ = ["psnr", "run_bundled", "format_table", "run_sweep", "format_sweep", "SWEEP_FIELDS"]
+__all__ = ["psnr", "run_bundled", "format_table", "run_sweep", "format_sweep", "SWEEP_FIELDS",
+           "SWEEP_MODES", "LinearsMode", "AttentionMode", "LINEAR_HOOKS"]
 
 
 def _dstar_block(stats: OpStats) -> dict:
@@ -236,9 +239,35 @@ def run_bundled(cfg, model: DiT | None = None, quality: bool = False, progress=N
 SWEEP_FIELDS = ("theta", "refresh_attn", "refresh_linear", "tau", "lattice_bits", "refine_max",
                 "refine_at", "block_q", "block_k", "encoding", "token_tile", "sort_window",
                 "fmdq_rule", "fmdq_thr0", "fmdq_lattice")
-#: Which mechanism a sweep point runs where (to separate their effects): ``linears`` is
-#: ``dstar`` (default), ``w8a8`` or ``float``; ``attention`` is ``dstar`` (default) or ``float``.
-SWEEP_MODES = {"linears": ("dstar", "w8a8", "float"), "attention": ("dstar", "float")}
+
+
+class LinearsMode(StrEnum):
+    """The linears of a sweep point (``--sweep linears=...``; hooks: ``LINEAR_HOOKS``)."""
+    #: DSTAR's differential linears of the point's encoding (the default).
+    DSTAR = "dstar"
+    #: Dense W8A8.
+    W8A8 = "w8a8"
+    #: Float.
+    FLOAT = "float"
+
+
+class AttentionMode(StrEnum):
+    """The attention of a sweep point (``--sweep attention=...``)."""
+    #: Attention reuse (SAR's with ``attention = "sar"``; the default).
+    DSTAR = "dstar"
+    #: Float.
+    FLOAT = "float"
+
+
+#: Which mechanism a sweep point runs where (to separate their effects): each mode field's
+#: choices.
+SWEEP_MODES: dict[str, type[StrEnum]] = {"linears": LinearsMode, "attention": AttentionMode}
+#: The linear hook of each ``LinearsMode`` for a point's config (None: float).
+LINEAR_HOOKS: dict[LinearsMode, Callable] = {
+    LinearsMode.DSTAR: lambda cfg: DStarLinears(cfg, LINEAR_TYPES),
+    LinearsMode.W8A8: lambda cfg: W8A8Linears(),
+    LinearsMode.FLOAT: lambda cfg: None,
+}
 #: The most points one sweep runs: each is a whole sampling run (seconds to minutes), so a
 #: larger grid is a mistake, not a job.
 MAX_SWEEP_POINTS = 1000
@@ -272,7 +301,7 @@ def sweep_points(cfg, grid: dict) -> list[dict]:
         if not vals:
             raise ConfigError(f"sweep of {f!r} has no values")
         for v in vals if f in SWEEP_MODES else ():
-            if v not in SWEEP_MODES[f]:
+            if v not in {m.value for m in SWEEP_MODES[f]}:
                 raise ConfigError(f"{f} must be one of {', '.join(SWEEP_MODES[f])}, got {v!r}")
     n = math.prod(len(v) for v in grid.values())
     if n > MAX_SWEEP_POINTS:      # refused before a million configs are even built
@@ -305,11 +334,13 @@ def _sweep_run(cfg, model, masks, pt, progress=None):
     if isinstance(pt, str):
         return run(**({"linear": W8A8Linears()} if pt == RunPath.W8A8 else {})), {}
     c = cfg.replace(**_cfg_part(pt))
-    lin, att = pt.get("linears", "dstar"), pt.get("attention", "dstar")
-    dl = DStarLinears(c, LINEAR_TYPES) if lin == "dstar" else None
-    sar = att == "dstar" and c.attention is Attention.SAR
-    at = AttentionReuse(c, measure=False) if att == "dstar" and not sar else None
-    hooks = {"linear": dl or (W8A8Linears() if lin == "w8a8" else None), "attention": at}
+    lin = LinearsMode(pt.get("linears", LinearsMode.DSTAR))
+    att = AttentionMode(pt.get("attention", AttentionMode.DSTAR))
+    linear = LINEAR_HOOKS[lin](c)
+    dl = linear if lin is LinearsMode.DSTAR else None
+    sar = att is AttentionMode.DSTAR and c.attention is Attention.SAR
+    at = AttentionReuse(c, measure=False) if att is AttentionMode.DSTAR and not sar else None
+    hooks = {"linear": linear, "attention": at}
     if sar:         # the paper's SAR (golden.sar): masks at the point's theta
         hooks = sar_hooks(c, model, hooks["linear"], masks)
         at = hooks["attention"]

@@ -1,11 +1,12 @@
 """Every per-layer registry of a closed choice covers each member of its enum, and nothing else:
 adding a packing strategy, a datapath, a weight store, a synthesis target, a workload, an
-encoding or a sampling run of the main job means one enum member and one entry per registry,
-and this test names the registry that lacks it (the training registry, which needs PyTorch, is
-checked in ``tests/torch``)."""
+encoding, a sampling run of the main job or a sweep's linears means one enum member and one
+entry per registry, and this test names the registry that lacks it (the training registry,
+which needs PyTorch, is checked in ``tests/torch``)."""
 
 import pytest
 
+from dstar.analyze import LINEAR_HOOKS, LinearsMode
 from dstar.config import Datapath, Encoding, FmdqLattice, FmdqRule, Packing, WeightStore, Workload
 from dstar.golden.difflinear import ENCODINGS, LATTICES
 from dstar.golden.dispatch import STRATEGIES
@@ -35,6 +36,7 @@ REGISTRIES = [
     ("dstar.golden.difflinear.LATTICES", LATTICES, FmdqLattice),
     ("dstar.hw.generate.ENCODED_TOPS", ENCODED_TOPS, Encoding),
     ("dstar.golden.runs.PATH_HOOKS", PATH_HOOKS, RunPath),
+    ("dstar.analyze.LINEAR_HOOKS", LINEAR_HOOKS, LinearsMode),
 ]
 
 
