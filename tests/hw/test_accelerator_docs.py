@@ -6,15 +6,22 @@ outputs compared to the golden model. Every rule the manifest states as data (it
 section) is read from there and checked on the RTL."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 
 from dstar.config import preset
-from dstar.golden.attention import attention_head, quantize_per_head, quantize_per_token
+from dstar.golden.attention import (
+    THETA_BITS,
+    attention_head,
+    quantize_per_head,
+    quantize_per_token,
+)
 from dstar.golden.softmax import logit_multiplier
 from dstar.hw.accelerator import Accelerator
 from dstar.hw.generate import accelerator_manifest
 from dstar.sim.accel_io import AttentionStep, LinearStep, command, receive, send
+from dstar.sim.attention_cycles import predict
 from dstar.sim.pysim_driver import io_adapter, simulate
 
 N = 8
@@ -250,3 +257,28 @@ def test_the_manifest_states_the_driver_rules_the_top_follows():
     # The words RUN_ATTENTION needs and writes: the counts the (working) host uses.
     for mem, words in {**ra["needs"], **ra["writes"]}.items():
         assert _expr(man, words, N=N) == out["needs"][mem], mem
+
+
+def _cycle_table() -> list[tuple[str, int, int, int]]:
+    """The docs' table of fixed attention cycles: ``(preset, N, key step, reuse step)``."""
+    doc = Path(__file__).parents[2] / "docs" / "design" / "accelerator.md"
+    rows = []
+    for line in doc.read_text().splitlines():
+        cells = [c.strip(" `") for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0] in ("tiny", "default") and cells[1].isdigit():
+            rows.append((cells[0], *(int(c) for c in cells[1:])))
+    return rows
+
+
+def test_the_docs_cycle_table_is_the_cycle_models():
+    """Every row of the docs' cycle table (a key step at ``theta_q = 65536``, every block, and
+    the reuse step after it) is what ``dstar.sim.attention_cycles.predict`` gives (the model the
+    RTL's counters equal: the tiny N = 8 row is checked on the RTL above)."""
+    rows = _cycle_table()
+    assert len(rows) == 5, rows
+    for name, n, key, reuse in rows:
+        cfg = preset(name)
+        mask = np.ones((-(-n // cfg.block_q), -(-n // cfg.block_k)), dtype=bool)
+        got = (predict(cfg, n, mask, True, 1 << THETA_BITS).cycles,
+               predict(cfg, n, mask, False, 1 << THETA_BITS).cycles)
+        assert got == (key, reuse), (name, n)
