@@ -261,6 +261,8 @@ def _driver_rules(cfg, top) -> dict:
       run opcode whose start clears it (it then holds the last such run's value).
     - ``done``: the opcodes that pulse ``done`` (for one cycle), never for a refused command;
       ``run_overhead_cycles``: a run's cycles from taken to ``done`` beyond its counter.
+    - ``key``: the ``key`` output is the counter ``counter`` of the last ``set_by`` run (set
+      when it starts, held until the next; ``after_reset`` after reset).
     - ``error``: rises ``latency`` cycles after a refused command is taken, blocks nothing,
       one ``ACK_ERROR`` clears it whatever the number of refusals, ``errors`` keeps counting.
     - ``accepted``: per opcode, each argument's accepted range ``[lo, hi]``, bounds that are
@@ -293,6 +295,8 @@ def _driver_rules(cfg, top) -> dict:
         "done": {"opcodes": [acc.Opcode.RUN_LINEAR.name, acc.Opcode.RUN_ATTENTION.name],
                  "pulse_cycles": 1, "on_refused": False},
         "run_overhead_cycles": RUN_OVERHEAD_CYCLES,
+        "key": {"counter": "attention_key", "set_by": acc.Opcode.RUN_ATTENTION.name,
+                "after_reset": 0},
         "error": {"latency": 1, "blocks_commands": False, "cleared_by": "ACK_ERROR",
                   "acks_to_clear": 1, "counted_in": "errors", "ack_clears_count": False},
         "accepted": {

@@ -61,6 +61,7 @@ def test_the_top_behaves_as_its_manifest_and_the_docs_say():
         return dict(zip(names, beats, strict=True))
 
     async def body(io, man):
+        out["key_at_reset"] = io[1]("key")
         # Two refusals; error stays up, does not block a LOAD and a READ; one ACK_ERROR clears.
         for bad in (command(man, "RUN_LINEAR", n_tokens=0, n_kt=1, n_mt=1),
                     command(man, "RUN_ATTENTION", slot=0, n_tokens=0)):
@@ -95,6 +96,7 @@ def test_the_top_behaves_as_its_manifest_and_the_docs_say():
     simulate(dut, bench)
     # error rises the cycle after a refused command is taken and stays; no done for a refusal
     rules = man["driver"]
+    assert out["key_at_reset"] == rules["key"]["after_reset"]
     err = rules["error"]
     assert out["refused"][0] == [(0, 1)] * 3 and out["refused"][1] == [(0, 1)] * 3
     assert err["latency"] == 1 and not rules["done"]["on_refused"]
@@ -112,12 +114,14 @@ def test_the_top_behaves_as_its_manifest_and_the_docs_say():
                           frac_bits=cfg.attn_frac_bits, group=cfg.group, e_max=cfg.e_max)[0]
     o, _, mask, cnt = out["key"]
     np.testing.assert_array_equal(o, want)
+    key = rules["key"]
+    assert key["counter"] == "attention_key" and key["set_by"] == "RUN_ATTENTION"
     assert mask.all() and out["key_port"] == 1 and cnt["attention_key"] == 1
     assert (cnt["attention_cycles"], cnt["attention_qk_tiles"], cnt["attention_pv_tiles"]) == (
         815, 1, 1)
     o, _, _, cnt = out["reuse"]
     np.testing.assert_array_equal(o, want)               # unchanged inputs: the same output
-    assert out["reuse_port"] == 0 and cnt["attention_key"] == 0
+    assert out["reuse_port"] == cnt[key["counter"]] == 0
     assert cnt["attention_cycles"] == 493 and cnt["errors"] == 2
     _, _, mask, cnt = out["theta0"]
     assert cnt["errors"] == 2 and mask.any(axis=1).all()     # theta_q 0 is accepted
