@@ -14,7 +14,7 @@ measures accuracy too. Prints one JSON object.
 import argparse
 import json
 
-from dstar.config import Encoding, load_config
+from dstar.config import Encoding, Workload, load_config
 from dstar.golden.dit import LINEAR_TYPES, DiT
 from dstar.golden.fmdq import fmdq_encode
 from dstar.golden.fmdq_stats import FmdqStats, count_fmdq
@@ -49,7 +49,8 @@ def measure(cfg, tiles, windows) -> dict:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workload", default="digits")
+    ap.add_argument("--workload", choices=[w.value for w in Workload],
+                    default=Workload.DIGITS.value)
     ap.add_argument("--samples", type=int, default=1)
     ap.add_argument("--tiles", default="8,16,32,64")
     ap.add_argument("--windows", default="16,32,64,128,512")

@@ -29,7 +29,7 @@ import os
 
 import numpy as np
 
-from dstar.config import Datapath, Encoding
+from dstar.config import Datapath, Encoding, Workload
 from dstar.paths import build_dir
 
 __all__ = ["PHASES", "phase_of", "measure", "measure_trace", "measure_attention",
@@ -137,7 +137,7 @@ def _attention(cfg, workload: str, steps: int) -> dict:
             "utilization": rep["utilization"]}
 
 
-def measure(cfg, workload: str = "digits", steps: int = 50, progress=None) -> dict:
+def measure(cfg, workload: str = Workload.DIGITS, steps: int = 50, progress=None) -> dict:
     """The mix (module docstring) of ``workload``'s bundled DiT under ``cfg``, cached."""
     from dstar.sim.bench import all_layers
     from dstar.synth.fmdq_efficiency import geometry
@@ -218,7 +218,7 @@ class Mix:
         return {"per_layer_type": out, "attention": self.rep["attention"]}
 
 
-def measure_trace(cfg, path, workload: str = "digits", progress=None) -> dict:
+def measure_trace(cfg, path, workload: str = Workload.DIGITS, progress=None) -> dict:
     """The mix of a user's trace (``golden.trace``; ``TraceError`` naming what is wrong): its
     linears of the four types; the attention figures of ``workload``'s bundled DiT (cached).
     Not cached."""
@@ -239,7 +239,7 @@ def measure_trace(cfg, path, workload: str = "digits", progress=None) -> dict:
             "attention": base["attention"]}
 
 
-def measure_attention(cfg, workload: str = "digits", steps: int = 50) -> dict:
+def measure_attention(cfg, workload: str = Workload.DIGITS, steps: int = 50) -> dict:
     """The attention part of ``measure``, cached on its own."""
     key = mix_key(cfg, workload, steps)
     cache = build_dir("report", f"attention-{workload}-{key}.json")

@@ -124,7 +124,8 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", type=Path, default=Path(".train"))
-    ap.add_argument("--workload", choices=[w.value for w in Workload], default="digits")
+    ap.add_argument("--workload", choices=[w.value for w in Workload],
+                    default=Workload.DIGITS.value)
     ap.add_argument("--out", type=Path, default=None, help="weights file (default: the bundled "
                     "one of the workload)")
     ap.add_argument("--ckpt-every", type=int, default=250)
