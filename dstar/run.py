@@ -19,10 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-import dstar.config as config_module
-import dstar.hw as hw_package
 from dstar.golden.dit import DiT
 from dstar.hw.generate import ACCEL_TOP_NAME, build_accelerator
+from dstar.hw.sources import source_digest
 from dstar.outputs import locked_dir, write_atomic
 from dstar.paths import build_dir
 from dstar.sim import simulators
@@ -50,17 +49,6 @@ def run_folder(cfg) -> Path:
     return build_dir("run", config_hash(cfg))
 
 
-def _generator_digest() -> str:
-    """A digest of the sources the Verilog comes from (``dstar.hw`` and the configuration),
-    so that a folder's ``dstar.v`` from an earlier version of dstar is not reused."""
-    h = hashlib.sha256()
-    hw_root = Path(hw_package.__file__).parent
-    files = [*sorted(hw_root.rglob("*.py")), Path(config_module.__file__)]
-    for path in files:
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
 #: The generated files of a run folder, whose digest the stamp holds.
 _GENERATED = (f"{ACCEL_TOP_NAME}.v", "params.json")
 
@@ -77,7 +65,7 @@ def _generate(cfg, folder: Path, say) -> None:
     """``dstar.v`` and ``params.json`` in ``folder`` unless they are already this
     configuration's, made by these sources and unchanged since (``generator.sha256``: the
     generator's digest, then the files'; a truncated or edited ``dstar.v`` is made again)."""
-    params, digest = folder / "params.json", _generator_digest()
+    params, digest = folder / "params.json", source_digest()
     stamp = folder / "generator.sha256"
     if all((folder / name).is_file() for name in _GENERATED) and stamp.is_file():
         try:

@@ -28,8 +28,8 @@ the new state out (``FmdqLinear``; the INT8 datapath keeps its INT8 targets in a
 of its sequencer's area). ``pe_area_um2`` (PE-array level) = PE logic + weight window +
 ``Y``; ``datapath_area_um2`` = every part.
 
-Cached in ``build/efficiency`` (cycles per configuration and steps, areas per configuration);
-delete it after a change of the RTL.
+Cached in ``build/efficiency`` (cycles per configuration and steps, areas per configuration
+and digest of the RTL's sources, ``dstar.hw.sources``).
 
 ``estimate``: the same parts without synthesis (memories by ``flows.sram_cost`` from
 ``FmdqGeometry``, the PE logic from the per-part fit, the quantization unit from ``QU_MODEL``),
@@ -118,10 +118,11 @@ def _synth_linear(cfg: Config, target: str) -> dict:
     from amaranth.back import verilog
 
     from dstar.hw.fmdq.linear import FmdqLinear
+    from dstar.hw.sources import source_digest
 
     from .flows import synth_module, verilog_modules
     top = "fmdq_linear"
-    d = build_dir("efficiency", "fmdq", f"linear-{_key(cfg)}")
+    d = build_dir("efficiency", "fmdq", f"linear-{_key(cfg, source_digest())}")
     d.mkdir(parents=True, exist_ok=True)
     v = d / f"{top}.v"
     if not v.exists():
@@ -163,7 +164,8 @@ def areas(base: Config, area: str | None = None) -> dict:
     from .flows import SynthTarget
     cfg = fmdq_config(base)
     geo = geometry(cfg)
-    cache = build_dir("efficiency", "fmdq", f"area-{_key(cfg, 3, area)}.json")
+    from dstar.hw.sources import source_digest
+    cache = build_dir("efficiency", "fmdq", f"area-{_key(cfg, area, source_digest())}.json")
     if cache.is_file():
         return json.loads(cache.read_text())
     t0 = time.monotonic()

@@ -6,6 +6,7 @@ import json
 
 from dstar import run
 from dstar.config import preset
+from dstar.hw.sources import source_digest
 
 
 def test_the_verilog_is_reused_only_for_the_same_config_and_generator(tmp_path, monkeypatch):
@@ -23,7 +24,7 @@ def test_the_verilog_is_reused_only_for_the_same_config_and_generator(tmp_path, 
     run._generate(cfg, tmp_path, said.append)
     assert len(made) == 1 and said[-1].startswith("reusing")
     stamp = tmp_path / "generator.sha256"
-    assert stamp.read_text().split() == [run._generator_digest(), run._files_digest(tmp_path)]
+    assert stamp.read_text().split() == [source_digest(), run._files_digest(tmp_path)]
     (tmp_path / "dstar.v").write_text("// 1")         # damaged (truncated): made again (R31)
     run._generate(cfg, tmp_path, said.append)
     assert len(made) == 2 and (tmp_path / "dstar.v").read_text() == "// 2\n"
