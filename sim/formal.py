@@ -101,11 +101,13 @@ def run(harness, name: str, *, mode: str = "bmc", depth: int = 20,
     """Check ``harness`` (an ``Elaboratable`` without ports) with sby in ``mode`` (``bmc``,
     ``cover`` or ``prove``) to ``depth`` cycles, in ``build_dir("formal", name)`` (replaced).
     ``flatten_memories``: memories become registers (``memory_map``), plain bit-vectors for the
-    solver instead of SMT arrays (not always faster: measured slower on the encoder). Raises
+    solver instead of SMT arrays (not always faster: measured slower on the encoder).
     ``flatten``: the hierarchy is flattened before the check (logic no property depends on
-    is removed; measured no faster on the encoder). Raises
-    ``ToolMissing`` when a program is absent and ``RuntimeError`` when sby itself errs (a
-    syntax or tool error, not a failed property)."""
+    is removed; measured no faster on the encoder). A ``prove`` whose base case passes but
+    whose induction step fails (sby's UNKNOWN, rc 4: the assertions are not inductive as
+    stated) is a result that did not pass. Raises ``ToolMissing`` when a program is absent,
+    ``RuntimeError`` when sby itself errs (a syntax or tool error, not a failed property) and
+    ``subprocess.TimeoutExpired`` after ``timeout`` seconds (sby and its solvers stopped)."""
     if mode not in ("bmc", "cover", "prove"):
         raise ValueError(f"mode must be bmc, cover or prove, got {mode!r}")
     missing = missing_tools(engine)
@@ -128,11 +130,23 @@ def run(harness, name: str, *, mode: str = "bmc", depth: int = 20,
         env.setdefault(var, tool)
     env["PATH"] = str(_bin_dir()) + os.pathsep + env.get("PATH", "")
     t0 = time.monotonic()
-    proc = subprocess.run([_SBY, "-f", sby.name], cwd=folder, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.Popen([_SBY, "-f", sby.name], cwd=folder, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # SIGTERM first: sby then stops its solver processes (they run in process groups of
+        # their own, which a SIGKILL of sby would leave running).
+        proc.terminate()
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        raise subprocess.TimeoutExpired(proc.args, timeout, out, err) from None
     seconds = time.monotonic() - t0
-    log = proc.stdout + proc.stderr
-    if proc.returncode not in (0, 2):
+    log = out + err
+    if proc.returncode not in (0, 2, 4):
         raise RuntimeError(f"sby failed on {sby} (rc={proc.returncode}):\n{log[-3000:]}")
     workdir = folder / task
     traces = sorted(workdir.glob("engine_*/*.vcd"), key=lambda p: p.stat().st_mtime,
