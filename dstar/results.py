@@ -184,14 +184,14 @@ RESULTS: dict[str, Result] = {
         "(`dstar.sim.attention_cycles`)."),
     "efficiency_tiny": Result(
         "Throughput per area vs the lean dense INT8 datapath (`tiny` preset)",
-        ("bench", "efficiency", "--preset", "tiny", "--no-fmdq", "--json"),
+        ("bench", "efficiency", "--preset", "tiny", "--json"),
         _efficiency_text,
         "Cycles of the bundled DiT's whole 50-step run (all 24 linears, the cycle model) and "
         "the areas of the PE arrays and of the whole linear datapath, per strategy: first on "
         "sky130 HD standard cells (SRAM macros scaled from the estimate), then the CMOS "
         "transistor estimate at 45 nm (Yosys) beside it; TPA = throughput per area relative "
-        "to the lean `int8` datapath (`dstar.synth.efficiency`). FMDQ's row is left out "
-        "(`--no-fmdq`) while its datapath changes."),
+        "to the lean `int8` datapath (`dstar.synth.efficiency`). FMDQ's row: `FmdqLinear` "
+        "synthesized by parts (`dstar.synth.fmdq_efficiency`), its cycles by the exact model."),
     "run": Result(
         "A DiT block end to end on the RTL",
         ("run", "--json", "--quiet"),

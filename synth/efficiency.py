@@ -312,9 +312,10 @@ def format_text(rep: dict) -> str:
             g = s["geometry"]
             lines.append(f"           T={g['tokens']} x M={g['columns']} x {g['n_arrays']} arrays "
                          f"(equal peak INT8 throughput: {g['equal_peak']}), window "
-                         f"{g['window']}, {s['mean_width_bits']:.2f} bits; cycles: encode "
-                         f"{s['encode_cycles']} + replay {s['replay_cycles']} (replay alone: "
-                         f"x{s['speedup_replay_only']:.3f})")
+                         f"{g['window']}, {s['mean_width_bits']:.2f} bits; FmdqLinear's cycles "
+                         f"(exact) with each window's encode before its replay; the unit's "
+                         f"steady state {s['encode_cycles']}, the replay alone "
+                         f"{s['replay_cycles']} (x{s['speedup_replay_only']:.3f})")
         if "fmax_mhz" in s:
             lines.append("           routed ECP5 Fmax: " + ", ".join(
                 f"{k} {v:.1f} MHz" if v else f"{k} -" for k, v in s["fmax_mhz"].items()))
