@@ -284,8 +284,7 @@ class Accelerator(wiring.Component):
             l_args=Signal(cl.members["args"].members["linear"]),
             a_args=Signal(cl.members["args"].members["attention"]), is_att=Signal(),
             counters={n: Signal(COUNTER_BITS, name=f"count_{n}") for n in COUNTERS[:3]},
-            arrays=[])
-        m.submodules.out_q = st.out_q = SyncFIFO(width=len(self.dout.payload), depth=_OUT_DEPTH)
+            arrays=[], out_empty=Signal())
         for a in range(cfg.n_arrays):
             arr = PEArray(geo, host_writes=True)
             m.submodules[f"array_{a}"] = arr
@@ -382,7 +381,7 @@ class Accelerator(wiring.Component):
             m.d.sync += st.state.eq(_RUN)
         idle = ~Mux(st.is_att, att.busy, lin.busy)
         if _fmdq(self._cfg):        # and the run's last new state has left through dout
-            idle = idle & (st.is_att | ~st.out_q.r_rdy)
+            idle = idle & (st.is_att | st.out_empty)
         with m.If((st.state == _RUN) & idle):
             m.d.sync += st.state.eq(_IDLE)
             m.d.comb += self.done.eq(1)
@@ -468,7 +467,7 @@ class Accelerator(wiring.Component):
         only into a free entry (reads are one cycle late; the mask's and the slot counter's
         are delayed to match)."""
         lin, att, addr, left = st.lin, st.att, st.addr, st.left
-        out_q = st.out_q
+        m.submodules.out_q = out_q = SyncFIFO(width=len(self.dout.payload), depth=_OUT_DEPTH)
         inflight, issue = Signal(), Signal()
         m.d.comb += issue.eq((st.state == _READ) & (left != 0)
                              & (out_q.level + inflight < _OUT_DEPTH))
@@ -520,7 +519,8 @@ class Accelerator(wiring.Component):
         new_state = Const(0, 1)
         if _fmdq(self._cfg):        # a RUN_LINEAR's new state, in its beats' order
             new_state = Signal()
-            m.d.comb += [lin.o_state.ready.eq(out_q.w_rdy & (st.state == _RUN) & ~st.is_att),
+            m.d.comb += [st.out_empty.eq(~out_q.r_rdy),
+                         lin.o_state.ready.eq(out_q.w_rdy & (st.state == _RUN) & ~st.is_att),
                          new_state.eq(lin.o_state.valid & lin.o_state.ready)]
         m.d.comb += [out_q.w_en.eq(inflight | push_count | new_state),
                      out_q.w_data.eq(Mux(inflight, rdata,
