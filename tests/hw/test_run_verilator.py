@@ -2,10 +2,11 @@
 block 0 of the bundled DiT over the first three steps of a real sampling run (a linear and
 attention key step, a reuse step, an attention key step), every operation bit-exact against the
 golden model with the top's counters equal to the cycle models', the block's float output equal
-to the golden pipeline's. The default tier runs the ``tiny`` tiles with memories that hold the
-bundled block on its first 2 tokens for one step (with waveforms, which land in the run's build
-folder); the ``slow`` tier runs its first 8 tokens over three steps, and the default preset on
-the whole block (256 tokens), as ``dstar run`` does by default."""
+to the golden pipeline's. All in the ``slow`` tier (each compiles the top for Verilator): the
+``tiny`` tiles with memories that hold the bundled block on its first 2 tokens for one step
+(with waveforms, which land in the run's build folder), its first 8 tokens over three steps,
+and the default preset on the whole block (256 tokens), as ``dstar run`` does by default. The
+refusals run in the default tier."""
 
 import json
 
@@ -60,6 +61,7 @@ def test_dstar_run_on_verilator(capsys, monkeypatch):
     assert [r["key"] for r in ops if r["op"] == "qkv"] == [True, False, False]
 
 
+@pytest.mark.slow          # the Verilator compile of the top: 5-7 min of the default tier's 25
 def test_waves_go_to_the_build_folder(capsys, monkeypatch, tmp_path):
     """``WAVES=1`` is the same switch as ``--waves``: an FST file in the run's folder, nothing
     in the working directory."""
