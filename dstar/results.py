@@ -54,6 +54,21 @@ class Result:
     images: tuple[str, ...] = ()     # pictures the command writes (under docs/results/)
 
 
+#: The blocks of the standard-cell entries: the linear datapath's, and the attention engine's
+#: with the accelerator top's own.
+_LINEAR_BLOCKS = ("pe_array", "encoder", "dispatcher", "sequencer")
+_ATTENTION_BLOCKS = ("softmax", "normalizer", "tile_runner", "softmax_feed", "mask_select",
+                     "norm", "sel_recip", "block_list", "attention_controller",
+                     "accelerator.command_processor", "accelerator.out_q")
+
+
+def _sky130_argv(preset: str, blocks: tuple[str, ...], jobs: int, *extra: str) -> tuple:
+    """``dstar synth`` of ``blocks`` at ``preset`` on the CMOS estimate and sky130 HD."""
+    return ("synth", "--preset", preset, "--target", "cmos", "--target", "sky130",
+            *(a for b in blocks for a in ("--block", b)), *extra, "--reuse", "--jobs",
+            str(jobs), "--json")
+
+
 #: The results page's sections, in page order.
 RESULTS: dict[str, Result] = {
     "analyze": Result(
@@ -91,9 +106,7 @@ RESULTS: dict[str, Result] = {
         "block's figures from an earlier run whose script and Verilog are unchanged."),
     "synth_tiny_sky130": Result(
         "Standard-cell area per block (`tiny` preset): sky130 HD beside the transistor estimate",
-        ("synth", "--preset", "tiny", "--target", "cmos", "--target", "sky130", "--block",
-         "pe_array", "--block", "encoder", "--block", "dispatcher", "--block", "sequencer",
-         "--reuse", "--jobs", "3", "--json"),
+        _sky130_argv("tiny", _LINEAR_BLOCKS, 3),
         _synth_text,
         "The linear datapath's blocks of the `tiny` preset and of its lean dense INT8 baseline "
         "mapped onto SkyWater sky130_fd_sc_hd cells (areas from the cells' LEF footprints, "
@@ -104,12 +117,7 @@ RESULTS: dict[str, Result] = {
     "synth_tiny_sky130_attention": Result(
         "Standard-cell area per block (`tiny` preset): the attention engine and the "
         "accelerator top's own blocks on sky130 HD",
-        ("synth", "--preset", "tiny", "--target", "cmos", "--target", "sky130", "--block",
-         "softmax", "--block", "normalizer", "--block", "tile_runner", "--block",
-         "softmax_feed", "--block", "mask_select", "--block", "norm", "--block", "sel_recip",
-         "--block", "block_list", "--block", "attention_controller", "--block",
-         "accelerator.command_processor", "--block", "accelerator.out_q", "--no-dense",
-         "--reuse", "--jobs", "3", "--json"),
+        _sky130_argv("tiny", _ATTENTION_BLOCKS, 3, "--no-dense"),
         _synth_text,
         "The same for the attention engine's blocks (its PE arrays are the linear datapath's) "
         "and the accelerator top's own: its command processor and output queue (the top's "
@@ -117,9 +125,7 @@ RESULTS: dict[str, Result] = {
     "synth_default_sky130": Result(
         "Standard-cell area per block (`default` preset): sky130 HD beside the transistor "
         "estimate",
-        ("synth", "--preset", "default", "--target", "cmos", "--target", "sky130", "--block",
-         "pe_array", "--block", "encoder", "--block", "dispatcher", "--block", "sequencer",
-         "--reuse", "--jobs", "1", "--json"),
+        _sky130_argv("default", _LINEAR_BLOCKS, 1),
         _synth_text,
         "The same as for `tiny`, at the `default` preset: the linear datapath's blocks and its "
         "lean dense INT8 baseline's on sky130 HD cells, with `vs cmos`, the logic's NAND2 "
@@ -127,12 +133,7 @@ RESULTS: dict[str, Result] = {
     "synth_default_sky130_attention": Result(
         "Standard-cell area per block (`default` preset): the attention engine and the "
         "accelerator top's own blocks on sky130 HD",
-        ("synth", "--preset", "default", "--target", "cmos", "--target", "sky130", "--block",
-         "softmax", "--block", "normalizer", "--block", "tile_runner", "--block",
-         "softmax_feed", "--block", "mask_select", "--block", "norm", "--block", "sel_recip",
-         "--block", "block_list", "--block", "attention_controller", "--block",
-         "accelerator.command_processor", "--block", "accelerator.out_q", "--no-dense",
-         "--reuse", "--jobs", "1", "--json"),
+        _sky130_argv("default", _ATTENTION_BLOCKS, 1, "--no-dense"),
         _synth_text,
         "The same for the `default` preset's attention engine and the accelerator top's own "
         "blocks."),
