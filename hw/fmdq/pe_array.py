@@ -21,7 +21,7 @@ from dstar.golden.fmdq_pe import MAX_STEP, acc_bits
 from ..geometry import uwidth
 from .layouts import slice_group_layout, total_shift_bits
 
-__all__ = ["weight_window_row_layout", "group_op_layout", "FmdqPEArray"]
+__all__ = ["weight_window_row_layout", "group_op_layout", "token_shift_bits", "FmdqPEArray"]
 
 #: Bits of one lane's multiple of a weight (``3 * -128`` .. ``3 * 127``).
 _MULT_BITS = 10
@@ -37,21 +37,32 @@ def weight_window_row_layout(columns: int, window: int) -> data.StructLayout:
     })
 
 
-def group_op_layout(tokens: int, channel_bits: int, e_max: int,
-                    y_depth: int) -> data.StructLayout:
+def group_op_layout(tokens: int, channel_bits: int, e_max: int, y_depth: int, *,
+                    token_shifts: bool = False, y_steps: bool = False) -> data.StructLayout:
     """One group for the array: the quantization unit's ``group``
     (``hw.fmdq.layouts.slice_group_layout``; its ``last`` ends a *unit*, one token tile's groups
     of one sort window) plus the sequencer's fields: the weight buffer ``bank`` the unit's
     window is in, and, read with the unit's last group, the accumulator row ``y_addr`` of the
     tile's first token, the tile's tokens ``n_tok`` (1 .. ``tokens``) and ``overwrite``
-    (replace the rows instead of adding to them)."""
+    (replace the rows instead of adding to them). With ``token_shifts``, also read with the
+    unit's last group: ``tok_shift``, one extra left shift per token (``0 .. e_max``: the
+    attention's per-row probability shifts); with ``y_steps``: ``y_step``, the distance between
+    the tile's consecutive rows in ``Y`` (``0 .. y_depth - 1``)."""
     return data.StructLayout({
         "group": slice_group_layout(tokens, channel_bits, e_max),
         "bank": unsigned(1),
         "y_addr": unsigned(uwidth(y_depth)),
         "n_tok": unsigned(tokens.bit_length()),
         "overwrite": unsigned(1),
+        **({"tok_shift": data.ArrayLayout(unsigned(token_shift_bits(e_max)), tokens)}
+           if token_shifts else {}),
+        **({"y_step": unsigned(uwidth(y_depth))} if y_steps else {}),
     })
+
+
+def token_shift_bits(e_max: int) -> int:
+    """Bits of a per-token extra shift ``0 .. e_max``."""
+    return max(1, e_max.bit_length())
 
 
 class FmdqPEArray(wiring.Component):
@@ -93,17 +104,27 @@ class FmdqPEArray(wiring.Component):
     are read). With ``host_writes``, ``host_y_we`` writes ``host_y_wdata`` into row
     ``host_y_addr`` (a saved ``Y`` restored), only while no unit's rows are written out.
 
+    Options for the attention engine (``dstar.hw.attention``), which runs ``Q K^T`` and ``P V``
+    on the same arrays: with ``token_shifts`` a unit's row ``t`` is written out shifted by the
+    unit's last total shift plus the op's ``tok_shift[t]`` (computed at ``y_bits``: the caller
+    keeps every shifted row within them); with ``y_steps`` the rows are ``y_addr + t * y_step``
+    (the op's) instead of ``y_addr + t * y_stride``; ``readers`` adds that many read ports of
+    ``Y`` (``rd_addr[i]``, ``rd_data[i]`` one cycle later, available in every cycle; a row
+    written in the cycle it is read reads as before the write).
+
     Members
     -------
     i_op : In(stream.Signature(group_op_layout))
     i_wrow : In(stream.Signature(weight_window_row_layout, always_ready=True))
     o_unit_done : Out(1)
     host_y_addr, host_y_rdata
+    rd_addr : In(range(y_depth)).array(readers), rd_data : Out(Y row).array(readers)
     """
 
     def __init__(self, *, tokens: int, columns: int, window: int, e_max: int,
                  channel_bits: int, y_depth: int, y_bits: int, y_stride: int = 1,
-                 weights: str = "memory", host_writes: bool = False):
+                 weights: str = "memory", host_writes: bool = False,
+                 token_shifts: bool = False, y_steps: bool = False, readers: int = 0):
         if window < 2 or window & (window - 1):
             raise ValueError(f"window must be a power of two >= 2, got {window}")
         if weights not in ("memory", "registers"):
@@ -112,18 +133,23 @@ class FmdqPEArray(wiring.Component):
         self.tokens, self.columns, self.window, self.e_max = tokens, columns, window, e_max
         self.channel_bits, self.y_depth, self.y_bits = channel_bits, y_depth, y_bits
         self.y_stride, self.host_writes = y_stride, host_writes
+        self.token_shifts, self.y_steps, self.readers = token_shifts, y_steps, readers
         self.acc_bits = acc_bits(window, e_max)
         if y_bits < self.acc_bits:
             raise ValueError(f"y_bits={y_bits} is narrower than a unit's sum ({self.acc_bits})")
+        y_row = data.ArrayLayout(signed(y_bits), columns)
         super().__init__({
-            "i_op": In(stream.Signature(group_op_layout(tokens, channel_bits, e_max, y_depth))),
+            "i_op": In(stream.Signature(group_op_layout(tokens, channel_bits, e_max, y_depth,
+                                                        token_shifts=token_shifts,
+                                                        y_steps=y_steps))),
             "i_wrow": In(stream.Signature(weight_window_row_layout(columns, window),
                                           always_ready=True)),
             "o_unit_done": Out(1),
             "host_y_addr": In(uwidth(y_depth)),
-            "host_y_rdata": Out(data.ArrayLayout(signed(y_bits), columns)),
-            **({"host_y_we": In(1), "host_y_wdata": In(data.ArrayLayout(signed(y_bits), columns))}
-               if host_writes else {}),
+            "host_y_rdata": Out(y_row),
+            **({"host_y_we": In(1), "host_y_wdata": In(y_row)} if host_writes else {}),
+            **({"rd_addr": In(uwidth(y_depth)).array(readers), "rd_data": Out(y_row).array(readers)}
+               if readers else {}),
         })
 
     def elaborate(self, platform):
@@ -236,6 +262,14 @@ class FmdqPEArray(wiring.Component):
                                                                      e_over))
         m.d.sync += [x_step.eq(e_step), x_last.eq(e_last), x_shift.eq(e_shift),
                      x_addr.eq(e_addr), x_ntok.eq(e_ntok), x_over.eq(e_over)]
+        # The attention's per-unit fields, carried along with the unit's last group.
+        extra = {}
+        for name in ("tok_shift", "y_step"):
+            if name in op.shape().members:
+                e_v = Signal.like(op[name], name=f"e_{name}")
+                x_v = Signal.like(op[name], name=f"x_{name}")
+                m.d.sync += [e_v.eq(op[name]), x_v.eq(e_v)]
+                extra[name] = x_v
         m.d.comb += [steps[k].eq(x_step[k]) for k in range(MAX_STEP + 1)]
         for c in range(n_m):
             lanes = []
@@ -278,10 +312,10 @@ class FmdqPEArray(wiring.Component):
                 # unit's rows are written out, so they need no hold).
                 m.d.sync += drain[t][c].eq(Mux(x_last, nxt, drain[(t + 1) % n_t][c]))
 
-        self._write_out(m, drain, x_last, x_ntok, x_shift, x_addr, x_over)
+        self._write_out(m, drain, x_last, x_ntok, x_shift, x_addr, x_over, extra)
         return m
 
-    def _write_out(self, m, drain, x_last, x_ntok, x_shift, x_addr, x_over):
+    def _write_out(self, m, drain, x_last, x_ntok, x_shift, x_addr, x_over, extra):
         """Stages D and A: a finished unit's rows leave the drain chain one per cycle, each
         shifted by the unit's total shift and added to (or written over) its ``Y`` row."""
         n_t, n_m, a_bits = self.tokens, self.columns, self.acc_bits
@@ -294,12 +328,28 @@ class FmdqPEArray(wiring.Component):
         d_addr, d_over = Signal.like(op.y_addr), Signal()
         a_valid, a_over, a_done = Signal(), Signal(), Signal()
         a_addr = Signal.like(op.y_addr)
-        a_val = [Signal(signed(a_bits), name=f"a_val{c}", reset_less=True) for c in range(n_m)]
+        v_bits = self.y_bits if self.token_shifts else a_bits
+        a_val = [Signal(signed(v_bits), name=f"a_val{c}", reset_less=True) for c in range(n_m)]
         m.d.sync += [a_valid.eq(d_left != 0), a_over.eq(d_over), a_addr.eq(d_addr),
                      a_done.eq(d_left == 1)]
-        m.d.sync += [a_val[c].eq((drain[0][c] << d_shift)[:a_bits]) for c in range(n_m)]
+        row_shift = d_shift
+        if self.token_shifts:
+            # The tokens' shifts travel with the drain chain: token 0's is always in front.
+            ts = extra["tok_shift"]
+            d_ts = [Signal.like(ts[t], name=f"d_ts{t}") for t in range(n_t)]
+            for t in range(n_t):
+                m.d.sync += d_ts[t].eq(Mux(x_last, ts[t], d_ts[(t + 1) % n_t]))
+            row_shift = Signal(sh_bits + 1, name="row_shift")
+            m.d.comb += row_shift.eq(d_shift + d_ts[0])
+        m.d.sync += [a_val[c].eq((drain[0][c].as_signed() << row_shift)[:v_bits])
+                     for c in range(n_m)]
+        step = self.y_stride
+        if self.y_steps:
+            step = d_step = Signal.like(extra["y_step"], name="d_step")
+            with m.If(x_last):
+                m.d.sync += d_step.eq(extra["y_step"])
         with m.If(d_left != 0):
-            m.d.sync += [d_left.eq(d_left - 1), d_addr.eq(d_addr + self.y_stride)]
+            m.d.sync += [d_left.eq(d_left - 1), d_addr.eq(d_addr + step)]
         with m.If(x_last):
             m.d.sync += [d_left.eq(x_ntok), d_shift.eq(x_shift), d_addr.eq(x_addr),
                          d_over.eq(x_over)]
@@ -311,6 +361,9 @@ class FmdqPEArray(wiring.Component):
         y_rd = ymem.read_port(transparent_for=(y_wr,))
         m.d.comb += [y_rd.addr.eq(Mux(d_left != 0, d_addr, self.host_y_addr)),
                      self.host_y_rdata.eq(y_rd.data)]
+        for i in range(self.readers):
+            rd = ymem.read_port()
+            m.d.comb += [rd.addr.eq(self.rd_addr[i]), self.rd_data[i].eq(rd.data)]
         m.d.comb += [y_wr.en.eq(a_valid), y_wr.addr.eq(a_addr),
                      self.o_unit_done.eq(a_valid & a_done)]
         for c in range(n_m):

@@ -216,3 +216,70 @@ def test_accumulator_bound():
     with pytest.raises(OverflowError):
         run_unit(acts, w_rows, shifts, 12)
     assert acc.shape == (T, M)
+
+
+def attn_op(unit, g, **meta):
+    """Group ``g`` of a ``golden.fmdq_attention`` unit as an op payload."""
+    return {"group": {"shift": int(unit.shift[g]),
+                      "lane": [{"channel": int(unit.channel[g][i]),
+                                "signed": int(unit.signed[g][i]),
+                                "valid": int(unit.valid[g][i])} for i in range(4)],
+                      "act": [[int(a) for a in row] for row in unit.raw[g]],
+                      "last": int(g == unit.groups - 1)},
+            "tok_shift": [int(s) for s in unit.tok_shift], **meta}
+
+
+def test_attention_options():
+    """``token_shifts``, ``y_steps`` and a read port: a ``Q K^T`` unit overwriting rows at a
+    step of 3, then two ``P V`` units adding with per-row shifts at a step of 2, read back
+    through ``rd_data``; equal to the golden twin (``golden.fmdq_attention``)."""
+    from dstar.golden.fmdq_attention import pv_unit, qk_unit, run_attn_unit
+    dut = FmdqPEArray(tokens=T, columns=M, window=W, e_max=E_MAX, channel_bits=CH_BITS,
+                      y_depth=Y_DEPTH, y_bits=Y_BITS, token_shifts=True, y_steps=True,
+                      readers=1)
+    rng = np.random.default_rng(4)
+    q, kt = rng.integers(-128, 128, (3, W)), rng.integers(-128, 128, (W, M))
+    p, s = rng.integers(0, 256, (2, T, W)), rng.integers(0, E_MAX + 1, (2, T))
+    v = rng.integers(-128, 128, (W, M))
+    u_qk = qk_unit(q, T)
+    u_pv = [pv_unit(p[i], s[i], T, W - 3 * i) for i in range(2)]
+    want = np.zeros((Y_DEPTH, M), np.int64)
+    want[[1, 4, 7]] = run_attn_unit(u_qk, kt, acc_bits(W, E_MAX))[:3]
+    want[[0, 2, 4, 6]] = 0                      # the first P V unit overwrites (row 4 too)
+    for u in u_pv:
+        want[[0, 2, 4, 6]] += run_attn_unit(u, v, acc_bits(W, E_MAX))
+    got = np.zeros_like(want)
+
+    async def bench(ctx):
+        for bank, rows in ((0, kt), (1, v)):
+            for r in range(W):
+                ctx.set(dut.i_wrow.valid, 1)
+                ctx.set(dut.i_wrow.payload, {"bank": bank, "row": r,
+                                             "w": [int(x) for x in rows[r]]})
+                await ctx.tick()
+        ctx.set(dut.i_wrow.valid, 0)
+        units = [(u_qk, dict(bank=0, y_addr=1, n_tok=3, overwrite=1, y_step=3))]
+        units += [(u, dict(bank=1, y_addr=0, n_tok=T, overwrite=int(i == 0), y_step=2))
+                  for i, u in enumerate(u_pv)]
+        done = 0
+        for u, meta in units:
+            for g in range(u.groups):
+                ctx.set(dut.i_op.payload, attn_op(u, g, **meta))
+                ctx.set(dut.i_op.valid, 1)
+                while not ctx.get(dut.i_op.ready):
+                    done += ctx.get(dut.o_unit_done)
+                    await ctx.tick()
+                done += ctx.get(dut.o_unit_done)
+                await ctx.tick()
+        ctx.set(dut.i_op.valid, 0)
+        while done < len(units):
+            done += ctx.get(dut.o_unit_done)
+            await ctx.tick()
+        await ctx.tick()
+        for r in range(Y_DEPTH):
+            ctx.set(dut.rd_addr[0], r)
+            await ctx.tick()
+            got[r] = [int(x) for x in ctx.get(dut.rd_data[0])]
+
+    simulate(dut, bench)
+    assert mismatches(got[:8], want[:8]) == 0
