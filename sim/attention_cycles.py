@@ -34,7 +34,7 @@ from dstar.golden.attention import THETA_BITS
 from dstar.hw.geometry import AttentionGeometry
 from dstar.sim.softmax_cycles import schedule
 
-__all__ = ["AttentionCycles", "predict", "dense_cycles", "tile_phase"]
+__all__ = ["AttentionCycles", "predict", "dense_cycles", "tile_phase", "fmdq_tile_cycles"]
 
 WAIT_CYCLES, NORM_DRAIN = AttentionGeometry.WAIT_CYCLES, AttentionGeometry.NORM_DRAIN
 SEL_RECIP_CYCLES, SEL_SCAN = AttentionGeometry.SEL_RECIP_CYCLES, AttentionGeometry.SEL_SCAN
@@ -66,12 +66,12 @@ def _blocks(n, b):
     return [min(b, n - s) for s in range(0, n, b)]
 
 
-def tile_phase(loads, ops) -> int:
+def tile_phase(loads, ops, wait: int = WAIT_CYCLES) -> int:
     """Cycles of a tile phase: tile ``t`` loads in ``loads[t]`` cycles and runs in ``ops[t]``.
     The loader decides to start tile ``t`` once it is idle and the lanes are done with tile
     ``t - 2`` (the bank it refills), issues its rows in the following cycles, and counts it the
     cycle after its last row; the lanes start a tile the cycle after it is counted (and they
-    are idle); the phase ends ``WAIT_CYCLES`` after the last tile's lanes are counted."""
+    are idle); the phase ends ``wait`` cycles after the last tile's lanes are counted."""
     l_seen, x_seen = [], []
     ld_free = x_free = 0
     for t, (lc, oc) in enumerate(zip(loads, ops, strict=True)):
@@ -80,7 +80,24 @@ def tile_phase(loads, ops) -> int:
         l_seen.append(ld_free)
         x_free = max(x_free, l_seen[t]) + oc + 1
         x_seen.append(x_free)
-    return x_seen[-1] + WAIT_CYCLES
+    return x_seen[-1] + wait
+
+
+#: FMDQ arrays: cycles from the last group's issue to its unit's rows seen written, beyond the
+#: unit's rows: the op register, the array's products and Horner step, the drain, the write.
+FMDQ_WAIT = 5
+
+
+def fmdq_tile_cycles(cfg, rows: int, lens, pv: bool) -> int:
+    """Cycles of a tile phase of ``FmdqTileRunner`` over ``rows`` query rows: its tiles' loaded
+    rows ``lens`` (QK^T: ``head_dim`` per key chunk; PV: the block's keys per column pass and
+    selected block); per token tile of ``T`` rows one unit per tile (QK^T: ``head_dim``
+    groups) or per softmax group of the block (PV: ``G`` groups each)."""
+    t_n = cfg.token_tile
+    n_tt = -(-rows // t_n)
+    ops = [n_tt * (-(-ln // cfg.group) * cfg.group if pv else cfg.head_dim) for ln in lens]
+    last_tok = rows - (n_tt - 1) * t_n
+    return tile_phase(list(lens), ops, FMDQ_WAIT + last_tok)
 
 
 def predict(cfg, n: int, mask, key: bool, theta_q: int, picks=None) -> AttentionCycles:
