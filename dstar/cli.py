@@ -601,7 +601,7 @@ def cmd_bench_cycles(args) -> int:
 def cmd_bench_efficiency(args) -> int:
     from dstar.synth import efficiency
     rep = efficiency.run(_config(args), steps=args.run_steps, fmax=args.fmax, jobs=args.jobs,
-                         fmdq=args.fmdq)
+                         fmdq=args.fmdq, strategies=tuple(args.strategy or ()))
     print(_dump(rep) if args.json else efficiency.format_text(rep))
     return 0
 
@@ -931,6 +931,12 @@ def _add_bench_attention(bsub) -> None:
     b.set_defaults(func=cmd_bench_attention)
 
 
+#: ``bench efficiency --strategy`` choices: ``dstar.synth.efficiency.STRATEGIES``' names (the
+#: packings and the dense datapaths; tests.synth.test_efficiency checks they agree).
+EFFICIENCY_STRATEGIES = [*(p.value for p in Packing),
+                         *(d.value for d in Datapath if d is not Datapath.DSTAR)]
+
+
 def _add_bench_efficiency(bsub) -> None:
     b = bsub.add_parser("efficiency", help="throughput per area of each linear strategy vs the "
                         "lean dense INT8 datapath on the bundled DiT (dstar.synth.efficiency)")
@@ -943,6 +949,9 @@ def _add_bench_efficiency(bsub) -> None:
     b.add_argument("--no-fmdq", dest="fmdq", action="store_false",
                    help="leave out FMDQ's row (dstar.synth.fmdq_efficiency: a closed-loop "
                    "golden run and the FMDQ datapath's parts synthesized)")
+    b.add_argument("--strategy", action="append", choices=EFFICIENCY_STRATEGIES,
+                   help="only this strategy beside the int8 baseline (repeatable; default: "
+                   "all); the nibble-lane ceiling needs compact or lockstep")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench_efficiency)
 

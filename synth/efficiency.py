@@ -86,27 +86,30 @@ def _quiet(*args, **kwargs):
     pass
 
 
-def whole_run_cycles(base: Config, steps: int, layers=None) -> tuple[dict, dict]:
-    """Cycles of every strategy over ``steps`` steps of ``layers`` (None: every linear of
-    every block) and the workload's description; cached per configuration (every field: the
-    run fields decide the encoding), steps and layers."""
+def whole_run_cycles(base: Config, steps: int, layers=None,
+                     names: tuple = tuple(STRATEGIES)) -> tuple[dict, dict]:
+    """Cycles of the strategies ``names`` (the baseline always) over ``steps`` steps of
+    ``layers`` (None: every linear of every block) and the workload's description; cached per
+    configuration (every field: the run fields decide the encoding), steps, layers and
+    strategies."""
     layers = all_layers() if layers is None else layers
+    names = [n for n in STRATEGIES if n in names or n == BASELINE]
     # Every field but another encoding's (``Config.unused``: they change no strategy here).
     key = json.dumps({"config": {**base.hardware(), **base.run_params()}, "steps": steps,
                       "layers": layers,
-                      "strategies": list(STRATEGIES), "version": 2}, sort_keys=True)
+                      "strategies": names, "version": 2}, sort_keys=True)
     cache = build_dir("efficiency", "cycles",
                       hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
     if cache.is_file():
         got = json.loads(cache.read_text())
         return got["cycles"], got["workload"]
     dstar = [(n, f["packing"], 0) for n, f in STRATEGIES.items()
-             if f["datapath"] == Datapath.DSTAR]
+             if f["datapath"] == Datapath.DSTAR and n in names]
     total, _, _, _, n_ls = run_model(base.replace(datapath=Datapath.DSTAR), dstar, layers,
                                      steps, 1, say=_quiet)
     out = {n: total.strat[n]["cycles"] for n, _, _ in dstar}
     for name, f in STRATEGIES.items():
-        if f["datapath"] != Datapath.DSTAR:
+        if f["datapath"] != Datapath.DSTAR and name in names:
             out[name] = 0
             for layer in layers:
                 xs, w, _ = linear_inputs(layer, steps=steps)
@@ -221,17 +224,25 @@ def _parts(a: dict) -> dict:
 
 
 def run(base: Config, *, steps: int = DEFAULT_STEPS, fmax: bool = False, jobs: int = 1,
-        layers=None, fmdq: bool = True, area: str | None = SynthTarget.SKY130) -> dict:
+        layers=None, fmdq: bool = True, area: str | None = SynthTarget.SKY130,
+        strategies: tuple = ()) -> dict:
     """The efficiency report of ``base`` (module docstring; ``layers``: the DiT's linears to
-    run, None for all; ``fmdq``: with FMDQ's row, ``dstar.synth.fmdq_efficiency``)."""
-    cycles, workload = whole_run_cycles(base, steps, layers)
+    run, None for all; ``fmdq``: with FMDQ's row, ``dstar.synth.fmdq_efficiency``;
+    ``strategies``: only these of ``STRATEGIES`` and the baseline, empty for all: a
+    ``ValueError`` names an unknown one). Without a DSTAR packing strategy there is no
+    ``ceiling`` (it takes that strategy's accumulator memory)."""
+    unknown = sorted(set(strategies) - set(STRATEGIES))
+    if unknown:
+        raise ValueError(f"unknown strategy {unknown[0]!r}; choose from {list(STRATEGIES)}")
+    names = tuple(n for n in STRATEGIES if not strategies or n in strategies or n == BASELINE)
+    cycles, workload = whole_run_cycles(base, steps, layers, names)
     # Cheapest first, so that a long run leaves the baseline's areas cached early.
-    order = sorted(STRATEGIES, key=lambda n: (n != BASELINE, STRATEGIES[n]["datapath"]
-                                               == Datapath.DSTAR))
+    order = sorted(names, key=lambda n: (n != BASELINE, STRATEGIES[n]["datapath"]
+                                         == Datapath.DSTAR))
     areas = {n: strategy_area(strategy_config(base, n), fmax, jobs, area) for n in order}
     ref_c, ref = cycles[BASELINE], areas[BASELINE]
-    strategies = {}
-    for name in STRATEGIES:
+    rows = {}
+    for name in names:
         a, c = areas[name], cycles[name]
         sp = ref_c / c
         row = {"cycles": c, "speedup_vs_dense": round(sp, 4),
@@ -250,27 +261,31 @@ def run(base: Config, *, steps: int = DEFAULT_STEPS, fmax: bool = False, jobs: i
                            "tpa_datapath_vs_dense": round(sp * rx["datapath_area_um2"]
                                                           / x["datapath_area_um2"], 4),
                            "blocks_um2": x["blocks_um2"]}
-        strategies[name] = row
+        rows[name] = row
     if fmdq:
-        strategies["fmdq"] = fmdq_efficiency.row(base, steps, strategies[BASELINE], layers,
-                                                 area)
+        rows["fmdq"] = fmdq_efficiency.row(base, steps, rows[BASELINE], layers, area)
     cfg = strategy_config(base, BASELINE)
     macs = cfg.n_arrays * cfg.m_tile * cfg.group // 2
-    ideal = workload["ideal_vs_dense"]
-    dstar = areas[next(n for n, f in STRATEGIES.items() if f["datapath"] == Datapath.DSTAR)]
-    ceil = lane_ceiling(base, dstar["pe_area_um2"] - dstar["pe_logic_area_um2"])
-    ceil.update({"ideal_vs_dense": round(ideal, 4),
-                 "tpa_pe_at_ideal": round(ideal * ref["pe_area_um2"] / ceil["pe_area_um2"], 4),
-                 "tpa_pe_at_85pct": round(0.85 * ideal * ref["pe_area_um2"]
-                                          / ceil["pe_area_um2"], 4)})
-    return {"preset": preset_name(base), "config_hash": config_hash(base), "area": area,
-            "workload": workload, "baseline": BASELINE, "strategies": strategies,
-            "int8_mac": {"macs": macs,
-                         "pe_um2_per_mac": round(ref["pe_area_um2"] / macs, 1),
-                         "pe_logic_um2_per_mac": round(ref["pe_logic_area_um2"] / macs, 1),
-                         "mul8x8_um2": round(_multiplier_um2(), 1),
-                         "bit_fusion_pe_um2": list(BIT_FUSION_PE_UM2)},
-            "ceiling": ceil, "yosys_version": ref["yosys_version"]}
+    out = {"preset": preset_name(base), "config_hash": config_hash(base), "area": area,
+           "workload": workload, "baseline": BASELINE, "strategies": rows,
+           "int8_mac": {"macs": macs,
+                        "pe_um2_per_mac": round(ref["pe_area_um2"] / macs, 1),
+                        "pe_logic_um2_per_mac": round(ref["pe_logic_area_um2"] / macs, 1),
+                        "mul8x8_um2": round(_multiplier_um2(), 1),
+                        "bit_fusion_pe_um2": list(BIT_FUSION_PE_UM2)},
+           "yosys_version": ref["yosys_version"]}
+    dstar = next((n for n in names if STRATEGIES[n]["datapath"] == Datapath.DSTAR), None)
+    if dstar:
+        ideal = workload["ideal_vs_dense"]
+        ceil = lane_ceiling(base, areas[dstar]["pe_area_um2"]
+                            - areas[dstar]["pe_logic_area_um2"])
+        ceil.update({"ideal_vs_dense": round(ideal, 4),
+                     "tpa_pe_at_ideal": round(ideal * ref["pe_area_um2"] / ceil["pe_area_um2"],
+                                              4),
+                     "tpa_pe_at_85pct": round(0.85 * ideal * ref["pe_area_um2"]
+                                              / ceil["pe_area_um2"], 4)})
+        out["ceiling"] = ceil
+    return out
 
 
 def format_text(rep: dict) -> str:

@@ -166,6 +166,29 @@ def test_command_prints_the_json(fake_synth, monkeypatch, capsys):
     assert rep["workload"]["steps"] == 2 and rep["preset"] == "tiny"
 
 
+def test_strategy_selects_rows_beside_the_baseline(fake_synth, monkeypatch, capsys):
+    """``--strategy`` keeps the named strategies and the int8 baseline (their figures as in
+    the full report); without a DSTAR packing there is no ceiling; an unknown name is one
+    line (argparse) or a ValueError (``run``). The command's choices are ``STRATEGIES``."""
+    from dstar.cli import EFFICIENCY_STRATEGIES
+    assert sorted(EFFICIENCY_STRATEGIES) == sorted(efficiency.STRATEGIES)
+    cfg = preset("tiny")
+    full = efficiency.run(cfg, steps=2, layers=LAYER, fmdq=False)
+    some = efficiency.run(cfg, steps=2, layers=LAYER, fmdq=False, strategies=("compact",))
+    assert set(some["strategies"]) == {"compact", "int8"}
+    assert some["strategies"] == {k: full["strategies"][k] for k in ("compact", "int8")}
+    assert some["ceiling"] == full["ceiling"]
+    lean = efficiency.run(cfg, steps=2, layers=LAYER, strategies=("int8",))
+    assert set(lean["strategies"]) == {"int8", "fmdq"} and "ceiling" not in lean
+    assert "ceiling" not in efficiency.format_text(lean)
+    with pytest.raises(ValueError, match="unknown strategy 'bogus'"):
+        efficiency.run(cfg, steps=2, layers=LAYER, strategies=("bogus",))
+    monkeypatch.setattr(efficiency, "all_layers", lambda: LAYER)
+    with pytest.raises(SystemExit):
+        main(["bench", "efficiency", "--preset", "tiny", "--strategy", "bogus"])
+    assert "invalid choice: 'bogus'" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(not flows.have_yosys(), reason="YoWASP Yosys is not installed")
 def test_ceiling_parts_are_synthesized():
     """The ceiling's lone parts, by the real flow: the lane's 5 x 8 multiplier costs between
