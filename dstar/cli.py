@@ -636,6 +636,23 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    """Progress on stderr, the summary on stdout; exit status 1 if a point failed."""
+    from . import sweep
+    from .paths import build_dir
+    cfg = _config(args)
+    try:
+        grid = sweep.parse_grid(cfg, args.grid)
+        rep = sweep.run(cfg, grid, args.output or build_dir("sweep"), models=args.models,
+                        machine=args.machine, mix_steps=args.mix_steps,
+                        scheduler=args.scheduler, workers=args.workers, synth=args.synth,
+                        accuracy=args.accuracy, progress=None if args.quiet else sys.stderr)
+    except sweep.SweepError as e:
+        raise UserError(str(e)) from None
+    print(_dump(rep) if args.json else sweep.format_text(rep), flush=True)
+    return 1 if rep["failed"] else 0
+
+
 def cmd_results(args) -> int:
     from . import results
     try:
@@ -863,6 +880,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("sweep", help="dstar report's models over a grid of configurations on a "
+                       "Dask cluster: JSON rows and a Pareto plot (area, latency, energy, "
+                       "accuracy)")
+    _add_config_args(p, workload=True)
+    p.add_argument("--grid", action="append", default=[], metavar="AXIS=V1,V2",
+                   help="values of one axis (repeatable; the points are every combination): a "
+                   "config field (tau, token_tile, refresh_linear, refresh_attn, theta, ...), "
+                   "array=ROWSxCOLS or a machine field (hbm_tbs, cores, ...)")
+    p.add_argument("--models", type=lambda s: [m for m in s.split(",") if m],
+                   help="comma-separated models (default: the paper's seven)")
+    p.add_argument("--machine", action="append", default=[], metavar="KEY=VALUE",
+                   help="machine field of every point (as dstar report's)")
+    p.add_argument("--mix-steps", type=_pos_int, default=50,
+                   help="DDIM steps of the golden run the mix is measured on (default: 50)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="the Dask scheduler to run on (default: a local cluster)")
+    p.add_argument("--workers", type=_pos_int,
+                   help="the local cluster's worker processes (default: one per core)")
+    p.add_argument("--synth", action="store_true",
+                   help="synthesize each configuration's FMDQ PE array for its area (Yosys, "
+                   "minutes each) instead of estimating it")
+    p.add_argument("--accuracy", action="store_true",
+                   help="also each configuration's PSNR vs FP32 (three golden sampling runs at "
+                   "the config's steps and samples)")
+    p.add_argument("-o", "--output", type=_path, metavar="DIR",
+                   help="the sweep folder: rows.jsonl, sweep.json, pareto.png (default: "
+                   "build/sweep); a sweep run again on it evaluates only the missing points")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("results", help="render docs/results.md from the benchmark commands' "
                        "stored JSON (docs/results/); --run NAME measures a section again")
