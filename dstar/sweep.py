@@ -455,6 +455,9 @@ def run(cfg, grid: dict, folder, *, models=None, machine=(), mix_steps: int = 50
     from .report import PAPER_SEVEN, resolve_models
     from .report_machine import ReportError, parse_machine
     from .sweep_plot import pareto_png
+    if mix_steps < 2:
+        raise SweepError(f"--mix-steps {mix_steps}: the mix needs at least 2 steps (a reuse "
+                         "step of attention besides the key step)")
     try:
         parse_machine(machine)
         shapes = resolve_models(list(models or PAPER_SEVEN))

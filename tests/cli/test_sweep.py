@@ -58,6 +58,12 @@ def test_bad_grid_refused_in_one_line_naming_the_value(spec, word, capsys, tmp_p
     assert not (tmp_path / "s").exists()
 
 
+def test_a_mix_without_a_reuse_step_refused(tmp_path, capsys):
+    assert main(["sweep", "--mix-steps", "1", "-o", str(tmp_path / "s")]) == 2
+    assert capsys.readouterr().err == ("dstar: error: --mix-steps 1: the mix needs at least 2 "
+                                       "steps (a reuse step of attention besides the key step)\n")
+
+
 def test_too_many_points_refused():
     with pytest.raises(sweep.SweepError, match="10201 points"):
         sweep.parse_grid(load_config(), [f"cores={','.join(map(str, range(1, 102)))}",
@@ -208,15 +214,16 @@ def test_progress_bar():
 
 @pytest.mark.slow
 def test_measured_sweep_on_the_bundled_dit(tmp_path, capsys):
-    """The real configuration task: the mix measured on one step of the bundled DiT, the
-    estimated area and a tiny accuracy run, on a two-worker local cluster."""
-    code = main(["--build-dir", str(tmp_path / "b"), "sweep", "--preset", "tiny", "--set",
-                 "steps=3", "--set", "samples=1", "--mix-steps", "1", "--grid",
+    """The real configuration task: the mix measured on two steps of the bundled DiT (the
+    default preset: the mix's attention needs its 256-token heads), the estimated area and a
+    short accuracy run, on a two-worker local cluster (about 3 minutes)."""
+    code = main(["--build-dir", str(tmp_path / "b"), "sweep", "--set", "steps=3", "--set",
+                 "samples=1", "--mix-steps", "2", "--grid",
                  "hbm_tbs=0.5,1.5", "--models", "dit-xl-256", "--workers", "2", "--accuracy",
                  "-o", str(tmp_path / "s"), "--json", "--quiet"])
     assert code == 0
     rep = json.loads(capsys.readouterr().out)
     slow_bw, fast_bw = rep["points"]
-    assert slow_bw["mix"]["source"].startswith("golden run of the bundled DiT (digits), 1 ")
+    assert slow_bw["mix"]["source"].startswith("golden run of the bundled DiT (digits), 2 ")
     assert fast_bw["latency_s"] <= slow_bw["latency_s"]
     assert fast_bw["psnr_vs_fp32_db"] == slow_bw["psnr_vs_fp32_db"] > 10
