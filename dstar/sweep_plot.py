@@ -2,7 +2,8 @@
 side by side, each a figure of the sweep's points against their PE-array area: latency per
 image, energy per image and, when the sweep measured it, PSNR vs FP32. A point on the Pareto
 front (``sweep.pareto``: area, latency, energy and accuracy together) is a disc, any other a
-ring, each labelled with its row number in ``sweep.format_text``'s table. Drawn from the summary
+ring, each labelled with its row number in ``sweep.format_text``'s table (points on one pixel
+share a marker, filled if one of them is on the front, and a label "1,3"). Drawn from the summary
 dict alone (``sweep.json``), so a stored sweep renders again to the same bytes."""
 
 import math
@@ -21,7 +22,7 @@ LEFT, TOP, RIGHT_PAD, BOTTOM_PAD = 70, 40, 20, 50
 
 def panels(summary: dict) -> list[tuple[str, str, float]]:
     """``(row key, title, scale)`` of each panel: the y of a point is ``row[key] * scale``."""
-    out = [("latency_s", "LATENCY (MS)", 1e3), ("energy_j", "ENERGY (MJ)", 1e3)]
+    out = [("latency_s", "LATENCY PER IMAGE (S)", 1.0), ("energy_j", "ENERGY PER IMAGE (J)", 1.0)]
     if summary.get("accuracy"):
         out.append(("psnr_vs_fp32_db", "PSNR VS FP32 (DB)", 1.0))
     return out
@@ -72,10 +73,15 @@ def _panel(img, x0: int, rows: list, key: str, title: str, scale: float, front: 
     vline(img, left, top, bottom, BLACK)
     draw_text(img, left, 10, title)
     draw_text(img, (left + right - text_width("AREA (MM2)")) // 2, HEIGHT - 20, "AREA (MM2)")
+    at: dict[tuple, list] = {}                 # points on one pixel share a marker
     for i, x, y in pts:
-        c, r = px(x, y)
-        marker(img, c, r, i in front)
-        draw_text(img, c + MARKER_RADIUS + 2, r - MARKER_RADIUS - 10, str(i + 1))
+        at.setdefault(px(x, y), []).append(i)
+    for (c, r), idx in at.items():
+        marker(img, c, r, any(i in front for i in idx))
+        label = ",".join(str(i + 1) for i in idx)
+        right = c + MARKER_RADIUS + 2 + text_width(label) < x0 + PANEL_W
+        draw_text(img, c + MARKER_RADIUS + 2 if right else c - MARKER_RADIUS - 2
+                  - text_width(label), r - MARKER_RADIUS - 10, label)
 
 
 def pareto_image(summary: dict) -> np.ndarray:
