@@ -166,15 +166,25 @@ def point_parts(cfg, point: dict, machine=()) -> tuple:
 
 def grid_points(cfg, grid: dict, machine=()) -> list[dict]:
     """The cartesian product of ``grid`` as point dicts (axis -> value, in grid order), each
-    point's configuration checked whole (``SweepError`` names a point no configuration holds)."""
+    point's configuration checked whole (``SweepError`` names a point no configuration holds,
+    or one whose memories cannot hold the bundled DiT's heads, which the mix measures)."""
+    from dstar.golden.dit import load_weights
+
     from .config import ConfigError, Encoding
     points = [dict(zip(grid, vals, strict=True)) for vals in itertools.product(*grid.values())]
+    shape = load_weights(workload=cfg.workload)[0]
+    n, dh = shape.tokens, shape.hidden // shape.heads
     for pt in points:
         try:
             c, _ = point_parts(cfg, pt, machine)
             c.replace(encoding=Encoding.FMDQ)
         except ConfigError as e:
             raise SweepError(f"--grid: the point {_name(pt)}: {e}") from None
+        if c.max_tokens < n or c.head_dim != dh:      # report_mix's attention would fail
+            raise SweepError(f"the point {_name(pt)}: the mix runs the bundled DiT's attention "
+                             f"heads (N={n}, Dh={dh}), which need max_tokens >= {n} and "
+                             f"head_dim = {dh}; got max_tokens={c.max_tokens}, "
+                             f"head_dim={c.head_dim}")
     return points
 
 

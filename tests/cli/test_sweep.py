@@ -64,6 +64,12 @@ def test_a_mix_without_a_reuse_step_refused(tmp_path, capsys):
                                        "steps (a reuse step of attention besides the key step)\n")
 
 
+def test_a_configuration_the_mix_cannot_run_refused(tmp_path, capsys):
+    assert main(["sweep", "--preset", "tiny", "--grid", "tau=0,1", "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the point tau=0:" in err and "max_tokens=32" in err, err
+
+
 def test_too_many_points_refused():
     with pytest.raises(sweep.SweepError, match="10201 points"):
         sweep.parse_grid(load_config(), [f"cores={','.join(map(str, range(1, 102)))}",
@@ -90,7 +96,7 @@ def _run(cfg, grid, folder, scheduler, **kw):
 
 
 def test_two_workers_keep_a_failed_point_apart_and_give_the_reports_figures(cluster, tmp_path):
-    cfg = load_config(None, "tiny")
+    cfg = load_config()
     grid = sweep.parse_grid(cfg, ["tau=0,1,3", "hbm_tbs=0.5,1.5"])
     rep, bar = _run(cfg, grid, tmp_path / "s", cluster.scheduler_address)
     pts = rep["points"]
@@ -118,7 +124,7 @@ def test_two_workers_keep_a_failed_point_apart_and_give_the_reports_figures(clus
 
 
 def test_an_interrupted_sweep_resumes_without_redoing_finished_points(cluster, tmp_path):
-    cfg = load_config(None, "tiny")
+    cfg = load_config()
     grid = sweep.parse_grid(cfg, ["tau=0,1,3", "hbm_tbs=0.5,1.5"])
     first, _ = _run(cfg, grid, tmp_path / "s", cluster.scheduler_address)
     rows = tmp_path / "s" / "rows.jsonl"
@@ -146,11 +152,11 @@ def test_cli_on_a_local_two_worker_cluster(tmp_path, capsys):
     """The command as a user runs it, on a ``LocalCluster``, with the real configuration task
     and a mix seeded into the build folder's cache (measuring it takes minutes)."""
     build = tmp_path / "b"
-    cfg = load_config(None, "tiny").replace(encoding=Encoding.FMDQ)
+    cfg = load_config().replace(encoding=Encoding.FMDQ)
     cache = build / "report" / f"mix-digits-{mix_key(cfg, 'digits', 50)}.json"
     cache.parent.mkdir(parents=True)
     cache.write_text(json.dumps(fake_mix().rep))
-    code = main(["--build-dir", str(build), "sweep", "--preset", "tiny", "--grid",
+    code = main(["--build-dir", str(build), "sweep", "--grid",
                  "array=32x32,64x64", "--models", "dit-xl-256", "--workers", "2", "-o",
                  str(tmp_path / "s"), "--json", "--quiet"])
     assert code == 0
