@@ -141,6 +141,9 @@ def parse_grid(cfg, specs) -> dict:
         if len({repr(v) for v in parsed}) < len(parsed):
             raise SweepError(f"--grid {axis}: a value given twice in {text!r}")
         grid[axis] = parsed
+    both = [a for a in ("rows", "cols") if a in grid]
+    if "array" in grid and both:
+        raise SweepError(f"--grid: array sets rows and cols; it cannot be swept with {both[0]}")
     n = math.prod(len(v) for v in grid.values())
     if n > MAX_POINTS:
         sizes = " x ".join(f"{len(v)} {a}" for a, v in grid.items())

@@ -70,10 +70,12 @@ def test_a_configuration_the_mix_cannot_run_refused(tmp_path, capsys):
     assert err.count("\n") == 1 and "the point tau=0:" in err and "max_tokens=32" in err, err
 
 
-def test_too_many_points_refused():
+def test_too_many_points_and_two_axes_of_one_field_refused():
     with pytest.raises(sweep.SweepError, match="10201 points"):
         sweep.parse_grid(load_config(), [f"cores={','.join(map(str, range(1, 102)))}",
                                          f"sram_kb={','.join(map(str, range(101)))}"])
+    with pytest.raises(sweep.SweepError, match="cannot be swept with cols"):
+        sweep.parse_grid(load_config(), ["array=32,64", "cols=16"])
 
 
 def test_grid_values_and_points():
@@ -207,6 +209,22 @@ def test_plot_has_a_panel_per_objective_and_marks_the_front():
     assert img.shape[1] == 3 * PANEL_W
     assert pareto_image({**summary, "accuracy": False}).shape[1] == 2 * PANEL_W
     assert (pareto_image({**summary, "pareto": [0, 1]}) != img).any()    # disc vs ring
+
+
+def test_area_per_mac_estimated_or_synthesized(monkeypatch):
+    """The FMDQ PE array's logic and weight window per MAC of its arrays: from the estimate, or
+    from ``areas`` (Yosys) with ``synth`` (here a stand-in for the synthesis)."""
+    from dstar.synth import fmdq_efficiency as fe
+    cfg = load_config()                               # 2 arrays of 8 tokens x 8 columns
+    est = fe.estimate(cfg)
+    got = sweep.pe_area_per_mac(cfg)
+    assert got["um2_per_mac"] == pytest.approx((est["pe_logic"] + est["weight_window"]) / 128)
+    assert got["source"].startswith("estimated")
+    parts = {k: 1000.0 for k in est} | {"pe_logic": 64000.0, "weight_window": 12800.0}
+    monkeypatch.setattr(fe, "areas", lambda c: {"parts_um2": parts})
+    got = sweep.pe_area_per_mac(cfg.replace(token_tile=4), synth=True)
+    assert got == {"um2_per_mac": 76800.0 / 64, "source": got["source"]}
+    assert got["source"].startswith("synthesized")
 
 
 def test_progress_bar():
