@@ -321,11 +321,22 @@ def read_rows(path) -> dict:
     return out
 
 
+def _plain(v):
+    """``v`` with every non-finite float as None (JSON has no NaN or infinity)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    return v
+
+
 def append_row(path, row: dict) -> None:
-    """Append ``row`` as one line, in one ``write`` (then ``fsync``): a row is in the file
-    whole or, cut by a kill, dropped by ``read_rows``."""
+    """Append ``row`` (non-finite numbers as null) as one line, in one ``write`` (then
+    ``fsync``): a row is in the file whole or, cut by a kill, dropped by ``read_rows``."""
     from .outputs import OutputError
-    line = (json.dumps(row, sort_keys=True, allow_nan=False) + "\n").encode()
+    line = (json.dumps(_plain(row), sort_keys=True, allow_nan=False) + "\n").encode()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         try:

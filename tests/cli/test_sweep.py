@@ -195,8 +195,8 @@ def test_rows_file_cut_line_dropped_and_a_foreign_file_refused(tmp_path):
     path.write_bytes(path.read_bytes() + b'{"key": "c", "sta')
     assert {k: r["status"] for k, r in sweep.read_rows(path).items()} == {"a": "ok", "b": "ok"}
     assert path.read_bytes().endswith(b"\n")          # the next row starts a line
-    with pytest.raises(ValueError):                   # NaN is not JSON: no such row written
-        sweep.append_row(path, {"key": "d", "x": float("nan")})
+    sweep.append_row(path, {"key": "d", "x": [float("nan"), {"y": float("inf")}]})
+    assert sweep.read_rows(path)["d"]["x"] == [None, {"y": None}]     # JSON, no NaN
     path.write_text("hello\n")
     with pytest.raises(sweep.SweepError, match="line 1 is not a sweep row"):
         sweep.read_rows(path)
