@@ -20,8 +20,9 @@ machine (``report_machine.Machine``'s fields, with ``array`` for its PE array ``
 
 The work of one configuration (``measure_config``: mix, area, accuracy) is one Dask task that its
 points depend on; each point is a task of its own. The cluster is a ``LocalCluster`` of
-``workers`` single-threaded processes, or the one at ``scheduler``; its workers use their own
-build folder (a local cluster's inherit ``--build-dir``).
+``workers`` single-threaded processes, or the one at ``scheduler`` (whose workers need dstar
+installed: the tasks are this module's functions); its workers use their own build folder (a
+local cluster's inherit ``--build-dir``).
 
 Outputs in the sweep folder (``run``): ``rows.jsonl``, one JSON row per point, appended as each
 point ends (a row is one ``write`` of a whole line; a partial last line, from a kill during the
@@ -390,6 +391,12 @@ class Progress:
         return (f"sweep [{'#' * filled}{'.' * (self.WIDTH - filled)}] {self.done}/{self.total} "
                 f"points, {self.failed} failed, {time.monotonic() - self.t0:.0f} s")
 
+    def begin(self, rows_path) -> None:
+        """Say how many points an earlier run finished and how many are left."""
+        if self.done:
+            self._say(f"sweep: {self.done} of {self.total} points already in {rows_path}; "
+                      f"{self.total - self.done} to evaluate", True)
+
     def update(self, row: dict) -> None:
         self.done += 1
         if row["status"] != "ok":
@@ -500,6 +507,7 @@ def run(cfg, grid: dict, folder, *, models=None, machine=(), mix_steps: int = 50
         rows = read_rows(rows_path)
         todo = [j for j in jobs if rows.get(j[0], {}).get("status") != "ok"]
         bar = Progress(len(jobs), len(jobs) - len(todo), progress)
+        bar.begin(rows_path)
         run_id = uuid.uuid4().hex[:12]
         if todo:
             with _client(scheduler, workers) as client:

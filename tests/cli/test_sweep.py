@@ -136,8 +136,9 @@ def test_an_interrupted_sweep_resumes_without_redoing_finished_points(cluster, t
     # Killed while writing a row: the last ok row half written, after the others.
     rows.write_bytes(b"".join(line for i, line in enumerate(lines) if i != ok[-1])
                      + lines[ok[-1]][:25])
-    second, _ = _run(cfg, grid, tmp_path / "s", cluster.scheduler_address)
+    second, bar = _run(cfg, grid, tmp_path / "s", cluster.scheduler_address)
     assert second["resumed"] == 3 and second["failed"] == 2
+    assert bar.startswith(f"sweep: 3 of 6 points already in {rows}; 3 to evaluate\n")
     again = {p["key"] for p in second["points"] if p["run"] == second["run"]}
     assert lost in again and len(again) == 3          # the lost row and the two failed points
     for p in second["points"]:
