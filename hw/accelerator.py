@@ -18,8 +18,9 @@ from dstar.config import Config, Encoding
 from .attention import AttentionEngine
 from .attention.layouts import memory_layouts
 from .encoder import row_layouts
-from .fmdq.geometry import FmdqGeometry
+from .fmdq.geometry import FmdqGeometry, attention_array_args
 from .fmdq.linear import FmdqLinear, sub_pair_layout, sub_word_layout
+from .fmdq.pe_array import FmdqPEArray
 from .geometry import COUNTER_BITS, AttentionGeometry, uwidth
 from .layouts import weight_row_layout
 from .linear import LinearLayer
@@ -239,8 +240,7 @@ class Accelerator(wiring.Component):
 
     def __init__(self, cfg: Config):
         self._cfg = cfg
-        # FMDQ's linear datapath has its own SIMD-4 arrays; attention keeps v1's arrays.
-        self._lin = FmdqLinear(cfg) if _fmdq(cfg) else LinearLayer(cfg, shared=True)
+        self._lin = FmdqLinear(cfg, shared=True) if _fmdq(cfg) else LinearLayer(cfg, shared=True)
         self._att = AttentionEngine(cfg, shared=True)
         w = data_bits(cfg)
         super().__init__({
@@ -286,12 +286,12 @@ class Accelerator(wiring.Component):
             counters={n: Signal(COUNTER_BITS, name=f"count_{n}") for n in COUNTERS[:3]},
             arrays=[], out_empty=Signal())
         for a in range(cfg.n_arrays):
-            arr = PEArray(geo, host_writes=True)
-            m.submodules[f"array_{a}"] = arr
-            if _fmdq(self._cfg):
-                _share(m, arr, [att.pe[a]], Const(0, 1))
+            if _fmdq(cfg):      # the SIMD-4 arrays, with the attention's options
+                arr = FmdqPEArray(**attention_array_args(cfg, True), host_writes=True)
             else:
-                _share(m, arr, [lin.pe[a], att.pe[a]], st.mode_att)
+                arr = PEArray(geo, host_writes=True)
+            m.submodules[f"array_{a}"] = arr
+            _share(m, arr, [lin.pe[a], att.pe[a]], st.mode_att)
             st.arrays.append(arr)
         m.d.comb += [self.busy.eq(st.state != _IDLE), self.key.eq(att.key)]
         self._commands(m, st)
@@ -450,13 +450,12 @@ class Accelerator(wiring.Component):
             att.host_slot_we.eq(beat & (mem == Mem.SLOT)),
             att.host_slot_wdata.eq(word("SLOT")),
         ]
-        y_row = y_row_layout(st.geo).size
+        y_row = Shape.cast(words["Y"]).width // cfg.n_arrays
         y_load = beat & (mem == Mem.Y)
-        if fmdq:                                  # a saved Y restored (FmdqLinear's port)
-            m.d.comb += [lin.host_y_we.eq(y_load), lin.host_y_wdata.eq(word("Y"))]
         for a, arr in enumerate(st.arrays):       # a saved Y restored (the arrays' own port)
-            m.d.comb += [arr.host_y_we.eq(0 if fmdq else y_load), arr.host_y_waddr.eq(addr),
-                         arr.host_y_wdata.eq(d.word_select(a, y_row))]
+            m.d.comb += [arr.host_y_we.eq(y_load), arr.host_y_wdata.eq(d.word_select(a, y_row))]
+            if not fmdq:                          # (FMDQ's arrays: host_y_addr, in _reads)
+                m.d.comb += arr.host_y_waddr.eq(addr)
         with m.If(beat):
             m.d.sync += [addr.eq(addr + 1), st.left.eq(st.left - 1)]
             with m.If(st.left == 1):
@@ -471,8 +470,13 @@ class Accelerator(wiring.Component):
         inflight, issue = Signal(), Signal()
         m.d.comb += issue.eq((st.state == _READ) & (left != 0)
                              & (out_q.level + inflight < _OUT_DEPTH))
-        m.d.comb += [lin.host_y_addr.eq(addr),
-                     att.host_o_addr.eq(addr), att.host_res_addr.eq(addr),
+        y_rd = [arr.host_y_rdata for arr in st.arrays]
+        if _fmdq(self._cfg):
+            m.d.comb += [arr.host_y_addr.eq(addr) for arr in st.arrays]
+        else:
+            m.d.comb += lin.host_y_addr.eq(addr)
+            y_rd = [lin.host_y_rdata[a] for a in range(self._cfg.n_arrays)]
+        m.d.comb += [att.host_o_addr.eq(addr), att.host_res_addr.eq(addr),
                      att.host_mask_addr.eq(addr), att.host_slot_addr.eq(addr)]
         mask_q = Signal.like(att.host_mask_rdata)
         slot_q = Signal.like(att.host_slot_rdata)
@@ -487,8 +491,7 @@ class Accelerator(wiring.Component):
                 with m.Case(Mem.STATE):
                     m.d.comb += rdata.eq(lin.host_state_rdata)
             with m.Case(Mem.Y):
-                m.d.comb += rdata.eq(Cat(*(lin.host_y_rdata[a]
-                                           for a in range(self._cfg.n_arrays))))
+                m.d.comb += rdata.eq(Cat(*y_rd))
             with m.Case(Mem.O):
                 m.d.comb += rdata.eq(att.host_o_rdata.as_unsigned())
             with m.Case(Mem.RES):

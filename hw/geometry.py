@@ -23,7 +23,7 @@ owns element ``l`` of each group (``k = j*G + l``).
 from dataclasses import dataclass
 from typing import ClassVar
 
-from dstar.config import Config, ConfigError, Datapath, bits_signed
+from dstar.config import Config, ConfigError, Datapath, Encoding, bits_signed
 from dstar.golden.attention import THETA_BITS
 from dstar.golden.dispatch import STRATEGIES
 from dstar.golden.softmax import MANT_BITS, RECIP_BITS, SHIFT_MAX, sum_bits
@@ -427,6 +427,8 @@ class AttentionGeometry:
             raise ConfigError(f"block_k={cfg.block_k} must be <= k_tile={cfg.k_tile} (one V "
                               f"tile holds a key block)")
         self._check_attention_sums()
+        if self.fmdq:
+            self._check_fmdq()
         # A lane's PV partial sum runs over a key block's groups, a reduction over its keys.
         w_max = self.w_max
         if bits_signed(128 * w_max * self.kg_per_block) > lin.psum_bits:
@@ -437,6 +439,30 @@ class AttentionGeometry:
             raise ConfigError(f"block_k={cfg.block_k}: a PV tile's sum (up to "
                               f"{128 * w_max * cfg.block_k}) overflows the PE array's "
                               f"{lin.tile_sum_bits}-bit tile sums")
+
+    def _check_fmdq(self) -> None:
+        """``ConfigError`` for what QK^T and PV on the FMDQ arrays cannot map: a Q word holds
+        a token tile's rows, a P bank one row of each tile, a unit's channels fit the weight
+        window and its sum the PE accumulator, and no unit is shorter than its write-out."""
+        cfg = self.cfg
+        t, w = cfg.token_tile, cfg.sort_window
+        if t & (t - 1):
+            raise ConfigError(f"token_tile={t} must be a power of two for attention on the FMDQ "
+                              f"arrays (a query row's P bank is its low bits)")
+        if cfg.block_q % t:
+            raise ConfigError(f"block_q={cfg.block_q} must be a multiple of token_tile={t}")
+        if cfg.head_dim % 4:
+            raise ConfigError(f"head_dim={cfg.head_dim} must be a multiple of 4 (SIMD-4 groups)")
+        if max(cfg.head_dim, cfg.block_k) > w:
+            raise ConfigError(f"head_dim={cfg.head_dim} and block_k={cfg.block_k} must be <= "
+                              f"sort_window={w} (a K^T or V tile fills the weight window)")
+        if min(cfg.head_dim, cfg.group) < t:
+            raise ConfigError(f"head_dim={cfg.head_dim} and group={cfg.group} must be >= "
+                              f"token_tile={t} (a unit no shorter than its write-out)")
+        if cfg.group * 255 > w * 128:
+            raise ConfigError(f"group={cfg.group}: a PV unit (group keys of 255 * 128) "
+                              f"overflows the PE accumulators of sort_window={w}; group <= "
+                              f"{w * 128 // 255} fits")
 
     def _check_attention_sums(self) -> None:
         """``ConfigError`` naming the field that sets the attention sum too wide for the
@@ -605,12 +631,33 @@ class AttentionGeometry:
         return self.n_kg * self.cfg.group * self.n_cp
 
     @property
+    def fmdq(self) -> bool:
+        """The engine runs on FMDQ PE arrays (``encoding = "fmdq"``,
+        ``dstar.hw.attention.fmdq_tile_runner``)."""
+        return self.cfg.encoding is Encoding.FMDQ
+
+    @property
+    def q_tokens(self) -> int:
+        """Query rows per Q word: a token tile's (FMDQ: ``token_tile`` rows x 4 dimensions a
+        word) or one (``G`` dimensions of one row)."""
+        return self.cfg.token_tile if self.fmdq else 1
+
+    @property
     def q_depth(self) -> int:
+        if self.fmdq:
+            return -(-self.n_max // self.q_tokens) * (self.cfg.head_dim // 4)
         return self.n_max * self.rows_q
 
     @property
+    def p_banks(self) -> int:
+        """P memories: FMDQ's PV reads a token tile's rows at once, row ``i`` of a query block
+        in bank ``i mod token_tile``."""
+        return self.q_tokens
+
+    @property
     def p_depth(self) -> int:
-        return self.cfg.block_q * self.n_kg
+        """Words of each P bank."""
+        return self.cfg.block_q // self.p_banks * self.n_kg
 
     @property
     def o_depth(self) -> int:
@@ -645,7 +692,7 @@ class AttentionGeometry:
                           self.res_depth, self.mask_depth, self.cfg.attn_slots))
 
     def to_dict(self) -> dict:
-        names = ["block_cols", "n_max", "rows_q", "n_kc", "n_cp", "n_kg", "nqb", "nkb",
+        names = ["block_cols", "n_max", "rows_q", "q_tokens", "n_kc", "n_cp", "n_kg", "nqb", "nkb",
                  "kc_per_block", "kg_per_block", "bank_bits", "logit_bits", "pv_acc_bits",
                  "kt_depth", "v_depth", "q_depth", "p_depth", "o_depth", "res_depth",
                  "mask_depth", "b_bits", "mass_bits"]

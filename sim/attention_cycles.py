@@ -125,6 +125,9 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int, picks=None) -> Attention
         nonlocal busy, count_qk
         count_qk += len(sel)
         n_chunks = sum(-(-k_lens[j] // bc) for j in sel)
+        if ag.fmdq:
+            busy += n_chunks * -(-rows // cfg.token_tile) * dh
+            return fmdq_tile_cycles(cfg, rows, [dh] * n_chunks, pv=False)
         busy += n_chunks * rows * 2 * rows_q
         return tile_phase([dh] * n_chunks, [rows * 2 * rows_q] * n_chunks)
 
@@ -132,6 +135,9 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int, picks=None) -> Attention
         nonlocal busy, count_pv
         count_pv += len(sel)
         ngs = [-(-k_lens[j] // g) for j in sel] * n_cp
+        if ag.fmdq:
+            busy += sum(-(-rows // cfg.token_tile) * ng * g for ng in ngs)
+            return fmdq_tile_cycles(cfg, rows, [k_lens[j] for j in sel] * n_cp, pv=True)
         busy += sum(rows * 2 * ng for ng in ngs)
         return tile_phase([ng * g for ng in ngs], [rows * 2 * ng for ng in ngs])
 

@@ -34,6 +34,7 @@ class HeadImage:
         self.mt, self.n_arr = cfg["m_tile"], cfg["n_arrays"]
         self.bc = self.mt * self.n_arr
         self.n_kc, self.n_cp, self.rows_q = geo["n_kc"], geo["n_cp"], geo["rows_q"]
+        self.q_tokens = geo.get("q_tokens", 1)
         self.n_max, self.nqb = geo["n_max"], geo["nqb"]
         self.bq, self.bk = cfg["block_q"], cfg["block_k"]
 
@@ -41,10 +42,20 @@ class HeadImage:
         return int_array(name, x, shape)
 
     def q_words(self, q) -> dict[int, int]:
+        """Q (N, Dh) -> {address: word}: per row its lane groups of ``G`` dimensions, or with
+        the FMDQ arrays (``q_tokens`` rows a word) per token tile its groups of 4 dimensions."""
         q = self._check("q", q, (self.n, self.dh))
-        return {i * self.rows_q + r: pack(q[i, r * self.g:(r + 1) * self.g],
-                                          self.lays["q_word"], f"q row {i}")
-                for i in range(self.n) for r in range(self.rows_q)}
+        t = self.q_tokens
+        if t == 1:
+            return {i * self.rows_q + r: pack(q[i, r * self.g:(r + 1) * self.g],
+                                              self.lays["q_word"], f"q row {i}")
+                    for i in range(self.n) for r in range(self.rows_q)}
+        n_tt, n_cg = -(-self.n // t), self.dh // 4
+        pad = np.zeros((n_tt * t, self.dh), dtype=np.int64)
+        pad[:self.n] = q
+        return {tt * n_cg + c: pack(pad[tt * t:(tt + 1) * t, 4 * c:4 * c + 4].reshape(-1),
+                                    self.lays["q_word"], f"q tile {tt}")
+                for tt in range(n_tt) for c in range(n_cg)}
 
     def k_words(self, k) -> list[dict[int, int]]:
         """K (N, Dh) -> per array {d * n_kc + kc: word of K^T}."""

@@ -13,10 +13,13 @@ from amaranth.lib.wiring import In, Out
 
 from dstar.config import Config
 
+from ..fmdq.geometry import attention_array_args
+from ..fmdq.pe_array import FmdqPEArray, lend_signature
 from ..geometry import COUNTER_BITS, AttentionGeometry, uwidth
 from ..pe_array import PEArray, pe_array_signature
 from ..softmax import Normalizer, SoftmaxUnit
 from .block_list import BlockList, ListMode
+from .fmdq_tile_runner import FmdqTileRunner
 from .layouts import memory_layouts, p_word_layout
 from .mask_select import MaskSelector
 from .norm import NormSource, NormStage, OutMode, ResMode
@@ -126,6 +129,14 @@ class AttentionEngine(wiring.Component):
     hold every array's word (array ``a``'s at word ``a``), written into the arrays
     ``host_k_we`` / ``host_v_we`` select.
 
+    With ``encoding = "fmdq"`` (``AttentionGeometry.fmdq``) the arrays are the SIMD-4
+    ``FmdqPEArray``s (``hw.fmdq.geometry.attention_array_args``; ``shared``: the ``pe``
+    members are ``hw.fmdq.pe_array.lend_signature``) and the tiles run on ``FmdqTileRunner``
+    as 2-bit-sliced 8-bit units (``golden.fmdq_attention``): a Q word holds 4 dimensions of a
+    token tile's rows (``q_tile_word_layout``, address ``tt * head_dim / 4 + c``) and P lives
+    in ``token_tile`` banks. Results, counters and the phases are the same; the tile phases
+    take ``dstar.sim.attention_cycles.fmdq_tile_cycles``.
+
     Host reads: ``host_o_rdata`` / ``host_res_rdata`` / ``host_mask_rdata`` /
     ``host_slot_rdata`` show the word at ``host_o_addr`` / ``host_res_addr`` one cycle after
     the address (the mask and the slot counter in the same cycle), valid only while ``busy``
@@ -178,12 +189,18 @@ class AttentionEngine(wiring.Component):
             "host_mask_rdata": Out(Shape.cast(lays["mask_word"]).width),
             "host_slot_addr": In(uwidth(cfg.attn_slots)),
             "host_slot_rdata": Out(Shape.cast(lays["slot_word"]).width),
-            **({"pe": Out(pe_array_signature(ag.lin, driver=True)).array(n_arr)} if shared else {}),
+            **({"pe": Out(self._lend_signature()).array(n_arr)} if shared else {}),
         })
 
     @property
     def geometry(self) -> AttentionGeometry:
         return self._ag
+
+    def _lend_signature(self):
+        """The ``pe`` members' signature (``shared``): the arrays the owner lends."""
+        if self._ag.fmdq:
+            return lend_signature(attention_array_args(self._ag.cfg, True))
+        return pe_array_signature(self._ag.lin, driver=True)
 
     def layouts(self) -> dict:
         """The host-visible memory words (``params.json`` ``attention.layouts``)."""
@@ -197,8 +214,15 @@ class AttentionEngine(wiring.Component):
                                                  max_row=ag.n_max)
         m.submodules.normalizer = nrm = Normalizer(cfg, max_row=ag.n_max,
                                                    acc_bits=ag.pv_acc_bits)
+        fmdq = ag.fmdq
+        if fmdq:
+            arr_args = attention_array_args(cfg, self._shared)
+            runner = FmdqTileRunner(ag, **{k: arr_args[k] for k in ("tokens", "window",
+                                                                     "channel_bits", "y_depth")})
+        else:
+            runner = TileRunner(ag)
         parts = {
-            "tr": TileRunner(ag), "feed": SoftmaxFeed(ag), "sel": MaskSelector(ag),
+            "tr": runner, "feed": SoftmaxFeed(ag), "sel": MaskSelector(ag),
             "ns": NormStage(ag), "rcp": SelReciprocal(ag),
             "lst_a": BlockList(ag), "lst_c": BlockList(ag),
         }
@@ -206,20 +230,68 @@ class AttentionEngine(wiring.Component):
                  "ns": "norm", "rcp": "sel_recip", "lst_a": "block_list_0", "lst_c": "block_list_1"}
         for k, part in parts.items():
             m.submodules[names[k]] = part
-        tr, feed, ns = parts["tr"], parts["feed"], parts["ns"]
-        bb = ag.bank_bits
         arrays = list(self.pe) if self._shared else []
         for a in range(0 if self._shared else cfg.n_arrays):
-            arr = PEArray(ag.lin)
+            if fmdq:
+                arr = FmdqPEArray(**arr_args)
+            else:
+                arr = PEArray(ag.lin)
             m.submodules[f"array_{a}"] = arr
             arrays.append(arr)
         mem = self._memories(m)
         st = self._sequencer(m, parts, mem)
+        parts.update(smx=smx, nrm=nrm, st=st)
+        if fmdq:
+            self._wire_fmdq(m, parts, mem, arrays, st)
+        else:
+            self._wire_lanes(m, parts, mem, arrays, st)
 
         # ----- the parts' wiring -----
+        self._wire_common(m, parts, mem)
+        return m
+
+    def _wire_fmdq(self, m, parts, mem, arrays, st):
+        """The tile runner, the FMDQ arrays and the memories they read: the runner's reads
+        held while ``rd_en`` is low, P in ``p_banks`` banks, the accumulators' readers."""
+        ag = self._ag
+        tr, feed, ns = parts["tr"], parts["feed"], parts["ns"]
+        bb, tb = ag.bank_bits, (ag.p_banks - 1).bit_length()
+        m.d.comb += [tr.unit_done.eq(arrays[0].o_unit_done),
+                     tr.base_t.eq(tr.base_i >> tb),
+                     mem["q_rd"].addr.eq(tr.q_addr), mem["q_rd"].en.eq(tr.rd_en),
+                     tr.q_data.eq(mem["q_rd"].data),
+                     tr.o_group.ready.eq(Cat(*[arr.i_op.ready for arr in arrays]).all())]
+        for b, (wr, rd) in enumerate(zip(mem["p_wr"], mem["p_rd"], strict=True)):
+            m.d.comb += [wr.en.eq(feed.p_we & (feed.p_bank == b)), wr.addr.eq(feed.p_addr),
+                         wr.data.eq(feed.p_data), rd.addr.eq(tr.p_addr), rd.en.eq(tr.rd_en),
+                         tr.p_data[b].eq(rd.data)]
+        for a, arr in enumerate(arrays):
+            m.d.comb += [mem["kt_rd"][a].addr.eq(tr.weight_addr),
+                         mem["v_rd"][a].addr.eq(tr.weight_addr),
+                         arr.i_wrow.valid.eq(tr.wrow_valid),
+                         arr.i_wrow.payload.bank.eq(tr.wrow_bank),
+                         arr.i_wrow.payload.row.eq(tr.wrow_row),
+                         arr.i_wrow.payload.w.eq(Mux(tr.pv, mem["v_rd"][a].data,
+                                                     mem["kt_rd"][a].data)),
+                         arr.i_op.valid.eq(tr.o_group.valid),
+                         arr.i_op.payload.eq(tr.o_group.payload),
+                         # As the v1 arrays' two readers: the feeder and NORM in their banks.
+                         arr.rd_addr[0].eq(Cat(feed.y_addr[:bb], st["par"], 0)),
+                         arr.rd_addr[1].eq(Cat(ns.y_addr[:bb], st["n_par"], 1))]
+            for c in range(self._ag.cfg.m_tile):       # element by element: Y rows are wider
+                m.d.comb += [feed.y_data[a][c].eq(arr.rd_data[0][c]),
+                             ns.y_data[a][c].eq(arr.rd_data[1][c])]
+
+    def _wire_lanes(self, m, parts, mem, arrays, st):
+        """The tile runner, v1's PE arrays and the memories they read."""
+        cfg, ag = self._ag.cfg, self._ag
+        tr, feed, ns = parts["tr"], parts["feed"], parts["ns"]
+        bb = ag.bank_bits
+        m.d.comb += [mem["p_wr"][0].en.eq(feed.p_we), mem["p_wr"][0].addr.eq(feed.p_addr),
+                     mem["p_wr"][0].data.eq(feed.p_data)]
         m.d.comb += [tr.pass_done.eq(arrays[0].o_pass_done),
-                     tr.q_data.eq(mem["q_rd"].data), tr.p_data.eq(mem["p_rd"].data),
-                     mem["q_rd"].addr.eq(tr.q_addr), mem["p_rd"].addr.eq(tr.p_addr),
+                     tr.q_data.eq(mem["q_rd"].data), tr.p_data.eq(mem["p_rd"][0].data),
+                     mem["q_rd"].addr.eq(tr.q_addr), mem["p_rd"][0].addr.eq(tr.p_addr),
                      tr.o_token.ready.eq(Cat(*[arr.i_token.ready for arr in arrays]).all())]
         for a, arr in enumerate(arrays):
             m.d.comb += [mem["kt_rd"][a].addr.eq(tr.weight_addr),
@@ -240,6 +312,12 @@ class AttentionEngine(wiring.Component):
             for lane in range(cfg.group):
                 m.d.comb += [arr.i_op[lane].valid.eq(tr.o_op[lane].valid),
                              arr.i_op[lane].payload.eq(tr.o_op[lane].payload)]
+
+    def _wire_common(self, m, parts, mem):
+        """The softmax unit, the normalizer and the memories every variant shares."""
+        ag = self._ag
+        feed, ns = parts["feed"], parts["ns"]
+        smx, nrm, st = parts["smx"], parts["nrm"], parts["st"]
         wiring.connect(m, feed.o_row, smx.i_row)
         wiring.connect(m, feed.o_logit, smx.i_logit)
         wiring.connect(m, smx.o_p, feed.i_p)
@@ -248,8 +326,6 @@ class AttentionEngine(wiring.Component):
         wiring.connect(m, nrm.o, ns.i_norm)
         run = st["run"]
         m.d.comb += [feed.ms_data.eq(mem["ms_rd"].data), mem["ms_rd"].addr.eq(feed.ms_addr),
-                     mem["p_wr"].en.eq(feed.p_we), mem["p_wr"].addr.eq(feed.p_addr),
-                     mem["p_wr"].data.eq(feed.p_data),
                      mem["o_rd"].addr.eq(self.host_o_addr),
                      mem["r_rd"].addr.eq(Mux(run, ns.r_raddr, self.host_res_addr)),
                      ns.r_rdata.eq(mem["r_rd"].data),
@@ -264,7 +340,6 @@ class AttentionEngine(wiring.Component):
             m.d.comb += [mem["r_wr"].addr.eq(self.host_addr),
                          mem["r_wr"].en.eq(Mux(self.host_res_we, (1 << ag.block_cols) - 1, 0)),
                          mem["r_wr"].data.eq(self.host_res_wdata)]
-        return m
 
     def _memories(self, m) -> dict:
         """The host-written inputs, P, the outputs, the residual cache and the masks, with
@@ -298,13 +373,15 @@ class AttentionEngine(wiring.Component):
                      q_wr.data.eq(self.host_q_wdata),
                      ms_wr.en.eq(self.host_ms_we), ms_wr.addr.eq(self.host_addr),
                      ms_wr.data.eq(self.host_ms_wdata)]
-        p_mem = memory("p", p_word_layout(ag), ag.p_depth)
+        p_mems = [memory("p" if ag.p_banks == 1 else f"p_{b}", p_word_layout(ag), ag.p_depth)
+                  for b in range(ag.p_banks)]
         o_mem = memory("o", lays["o_word"], ag.o_depth)
         r_mem = memory("res", lays["res_word"], ag.res_depth)
         k_mem = memory("mask", lays["mask_word"], ag.mask_depth)
         k_host = k_mem.read_port(domain="comb")
         out = {"q_rd": q_rd, "ms_rd": ms_rd, "kt_rd": kt_rd, "v_rd": v_rd,
-               "p_wr": p_mem.write_port(), "p_rd": p_mem.read_port(),
+               "p_wr": [pm.write_port() for pm in p_mems],
+               "p_rd": [pm.read_port() for pm in p_mems],
                "o_wr": o_mem.write_port(granularity=1), "o_rd": o_mem.read_port(),
                "r_wr": r_mem.write_port(granularity=1), "r_rd": r_mem.read_port(),
                "k_wr": k_mem.write_port(),

@@ -2,7 +2,7 @@
 block as units of 2-bit slices (spec section 7.4). Golden twin: ``dstar.golden.fmdq_attention``.
 """
 
-from amaranth import Module, Mux, Signal, signed
+from amaranth import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -10,16 +10,10 @@ from dstar.golden.fmdq import LANES, MAX_SLICES, SLICE_BITS
 
 from ..fmdq.pe_array import group_op_layout
 from ..geometry import AttentionGeometry, uwidth
-from .layouts import block_list_layouts, p_word_layout
+from .layouts import block_list_layouts, p_word_layout, q_tile_word_layout
 from .tile_runner import _Walk
 
-__all__ = ["FmdqTileRunner", "q_tile_word_layout"]
-
-
-def q_tile_word_layout(tokens: int) -> data.ArrayLayout:
-    """A Q word for the FMDQ arrays: the INT8 ``Q`` of ``LANES`` consecutive dimensions for each
-    of a token tile's ``tokens`` rows (element ``[t][i]``: row ``t``, dimension ``i``)."""
-    return data.ArrayLayout(data.ArrayLayout(signed(8), LANES), tokens)
+__all__ = ["FmdqTileRunner"]
 
 
 class FmdqTileRunner(wiring.Component):

@@ -9,7 +9,8 @@ from amaranth.lib import data
 
 from ..geometry import AttentionGeometry, SoftmaxGeometry, uwidth
 
-__all__ = ["ms_layout", "p_word_layout", "memory_layouts", "block_list_layouts"]
+__all__ = ["ms_layout", "p_word_layout", "q_tile_word_layout", "memory_layouts",
+           "block_list_layouts"]
 
 
 def ms_layout() -> data.StructLayout:
@@ -26,6 +27,12 @@ def p_word_layout(ag: AttentionGeometry) -> data.StructLayout:
                               "shift": unsigned(ag.cfg.shift_bits)})
 
 
+def q_tile_word_layout(tokens: int) -> data.ArrayLayout:
+    """A Q word for the FMDQ arrays: the INT8 ``Q`` of 4 consecutive dimensions for each of a
+    token tile's ``tokens`` rows (element ``[t][i]``: row ``t``, dimension ``i``)."""
+    return data.ArrayLayout(data.ArrayLayout(signed(8), 4), tokens)
+
+
 def block_list_layouts(ag: AttentionGeometry) -> tuple[data.ArrayLayout, data.ArrayLayout]:
     """The selected key blocks of a query block, as the engine's parts read them: their
     indices (``0 .. nkb - 1``, ascending) and their lengths (``1 .. block_k``; the last block
@@ -35,13 +42,14 @@ def block_list_layouts(ag: AttentionGeometry) -> tuple[data.ArrayLayout, data.Ar
 
 
 def memory_layouts(ag: AttentionGeometry) -> dict:
-    """The host-visible memory words, by name: Q (``G`` INT8), K^T and V (``m_tile`` INT8),
-    ``(m, sh)``, the output ``O`` and the residual ``R`` (``block_cols`` columns of a row each),
-    the mask (bit ``J``: key block ``J``) and a slot's step counter (``valid``: stepped since
-    the last clear; ``phase``: its calls modulo ``refresh``)."""
+    """The host-visible memory words, by name: Q (``G`` INT8; FMDQ: ``q_tile_word_layout``),
+    K^T and V (``m_tile`` INT8), ``(m, sh)``, the output ``O`` and the residual ``R``
+    (``block_cols`` columns of a row each), the mask (bit ``J``: key block ``J``) and a slot's
+    step counter (``valid``: stepped since the last clear; ``phase``: its calls modulo
+    ``refresh``)."""
     g, mt, bc = ag.cfg.group, ag.cfg.m_tile, ag.block_cols
     return {
-        "q_word": data.ArrayLayout(signed(8), g),
+        "q_word": q_tile_word_layout(ag.q_tokens) if ag.fmdq else data.ArrayLayout(signed(8), g),
         "kt_word": data.ArrayLayout(signed(8), mt),
         "v_word": data.ArrayLayout(signed(8), mt),
         "ms_word": ms_layout(),

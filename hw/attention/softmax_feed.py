@@ -26,7 +26,8 @@ class SoftmaxFeed(wiring.Component):
       address is the key to offer next, so the data in front of the unit always belongs to the
       offered key, stalls included);
     * P words: per group of ``G`` keys the 8-bit mantissas and the group's shift, written with
-      the group's last ``p`` (``p_we``, zeros past a ragged end) at ``row * n_kg + group``;
+      the group's last ``p`` (``p_we``, zeros past a ragged end) at ``row * n_kg + group``
+      (FMDQ: in bank ``p_bank = row mod T`` at ``(row // T) * n_kg + group``);
     * per row the block sums ``b`` of the applied weights ``p << shift`` (two banks by row
       parity, as the next row's ``p`` arrive while the divider works on this row's ``(r,
       L)``); with the row's ``(r, L)`` (``i_sum``) and ``full``, its share ``(b * r) >> L``
@@ -61,7 +62,7 @@ class SoftmaxFeed(wiring.Component):
     ms_addr : Out, ms_data : In(ms_layout())
     o_row, o_logit : Out(stream.Signature(...)), i_p, i_sum : In(stream.Signature(...))
         To and from ``SoftmaxUnit``.
-    p_we : Out(1), p_addr : Out, p_data : Out(p_word_layout)
+    p_we : Out(1), p_addr : Out, p_bank : Out, p_data : Out(p_word_layout)
     mass : Out(data.ArrayLayout(unsigned(mass_bits), nkb))
     b_rows : Out(data.ArrayLayout(data.ArrayLayout(unsigned(b_bits), nkb), block_q))
     max_block : Out(data.ArrayLayout(unsigned(nkb), block_q))
@@ -101,6 +102,7 @@ class SoftmaxFeed(wiring.Component):
             "i_sum": In(stream.Signature(sum_l)),
             "p_we": Out(1),
             "p_addr": Out(uwidth(ag.p_depth)),
+            "p_bank": Out(uwidth(ag.p_banks)),
             "p_data": Out(p_word_layout(ag)),
             "mass": Out(data.ArrayLayout(unsigned(ag.mass_bits), ag.nkb)),
             "b_rows": Out(data.ArrayLayout(data.ArrayLayout(unsigned(ag.b_bits), ag.nkb), bq)),
@@ -273,7 +275,8 @@ class SoftmaxFeed(wiring.Component):
         m.d.comb += pword.shift.eq(i_p.payload.shift)
         for k in range(g):
             m.d.comb += pword.p[k].eq(Mux(p_q == k // lanes, pval[k % lanes], pbuf[k]))
-        m.d.comb += [self.p_addr.eq(p_row * ag.n_kg + p_kg),
+        tb = (ag.p_banks - 1).bit_length()     # FMDQ: row i in bank i mod token_tile
+        m.d.comb += [self.p_addr.eq((p_row >> tb) * ag.n_kg + p_kg), self.p_bank.eq(p_row[:tb]),
                      self.p_we.eq(i_p.valid & group_end)]
         with m.If(i_p.valid):
             for k in range(g):

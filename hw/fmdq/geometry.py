@@ -24,9 +24,9 @@ from dstar.config import Config, ConfigError, bits_signed
 from dstar.golden.fmdq import LANES, MAX_SLICES, SLICE_BITS
 from dstar.golden.fmdq_pe import acc_bits
 
-from ..geometry import uwidth
+from ..geometry import AttentionGeometry, uwidth
 
-__all__ = ["FmdqGeometry", "unit_groups_max"]
+__all__ = ["FmdqGeometry", "unit_groups_max", "attention_array_args"]
 
 
 def unit_groups_max(window: int, e_max: int) -> int:
@@ -125,3 +125,15 @@ class FmdqGeometry:
             "tokens", "window", "columns", "block_cols", "n_tiles_max", "n_win_max", "n_mt_max",
             "channel_bits", "diff_bits", "weight_depth", "y_depth", "y_bits",
             "group_depth")}
+
+
+def attention_array_args(cfg: Config, shared: bool) -> dict:
+    """``FmdqPEArray``'s parameters when the attention engine runs on the arrays
+    (``dstar.hw.attention``): the linear datapath's sizes, accumulators of the engine's four
+    banks (``AttentionGeometry(cfg, shared)``: with ``shared`` they also hold a linear layer's
+    ``Y``), per-token shifts, per-unit row steps and the engine's two readers."""
+    geo = FmdqGeometry(cfg)
+    return dict(tokens=geo.tokens, columns=geo.columns, window=geo.window, e_max=cfg.e_max,
+                channel_bits=geo.channel_bits,
+                y_depth=AttentionGeometry(cfg, shared=shared).lin.y_depth, y_bits=geo.y_bits,
+                token_shifts=True, y_steps=True, readers=2)

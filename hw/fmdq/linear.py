@@ -13,9 +13,9 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..geometry import COUNTER_BITS, uwidth
-from .geometry import FmdqGeometry
+from .geometry import FmdqGeometry, attention_array_args
 from .layouts import slice_group_layout
-from .pe_array import FmdqPEArray
+from .pe_array import FmdqPEArray, lend_signature
 from .quant_unit import QuantUnit
 
 __all__ = ["FmdqLinear", "sub_word_layout", "sub_pair_layout", "group_entry_layout"]
@@ -95,11 +95,27 @@ class FmdqLinear(wiring.Component):
     ``host_y_addr`` (read one cycle later; ``host_y_we`` writes a whole row of a column block,
     array ``a``'s at element ``a * m_tile``); only while ``busy`` is low. Reset stops a run;
     the memories keep their contents.
+
+    With ``shared`` the layer owns no PE arrays: it drives the ``pe`` members
+    (``hw.fmdq.pe_array.lend_signature`` of ``hw.fmdq.geometry.attention_array_args(cfg,
+    True)``: the arrays the attention engine also runs on) that the owner
+    (``dstar.hw.accelerator.Accelerator``) lends it, and has no ``host_y_*`` ports (the owner
+    reads and writes ``Y`` through the arrays' own).
     """
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, *, shared: bool = False):
         self._geo = geo = FmdqGeometry(cfg)
+        self._shared = shared
         y_row = data.ArrayLayout(signed(geo.y_bits), geo.columns).size
+        host_y = {
+            "host_y_addr": In(uwidth(geo.y_depth)),
+            "host_y_rdata": Out(y_row).array(cfg.n_arrays),
+            "host_y_we": In(1),
+            "host_y_wdata": In(y_row * cfg.n_arrays),
+        }
+        if shared:
+            lend = lend_signature(attention_array_args(cfg, True))
+            host_y = {"pe": Out(lend).array(cfg.n_arrays)}
         super().__init__({
             "start": In(1),
             "key": In(1),
@@ -119,10 +135,7 @@ class FmdqLinear(wiring.Component):
             "host_w_addr": In(uwidth(geo.weight_depth)),
             "host_w_we": In(cfg.n_arrays),
             "host_w_wdata": In(8 * geo.block_cols),
-            "host_y_addr": In(uwidth(geo.y_depth)),
-            "host_y_rdata": Out(y_row).array(cfg.n_arrays),
-            "host_y_we": In(1),
-            "host_y_wdata": In(y_row * cfg.n_arrays),
+            **host_y,
         })
 
     @property
@@ -148,7 +161,7 @@ class FmdqLinear(wiring.Component):
         m = Module()
         m.submodules.qu = qu = self.quant_unit()
         arrays = []
-        for a in range(cfg.n_arrays):
+        for a in range(0 if self._shared else cfg.n_arrays):
             arr = FmdqPEArray(tokens=geo.tokens, columns=geo.columns, window=geo.window,
                               e_max=cfg.e_max, channel_bits=geo.channel_bits,
                               y_depth=geo.y_depth, y_bits=geo.y_bits, y_stride=geo.n_mt_max,
@@ -160,6 +173,8 @@ class FmdqLinear(wiring.Component):
                          self.host_y_rdata[a].eq(arr.host_y_rdata),
                          arr.host_y_we.eq(self.host_y_we),
                          arr.host_y_wdata.eq(self.host_y_wdata.word_select(a, y_row))]
+        if self._shared:
+            arrays = list(self.pe)
         m.submodules.groups = gmem = Memory(shape=group_entry_layout(geo),
                                             depth=geo.group_depth, init=[])
 
@@ -369,6 +384,8 @@ class FmdqLinear(wiring.Component):
             m.d.comb += [arr.i_op.valid.eq(ok), op.group.eq(ent.group), op.bank.eq(r_p[0]),
                          op.y_addr.eq(tok0 * geo.n_mt_max + r_mt), op.n_tok.eq(n_tok),
                          op.overwrite.eq(run["key"] & (ent.window == 0))]
+            if self._shared:            # the attention's fields of the shared arrays' ops
+                m.d.comb += [op.y_step.eq(geo.n_mt_max), op.tok_shift.eq(0)]
         u_iss, u_done = Signal(32), Signal(32)
         with m.If(accept):
             with m.If(r_lastp):

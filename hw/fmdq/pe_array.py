@@ -21,7 +21,8 @@ from dstar.golden.fmdq_pe import MAX_STEP, acc_bits
 from ..geometry import uwidth
 from .layouts import slice_group_layout, total_shift_bits
 
-__all__ = ["weight_window_row_layout", "group_op_layout", "token_shift_bits", "FmdqPEArray"]
+__all__ = ["weight_window_row_layout", "group_op_layout", "token_shift_bits", "lend_signature",
+           "FmdqPEArray"]
 
 #: Bits of one lane's multiple of a weight (``3 * -128`` .. ``3 * 127``).
 _MULT_BITS = 10
@@ -63,6 +64,26 @@ def group_op_layout(tokens: int, channel_bits: int, e_max: int, y_depth: int, *,
 def token_shift_bits(e_max: int) -> int:
     """Bits of a per-token extra shift ``0 .. e_max``."""
     return max(1, e_max.bit_length())
+
+
+def lend_signature(args: dict) -> wiring.Signature:
+    """What a user of an ``FmdqPEArray(**args)`` it does not own drives (``FmdqLinear`` and
+    ``AttentionEngine`` with ``shared``; the owner, ``dstar.hw.accelerator.Accelerator``,
+    connects the array to one of them at a time): the ops, the weight rows, the unit-done
+    pulse and the extra readers. The host ports of ``Y`` stay with the owner."""
+    y_row = data.ArrayLayout(signed(args["y_bits"]), args["columns"])
+    op = group_op_layout(args["tokens"], args["channel_bits"], args["e_max"], args["y_depth"],
+                         token_shifts=args.get("token_shifts", False),
+                         y_steps=args.get("y_steps", False))
+    readers = args.get("readers", 0)
+    return wiring.Signature({
+        "i_op": Out(stream.Signature(op)),
+        "i_wrow": Out(stream.Signature(weight_window_row_layout(args["columns"], args["window"]),
+                                       always_ready=True)),
+        "o_unit_done": In(1),
+        **({"rd_addr": Out(uwidth(args["y_depth"])).array(readers),
+            "rd_data": In(y_row).array(readers)} if readers else {}),
+    })
 
 
 class FmdqPEArray(wiring.Component):

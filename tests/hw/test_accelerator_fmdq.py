@@ -1,8 +1,10 @@
-"""The accelerator top with ``encoding = "fmdq"`` (``FmdqLinear`` behind the command stream,
-attention on v1's arrays) on Amaranth's simulator, driven from the manifest alone
-(``dstar.sim.fmdq_accel_io``): two layers' key steps with their weights side by side, then each
-one's delta step from its saved state and ``Y`` restored; every integer as
-``golden.fmdq_pe.linear_step``'s, every linear counter as ``sim.fmdq_cycles.linear_cycles``'."""
+"""The accelerator top with ``encoding = "fmdq"`` (``FmdqLinear`` and the attention engine on
+the same SIMD-4 arrays, behind the command stream) on Amaranth's simulator, driven from the
+manifest alone (``dstar.sim.fmdq_accel_io``, ``dstar.sim.accel_io``): two layers' key steps
+with their weights side by side, an attention key step and a reuse step on the same arrays
+(which overwrite the accumulators), then each layer's delta step from its saved state and ``Y``
+restored; every integer as ``golden.fmdq_pe.linear_step``'s and ``golden.attention``'s, every
+counter as ``sim.fmdq_cycles.linear_cycles``' and ``sim.attention_cycles.predict``'s."""
 
 import numpy as np
 
@@ -10,10 +12,12 @@ from dstar.config import preset
 from dstar.golden.fmdq_pe import linear_step
 from dstar.hw.accelerator import FMDQ_COUNTERS, Accelerator
 from dstar.hw.generate import accelerator_manifest
-from dstar.sim.accel_io import counters
+from dstar.sim.accel_io import AttentionStep, counters
+from dstar.sim.attention_cycles import predict
 from dstar.sim.fmdq_accel_io import FmdqLinearStep
 from dstar.sim.fmdq_cycles import linear_cycles
 from dstar.sim.pysim_driver import io_adapter, simulate
+from tests.hw.cases.attention import int_calls, random_step
 
 #: The manifest's linear counters and ``linear_cycles``' names for them.
 NAMES = {"linear_cycles": "cycles", "linear_stall_load": "stall_load",
@@ -30,6 +34,10 @@ def test_two_layers_save_and_restore():
         t0 = rng.integers(-2000, 2000, size=(n, k)) * (rng.random((n, k)) < 0.7)
         t1 = np.clip(t0 + rng.integers(-40, 40, size=(n, k)), -cfg.target_max, cfg.target_max)
         layers.append((w, [t0, t1]))
+    n_att = 27                                  # ragged blocks, a partial token tile
+    calls, exp = int_calls(cfg, [random_step(rng, n_att, cfg.head_dim, 2.0, sink=4)
+                                 for _ in range(2)], 0.5, 2)
+    assert [e["key"] for e in exp] == [True, False] and not exp[0]["mask"].all()
     dut = Accelerator(cfg)
     man = accelerator_manifest(cfg, dut)
     assert man["counters"] == list(FMDQ_COUNTERS)
@@ -58,6 +66,21 @@ def test_two_layers_save_and_restore():
                 if any(got[c] != model[v] for c, v in NAMES.items()):
                     fails.append(f"layer {i} step {s}: {got} != {model}")
                 sv["xs"], sv["y"] = xs, y
+            if s == 0:                          # attention on the arrays between the steps
+                att = AttentionStep(man, n_att)
+                for c, e in zip(calls, exp, strict=True):
+                    o, r, mask, got = await att.run(io, *(c[k] for k in ("q", "k", "v", "m",
+                                                                         "sh")),
+                                                    slot=0, theta_q=c["theta_q"],
+                                                    refresh=c["refresh"])
+                    model = predict(cfg, n_att, e["mask"], e["key"], c["theta_q"],
+                                    e["picks"]).counters()
+                    if not (np.array_equal(o, e["o"]) and np.array_equal(r, e["r"])
+                            and np.array_equal(mask, e["mask"])):
+                        fails.append(f"attention key={e['key']}: not bit-exact")
+                    if (got["attention_cycles"], got["attention_qk_tiles"],
+                            got["attention_pv_tiles"]) != tuple(model.values()):
+                        fails.append(f"attention key={e['key']}: {got} != {model}")
 
     simulate(dut, bench)
     assert fails == []

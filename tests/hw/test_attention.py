@@ -14,7 +14,6 @@ from dstar.golden.attention import AttentionReuse
 from dstar.hw.attention import AttentionEngine, AttentionGeometry
 from dstar.hw.generate import attention_manifest
 from dstar.sim.attention_cycles import dense_cycles, predict
-from dstar.sim.bench_attention import attention_inputs
 from dstar.sim.pysim_driver import simulate
 from dstar.sim.tb_attention import HeadImage, run_head
 from tests.hw.cases.attention import (
@@ -71,14 +70,6 @@ def check(cfg, calls, expected):
 def small_cfg():
     """The tiny preset with Dh = 16: half the lane work per tile, for the synthetic cases."""
     return preset("tiny").replace(head_dim=16)
-
-
-@pytest.fixture(scope="module")
-def real_head():
-    """Layer 0, head 3 of the bundled DiT, steps 0..2 of a 20-step run: float (q, k, v) (a head
-    whose first 32 tokens give a sparse mask at theta 0.5, row maxima included)."""
-    q, k, v = attention_inputs(0, 20, 3)
-    return [(q[s, 3], k[s, 3], v[s, 3]) for s in range(3)]
 
 
 def test_real_head_key_and_two_reuse_steps(tiny_cfg, real_head):
