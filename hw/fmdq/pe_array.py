@@ -283,14 +283,7 @@ class FmdqPEArray(wiring.Component):
                                                                      e_over))
         m.d.sync += [x_step.eq(e_step), x_last.eq(e_last), x_shift.eq(e_shift),
                      x_addr.eq(e_addr), x_ntok.eq(e_ntok), x_over.eq(e_over)]
-        # The attention's per-unit fields, carried along with the unit's last group.
-        extra = {}
-        for name in ("tok_shift", "y_step"):
-            if name in op.shape().members:
-                e_v = Signal.like(op[name], name=f"e_{name}")
-                x_v = Signal.like(op[name], name=f"x_{name}")
-                m.d.sync += [e_v.eq(op[name]), x_v.eq(e_v)]
-                extra[name] = x_v
+        extra = self._unit_fields(m, op)
         m.d.comb += [steps[k].eq(x_step[k]) for k in range(MAX_STEP + 1)]
         for c in range(n_m):
             lanes = []
@@ -335,6 +328,19 @@ class FmdqPEArray(wiring.Component):
 
         self._write_out(m, drain, x_last, x_ntok, x_shift, x_addr, x_over, extra)
         return m
+
+    @staticmethod
+    def _unit_fields(m, op) -> dict:
+        """The attention's per-unit fields of ``op`` (those it has), carried through stages E
+        and X along with the unit's last group."""
+        extra = {}
+        for name in ("tok_shift", "y_step"):
+            if name in op.shape().members:
+                e_v = Signal.like(op[name], name=f"e_{name}")
+                x_v = Signal.like(op[name], name=f"x_{name}")
+                m.d.sync += [e_v.eq(op[name]), x_v.eq(e_v)]
+                extra[name] = x_v
+        return extra
 
     def _write_out(self, m, drain, x_last, x_ntok, x_shift, x_addr, x_over, extra):
         """Stages D and A: a finished unit's rows leave the drain chain one per cycle, each

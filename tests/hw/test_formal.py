@@ -7,13 +7,17 @@ width and code ranges); the long proofs are ``slow`` (still ``formal``). Measure
 2-core machine (``nice -n 5``, other workers running): see each test's docstring or comment."""
 
 import pytest
+from amaranth import Signal
 from amaranth.asserts import AnySeq
+from amaranth.hdl import Assume
 
 from dstar.config import Packing, preset
+from dstar.hw.attention.fmdq_tile_runner import FmdqTileRunner
 from dstar.hw.dispatcher import DISPATCHERS
 from dstar.hw.encoder import DeltaEncoder
+from dstar.hw.fmdq.geometry import attention_array_args
 from dstar.hw.fmdq.sorter import SortNetwork
-from dstar.hw.geometry import Geometry
+from dstar.hw.geometry import AttentionGeometry, Geometry
 from dstar.hw.softmax import Normalizer, SoftmaxUnit
 from dstar.sim.formal import ToolMissing, run
 from dstar.sim.formal_accel import (
@@ -91,6 +95,34 @@ def _free_finish(m, dut):
 STREAM_DUTS["accelerator"] = (_accelerator, _free_finish)
 
 
+def fmdq_attention_cfg():
+    """The smallest engine on FMDQ arrays: token tiles of 4, 4 dimensions, one column."""
+    return preset("tiny").replace(encoding="fmdq", max_tokens=8, head_dim=4, token_tile=4,
+                                  group=4, block_q=4, block_k=4, sort_window=8, m_tile=1,
+                                  n_arrays=1, k_tile=4, max_k=8, max_m=2, e_max=2,
+                                  state_bits=12, attn_slots=1)
+
+
+def _fmdq_tile_runner():
+    cfg = fmdq_attention_cfg()
+    args = attention_array_args(cfg, False)
+    return FmdqTileRunner(AttentionGeometry(cfg), **{k: args[k] for k in (
+        "tokens", "window", "channel_bits", "y_depth")})
+
+
+def tile_runner_contract(m, dut):
+    """The engine's side: the read ports hold their data while ``rd_en`` is low, and a phase
+    starts only while no group is offered."""
+    held, q, p = Signal(), Signal.like(dut.q_data), Signal.like(dut.p_data)
+    m.d.sync += [held.eq(~dut.rd_en), q.eq(dut.q_data), p.eq(dut.p_data)]
+    m.d.comb += [Assume(~held | ((dut.q_data.as_value() == q.as_value())
+                                 & (dut.p_data.as_value() == p.as_value()))),
+                 Assume(~dut.start | ~dut.o_group.valid)]
+
+
+STREAM_DUTS["fmdq_tile_runner"] = (_fmdq_tile_runner, tile_runner_contract)
+
+
 @pytest.mark.parametrize("name", [
     pytest.param(n, marks=pytest.mark.slow) if n in SLOW_STREAMS else n for n in STREAM_DUTS])
 def test_streams_hold_until_taken(name):
@@ -99,7 +131,7 @@ def test_streams_hold_until_taken(name):
     assert res.passed, f"{res}\n{res.summary}"
 
 
-@pytest.mark.parametrize("name", ["encoder", "compact", "accelerator"])
+@pytest.mark.parametrize("name", ["encoder", "compact", "accelerator", "fmdq_tile_runner"])
 def test_streams_stall_is_reachable(name):
     make, contract = STREAM_DUTS[name]
     res = check(StreamHarness(make(), constrain=contract), f"streams_{name}", mode="cover")
@@ -107,7 +139,8 @@ def test_streams_stall_is_reachable(name):
 
 
 @pytest.mark.parametrize("name, output", [("encoder", "o"), ("compact", "o_token"),
-                                          ("accelerator", "dout")])
+                                          ("accelerator", "dout"),
+                                          ("fmdq_tile_runner", "o_group")])
 def test_streams_mutant_ignoring_ready_fails(name, output):
     make, contract = STREAM_DUTS[name]
     res = check(StreamHarness(make(), constrain=contract, drop_ready=output),
