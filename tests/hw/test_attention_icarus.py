@@ -2,8 +2,8 @@
 over a key step and two reuse steps, a ragged random case, a case of widely spread logits (the
 probabilities' groups at different and clamped exponents, a last group of one key) and the edge
 cases (theta = 1 with a zero-mass block, a one-block sequence, all-equal logits, extreme
-logits), bit-exact against the golden model (outputs, residual cache, masks), with cycles equal
-to ``dstar.sim.attention_cycles``.
+logits), and a ragged head on the FMDQ arrays, bit-exact against the golden model (outputs,
+residual cache, masks), with cycles equal to ``dstar.sim.attention_cycles``.
 
 The cases are computed in ``tests/hw/cases/attention.py`` and handed to ``sim/tb_attention.py``
 in an ``.npz``; the testbench reads the memory geometry from ``params.json``'s ``attention``
@@ -71,6 +71,18 @@ def test_e_max_0_and_groups_of_8():
         calls, exp = int_calls(cfg, steps, 0.7, 2, slot=1)
         run_cocotb(cfg, f"tiny-attention-g{group}-e{e_max}",
                    {"ragged29": icarus_case(cfg, calls, exp)})
+
+
+def test_fmdq_arrays_ragged_head():
+    """The generated engine on the SIMD-4 arrays (``encoding = "fmdq"``: QK^T and PV as
+    2-bit-sliced 8-bit units): a ragged random head (N = 27, a partial token tile), key and
+    reuse step."""
+    cfg = preset("tiny").replace(encoding="fmdq")
+    rng = np.random.default_rng(29)
+    steps = [random_step(rng, 27, cfg.head_dim, 2.0, sink=4) for _ in range(2)]
+    calls, exp = int_calls(cfg, steps, 0.5, 2, slot=1)
+    assert not exp[0]["mask"].all()
+    run_cocotb(cfg, "tiny-attention-fmdq", {"ragged27": icarus_case(cfg, calls, exp)})
 
 
 @pytest.mark.slow
