@@ -7,9 +7,9 @@ Per (layer type, phase) it sums, over the layer-steps of that phase:
 * ``int8``: the lean dense INT8 datapath's cycles (``sim.int8_cycles``, exact);
 * ``nibble``: v1's compact datapath's cycles (``sim.cycle_model``, exact against the RTL) and the
   element classes ZERO / LOW / HIGH (also the Ditto-like and Cambricon-D-like models' input);
-* ``fmdq``: the FMDQ SIMD-4 arrays' cycles (``sim.fmdq_cycles``' unit recurrence with the weight
-  window loads, as ``synth.fmdq_efficiency.run_cycles``), sub-channels, their width bits and the
-  skipped ones.
+* ``fmdq``: a whole ``FmdqLinear`` run's cycles, its encode phases included
+  (``sim.fmdq_cycles.linear_cycles``, exact against the RTL), sub-channels, their width bits and
+  the skipped ones.
 
 Phases (``PHASES``): the key step (step 0), then the rest of the run in quarters. A model with
 another number of steps takes, at its step ``i`` of ``S``, the phase of the same fraction of the
@@ -60,12 +60,11 @@ def _empty():
 
 
 def _fmdq_cycles(enc, window: int, k: int, m_out: int, geo: dict) -> int:
-    from dstar.sim.fmdq_cycles import _run_with_loads, unit_table
-    g, b, n = unit_table(enc, window)
-    g = g.copy()
-    g[0] = np.maximum(g[0], 1)
+    """A whole ``FmdqLinear`` run, the encode phases included (``sim.fmdq_cycles.linear_cycles``,
+    the RTL's exact count)."""
+    from dstar.sim.fmdq_cycles import linear_cycles
     blocks = -(-m_out // (geo["columns"] * geo["n_arrays"]))
-    return blocks * _run_with_loads(g, b, n, window)
+    return linear_cycles(enc, window, blocks)["cycles"]
 
 
 def _bundled_layers(workload: str, steps: int):

@@ -133,9 +133,6 @@ def test_the_models_give_the_recorded_rtl_cycles_of_the_fmdq_block(fmdq_block):
     assert _linears_of(models) == _rtl(FMDQ_RUN)
 
 
-@pytest.mark.xfail(strict=True, reason="the report's FMDQ cycles are the arrays' model "
-                   "(sim.fmdq_cycles' recurrence with weight loads, the unit overlapped), not "
-                   "FmdqLinear's linear_cycles (the RTL's): docs/design/report.md")
 def test_the_reports_fmdq_cycles_of_a_block_are_the_rtl_runs(fmdq_block):
     models, report = fmdq_block
     assert report == _linears_of(models)
