@@ -38,7 +38,7 @@ __all__ = ["PHASES", "phase_of", "measure", "measure_trace", "measure_attention"
 PHASES = ("key", "q1", "q2", "q3", "q4")
 LAYER_TYPES = ("qkv", "proj", "fc1", "fc2")
 #: Bump when what is measured changes (old caches are then ignored).
-VERSION = 1
+VERSION = 2
 
 
 def phase_of(step: int, steps: int) -> str:
@@ -49,7 +49,9 @@ def phase_of(step: int, steps: int) -> str:
 
 
 def mix_key(cfg, workload: str, steps: int) -> str:
-    text = json.dumps([VERSION, cfg.hardware(), cfg.run_params(), workload, steps],
+    """The cache key of a mix: every field it depends on, the other encoding's too (the mix
+    measures both encodings whatever ``cfg.encoding`` is)."""
+    text = json.dumps([VERSION, cfg.hardware(), cfg.unused(), cfg.run_params(), workload, steps],
                       sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
