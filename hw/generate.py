@@ -161,7 +161,7 @@ def attention_manifest(cfg, top=None) -> dict:
         "ports": _ports(top),
         "layouts": _layouts(top.layouts()),
         "addresses": {
-            "q": "i * rows_q + r (elements r*group ..)",
+            "q": (_Q_TILE if top.geometry.fmdq else "i * rows_q + r (elements r*group ..)"),
             "kt": "d * n_kc + kc, array a: keys kc*block_cols + a*m_tile ..",
             "v": "j * n_cp + cp, array a: columns cp*block_cols + a*m_tile ..",
             "ms": "i",
@@ -171,6 +171,11 @@ def attention_manifest(cfg, top=None) -> dict:
             "slot": "slot (host_slot_addr to read, host_addr to write)",
         },
     }
+
+
+#: The Q address rule of the engine on the FMDQ arrays (a word: 4 dimensions of a token tile).
+_Q_TILE = ("(i // q_tokens) * head_dim / 4 + c (rows of the token tile, dimensions 4c .., "
+           "element [t][d]: row t of the tile)")
 
 
 def accelerator_manifest(cfg, top=None) -> dict:
@@ -204,6 +209,7 @@ def accelerator_manifest(cfg, top=None) -> dict:
     }
     if fmdq:                  # FmdqLinear's sub-channel words and packed column blocks
         rules.update({
+            "Q": _Q_TILE,
             "TARGET": "tile * max_k + k (tokens tile*token_tile ..; clipped to +-target_max)",
             "STATE": "tile * max_k + k (tokens tile*token_tile ..)",
             "WEIGHTS": "w_base + mt * K + k for row k, columns mt * block_cols .. (a run's "
@@ -309,7 +315,8 @@ def _driver_rules(cfg, top) -> dict:
         "theta_q": {"meaningful": [1, 1 << THETA_BITS], "below_as": 1,
                     "every_block_from": 1 << THETA_BITS, "read_on": "key steps"},
         "run_attention": {
-            "needs": {"Q": "N * rows_q", "MS": "N", "KT": "head_dim * ceil(N / block_cols)",
+            "needs": {"Q": ("ceil(N / q_tokens) * head_dim / 4" if ag.fmdq else "N * rows_q"),
+                      "MS": "N", "KT": "head_dim * ceil(N / block_cols)",
                       "V": "ceil(N / group) * group * n_cp"},
             "needs_on_reuse": [acc.Mem.MASK.name, acc.Mem.RES.name, acc.Mem.SLOT.name],
             "writes": {"O": "N * n_cp"},
