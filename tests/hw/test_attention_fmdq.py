@@ -18,8 +18,10 @@ def fmdq_cfg():
     return preset("tiny").replace(encoding="fmdq", head_dim=16)
 
 
+@pytest.mark.slow
 def test_real_head_key_and_two_reuse_steps(real_head):
-    """The first 32 tokens of a real head: key step (sparse mask), two reuse steps."""
+    """The first 32 tokens of a real head: key step (sparse mask), two reuse steps (slow tier:
+    70 s; the default tier keeps the ragged head here, on Icarus and in the accelerator)."""
     cfg = preset("tiny").replace(encoding="fmdq")
     steps = [tuple(a[:cfg.max_tokens] for a in s) for s in real_head]
     calls, exp = head_calls(cfg, steps, 0.5, 3)
