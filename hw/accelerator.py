@@ -2,10 +2,12 @@
 arrays, driven by a command stream, with data streams in and out.
 
 Ref: dstar-spec.md section 5 (the top level and its command stream); the command set is
-``command_layout`` / ``Opcode`` / ``Mem``, listed in the manifest.
+``AcceleratorGeometry.command`` / ``Opcode`` / ``Mem``, listed in the manifest.
 """
 
 import enum
+from dataclasses import dataclass
+from functools import cached_property
 from types import SimpleNamespace
 
 from amaranth import Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
@@ -26,12 +28,11 @@ from .layouts import weight_row_layout
 from .linear import LinearLayer
 from .pe_array import PEArray, y_row_layout
 
-__all__ = ["Accelerator", "Opcode", "Mem", "COUNTERS", "FMDQ_COUNTERS", "counters_of",
-           "command_layout", "memory_words", "memory_depths", "data_bits"]
+__all__ = ["Accelerator", "AcceleratorGeometry", "Opcode", "Mem", "COUNTERS", "FMDQ_COUNTERS"]
 
 
 class Opcode(enum.IntEnum):
-    """What a command does (``command_layout``'s ``op``)."""
+    """What a command does (``AcceleratorGeometry.command``'s ``op``)."""
     #: Nothing (counted as a command).
     NOP = 0
     #: ``args.mem``: the next ``count`` beats of ``din`` are words ``addr ..`` of memory
@@ -61,7 +62,7 @@ class Opcode(enum.IntEnum):
 
 class Mem(enum.IntEnum):
     """The memories a ``LOAD`` or ``READ`` addresses (``args.mem.mem``); their word layouts and
-    depths are in the manifest (``memory_words``, ``memory_depths``). The arrays' memories
+    depths are in the manifest (``AcceleratorGeometry.words``, ``.depths``). The arrays' memories
     (weights, accumulators, K^T, V) are read and written all arrays at once: a word holds a
     whole row of a column block, array ``a``'s ``m_tile`` values at element ``a * m_tile``."""
     TARGET = 0      # linear targets, write only (fmdq: none, depth 0: RUN_LINEAR streams them)
@@ -98,97 +99,116 @@ def _fmdq(cfg: Config) -> bool:
     return cfg.encoding is Encoding.FMDQ
 
 
-def counters_of(cfg: Config) -> tuple[str, ...]:
-    """The counters ``READ_COUNTERS`` sends for ``cfg``, in order."""
-    return FMDQ_COUNTERS if _fmdq(cfg) else COUNTERS
+@dataclass(frozen=True)
+class AcceleratorGeometry:
+    """Every size of the accelerator top for ``cfg``, in one place: the attention engine's
+    geometry (``AttentionGeometry(cfg, shared=True)``), the shared PE arrays' (v1: its
+    ``lin``; FMDQ: ``FmdqPEArray(**array_args)``), the linear datapath's (``Geometry`` or
+    ``FmdqGeometry``), each ``Mem``'s word layout and depth, the ``din`` / ``dout`` beat, the
+    command word and the counters. The top, its manifest and the formal harnesses read it."""
+    cfg: Config
 
+    @property
+    def fmdq(self) -> bool:
+        return _fmdq(self.cfg)
 
-def _geometries(cfg: Config):
-    """The shared PE arrays' (linear) geometry and the attention engine's."""
-    ag = AttentionGeometry(cfg, shared=True)
-    return ag.lin, ag
+    @cached_property
+    def attention(self) -> AttentionGeometry:
+        return AttentionGeometry(self.cfg, shared=True)
 
+    @property
+    def arrays(self):
+        """The v1 arrays' ``Geometry`` (``encoding = "nibble"``): the linear layer's too."""
+        return self.attention.lin
 
-def memory_words(cfg: Config) -> dict:
-    """The word layout of each ``Mem``, by name."""
-    lin, ag = _geometries(cfg)
-    t_l, s_l = row_layouts(lin)
-    al = memory_layouts(ag)
-    bc = ag.block_cols
+    @cached_property
+    def array_args(self) -> dict:
+        """``FmdqPEArray``'s parameters (``encoding = "fmdq"``): the attention's options and a
+        host write port for ``Y``."""
+        return {**attention_array_args(self.cfg, True), "host_writes": True}
 
-    def block(per_array):           # every array's word of a per-array memory, side by side
-        return data.ArrayLayout(per_array.elem_shape, bc)
+    @cached_property
+    def linear(self):
+        """The linear datapath's geometry: the shared arrays' ``Geometry`` or
+        ``FmdqGeometry``."""
+        return FmdqGeometry(self.cfg) if self.fmdq else self.arrays
 
-    if _fmdq(cfg):
-        fg = FmdqGeometry(cfg)
-        t_l = s_l = sub_word_layout(fg)
-        w_l, y_l = data.ArrayLayout(signed(8), bc), data.ArrayLayout(signed(fg.y_bits), bc)
-    else:
-        w_l, y_l = block(weight_row_layout(lin).members["w"]), block(y_row_layout(lin))
-    return {Mem.TARGET.name: t_l, Mem.STATE.name: s_l,
-            Mem.WEIGHTS.name: w_l,
-            Mem.Y.name: y_l,
-            Mem.Q.name: al["q_word"], Mem.KT.name: block(al["kt_word"]),
-            Mem.V.name: block(al["v_word"]),
-            Mem.MS.name: al["ms_word"], Mem.O.name: al["o_word"], Mem.RES.name: al["res_word"],
-            Mem.MASK.name: al["mask_word"], Mem.SLOT.name: al["slot_word"]}
+    @property
+    def counters(self) -> tuple[str, ...]:
+        """The counters ``READ_COUNTERS`` sends, in order."""
+        return FMDQ_COUNTERS if self.fmdq else COUNTERS
 
+    @cached_property
+    def words(self) -> dict:
+        """The word layout of each ``Mem``, by name."""
+        ag, lin = self.attention, self.linear
+        al = memory_layouts(ag)
+        bc = ag.block_cols
 
-def memory_depths(cfg: Config) -> dict:
-    """Words of each ``Mem``, by name."""
-    lin, ag = _geometries(cfg)
-    if _fmdq(cfg):              # targets and state stream through RUN_LINEAR: no memories
-        lin = FmdqGeometry(cfg)
-        rows = 0
-    else:
-        rows = lin.row_depth
-    return {Mem.TARGET.name: rows, Mem.STATE.name: rows,
-            Mem.WEIGHTS.name: lin.weight_depth, Mem.Y.name: lin.y_depth,
-            Mem.Q.name: ag.q_depth, Mem.KT.name: ag.kt_depth, Mem.V.name: ag.v_depth,
-            Mem.MS.name: ag.n_max, Mem.O.name: ag.o_depth, Mem.RES.name: ag.res_depth,
-            Mem.MASK.name: ag.mask_depth, Mem.SLOT.name: cfg.attn_slots}
+        def block(per_array):       # every array's word of a per-array memory, side by side
+            return data.ArrayLayout(per_array.elem_shape, bc)
 
+        if self.fmdq:
+            t_l = s_l = sub_word_layout(lin)
+            w_l, y_l = data.ArrayLayout(signed(8), bc), data.ArrayLayout(signed(lin.y_bits), bc)
+        else:
+            t_l, s_l = row_layouts(lin)
+            w_l, y_l = block(weight_row_layout(lin).members["w"]), block(y_row_layout(lin))
+        return {Mem.TARGET.name: t_l, Mem.STATE.name: s_l,
+                Mem.WEIGHTS.name: w_l,
+                Mem.Y.name: y_l,
+                Mem.Q.name: al["q_word"], Mem.KT.name: block(al["kt_word"]),
+                Mem.V.name: block(al["v_word"]),
+                Mem.MS.name: al["ms_word"], Mem.O.name: al["o_word"],
+                Mem.RES.name: al["res_word"], Mem.MASK.name: al["mask_word"],
+                Mem.SLOT.name: al["slot_word"]}
 
-def data_bits(cfg: Config) -> int:
-    """Width of a ``din`` / ``dout`` beat: the widest memory word, counter or (``encoding =
-    "fmdq"``) linear stream beat (``sub_pair_layout``); a narrower word sits in the low bits
-    (the rest are zero on ``dout``, ignored on ``din``)."""
-    widths = [Shape.cast(w).width for w in memory_words(cfg).values()]
-    if _fmdq(cfg):
-        widths.append(sub_pair_layout(FmdqGeometry(cfg)).size)
-    return max(COUNTER_BITS, *widths)
+    @cached_property
+    def depths(self) -> dict:
+        """Words of each ``Mem``, by name (FMDQ: no ``TARGET`` or ``STATE``, they stream
+        through ``RUN_LINEAR``)."""
+        ag, lin = self.attention, self.linear
+        rows = 0 if self.fmdq else lin.row_depth
+        return {Mem.TARGET.name: rows, Mem.STATE.name: rows,
+                Mem.WEIGHTS.name: lin.weight_depth, Mem.Y.name: lin.y_depth,
+                Mem.Q.name: ag.q_depth, Mem.KT.name: ag.kt_depth, Mem.V.name: ag.v_depth,
+                Mem.MS.name: ag.n_max, Mem.O.name: ag.o_depth, Mem.RES.name: ag.res_depth,
+                Mem.MASK.name: ag.mask_depth, Mem.SLOT.name: self.cfg.attn_slots}
 
+    @cached_property
+    def data_bits(self) -> int:
+        """Width of a ``din`` / ``dout`` beat: the widest memory word, counter or (``encoding =
+        "fmdq"``) linear stream beat (``sub_pair_layout``); a narrower word sits in the low
+        bits (the rest are zero on ``dout``, ignored on ``din``)."""
+        widths = [Shape.cast(w).width for w in self.words.values()]
+        if self.fmdq:
+            widths.append(sub_pair_layout(self.linear).size)
+        return max(COUNTER_BITS, *widths)
 
-def command_layout(cfg: Config) -> data.StructLayout:
-    """A command: ``op`` (``Opcode``) and its arguments, one of ``args.mem`` (``LOAD``,
-    ``READ``), ``args.linear`` (``RUN_LINEAR``), ``args.attention`` (``RUN_ATTENTION``)."""
-    lin, ag = _geometries(cfg)
-    depth = max(memory_depths(cfg).values())
-    if _fmdq(cfg):
-        fg = FmdqGeometry(cfg)
+    @cached_property
+    def command(self) -> data.StructLayout:
+        """A command: ``op`` (``Opcode``) and its arguments, one of ``args.mem`` (``LOAD``,
+        ``READ``), ``args.linear`` (``RUN_LINEAR``), ``args.attention`` (``RUN_ATTENTION``)."""
+        cfg, ag, lin = self.cfg, self.attention, self.linear
+        depth = max(self.depths.values())
+        count = ("n_k", cfg.max_k) if self.fmdq else ("n_kt", lin.n_kt_max)
         linear = data.StructLayout({"n_tokens": unsigned(uwidth(cfg.max_tokens + 1)),
-                                    "n_k": unsigned(uwidth(cfg.max_k + 1)),
-                                    "n_mt": unsigned(uwidth(fg.n_mt_max + 1)),
-                                    "key": unsigned(1),
-                                    "w_base": unsigned(uwidth(fg.weight_depth))})
-    else:
-        linear = data.StructLayout({"n_tokens": unsigned(uwidth(cfg.max_tokens + 1)),
-                                    "n_kt": unsigned(uwidth(lin.n_kt_max + 1)),
+                                    count[0]: unsigned(uwidth(count[1] + 1)),
                                     "n_mt": unsigned(uwidth(lin.n_mt_max + 1)),
                                     "key": unsigned(1),
                                     "w_base": unsigned(uwidth(lin.weight_depth))})
-    return data.StructLayout({
-        "op": unsigned(4),
-        "args": data.UnionLayout({
-            "mem": data.StructLayout({"mem": unsigned(4), "addr": unsigned(uwidth(depth)),
-                                      "count": unsigned(uwidth(depth + 1))}),
-            "linear": linear,
-            "attention": data.StructLayout({"slot": unsigned(uwidth(cfg.attn_slots)),
-                                            "n_tokens": unsigned(uwidth(cfg.max_tokens + 1)),
-                                            "theta_q": unsigned(ag.theta_bits),
-                                            "refresh": unsigned(ag.REFRESH_BITS)}),
-        }),
-    })
+        return data.StructLayout({
+            "op": unsigned(4),
+            "args": data.UnionLayout({
+                "mem": data.StructLayout({"mem": unsigned(4), "addr": unsigned(uwidth(depth)),
+                                          "count": unsigned(uwidth(depth + 1))}),
+                "linear": linear,
+                "attention": data.StructLayout({"slot": unsigned(uwidth(cfg.attn_slots)),
+                                                "n_tokens": unsigned(uwidth(cfg.max_tokens + 1)),
+                                                "theta_q": unsigned(ag.theta_bits),
+                                                "refresh": unsigned(ag.REFRESH_BITS)}),
+            }),
+        })
 
 
 # Command-processor states (plain comparisons, no m.FSM: see hw.softmax on Icarus).
@@ -204,7 +224,7 @@ class Accelerator(wiring.Component):
 
     Members
     -------
-    cmd : In(stream.Signature(command_layout(cfg)))
+    cmd : In(stream.Signature(AcceleratorGeometry(cfg).command))
         Commands (``Opcode``), taken one at a time: ``cmd.ready`` is high only while no
         command is being executed. A command whose opcode is unknown or whose arguments are
         out of range (a memory that cannot be loaded or read, an address range beyond its
@@ -212,11 +232,11 @@ class Accelerator(wiring.Component):
         ``1 .. max_tokens``, tiles beyond ``n_kt_max`` / ``n_mt_max``, weights beyond the
         weight memory: ``w_base + n_kt * n_mt * k_tile > depth``, ``slot >= attn_slots``)
         is not executed: it sets ``error`` and counts in ``errors``.
-    din : In(stream.Signature(data_bits(cfg)))
+    din : In(stream.Signature(AcceleratorGeometry(cfg).data_bits))
         The words of a ``LOAD``, one per beat (taken only during a ``LOAD``); with ``encoding =
         "fmdq"`` also a ``RUN_LINEAR``'s sub-channel beats (target and old state,
         ``sub_pair_layout``), taken while the run's encode phase wants them.
-    dout : Out(stream.Signature(data_bits(cfg)))
+    dout : Out(stream.Signature(AcceleratorGeometry(cfg).data_bits))
         The words of a ``READ`` or ``READ_COUNTERS``, one per beat; with ``encoding = "fmdq"``
         also a ``RUN_LINEAR``'s new state, a sub-channel per beat. Back-pressure holds them
         (and stalls the run that makes them).
@@ -242,9 +262,10 @@ class Accelerator(wiring.Component):
         self._cfg = cfg
         self._lin = FmdqLinear(cfg, shared=True) if _fmdq(cfg) else LinearLayer(cfg, shared=True)
         self._att = AttentionEngine(cfg, shared=True)
-        w = data_bits(cfg)
+        self._geo = ageo = AcceleratorGeometry(cfg)
+        w = ageo.data_bits
         super().__init__({
-            "cmd": In(stream.Signature(command_layout(cfg))),
+            "cmd": In(stream.Signature(ageo.command)),
             "din": In(stream.Signature(w)),
             "dout": Out(stream.Signature(w)),
             "busy": Out(1),
@@ -256,6 +277,10 @@ class Accelerator(wiring.Component):
     @property
     def config(self) -> Config:
         return self._cfg
+
+    @property
+    def geometry(self) -> AcceleratorGeometry:
+        return self._geo
 
     @property
     def linear_geometry(self):
@@ -272,8 +297,8 @@ class Accelerator(wiring.Component):
         m = Module()
         m.submodules.linear = lin = self._lin
         m.submodules.attention = att = self._att
-        geo = _geometries(cfg)[0]                   # the v1 arrays' (attention's, shared)
-        cl = command_layout(cfg)
+        geo = self._geo.arrays                      # the v1 arrays' (attention's, shared)
+        cl = self._geo.command
         cmd = self.cmd.payload
         # The state shared by the parts: the command processor's state, the captured
         # arguments of the command being executed, the top's own counters.
@@ -287,7 +312,7 @@ class Accelerator(wiring.Component):
             arrays=[], out_empty=Signal())
         for a in range(cfg.n_arrays):
             if _fmdq(cfg):      # the SIMD-4 arrays, with the attention's options
-                arr = FmdqPEArray(**attention_array_args(cfg, True), host_writes=True)
+                arr = FmdqPEArray(**self._geo.array_args)
             else:
                 arr = PEArray(geo, host_writes=True)
             m.submodules[f"array_{a}"] = arr
@@ -302,7 +327,7 @@ class Accelerator(wiring.Component):
 
     def _command_ok(self, m, st) -> Signal:
         """Whether the offered command may be executed (the class docstring's rules)."""
-        cfg, geo, depths = self._cfg, st.geo, memory_depths(self._cfg)
+        cfg, geo, depths = self._cfg, st.geo, self._geo.depths
         cmd = self.cmd.payload
         op, ma, la, aa = cmd.op, cmd.args.mem, cmd.args.linear, cmd.args.attention
         ok, in_range = Signal(), Signal()
@@ -362,7 +387,7 @@ class Accelerator(wiring.Component):
                         m.d.sync += [st.state.eq(_START), st.a_args.eq(cmd.args.attention),
                                      st.is_att.eq(1), st.mode_att.eq(1)]
                     with m.Case(Opcode.READ_COUNTERS):
-                        m.d.sync += [st.state.eq(_COUNT), st.left.eq(len(counters_of(self._cfg))),
+                        m.d.sync += [st.state.eq(_COUNT), st.left.eq(len(self._geo.counters)),
                                      st.addr.eq(0)]
                     with m.Case(Opcode.ACK_ERROR):
                         m.d.sync += self.error.eq(0)
@@ -392,7 +417,7 @@ class Accelerator(wiring.Component):
         cfg, lin, att, mem, addr = self._cfg, st.lin, st.att, st.mem, st.addr
         beat = Signal()
         m.d.comb += beat.eq(self.din.valid & (st.state == _LOAD))
-        words = memory_words(cfg)
+        words = self._geo.words
         d = self.din.payload
         t_lay = words[Mem.TARGET.name]
         clipped = Signal(t_lay)

@@ -189,8 +189,8 @@ def accelerator_manifest(cfg, top=None) -> dict:
     from . import accelerator as acc
 
     top = top if top is not None else acc.Accelerator(cfg)
-    words = acc.memory_words(cfg)
-    depths = acc.memory_depths(cfg)
+    geo = top.geometry
+    words, depths = geo.words, geo.depths
     fmdq = cfg.encoding is Encoding.FMDQ
     rules = {
         "TARGET": "token * n_kt_max + kt (elements kt*k_tile ..; clipped to +-target_max)",
@@ -233,13 +233,13 @@ def accelerator_manifest(cfg, top=None) -> dict:
         "geometry": lin.to_dict(),
         "attention_geometry": top.attention_geometry.to_dict(),
         "ports": _ports(top),
-        "layouts": _layouts({"command": acc.command_layout(cfg), **words}),
+        "layouts": _layouts({"command": geo.command, **words}),
         "opcodes": {op.name: int(op) for op in acc.Opcode},
         "memories": mems,
-        "data_bits": acc.data_bits(cfg),
+        "data_bits": geo.data_bits,
         "read_latency": "a READ's words leave on dout in address order; the first no earlier "
                         "than 2 cycles after the command is taken",
-        "counters": list(acc.counters_of(cfg)),
+        "counters": list(geo.counters),
         "counter_bits": COUNTER_BITS,
         "driver": _driver_rules(cfg, top),
     }
@@ -292,12 +292,12 @@ def _driver_rules(cfg, top) -> dict:
     rules = {
         "beat": {"words_per_beat": 1, "word_lsb": 0, "dout_above_word": 0,
                  "din_above_word": "ignored", "array_element": "a * m_tile + e"},
-        "read_counters": {"beats": len(acc.counters_of(cfg)), "counters_per_beat": 1,
+        "read_counters": {"beats": len(top.geometry.counters), "counters_per_beat": 1,
                           "order": "counters", "wraps_at": 1 << COUNTER_BITS},
         "counter_cleared_by": {
             name: next((op for pre, op in _COUNTER_RUNS.items() if name.startswith(pre)),
                        "reset")
-            for name in acc.counters_of(cfg)},
+            for name in top.geometry.counters},
         "done": {"opcodes": [acc.Opcode.RUN_LINEAR.name, acc.Opcode.RUN_ATTENTION.name],
                  "pulse_cycles": 1, "on_refused": False},
         "run_overhead_cycles": RUN_OVERHEAD_CYCLES,

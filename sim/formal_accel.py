@@ -66,10 +66,9 @@ from dstar.hw.accelerator import (
     _OUT_DEPTH,
     COUNTERS,
     Accelerator,
+    AcceleratorGeometry,
     Mem,
     Opcode,
-    memory_depths,
-    memory_words,
 )
 from dstar.hw.geometry import COUNTER_BITS, uwidth
 
@@ -189,8 +188,8 @@ class CommandProcessor(Accelerator):
         super().__init__(cfg)
         self.finish = Signal() if finish is None else finish
         geo = self._lin.geometry
-        words = {k: Shape.cast(v).width for k, v in memory_words(cfg).items()}
-        depths = memory_depths(cfg)
+        words = {k: Shape.cast(v).width for k, v in self.geometry.words.items()}
+        depths = self.geometry.depths
         real_lin, real_att = self._lin, self._att
         y_bits = words[Mem.Y.name] // cfg.n_arrays
 
@@ -246,14 +245,13 @@ class CommandProcessor(Accelerator):
         return self._lin, self._att, self.arrays
 
     def elaborate(self, platform):
-        cfg = self._cfg
         m = Module()
         m.submodules.linear = lin = self._lin
         m.submodules.attention = att = self._att
         for a, arr in enumerate(self.arrays):
             m.submodules[f"array_{a}"] = arr
         geo = self._lin_geo
-        cl = acc.command_layout(cfg)
+        cl = self.geometry.command
         cmd = self.cmd.payload
         st = SimpleNamespace(
             lin=lin, att=att, geo=geo, mode_att=Signal(), state=Signal(range(6)),
@@ -288,7 +286,7 @@ def _any_of(value, members):
 
 
 def _in_range(cfg, ma):
-    depths = memory_depths(cfg)
+    depths = AcceleratorGeometry(cfg).depths
     fits = [(ma.mem == int(mm)) & (ma.addr + ma.count <= depths[mm.name]) for mm in Mem]
     return (ma.count != 0) & Cat(*fits).any()
 
@@ -325,7 +323,7 @@ def _stub_inputs(dut: "CommandProcessor"):
 
 def _word_mask(cfg, mem):
     """All-ones over the word of memory ``mem`` (a ``Value``), in a beat."""
-    words = memory_words(cfg)
+    words = AcceleratorGeometry(cfg).words
     out = Const(0)
     for mm in _ROUND_TRIP:
         width = Shape.cast(words[mm.name]).width
@@ -533,7 +531,7 @@ class RefusalHarness(Elaboratable):
         if self.refused_writes:
             # The mutant: copy a executes the refused command as a one-word LOAD of the state
             # memory's last word (what a LOAD running over the end would write first).
-            last = memory_depths(cfg)[Mem.STATE.name] - 1
+            last = AcceleratorGeometry(cfg).depths[Mem.STATE.name] - 1
             with m.If(now):
                 ma = a.cmd.payload.args.mem
                 m.d.comb += [a.cmd.payload.op.eq(Opcode.LOAD), ma.mem.eq(Mem.STATE),
