@@ -5,13 +5,12 @@ Ref: dstar-spec.md section 5 (the top level and its command stream); the command
 ``AcceleratorGeometry.command`` / ``Opcode`` / ``Mem``, listed in the manifest.
 """
 
-import enum
 from dataclasses import dataclass
 from functools import cached_property
 from types import SimpleNamespace
 
 from amaranth import Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
@@ -31,7 +30,7 @@ from .pe_array import PEArray, y_row_layout
 __all__ = ["Accelerator", "AcceleratorGeometry", "Opcode", "Mem", "COUNTERS", "FMDQ_COUNTERS"]
 
 
-class Opcode(enum.IntEnum):
+class Opcode(enum.IntEnum, shape=4):
     """What a command does (``AcceleratorGeometry.command``'s ``op``)."""
     #: Nothing (counted as a command).
     NOP = 0
@@ -60,7 +59,7 @@ class Opcode(enum.IntEnum):
     ACK_ERROR = 7
 
 
-class Mem(enum.IntEnum):
+class Mem(enum.IntEnum, shape=4):
     """The memories a ``LOAD`` or ``READ`` addresses (``args.mem.mem``); their word layouts and
     depths are in the manifest (``AcceleratorGeometry.words``, ``.depths``). The arrays' memories
     (weights, accumulators, K^T, V) are read and written all arrays at once: a word holds a
@@ -198,9 +197,9 @@ class AcceleratorGeometry:
                                     "key": unsigned(1),
                                     "w_base": unsigned(uwidth(lin.weight_depth))})
         return data.StructLayout({
-            "op": unsigned(4),
+            "op": Opcode,
             "args": data.UnionLayout({
-                "mem": data.StructLayout({"mem": unsigned(4), "addr": unsigned(uwidth(depth)),
+                "mem": data.StructLayout({"mem": Mem, "addr": unsigned(uwidth(depth)),
                                           "count": unsigned(uwidth(depth + 1))}),
                 "linear": linear,
                 "attention": data.StructLayout({"slot": unsigned(uwidth(cfg.attn_slots)),

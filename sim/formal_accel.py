@@ -282,12 +282,12 @@ _COUNT_BITS = 7
 
 
 def _any_of(value, members):
-    return Cat(*[value == int(x) for x in members]).any()
+    return Cat(*[value == x for x in members]).any()
 
 
 def _in_range(cfg, ma):
     depths = AcceleratorGeometry(cfg).depths
-    fits = [(ma.mem == int(mm)) & (ma.addr + ma.count <= depths[mm.name]) for mm in Mem]
+    fits = [(ma.mem == mm) & (ma.addr + ma.count <= depths[mm.name]) for mm in Mem]
     return (ma.count != 0) & Cat(*fits).any()
 
 
@@ -327,7 +327,7 @@ def _word_mask(cfg, mem):
     out = Const(0)
     for mm in _ROUND_TRIP:
         width = Shape.cast(words[mm.name]).width
-        out = Mux(mem == int(mm), (1 << width) - 1, out)
+        out = Mux(Value.cast(mem) == int(mm), (1 << width) - 1, out)
     return out
 
 
@@ -481,7 +481,7 @@ def _rom_word(dut, mem, addr):
     """The word ``READ`` owes for ``(mem, addr)`` of ``dut.rom``, zero-extended."""
     out = Const(0)
     for mm, words in dut.rom.items():
-        out = Mux(mem == int(mm), _rom_read(words, addr), out)
+        out = Mux(Value.cast(mem) == int(mm), _rom_read(words, addr), out)
     return out
 
 
