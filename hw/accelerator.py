@@ -259,9 +259,11 @@ class Accelerator(wiring.Component):
 
     def __init__(self, cfg: Config):
         self._cfg = cfg
-        self._lin = FmdqLinear(cfg, shared=True) if _fmdq(cfg) else LinearLayer(cfg, shared=True)
-        self._att = AttentionEngine(cfg, shared=True)
         self._geo = ageo = AcceleratorGeometry(cfg)
+        # The arrays this top owns, lent to one block at a time (their geometry is its).
+        self._lin = (FmdqLinear(cfg, shared=ageo.array_args) if ageo.fmdq
+                     else LinearLayer(cfg, shared=ageo.arrays))
+        self._att = AttentionEngine(cfg, shared=True)
         w = ageo.data_bits
         super().__init__({
             "cmd": In(stream.Signature(ageo.command)),

@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 
 from .dispatcher import bundle_layout, make_dispatcher
 from .encoder import DeltaEncoder, row_layouts
-from .geometry import COUNTER_BITS, AttentionGeometry, Geometry, uwidth
+from .geometry import COUNTER_BITS, Geometry, uwidth
 from .layouts import (
     encoded_slice_layout,
     lane_op_layout,
@@ -60,17 +60,17 @@ class LinearLayer(wiring.Component):
 
     Ports are flat vectors (no structs) so that cocotb drives them directly.
 
-    With ``shared`` the layer owns no PE arrays: it drives the ``pe`` members (one
-    ``pe_array_signature`` per array, of the geometry ``AttentionGeometry(cfg, shared=True).lin``)
-    and the arrays' owner (``dstar.hw.accelerator.Accelerator``) lends them; ``host_w_wdata``
-    is then a whole row of a column block (array ``a``'s ``m_tile`` weights at element
-    ``a * m_tile``), written into the arrays ``host_w_we`` selects, and ``w_base`` (read with
-    ``start``) places a run's weights, so that several layers' weights can stay loaded.
+    With ``shared`` (the lent arrays' ``Geometry``: ``AcceleratorGeometry.arrays``) the layer
+    owns no PE arrays: it drives the ``pe`` members (one ``pe_array_signature`` per array of
+    that geometry) and the arrays' owner (``dstar.hw.accelerator.Accelerator``) lends them;
+    ``host_w_wdata`` is then a whole row of a column block (array ``a``'s ``m_tile`` weights at
+    element ``a * m_tile``), written into the arrays ``host_w_we`` selects, and ``w_base`` (read
+    with ``start``) places a run's weights, so that several layers' weights can stay loaded.
     """
 
-    def __init__(self, cfg, *, shared: bool = False):
-        self._shared = shared
-        self._geo = geo = AttentionGeometry(cfg, shared=True).lin if shared else Geometry(cfg)
+    def __init__(self, cfg, *, shared: Geometry | None = None):
+        self._shared = shared is not None
+        self._geo = geo = shared if shared is not None else Geometry(cfg)
         t_l, s_l = row_layouts(geo)
         run, status, host_rows, host_wy = layer_ports(geo, t_l.size, y_row_layout(geo).size)
         if shared:                  # a whole tile row per write: every array's m_tile weights

@@ -13,7 +13,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..geometry import COUNTER_BITS, uwidth
-from .geometry import FmdqGeometry, attention_array_args
+from .geometry import FmdqGeometry
 from .layouts import slice_group_layout
 from .pe_array import FmdqPEArray, lend_signature
 from .quant_unit import QuantUnit
@@ -96,16 +96,16 @@ class FmdqLinear(wiring.Component):
     array ``a``'s at element ``a * m_tile``); only while ``busy`` is low. Reset stops a run;
     the memories keep their contents.
 
-    With ``shared`` the layer owns no PE arrays: it drives the ``pe`` members
-    (``hw.fmdq.pe_array.lend_signature`` of ``hw.fmdq.geometry.attention_array_args(cfg,
-    True)``: the arrays the attention engine also runs on) that the owner
+    With ``shared`` (the lent arrays' ``FmdqPEArray`` parameters: ``AcceleratorGeometry.
+    array_args``, the arrays the attention engine also runs on) the layer owns no PE arrays: it
+    drives the ``pe`` members (``hw.fmdq.pe_array.lend_signature`` of them) that the owner
     (``dstar.hw.accelerator.Accelerator``) lends it, and has no ``host_y_*`` ports (the owner
     reads and writes ``Y`` through the arrays' own).
     """
 
-    def __init__(self, cfg, *, shared: bool = False):
+    def __init__(self, cfg, *, shared: dict | None = None):
         self._geo = geo = FmdqGeometry(cfg)
-        self._shared = shared
+        self._shared = shared is not None
         y_row = data.ArrayLayout(signed(geo.y_bits), geo.columns).size
         host_y = {
             "host_y_addr": In(uwidth(geo.y_depth)),
@@ -113,9 +113,8 @@ class FmdqLinear(wiring.Component):
             "host_y_we": In(1),
             "host_y_wdata": In(y_row * cfg.n_arrays),
         }
-        if shared:
-            lend = lend_signature(attention_array_args(cfg, True))
-            host_y = {"pe": Out(lend).array(cfg.n_arrays)}
+        if shared is not None:
+            host_y = {"pe": Out(lend_signature(shared)).array(cfg.n_arrays)}
         super().__init__({
             "start": In(1),
             "key": In(1),
