@@ -292,14 +292,25 @@ def _stub(lines: tuple) -> str:
     return "".join(out)
 
 
-def block_verilog(verilog: Path, module: str, blackbox: tuple = ()) -> str | None:
+#: A memory's all-zero initial contents as Amaranth's Verilog writes them: one assignment per
+#: word, here of at least ``SRAM_MIN_DEPTH`` words (``block_verilog``'s ``zero_init``).
+_ZERO_INIT = re.compile(r"^  initial begin\n(?:    \\?\S+ ?\[\d+\] = \d+'h0+;\n)"
+                        rf"{{{SRAM_MIN_DEPTH},}}  end\n", re.M)
+
+
+def block_verilog(verilog: Path, module: str, blackbox: tuple = (),
+                  zero_init: bool = False) -> str | None:
     """The part of ``verilog`` that synthesizing ``module`` reads: ``module`` and the modules
     below it, in file order and verbatim, with each ``blackbox`` module (and what is below it
     only through it) reduced to its interface (``_stub``), after the file's header comment.
-    Yosys's ``hierarchy -top module`` drops every other module anyway, so the synthesis is the
-    same; a block's run no longer parses the whole design (at ``default``, Yosys spent ~90 %
-    of a block's run reading the 6 MB linear top). None if ``verilog`` does not define
-    ``module`` in the form this reads (then the whole file is read)."""
+    Yosys's ``hierarchy -top module`` drops every other module anyway; a block's run no
+    longer parses the whole design. With ``zero_init`` the all-zero initial contents of
+    memories of at least ``SRAM_MIN_DEPTH`` words are left out (``_ZERO_INIT``): on the ASIC
+    targets such a memory is an SRAM macro costed by its shape, whose power-up contents mean
+    nothing, and Yosys's Verilog frontend spends minutes on one assignment per word (212 of
+    252 s of the `default` INT8 PE array's run, for its 8192-word accumulator memory). None
+    if ``verilog`` does not define ``module`` in the form this reads (then the whole file is
+    read)."""
     p = Path(verilog)
     st = p.stat()
     head, mods = _split_modules(str(p.resolve()), st.st_mtime_ns, st.st_size)
@@ -314,8 +325,9 @@ def block_verilog(verilog: Path, module: str, blackbox: tuple = ()) -> str | Non
         keep.add(name)
         if name not in bb:
             todo += [k for k in mods[name][1] if k not in keep]
-    return head + "".join(_stub(lines) if name in bb else "".join(lines)
+    text = head + "".join(_stub(lines) if name in bb else "".join(lines)
                           for name, (lines, _) in mods.items() if name in keep)
+    return _ZERO_INIT.sub("", text) if zero_init else text
 
 
 def _yosys_name(name: str) -> str:
@@ -345,7 +357,8 @@ def synth_module(verilog: Path, module: str, target: str, builddir: Path,
     ``<module>.<target>.json`` is written as well (for nextpnr). Files are written as
     ``<builddir>/<stem>.<target>.{ys,log,stat.json,mem.il}`` with ``stem`` the module name;
     Yosys reads ``<stem>.<target>.src.v``, the part of ``verilog`` the block needs
-    (``block_verilog``), or the whole file if it does not have Amaranth's form.
+    (``block_verilog``; on the ASIC targets without the all-zero contents of SRAM-sized
+    memories), or the whole file if it does not have Amaranth's form.
     With ``reuse``, an earlier run's statistics are read instead of running Yosys again when
     its script is the same and its output is newer than ``verilog``.
 
@@ -365,7 +378,8 @@ def synth_module(verilog: Path, module: str, target: str, builddir: Path,
     fmt = {"top": _yosys_name(module)}
     if lib is not None:
         fmt.update(lib=_install_liberty(lib, builddir), constr=_abc_constr(lib, builddir))
-    text = block_verilog(verilog, module, blackbox)
+    asic = target == SynthTarget.CMOS or lib is not None
+    text = block_verilog(verilog, module, blackbox, zero_init=asic)
     if text is not None:        # only the block's modules (block_verilog)
         src = builddir / f"{stem}.src.v"
         if not src.is_file() or src.read_text() != text:

@@ -281,6 +281,28 @@ def test_block_verilog_keeps_the_block_and_stubs_its_blackboxes(tmp_path):
     assert flows.block_verilog(v, "nowhere") is None
 
 
+def test_block_verilog_drops_only_large_all_zero_memory_contents(tmp_path):
+    """With ``zero_init`` (the ASIC targets) a memory's initial contents are left out when
+    they are all zero and it has at least ``SRAM_MIN_DEPTH`` words (an SRAM macro); a smaller
+    memory's, or contents with a non-zero word, stay."""
+    n = flows.SRAM_MIN_DEPTH
+
+    def init(name, words, last=0):      # the last word is ``last``, the others zero
+        lines = [f"    {name}[{i}] = 8'h{last if i == words - 1 else 0:02x};\n"
+                 for i in range(words)]
+        return "  initial begin\n" + "".join(lines) + "  end\n"
+
+    body = (f"  reg [7:0] big [{n - 1}:0];\n" + init("big", n)
+            + f"  reg [7:0] small [{n - 2}:0];\n" + init("small", n - 1)
+            + f"  reg [7:0] rom [{n - 1}:0];\n" + init("rom", n, 5))
+    v = tmp_path / "m.v"
+    v.write_text(f"module m(clk);\n  input clk;\n{body}endmodule\n")
+    assert flows.block_verilog(v, "m") == v.read_text()
+    lean = flows.block_verilog(v, "m", zero_init=True)
+    assert "big[0]" not in lean and f"small[{n - 2}] = 8'h00;" in lean and "rom[0]" in lean
+    assert lean == v.read_text().replace(init("big", n), "")
+
+
 def test_compare_flags_growth_only_beyond_tolerance():
     base = {"targets": {"cmos": {"transistors": 1000, "cells": 100}},
             "modules": {"pe_array": {"targets": {"cmos": {"transistors": 800}}}}}
