@@ -161,6 +161,16 @@ RESULTS: dict[str, Result] = {
         "and timed by OpenSTA as above: its critical path across the blocks' boundaries, "
         "start and end by RTL name (SRAM macros left out of the netlist, so paths through "
         "them are not timed). The command processor alone is the block row."),
+    "fmax_tiny_fmdq": Result(
+        "Routed ECP5 Fmax of the FMDQ linear datapath (`tiny` preset, `encoding = fmdq`)",
+        ("synth", "--preset", "tiny", "--set", "encoding=fmdq", "--target", "none", "--fmax",
+         "top", "--reuse", "--json"),
+        _synth_text,
+        "`FmdqLinear` (`hw/fmdq/linear.py`: quantization unit, group memory, two SIMD-4 PE "
+        "arrays, `Y`; the top `dstar generate` writes as `dstar_linear` with `encoding = fmdq`) "
+        "synthesized whole for the ECP5 with DSPs and placed and routed by nextpnr-ecp5 out of "
+        "context on the LFE5U-85F (`dstar.synth.fmax`): the routed Fmax and the critical path, "
+        "its start and end by cell. Issue 28's target: 50 MHz."),
     "bench_cycles": Result(
         "Linear-datapath cycles on the bundled DiT",
         ("bench", "cycles", "--json"),
@@ -193,6 +203,13 @@ RESULTS: dict[str, Result] = {
         "transistor estimate at 45 nm (Yosys) beside it; TPA = throughput per area relative "
         "to the lean `int8` datapath (`dstar.synth.efficiency`). FMDQ's row: `FmdqLinear` "
         "synthesized by parts (`dstar.synth.fmdq_efficiency`), its cycles by the exact model."),
+    "efficiency_default": Result(
+        "Throughput per area vs the lean dense INT8 datapath (`default` preset): FMDQ",
+        ("bench", "efficiency", "--preset", "default", "--strategy", "int8", "--json"),
+        _efficiency_text,
+        "The same at the `default` preset for FMDQ's datapath (`FmdqLinear` synthesized by "
+        "parts) and the lean INT8 baseline only (`--strategy int8`): sky130 HD first, the CMOS "
+        "estimate beside. v1's strategies are measured at `tiny` above."),
     "run": Result(
         "A DiT block end to end on the RTL",
         ("run", "--json", "--quiet"),

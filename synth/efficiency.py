@@ -310,7 +310,11 @@ def format_text(rep: dict) -> str:
         target = next(iter(asic.values()))["target"]
         lines += [f"{target} standard cells (real cell areas; SRAM macros scaled from the 45 nm "
                   "estimate by NAND2 area):", cols]
-        lines += [row(n, rep["strategies"][n], a) for n, a in asic.items()]
+        for n, a in asic.items():
+            lines.append(row(n, rep["strategies"][n], a))
+            if a.get("blocks_um2"):
+                lines.append("           area: " + ", ".join(
+                    f"{k} {v:.0f}" for k, v in a["blocks_um2"].items()))
         lines.append("CMOS transistor estimate at 45 nm (Yosys), beside for continuity:")
     else:
         lines[0] += "; CMOS areas at 45 nm (Yosys estimate)"
