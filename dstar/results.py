@@ -174,6 +174,13 @@ RESULTS: dict[str, Result] = {
         "estimate after placement. Issue 28's target: 50 MHz. (The accelerator top, `dstar.v`, "
         "adds the attention engine and v1's PE arrays to this, which alone fills 89 % of the "
         "device's LUTs.)"),
+    "fmax_tiny_fmdq_pe_array": Result(
+        "Routed ECP5 Fmax of one FMDQ PE array (`tiny` preset, `encoding = fmdq`)",
+        ("synth", "--preset", "tiny", "--set", "encoding=fmdq", "--target", "none", "--fmax",
+         "pe_array", "--fmax-timeout", "15", "--reuse", "--json"),
+        _synth_text,
+        "The first SIMD-4 PE array of `FmdqLinear` (`hw/fmdq/pe_array.py`) placed and routed "
+        "alone, as above: its routed Fmax and critical path."),
     "bench_cycles": Result(
         "Linear-datapath cycles on the bundled DiT",
         ("bench", "cycles", "--json"),
