@@ -255,7 +255,7 @@ class AttentionEngine(wiring.Component):
         held while ``rd_en`` is low, P in ``p_banks`` banks, the accumulators' readers."""
         ag = self._ag
         tr, feed, ns = parts["tr"], parts["feed"], parts["ns"]
-        bb, tb = ag.bank_bits, (ag.p_banks - 1).bit_length()
+        tb = (ag.p_banks - 1).bit_length()
         m.d.comb += [tr.unit_done.eq(arrays[0].o_unit_done),
                      tr.base_t.eq(tr.base_i >> tb),
                      mem["q_rd"].addr.eq(tr.q_addr), mem["q_rd"].en.eq(tr.rd_en),
@@ -265,53 +265,51 @@ class AttentionEngine(wiring.Component):
             m.d.comb += [wr.en.eq(feed.p_we & (feed.p_bank == b)), wr.addr.eq(feed.p_addr),
                          wr.data.eq(feed.p_data), rd.addr.eq(tr.p_addr), rd.en.eq(tr.rd_en),
                          tr.p_data[b].eq(rd.data)]
+        y1, y2 = self._reader_addrs(feed, ns, st)
         for a, arr in enumerate(arrays):
-            m.d.comb += [mem["kt_rd"][a].addr.eq(tr.weight_addr),
-                         mem["v_rd"][a].addr.eq(tr.weight_addr),
-                         arr.i_wrow.valid.eq(tr.wrow_valid),
-                         arr.i_wrow.payload.bank.eq(tr.wrow_bank),
-                         arr.i_wrow.payload.row.eq(tr.wrow_row),
-                         arr.i_wrow.payload.w.eq(Mux(tr.pv, mem["v_rd"][a].data,
-                                                     mem["kt_rd"][a].data)),
+            m.d.comb += [*self._weight_rows(tr, mem, a, arr),
                          arr.i_op.valid.eq(tr.o_group.valid),
                          arr.i_op.payload.eq(tr.o_group.payload),
-                         # As the v1 arrays' two readers: the feeder and NORM in their banks.
-                         arr.rd_addr[0].eq(Cat(feed.y_addr[:bb], st["par"], 0)),
-                         arr.rd_addr[1].eq(Cat(ns.y_addr[:bb], st["n_par"], 1))]
+                         arr.rd_addr[0].eq(y1), arr.rd_addr[1].eq(y2)]
             for c in range(self._ag.cfg.m_tile):       # element by element: Y rows are wider
                 m.d.comb += [feed.y_data[a][c].eq(arr.rd_data[0][c]),
                              ns.y_data[a][c].eq(arr.rd_data[1][c])]
 
     def _wire_lanes(self, m, parts, mem, arrays, st):
         """The tile runner, v1's PE arrays and the memories they read."""
-        cfg, ag = self._ag.cfg, self._ag
+        cfg = self._ag.cfg
         tr, feed, ns = parts["tr"], parts["feed"], parts["ns"]
-        bb = ag.bank_bits
         m.d.comb += [mem["p_wr"][0].en.eq(feed.p_we), mem["p_wr"][0].addr.eq(feed.p_addr),
                      mem["p_wr"][0].data.eq(feed.p_data)]
         m.d.comb += [tr.pass_done.eq(arrays[0].o_pass_done),
                      tr.q_data.eq(mem["q_rd"].data), tr.p_data.eq(mem["p_rd"][0].data),
                      mem["q_rd"].addr.eq(tr.q_addr), mem["p_rd"][0].addr.eq(tr.p_addr),
                      tr.o_token.ready.eq(Cat(*[arr.i_token.ready for arr in arrays]).all())]
+        y1, y2 = self._reader_addrs(feed, ns, st)
         for a, arr in enumerate(arrays):
-            m.d.comb += [mem["kt_rd"][a].addr.eq(tr.weight_addr),
-                         mem["v_rd"][a].addr.eq(tr.weight_addr),
-                         arr.i_wrow.valid.eq(tr.wrow_valid),
-                         arr.i_wrow.payload.bank.eq(tr.wrow_bank),
-                         arr.i_wrow.payload.row.eq(tr.wrow_row),
-                         arr.i_wrow.payload.w.eq(Mux(tr.pv, mem["v_rd"][a].data,
-                                                     mem["kt_rd"][a].data)),
+            m.d.comb += [*self._weight_rows(tr, mem, a, arr),
                          arr.i_token.valid.eq(tr.o_token.valid),
                          arr.i_token.payload.eq(tr.o_token.payload),
-                         # The feeder reads the logits of block I, NORM the sums of block
-                         # I - 1: banks the lanes do not write meanwhile (each reader kept in
-                         # its bank, where its address runs past the end when idle).
-                         arr.host_y_addr.eq(Cat(feed.y_addr[:bb], st["par"], 0)),
-                         arr.host_y2_addr.eq(Cat(ns.y_addr[:bb], st["n_par"], 1)),
+                         arr.host_y_addr.eq(y1), arr.host_y2_addr.eq(y2),
                          feed.y_data[a].eq(arr.host_y_rdata), ns.y_data[a].eq(arr.host_y2_rdata)]
             for lane in range(cfg.group):
                 m.d.comb += [arr.i_op[lane].valid.eq(tr.o_op[lane].valid),
                              arr.i_op[lane].payload.eq(tr.o_op[lane].payload)]
+
+    @staticmethod
+    def _weight_rows(tr, mem, a, arr) -> list:
+        """Array ``a``'s weight-row beats: the K^T or V word at the runner's address."""
+        return [mem["kt_rd"][a].addr.eq(tr.weight_addr), mem["v_rd"][a].addr.eq(tr.weight_addr),
+                arr.i_wrow.valid.eq(tr.wrow_valid), arr.i_wrow.payload.bank.eq(tr.wrow_bank),
+                arr.i_wrow.payload.row.eq(tr.wrow_row),
+                arr.i_wrow.payload.w.eq(Mux(tr.pv, mem["v_rd"][a].data, mem["kt_rd"][a].data))]
+
+    def _reader_addrs(self, feed, ns, st) -> tuple:
+        """The arrays' two accumulator readers: the feeder reads the logits of block I, NORM
+        the sums of block I - 1, banks the lanes do not write meanwhile (each reader kept in
+        its bank, where its address runs past the end when idle)."""
+        bb = self._ag.bank_bits
+        return Cat(feed.y_addr[:bb], st["par"], 0), Cat(ns.y_addr[:bb], st["n_par"], 1)
 
     def _wire_common(self, m, parts, mem):
         """The softmax unit, the normalizer and the memories every variant shares."""
