@@ -11,7 +11,7 @@ from dstar.golden.fmdq import LANES, MAX_SLICES, SLICE_BITS
 from ..fmdq.pe_array import group_op_layout
 from ..geometry import AttentionGeometry, uwidth
 from .layouts import block_list_layouts, p_word_layout, q_tile_word_layout
-from .tile_runner import _Walk
+from .tile_runner import _Walk, phase_control
 
 __all__ = ["FmdqTileRunner"]
 
@@ -112,19 +112,11 @@ class FmdqTileRunner(wiring.Component):
         m = Module()
         lw, xw = _Walk(m, self, "load"), _Walk(m, self, "ops")
         ld_busy = self._loader(m, lw, xw)
-        x_busy, x_go = self._issue(m, lw, xw)
-        # Units accepted and units written (wrap: only equality counts).
-        issued = Signal(self._ag.TILE_COUNT_BITS)
-        done = Signal(self._ag.TILE_COUNT_BITS)
+        x_busy, _ = self._issue(m, lw, xw)
+        # Units accepted and units written.
         grp = self.o_group
-        with m.If(grp.valid & grp.ready & grp.payload.group.last):
-            m.d.sync += issued.eq(issued + 1)
-        with m.If(self.unit_done):
-            m.d.sync += done.eq(done + 1)
-        m.d.comb += self.idle.eq(done == issued)
-        with m.If(self.start):
-            m.d.sync += [self.pv.eq(self.start_pv), ld_busy.eq(0), x_busy.eq(0), lw.start(),
-                         xw.start()]
+        phase_control(m, self, grp.valid & grp.ready & grp.payload.group.last, self.unit_done,
+                      [ld_busy, x_busy], [lw, xw])
         return m
 
     def _loader(self, m, lw, xw) -> Signal:

@@ -58,6 +58,22 @@ class _Walk:
             m.d.sync += self.more.eq(0)
 
 
+def phase_control(m: Module, runner, issued_pulse, done_pulse, busy: list, walks: list):
+    """A tile runner's ``idle`` (as many ``done_pulse`` as ``issued_pulse`` since reset: the
+    counters wrap, only their equality counts) and its ``start`` (the phase's kind into
+    ``pv``, the ``busy`` flags cleared, the ``walks`` restarted)."""
+    bits = runner.geometry.TILE_COUNT_BITS
+    issued, done = Signal(bits, name="issued"), Signal(bits, name="done")
+    with m.If(issued_pulse):
+        m.d.sync += issued.eq(issued + 1)
+    with m.If(done_pulse):
+        m.d.sync += done.eq(done + 1)
+    m.d.comb += runner.idle.eq(done == issued)
+    with m.If(runner.start):
+        m.d.sync += [runner.pv.eq(runner.start_pv), *(b.eq(0) for b in busy),
+                     *(st for w in walks for st in w.start())]
+
+
 class TileRunner(wiring.Component):
     """Runs the QK^T (``pv = 0``) or PV (``pv = 1``) tiles of one query block on the PE
     arrays: a loader streams each tile's K^T or V rows into the arrays' free weight bank (one
@@ -154,17 +170,8 @@ class TileRunner(wiring.Component):
         lw, xw = _Walk(m, self, "load"), _Walk(m, self, "ops")
         ld_busy = self._loader(m, lw, xw)
         x_busy, x_go = self._lanes(m, lw, xw)
-        # Tiles issued and tiles whose last reduction is written (wrap: only equality counts).
-        issued = Signal(self._ag.TILE_COUNT_BITS)
-        done = Signal(self._ag.TILE_COUNT_BITS)
-        with m.If(x_go):
-            m.d.sync += issued.eq(issued + 1)
-        with m.If(self.pass_done):
-            m.d.sync += done.eq(done + 1)
-        m.d.comb += self.idle.eq(done == issued)
-        with m.If(self.start):
-            m.d.sync += [self.pv.eq(self.start_pv), ld_busy.eq(0), x_busy.eq(0), lw.start(),
-                         xw.start()]
+        # Tiles issued and tiles whose last reduction is written.
+        phase_control(m, self, x_go, self.pass_done, [ld_busy, x_busy], [lw, xw])
         return m
 
     def _loader(self, m, lw, xw) -> Signal:
