@@ -152,7 +152,7 @@ def attention_manifest(cfg, top=None) -> dict:
     from .attention import AttentionEngine
 
     top = top if top is not None else AttentionEngine(cfg)
-    return {
+    man = {
         "top": ATTN_TOP_NAME,
         "verilog": f"{ATTN_TOP_NAME}.v",
         "config": cfg.hardware(),
@@ -171,6 +171,20 @@ def attention_manifest(cfg, top=None) -> dict:
             "slot": "slot (host_slot_addr to read, host_addr to write)",
         },
     }
+    if top.geometry.sar:
+        del man["addresses"]["res"]
+        man["addresses"].update(_SAR_ADDRESSES)
+    return man
+
+
+#: SAR's memories (``attention = "sar"``: no residual cache; the score cache, dense per slot).
+_SAR_ADDRESSES = {
+    "mask": "slot * nqb + I, bit J: key block J kept for query block I (the host's; the engine "
+            "only reads it)",
+    "sc": "((slot * sc_rows + i) // p_banks * n_kg + kg) * p_banks + i % p_banks: the P word of "
+          "row i, key group kg (host_addr to write, host_sc_addr to read)",
+    "rl": "slot * sc_rows + i: (r, L) of row i (host_addr to write, host_rl_addr to read)",
+}
 
 
 #: The Q address rule of the engine on the FMDQ arrays (a word: 4 dimensions of a token tile).

@@ -23,7 +23,7 @@ owns element ``l`` of each group (``k = j*G + l``).
 from dataclasses import dataclass
 from typing import ClassVar
 
-from dstar.config import Config, ConfigError, Datapath, Encoding, bits_signed
+from dstar.config import Attention, Config, ConfigError, Datapath, Encoding, bits_signed
 from dstar.golden.attention import THETA_BITS
 from dstar.golden.dispatch import STRATEGIES
 from dstar.golden.softmax import MANT_BITS, RECIP_BITS, SHIFT_MAX, sum_bits
@@ -673,21 +673,64 @@ class AttentionGeometry:
     def mask_depth(self) -> int:
         return self.cfg.attn_slots * self.nqb
 
+    # ----- SAR's score cache (attention = "sar") -----
+    @property
+    def sar(self) -> bool:
+        """The engine runs the paper's sparse attention reuse (``attention = "sar"``): host-loaded
+        masks, a score cache instead of the residual cache, PV-only reuse steps."""
+        return self.cfg.attention is Attention.SAR
+
+    @property
+    def sc_rows(self) -> int:
+        """Rows of a slot in the score cache: every query row of ``max_tokens``, rounded up to
+        whole query blocks (dense per slot: a row's words sit at fixed addresses whatever the
+        mask, so a host-loaded mask never moves them)."""
+        return self.nqb * self.cfg.block_q
+
+    @property
+    def sc_depth(self) -> int:
+        """Words of each score-cache P bank (``p_banks`` of them, row ``i`` in bank ``i mod
+        p_banks``): ``n_kg`` P words per row, ``sc_rows`` rows per slot, ``attn_slots`` slots."""
+        return self.cfg.attn_slots * self.sc_rows // self.p_banks * self.n_kg
+
+    @property
+    def rl_depth(self) -> int:
+        """Words of the score cache's row memory: a row's reciprocal ``(r, L)``, per slot."""
+        return self.cfg.attn_slots * self.sc_rows
+
+    def score_cache_bits(self) -> int:
+        """Bits of the score cache (every slot): P words (``G`` 8-bit ``p`` and a shift) of
+        every row and key group, and ``(r, L)`` of every row."""
+        p_word = 8 * self.cfg.group + self.cfg.shift_bits
+        row = RECIP_BITS + 1 + uwidth(sum_bits(self.n_max, self.cfg.e_max) + 1)
+        return self.sc_depth * self.p_banks * p_word + self.rl_depth * row
+
     def memories(self) -> dict[str, int]:
         """Words of the engine's memories, by what they hold and the fields that size them."""
         n = self.cfg.n_arrays
-        return {"Q, (m, sh), P and outputs (max_tokens x head_dim)":
-                self.q_depth + self.n_max + self.p_depth + self.o_depth,
-                "K^T and V (max_tokens x head_dim, per array)": n * (self.kt_depth + self.v_depth),
-                "residual cache (attn_slots x max_tokens x head_dim)": self.res_depth,
-                "masks (attn_slots x max_tokens / block_q)": self.mask_depth,
-                "logits (2 x max_tokens)": 2 * self.n_max,
-                "accumulators (4 banks of block_q x max(n_kc, 2 n_cp), per array)":
-                n * self.lin.y_depth}
+        out = {"Q, (m, sh), P and outputs (max_tokens x head_dim)":
+               self.q_depth + self.n_max + self.p_depth + self.o_depth,
+               "K^T and V (max_tokens x head_dim, per array)": n * (self.kt_depth + self.v_depth),
+               "residual cache (attn_slots x max_tokens x head_dim)": self.res_depth,
+               "masks (attn_slots x max_tokens / block_q)": self.mask_depth,
+               "logits (2 x max_tokens)": 2 * self.n_max,
+               "accumulators (4 banks of block_q x max(n_kc, 2 n_cp), per array)":
+               n * self.lin.y_depth}
+        if self.sar:
+            del out["residual cache (attn_slots x max_tokens x head_dim)"]
+            out["Q, (m, sh), P and outputs (max_tokens x head_dim)"] -= self.p_depth
+            out["score cache P words (attn_slots x max_tokens x max_tokens / group)"] = (
+                self.sc_depth * self.p_banks)
+            out["score cache (r, L) (attn_slots x max_tokens)"] = self.rl_depth
+        return out
 
     @property
     def host_addr_bits(self) -> int:
         """The shared host write address of the engine's memories."""
+        if self.sar:
+            return uwidth(max(self.q_depth, self.kt_depth, self.v_depth, self.n_max,
+                              self.sc_depth * self.p_banks, self.rl_depth, self.mask_depth,
+                              self.cfg.attn_slots))
         return uwidth(max(self.q_depth, self.kt_depth, self.v_depth, self.n_max,
                           self.res_depth, self.mask_depth, self.cfg.attn_slots))
 
@@ -696,4 +739,7 @@ class AttentionGeometry:
                  "kc_per_block", "kg_per_block", "bank_bits", "logit_bits", "pv_acc_bits",
                  "kt_depth", "v_depth", "q_depth", "p_depth", "o_depth", "res_depth",
                  "mask_depth", "b_bits", "mass_bits"]
+        if self.sar:
+            names = [n for n in names if n != "res_depth"] + ["sar", "p_banks", "sc_rows",
+                                                             "sc_depth", "rl_depth"]
         return {n: getattr(self, n) for n in names}

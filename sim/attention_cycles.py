@@ -41,6 +41,9 @@ SEL_RECIP_CYCLES, SEL_SCAN = AttentionGeometry.SEL_RECIP_CYCLES, AttentionGeomet
 #: Cycles from the mask's ``SEL`` cycle to the first cycle ``SelReciprocal`` is done, beyond
 #: its rows' cycles, against the list and PV phases that run meanwhile.
 RECIP_LAG = 1
+#: SAR's reuse steps: the cycle X(0) starts (no QK^T of block 0 ahead of it), and the cycles
+#: from a block list's end to phase X's part seen done (no softmax).
+SAR_PRO, SAR_LIST = 3, 1
 
 
 @dataclass
@@ -107,6 +110,9 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int, picks=None) -> Attention
     added, ``golden.attention.select_blocks(mass, theta).sum(-1)``; default: the mask's)."""
     ag = AttentionGeometry(cfg)
     g, dh, bc, rows_q, n_cp = cfg.group, cfg.head_dim, ag.block_cols, ag.rows_q, ag.n_cp
+    # SAR: a cache step (``key``) runs as a v1 reuse step on the host's mask (no selection);
+    # a reuse step runs only the lists, PV and the normalization.
+    full, qk_on = key and not ag.sar, key or not ag.sar
     q_lens, k_lens = _blocks(n, cfg.block_q), _blocks(n, cfg.block_k)
     nkb, nqb = len(k_lens), len(q_lens)
     mask = np.asarray(mask, dtype=bool)
@@ -115,7 +121,7 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int, picks=None) -> Attention
     if not mask.any(axis=1).all():
         raise ValueError("every query block needs at least one selected key block")
     picks = mask.sum(axis=1) if picks is None else np.asarray(picks)
-    if key and picks.shape != (nqb,):
+    if full and picks.shape != (nqb,):
         raise ValueError(f"picks must have shape {(nqb,)}, got {picks.shape}")
     lst = nkb + 1
     count_qk = count_pv = busy = 0
@@ -151,7 +157,7 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int, picks=None) -> Attention
     sels = [[j for j in every if mask[i, j]] for i in range(nqb)]
     ph = dict.fromkeys(("prologue", "x", "y", "final"), 0)
     # The prologue: QK^T of block 0 (its list, its tiles), seen done; X(0) a cycle later.
-    x0 = 1 + lst + qk(q_lens[0], every if key else sels[0]) + 1 + 1
+    x0 = 1 + lst + qk(q_lens[0], every if full else sels[0]) + 1 + 1 if qk_on else SAR_PRO
     ph["prologue"] = x0 - 1
     norm_prev = None                        # the previous block's normalization, in cycles
     for i, rows in enumerate(q_lens):
@@ -159,10 +165,12 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int, picks=None) -> Attention
         rest = [j for j in every if j not in sel]
         # X: QK^T of block I + 1 beside the softmax (and selection) of block I.
         a_vis = x0 + 1
-        if i + 1 < nqb:
-            a_vis = x0 + lst + qk(q_lens[i + 1], every if key else sels[i + 1]) + 1
+        if i + 1 < nqb and qk_on:
+            a_vis = x0 + lst + qk(q_lens[i + 1], every if full else sels[i + 1]) + 1
         recip = 0
-        if not key:
+        if not qk_on:
+            m_vis = x0 + lst + SAR_LIST
+        elif not full:
             m_vis = x0 + lst + smax(rows, sel) + 1
         else:
             t_sel = x0 + lst + smax(rows, every) + (
@@ -172,7 +180,7 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int, picks=None) -> Attention
         y0 = max(a_vis, m_vis) + 1
         ph["x"] += y0 - x0
         # Y: PV of block I beside the normalization of block I - 1.
-        if not key:
+        if not full:
             v_vis = y0 + pv(rows, sel) + 1
             norm = norm_pass(rows)
         else:

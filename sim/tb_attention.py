@@ -15,9 +15,18 @@ freshly reset design and compares integers with equality.
 import numpy as np
 
 from dstar.golden.attention import theta_fixed
-from dstar.sim.layer_io import int_array, pack, pack_named, start_and_wait, unpack, write_words
+from dstar.sim.layer_io import (
+    int_array,
+    pack,
+    pack_named,
+    start_and_wait,
+    unpack,
+    unpack_named,
+    write_words,
+)
 
-__all__ = ["HeadImage", "run_head", "HeadOutcome"]
+__all__ = ["HeadImage", "run_head", "HeadOutcome", "read_words", "save_slot",
+           "restore_slot"]
 
 
 class HeadImage:
@@ -102,6 +111,78 @@ class HeadImage:
         return flat.reshape(self.n, self.n_cp * self.bc)[:, :self.dh]
 
 
+    # ----- SAR (``geometry["sar"]``): host-loaded masks and the score cache -----
+    def mask_words(self, mask, slot: int) -> dict[int, int]:
+        """A slot's masks ``(nqb(N), nkb(N))`` bool -> {slot * nqb + I: word} (bit ``J``)."""
+        mask = np.asarray(mask, dtype=bool)
+        want = (-(-self.n // self.bq), -(-self.n // self.bk))
+        if mask.shape != want:
+            raise ValueError(f"mask must have shape {want}, got {mask.shape}")
+        return {slot * self.nqb + i: sum(1 << j for j in range(mask.shape[1]) if mask[i, j])
+                for i in range(mask.shape[0])}
+
+    def sc_addrs(self, slot: int) -> range:
+        """Host addresses of slot ``slot``'s score-cache P words (every row and key group)."""
+        per = self.man["geometry"]["sc_rows"] * self.man["geometry"]["n_kg"]
+        return range(slot * per, (slot + 1) * per)
+
+    def rl_addrs(self, slot: int) -> range:
+        """Host addresses of slot ``slot``'s score-cache row words."""
+        rows = self.man["geometry"]["sc_rows"]
+        return range(slot * rows, (slot + 1) * rows)
+
+    def score_cache(self, sc: dict[int, int], rl: dict[int, int], slot: int):
+        """The applied weights ``w = p << shift`` ``(N, N)`` and the rows' ``(r, L)`` ``(N, 2)``
+        of slot ``slot`` from its words (``sc_addrs`` / ``rl_addrs``), as
+        ``golden.sar.sar_cache_step`` caches them (``w`` at keys outside the mask: whatever the
+        memory holds)."""
+        geo = self.man["geometry"]
+        t, n_kg, rows = geo["p_banks"], geo["n_kg"], geo["sc_rows"]
+        lay = self.lays["sc_word"]
+        w = np.zeros((self.n, n_kg * self.g), dtype=np.int64)
+        for i in range(self.n):
+            r = slot * rows + i
+            for kg in range(n_kg):
+                f = unpack_named(sc[(r // t * n_kg + kg) * t + r % t], lay)
+                w[i, kg * self.g:(kg + 1) * self.g] = [f[f"p[{k}]"] << f["shift"]
+                                                       for k in range(self.g)]
+        rlw = [unpack_named(rl[slot * rows + i], self.lays["rl_word"]) for i in range(self.n)]
+        return w[:, :self.n], np.array([[f["r"], f["big_l"]] for f in rlw], dtype=np.int64)
+
+
+async def read_words(io, addr: str, rdata: str, addrs) -> dict[int, int]:
+    """``{address: word}`` through a host read port, one word a cycle (read a cycle after its
+    address: the synchronous ports' latency, which the combinational ones meet too)."""
+    set_, get, tick = io
+    out = {}
+    for a in addrs:
+        set_(addr, a)
+        await tick()
+        out[a] = get(rdata)
+    return out
+
+
+async def save_slot(io, img: HeadImage, slot: int) -> dict:
+    """SAR: a slot's state, to restore later (``restore_slot``): its step counter, masks and
+    score cache (P words and row words)."""
+    set_, get, tick = io
+    set_("host_slot_addr", slot)
+    await tick()
+    return {"slot": get("host_slot_rdata"),
+            "mask": await read_words(io, "host_mask_addr", "host_mask_rdata",
+                                     range(slot * img.nqb, (slot + 1) * img.nqb)),
+            "sc": await read_words(io, "host_sc_addr", "host_sc_rdata", img.sc_addrs(slot)),
+            "rl": await read_words(io, "host_rl_addr", "host_rl_rdata", img.rl_addrs(slot))}
+
+
+async def restore_slot(io, slot: int, saved: dict):
+    """SAR: write back what ``save_slot`` read (into the same slot's addresses)."""
+    await write_words(io, "host_slot_we", "host_addr", "host_slot_wdata", {slot: saved["slot"]})
+    await write_words(io, "host_mask_we", "host_addr", "host_mask_wdata", saved["mask"])
+    await write_words(io, "host_sc_we", "host_addr", "host_sc_wdata", saved["sc"])
+    await write_words(io, "host_rl_we", "host_addr", "host_rl_wdata", saved["rl"])
+
+
 class HeadOutcome:
     def __init__(self, o, res, mask, key, counters):
         self.o, self.res, self.mask, self.key, self.counters = o, res, mask, key, counters
@@ -109,20 +190,28 @@ class HeadOutcome:
 
 async def run_head(io, img: HeadImage, q, k, v, m, sh, *, slot: int = 0,
                    theta_q: int | None = None, refresh: int | None = None, read_res: bool = True,
-                   max_cycles: int = 5_000_000) -> HeadOutcome:
+                   mask=None, max_cycles: int = 5_000_000) -> HeadOutcome:
     """Load one head, run one step of ``slot``, read the output ``O`` (N, Dh), and (with
     ``read_res``) the slot's residual R (N, Dh) and mask (nqb(N), nkb(N)) back. ``theta_q`` and
-    ``refresh`` default to the configuration's ``theta`` and ``refresh_attn``."""
+    ``refresh`` default to the configuration's ``theta`` and ``refresh_attn``. SAR: ``mask``
+    (the slot's, written first, if given); ``q``, ``k`` and ``m``, ``sh`` may be ``None`` (a
+    reuse step reads none of them: not written); ``read_res`` must be false."""
     set_, get, tick = io
     cfg = img.man["config"]
     theta_q = theta_fixed(cfg["theta"]) if theta_q is None else theta_q
     refresh = cfg["refresh_attn"] if refresh is None else refresh
-    await write_words(io, "host_q_we", "host_addr", "host_q_wdata", img.q_words(q))
-    for a, words in enumerate(img.k_words(k)):
-        await write_words(io, "host_k_we", "host_addr", "host_k_wdata", words, 1 << a)
+    if mask is not None:
+        await write_words(io, "host_mask_we", "host_addr", "host_mask_wdata",
+                          img.mask_words(mask, slot))
+    if q is not None:
+        await write_words(io, "host_q_we", "host_addr", "host_q_wdata", img.q_words(q))
+    if k is not None:
+        for a, words in enumerate(img.k_words(k)):
+            await write_words(io, "host_k_we", "host_addr", "host_k_wdata", words, 1 << a)
     for a, words in enumerate(img.v_words(v)):
         await write_words(io, "host_v_we", "host_addr", "host_v_wdata", words, 1 << a)
-    await write_words(io, "host_ms_we", "host_addr", "host_ms_wdata", img.ms_words(m, sh))
+    if m is not None:
+        await write_words(io, "host_ms_we", "host_addr", "host_ms_wdata", img.ms_words(m, sh))
     for name, val in (("slot", slot), ("n_tokens", img.n), ("theta_q", theta_q),
                       ("refresh", refresh)):
         set_(name, val)

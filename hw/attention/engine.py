@@ -154,7 +154,7 @@ class AttentionEngine(wiring.Component):
         self._ag = ag = AttentionGeometry(cfg, shared=shared)
         lays = self.layouts()
         n_arr = cfg.n_arrays
-        super().__init__({
+        sig = {
             "start": In(1),
             "clear": In(1),
             "slot": In(uwidth(cfg.attn_slots)),
@@ -176,7 +176,7 @@ class AttentionEngine(wiring.Component):
             "host_ms_we": In(1),
             "host_ms_wdata": In(lays["ms_word"].size),
             "host_res_we": In(1),
-            "host_res_wdata": In(Shape.cast(lays["res_word"]).width),
+            "host_res_wdata": In(Shape.cast(lays.get("res_word", 1)).width),
             "host_mask_we": In(1),
             "host_mask_wdata": In(Shape.cast(lays["mask_word"]).width),
             "host_slot_we": In(1),
@@ -184,13 +184,25 @@ class AttentionEngine(wiring.Component):
             "host_o_addr": In(uwidth(ag.o_depth)),
             "host_o_rdata": Out(Shape.cast(lays["o_word"]).width),
             "host_res_addr": In(uwidth(ag.res_depth)),
-            "host_res_rdata": Out(Shape.cast(lays["res_word"]).width),
+            "host_res_rdata": Out(Shape.cast(lays.get("res_word", 1)).width),
             "host_mask_addr": In(uwidth(ag.mask_depth)),
             "host_mask_rdata": Out(Shape.cast(lays["mask_word"]).width),
             "host_slot_addr": In(uwidth(cfg.attn_slots)),
             "host_slot_rdata": Out(Shape.cast(lays["slot_word"]).width),
             **({"pe": Out(self._lend_signature()).array(n_arr)} if shared else {}),
-        })
+        }
+        if ag.sar:
+            # No residual cache; the score cache's host ports instead (P words at
+            # ``host_sc_addr``, row words at ``host_rl_addr``; written at ``host_addr``).
+            for k in ("host_res_we", "host_res_wdata", "host_res_addr", "host_res_rdata"):
+                del sig[k]
+            sc_w, rl_w = (Shape.cast(lays[k]).width for k in ("sc_word", "rl_word"))
+            sig.update({"host_sc_we": In(1), "host_sc_wdata": In(sc_w),
+                        "host_sc_addr": In(uwidth(ag.sc_depth * ag.p_banks)),
+                        "host_sc_rdata": Out(sc_w),
+                        "host_rl_we": In(1), "host_rl_wdata": In(rl_w),
+                        "host_rl_addr": In(uwidth(ag.rl_depth)), "host_rl_rdata": Out(rl_w)})
+        super().__init__(sig)
 
     @property
     def geometry(self) -> AttentionGeometry:
@@ -261,9 +273,10 @@ class AttentionEngine(wiring.Component):
                      mem["q_rd"].addr.eq(tr.q_addr), mem["q_rd"].en.eq(tr.rd_en),
                      tr.q_data.eq(mem["q_rd"].data),
                      tr.o_group.ready.eq(Cat(*[arr.i_op.ready for arr in arrays]).all())]
+        pa = self._p_access(m, feed, tr, mem, st)
         for b, (wr, rd) in enumerate(zip(mem["p_wr"], mem["p_rd"], strict=True)):
-            m.d.comb += [wr.en.eq(feed.p_we & (feed.p_bank == b)), wr.addr.eq(feed.p_addr),
-                         wr.data.eq(feed.p_data), rd.addr.eq(tr.p_addr), rd.en.eq(tr.rd_en),
+            m.d.comb += [wr.en.eq(pa.we & (pa.wbank == b)), wr.addr.eq(pa.waddr),
+                         wr.data.eq(pa.wdata), rd.addr.eq(pa.raddr), rd.en.eq(pa.ren),
                          tr.p_data[b].eq(rd.data)]
         y1, y2 = self._reader_addrs(feed, ns, st)
         for a, arr in enumerate(arrays):
@@ -279,11 +292,12 @@ class AttentionEngine(wiring.Component):
         """The tile runner, v1's PE arrays and the memories they read."""
         cfg = self._ag.cfg
         tr, feed, ns = parts["tr"], parts["feed"], parts["ns"]
-        m.d.comb += [mem["p_wr"][0].en.eq(feed.p_we), mem["p_wr"][0].addr.eq(feed.p_addr),
-                     mem["p_wr"][0].data.eq(feed.p_data)]
+        pa = self._p_access(m, feed, tr, mem, st)
+        m.d.comb += [mem["p_wr"][0].en.eq(pa.we), mem["p_wr"][0].addr.eq(pa.waddr),
+                     mem["p_wr"][0].data.eq(pa.wdata)]
         m.d.comb += [tr.pass_done.eq(arrays[0].o_pass_done),
                      tr.q_data.eq(mem["q_rd"].data), tr.p_data.eq(mem["p_rd"][0].data),
-                     mem["q_rd"].addr.eq(tr.q_addr), mem["p_rd"][0].addr.eq(tr.p_addr),
+                     mem["q_rd"].addr.eq(tr.q_addr), mem["p_rd"][0].addr.eq(pa.raddr),
                      tr.o_token.ready.eq(Cat(*[arr.i_token.ready for arr in arrays]).all())]
         y1, y2 = self._reader_addrs(feed, ns, st)
         for a, arr in enumerate(arrays):
@@ -295,6 +309,34 @@ class AttentionEngine(wiring.Component):
             for lane in range(cfg.group):
                 m.d.comb += [arr.i_op[lane].valid.eq(tr.o_op[lane].valid),
                              arr.i_op[lane].payload.eq(tr.o_op[lane].payload)]
+
+    def _p_access(self, m, feed, tr, mem, st) -> SimpleNamespace:
+        """The P memories' write (the feeder's words) and read (the tile runner's) ports.
+        v1: one query block's words, at the parts' own addresses. SAR: the score cache, the
+        slot's rows from ``(slot * sc_rows + base_i) // p_banks * n_kg`` on, and while no step
+        runs the host's words: bank ``a mod p_banks``, word ``a // p_banks`` of ``host_addr``
+        (``host_sc_we``) and ``host_sc_addr`` (read back on ``host_sc_rdata`` a cycle later)."""
+        ag = self._ag
+        ren = getattr(tr, "rd_en", 1)
+        if not ag.sar:
+            return SimpleNamespace(we=feed.p_we, wbank=feed.p_bank, waddr=feed.p_addr,
+                                   wdata=feed.p_data, raddr=tr.p_addr, ren=ren)
+        tb = (ag.p_banks - 1).bit_length()
+        run = st["run"]
+        off = Signal(uwidth(ag.sc_depth), name="sc_base")
+        m.d.comb += off.eq((st["slot"] * (ag.sc_rows >> tb) + (st["base_i"] >> tb)) * ag.n_kg)
+        h_bank = Signal(range(ag.p_banks), name="host_sc_bank")
+        m.d.sync += h_bank.eq(self.host_sc_addr[:tb])
+        m.d.comb += self.host_sc_rdata.eq(
+            Array(rd.data.as_value() for rd in mem["p_rd"])[h_bank] if tb else mem["p_rd"][0].data)
+        ha = self.host_addr
+        return SimpleNamespace(
+            we=Mux(run, feed.p_we, self.host_sc_we),
+            wbank=Mux(run, feed.p_bank, ha[:tb] if tb else 0),
+            waddr=Mux(run, off + feed.p_addr, ha >> tb),
+            wdata=Mux(run, feed.p_data, self.host_sc_wdata),
+            raddr=Mux(run, off + tr.p_addr, self.host_sc_addr >> tb),
+            ren=Mux(run, ren, 1))
 
     @staticmethod
     def _weight_rows(tr, mem, a, arr) -> list:
@@ -323,6 +365,13 @@ class AttentionEngine(wiring.Component):
         wiring.connect(m, ns.o_norm, nrm.i)
         wiring.connect(m, nrm.o, ns.i_norm)
         run = st["run"]
+        if ag.sar:
+            m.d.comb += [feed.ms_data.eq(mem["ms_rd"].data), mem["ms_rd"].addr.eq(feed.ms_addr),
+                         mem["o_rd"].addr.eq(self.host_o_addr),
+                         mem["o_wr"].addr.eq(ns.o_waddr), mem["o_wr"].en.eq(ns.o_we),
+                         mem["o_wr"].data.eq(Cat(*[ns.o_wdata] * ag.block_cols))]
+            self._wire_rows(m, parts, mem)
+            return
         m.d.comb += [feed.ms_data.eq(mem["ms_rd"].data), mem["ms_rd"].addr.eq(feed.ms_addr),
                      mem["o_rd"].addr.eq(self.host_o_addr),
                      mem["r_rd"].addr.eq(Mux(run, ns.r_raddr, self.host_res_addr)),
@@ -338,6 +387,31 @@ class AttentionEngine(wiring.Component):
             m.d.comb += [mem["r_wr"].addr.eq(self.host_addr),
                          mem["r_wr"].en.eq(Mux(self.host_res_we, (1 << ag.block_cols) - 1, 0)),
                          mem["r_wr"].data.eq(self.host_res_wdata)]
+
+    def _wire_rows(self, m, parts, mem):
+        """SAR: the score cache's row words. A cache step writes each row's ``(r, L)`` as the
+        softmax unit hands it to the feeder (row ``slot * sc_rows + base_i + k`` for the
+        block's ``k``-th row sum); the normalization reads its rows' back (cache and reuse
+        steps alike); while no step runs, the host writes at ``host_addr`` (``host_rl_we``)
+        and reads ``host_rl_addr`` (``host_rl_rdata``, the same cycle)."""
+        ag = self._ag
+        feed, ns, smx, st = parts["feed"], parts["ns"], parts["smx"], parts["st"]
+        run, wr, rd = st["run"], mem["rl_wr"], mem["rl_rd"]
+        k = Signal(range(ag.cfg.block_q + 1), name="rl_row")
+        got = smx.o_sum.valid & feed.i_sum.ready
+        with m.If(got):
+            m.d.sync += k.eq(k + 1)
+        with m.If(feed.start):
+            m.d.sync += k.eq(0)
+        slot_base = st["slot"] * ag.sc_rows
+        m.d.comb += [
+            wr.addr.eq(Mux(run, slot_base + st["base_i"] + k, self.host_addr)),
+            wr.en.eq(Mux(run, got, self.host_rl_we)),
+            wr.data.eq(Mux(run, Cat(smx.o_sum.payload.r, smx.o_sum.payload.big_l),
+                           self.host_rl_wdata)),
+            rd.addr.eq(Mux(run, slot_base + st["n_base"] + ns.row, self.host_rl_addr)),
+            self.host_rl_rdata.eq(rd.data),
+            ns.r.eq(rd.data.r), ns.big_l.eq(rd.data.big_l)]
 
     def _memories(self, m) -> dict:
         """The host-written inputs, P, the outputs, the residual cache and the masks, with
@@ -371,23 +445,34 @@ class AttentionEngine(wiring.Component):
                      q_wr.data.eq(self.host_q_wdata),
                      ms_wr.en.eq(self.host_ms_we), ms_wr.addr.eq(self.host_addr),
                      ms_wr.data.eq(self.host_ms_wdata)]
-        p_mems = [memory("p" if ag.p_banks == 1 else f"p_{b}", p_word_layout(ag), ag.p_depth)
-                  for b in range(ag.p_banks)]
+        # SAR: P is the score cache, every row of every slot (no residual cache).
+        p_name, p_depth = ("score_p", ag.sc_depth) if ag.sar else ("p", ag.p_depth)
+        p_mems = [memory(p_name if ag.p_banks == 1 else f"{p_name}_{b}", p_word_layout(ag),
+                         p_depth) for b in range(ag.p_banks)]
         o_mem = memory("o", lays["o_word"], ag.o_depth)
-        r_mem = memory("res", lays["res_word"], ag.res_depth)
+        if not ag.sar:
+            r_mem = memory("res", lays["res_word"], ag.res_depth)
         k_mem = memory("mask", lays["mask_word"], ag.mask_depth)
         k_host = k_mem.read_port(domain="comb")
         out = {"q_rd": q_rd, "ms_rd": ms_rd, "kt_rd": kt_rd, "v_rd": v_rd,
                "p_wr": [pm.write_port() for pm in p_mems],
                "p_rd": [pm.read_port() for pm in p_mems],
-               "o_wr": o_mem.write_port(granularity=1), "o_rd": o_mem.read_port(),
-               "r_wr": r_mem.write_port(granularity=1), "r_rd": r_mem.read_port(),
-               "k_wr": k_mem.write_port(),
-               # The mask words of the current and of the next query block.
-               "k_rd_c": k_mem.read_port(domain="comb"), "k_rd_a": k_mem.read_port(domain="comb")}
-        m.d.comb += [self.host_o_rdata.eq(out["o_rd"].data),
-                     self.host_res_rdata.eq(out["r_rd"].data),
-                     k_host.addr.eq(self.host_mask_addr), self.host_mask_rdata.eq(k_host.data)]
+               "o_wr": o_mem.write_port(granularity=1), "o_rd": o_mem.read_port()}
+        if ag.sar:
+            rl_mem = memory("score_rl", lays["rl_word"], ag.rl_depth)
+            # Read combinationally: the normalization looks a row's (r, L) up in the cycle it
+            # names the row, as it does the softmax's tables on v1.
+            out.update(rl_wr=rl_mem.write_port(), rl_rd=rl_mem.read_port(domain="comb"))
+        else:
+            out.update(r_wr=r_mem.write_port(granularity=1), r_rd=r_mem.read_port())
+        out.update({"k_wr": k_mem.write_port(),
+                    # The mask words of the current and of the next query block.
+                    "k_rd_c": k_mem.read_port(domain="comb"),
+                    "k_rd_a": k_mem.read_port(domain="comb")})
+        m.d.comb += self.host_o_rdata.eq(out["o_rd"].data)
+        if not ag.sar:
+            m.d.comb += self.host_res_rdata.eq(out["r_rd"].data)
+        m.d.comb += [k_host.addr.eq(self.host_mask_addr), self.host_mask_rdata.eq(k_host.data)]
         return out
 
     def _sequencer(self, m, parts, mem) -> dict:
@@ -417,8 +502,13 @@ class AttentionEngine(wiring.Component):
         # The block QK^T runs on: block 0 in the prologue, else I + 1.
         a_qb, a_base, a_par = Signal.like(qb), Signal.like(base_i), Signal()
         a_rows, a_has = Signal.like(rows), Signal()
+        # SAR: the masks are the host's (no selection: every list is the mask's), and a reuse
+        # step runs no QK^T and no softmax.
+        sar = ag.sar
+        full = 0 if sar else key           # every block's QK^T and the selection (v1 key step)
         m.d.comb += [a_qb.eq(Mux(pro, qb, qb + 1)), a_base.eq(Mux(pro, base_i, base_i + bq)),
-                     a_par.eq(Mux(pro, par, ~par)), a_has.eq(a_base < n_tok),
+                     a_par.eq(Mux(pro, par, ~par)),
+                     a_has.eq((a_base < n_tok) & key if sar else a_base < n_tok),
                      a_rows.eq(Mux(n_tok - a_base >= bq, bq, n_tok - a_base))]
         in_x, in_y = Signal(), Signal()
         m.d.comb += [in_x.eq(phase == _X), in_y.eq(phase == _Y)]
@@ -448,7 +538,7 @@ class AttentionEngine(wiring.Component):
         m.d.comb += [mem["k_rd_c"].addr.eq(mrow + qb), mem["k_rd_a"].addr.eq(mrow + a_qb),
                      lst_c.mask.eq(mem["k_rd_c"].data), lst_a.mask.eq(mem["k_rd_a"].data),
                      lst_c.n_tokens.eq(n_tok), lst_a.n_tokens.eq(n_tok), lst_c.mode.eq(c_mode),
-                     lst_a.mode.eq(Mux(key, ListMode.ALL, ListMode.SELECTED)),
+                     lst_a.mode.eq(Mux(full, ListMode.ALL, ListMode.SELECTED)),
                      k_wr.addr.eq(Mux(run, mrow + qb, self.host_addr))]
         m.d.comb += [
             tr.active.eq(in_x & (a_st == _A_TILES) | in_y & (v_st == _V_TILES)),
@@ -461,7 +551,7 @@ class AttentionEngine(wiring.Component):
                                                               ag.s_base(par)))),
             feed.sel_j.eq(lst_c.sel_j), feed.sel_len.eq(lst_c.sel_len),
             feed.n_sel.eq(lst_c.n_sel), feed.n_valid.eq(lst_c.n_valid),
-            feed.base_i.eq(base_i), feed.rows.eq(rows), feed.full.eq(key),
+            feed.base_i.eq(base_i), feed.rows.eq(rows), feed.full.eq(full),
             feed.y_base.eq(ag.logit_base(par)), feed.bank.eq(par),
             sel.n_blocks.eq(lst_c.n_sel), sel.theta_q.eq(theta),
             [sel.mass[j].eq(feed.mass[j]) for j in range(ag.nkb)],
@@ -498,7 +588,7 @@ class AttentionEngine(wiring.Component):
             with m.If(~pro):
                 m.d.comb += lst_c.start.eq(1)
                 m.d.sync += [m_st.eq(_M_LIST),
-                             c_mode.eq(Mux(key, ListMode.ALL, ListMode.SELECTED))]
+                             c_mode.eq(Mux(full, ListMode.ALL, ListMode.SELECTED))]
         with m.If((a_st == _A_LIST) & lst_a.done):
             m.d.comb += tr.start.eq(1)
             m.d.sync += a_st.eq(_A_TILES)
@@ -508,10 +598,17 @@ class AttentionEngine(wiring.Component):
             m.d.sync += a_st.eq(_A_DONE)
 
         with m.If((m_st == _M_LIST) & lst_c.done):
-            m.d.comb += feed.start.eq(1)
-            m.d.sync += m_st.eq(_M_SMAX)
+            if sar:                         # a reuse step's PV reads the score cache
+                with m.If(key):
+                    m.d.comb += feed.start.eq(1)
+                    m.d.sync += m_st.eq(_M_SMAX)
+                with m.Else():
+                    m.d.sync += [m_st.eq(_M_DONE), kind.eq(_REUSE)]
+            else:
+                m.d.comb += feed.start.eq(1)
+                m.d.sync += m_st.eq(_M_SMAX)
         with m.If((m_st == _M_SMAX) & feed.done):
-            with m.If(key):
+            with m.If(full):
                 m.d.comb += sel.start.eq(1)
                 m.d.sync += m_st.eq(_M_SEL)
             with m.Else():
@@ -538,7 +635,8 @@ class AttentionEngine(wiring.Component):
                 m.d.sync += [phase.eq(_Y), y_first.eq(1)]
 
         self._phase_y(m, SimpleNamespace(**{k: v for k, v in locals().items() if k != "self"}))
-        return {"run": run, "par": par, "n_par": n_par}
+        return {"run": run, "par": par, "n_par": n_par, "slot": slot, "base_i": base_i,
+                "n_base": n_base}
 
     def _slot_counters(self, m, run):
         """The slots' step counters (valid since clear, calls modulo refresh), cleared by
@@ -624,8 +722,9 @@ class AttentionEngine(wiring.Component):
         m.d.comb += [ns.s_base.eq(ag.s_base(n_par)), ns.u_base.eq(ag.u_base(n_par)),
                      ns.base_i.eq(v["n_base"]), ns.rows.eq(v["n_rows"]), ns.slot.eq(v["slot"])]
         with m.Switch(n_kind):
-            with m.Case(_REUSE):
-                m.d.comb += [ns.source.eq(NormSource.S), ns.out_mode.eq(OutMode.O_PLUS_R),
+            with m.Case(_REUSE):            # SAR: no residual, O itself
+                m.d.comb += [ns.source.eq(NormSource.S),
+                             ns.out_mode.eq(OutMode.NEW if ag.sar else OutMode.O_PLUS_R),
                              ns.res_mode.eq(ResMode.NONE)]
             with m.Default():
                 m.d.comb += [ns.source.eq(Mux(second & n_hasu, NormSource.S_PLUS_U, NormSource.S)),
@@ -633,10 +732,12 @@ class AttentionEngine(wiring.Component):
                              ns.res_mode.eq(Mux(second, ResMode.ADD, ResMode.NEG))]
         # Tables while a pass runs: the selected blocks' reciprocals for a key step's O_sel,
         # else the softmax's.
+        # SAR: the score cache's rows (``_wire_rows``).
         use_rcp = (n_kind == _KEY) & (n_st == _N_P1)
-        m.d.comb += [feed.norm_bank.eq(n_par),
-                     ns.r.eq(Mux(use_rcp, rcp.r, feed.norm_r)),
-                     ns.big_l.eq(Mux(use_rcp, rcp.big_l, feed.norm_big_l))]
+        m.d.comb += feed.norm_bank.eq(n_par)
+        if not ag.sar:
+            m.d.comb += [ns.r.eq(Mux(use_rcp, rcp.r, feed.norm_r)),
+                         ns.big_l.eq(Mux(use_rcp, rcp.big_l, feed.norm_big_l))]
         with m.If(start_norm):
             m.d.comb += ns.start.eq(1)
             m.d.sync += n_st.eq(_N_P1)

@@ -8,9 +8,10 @@ from amaranth import signed, unsigned
 from amaranth.lib import data
 
 from ..geometry import AttentionGeometry, SoftmaxGeometry, uwidth
+from ..softmax import row_sum_layout
 
 __all__ = ["ms_layout", "p_word_layout", "q_tile_word_layout", "memory_layouts",
-           "block_list_layouts"]
+           "block_list_layouts", "rl_word_layout"]
 
 
 def ms_layout() -> data.StructLayout:
@@ -25,6 +26,13 @@ def p_word_layout(ag: AttentionGeometry) -> data.StructLayout:
     return data.StructLayout({"p": data.ArrayLayout(unsigned(SoftmaxGeometry.P_BITS),
                                                     ag.cfg.group),
                               "shift": unsigned(ag.cfg.shift_bits)})
+
+
+def rl_word_layout(ag: AttentionGeometry) -> data.StructLayout:
+    """A score-cache row word: the row's reciprocal ``r`` and ``L = bit_length(l)``
+    (``dstar.golden.softmax.reciprocal``), as the softmax unit's row sum carries them."""
+    lay = row_sum_layout(ag.n_max, ag.cfg.e_max)
+    return data.StructLayout({"r": lay.members["r"], "big_l": lay.members["big_l"]})
 
 
 def q_tile_word_layout(tokens: int) -> data.ArrayLayout:
@@ -46,8 +54,17 @@ def memory_layouts(ag: AttentionGeometry) -> dict:
     K^T and V (``m_tile`` INT8), ``(m, sh)``, the output ``O`` and the residual ``R``
     (``block_cols`` columns of a row each), the mask (bit ``J``: key block ``J``) and a slot's
     step counter (``valid``: stepped since the last clear; ``phase``: its calls modulo
-    ``refresh``)."""
+    ``refresh``). SAR (``ag.sar``) has no residual word; its score cache has P words
+    (``sc_word``, ``p_word_layout``) and row words (``rl_word``, ``rl_word_layout``)."""
     g, mt, bc = ag.cfg.group, ag.cfg.m_tile, ag.block_cols
+    if ag.sar:
+        lays = _memory_layouts(ag, g, mt, bc)
+        del lays["res_word"]
+        return {**lays, "sc_word": p_word_layout(ag), "rl_word": rl_word_layout(ag)}
+    return _memory_layouts(ag, g, mt, bc)
+
+
+def _memory_layouts(ag, g, mt, bc) -> dict:
     return {
         "q_word": q_tile_word_layout(ag.q_tokens) if ag.fmdq else data.ArrayLayout(signed(8), g),
         "kt_word": data.ArrayLayout(signed(8), mt),
