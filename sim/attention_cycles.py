@@ -24,6 +24,11 @@ had unselected tiles) starts with X, and Y also waits for it and for block ``I``
 reciprocals; a phase
 ends the cycle after its last part is seen done, the next begins one cycle later; at the end,
 the last block's normalization.
+
+SAR (``attention = "sar"``): a cache step (``key``) is a v1 reuse step on the host's mask
+(QK^T, SMAX and PV of the kept tiles, one normalization pass); a reuse step has no QK^T and
+no SMAX: X(0) starts ``SAR_PRO`` cycles in, each X is the list of block ``I`` (``L`` cycles)
+and ``SAR_LIST``, and Y and the normalization are as on a cache step.
 """
 
 from dataclasses import dataclass
@@ -107,7 +112,9 @@ def predict(cfg, n: int, mask, key: bool, theta_q: int, picks=None) -> Attention
     """Counters of one step of ``N = n`` tokens with the block ``mask`` ``(nqb, nkb)`` (on key
     steps: the mask the step selects; ``theta_q``: ``golden.attention.theta_fixed(theta)``;
     ``picks``: per query block, the blocks the mass rule picked before the row maxima's were
-    added, ``golden.attention.select_blocks(mass, theta).sum(-1)``; default: the mask's)."""
+    added, ``golden.attention.select_blocks(mass, theta).sum(-1)``; default: the mask's).
+    With ``cfg.attention = "sar"``: ``key`` is a cache step, ``mask`` the host's, ``theta_q``
+    and ``picks`` are not read."""
     ag = AttentionGeometry(cfg)
     g, dh, bc, rows_q, n_cp = cfg.group, cfg.head_dim, ag.block_cols, ag.rows_q, ag.n_cp
     # SAR: a cache step (``key``) runs as a v1 reuse step on the host's mask (no selection);

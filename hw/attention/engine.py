@@ -129,6 +129,33 @@ class AttentionEngine(wiring.Component):
     hold every array's word (array ``a``'s at word ``a``), written into the arrays
     ``host_k_we`` / ``host_v_we`` select.
 
+    With ``attention = "sar"`` (``AttentionGeometry.sar``, the paper's sparse attention
+    reuse, ``dstar.golden.sar``) the masks are the host's (``host_mask_we``; the engine only
+    reads them, ``theta_q`` is ignored), there is no residual cache (no ``host_res_*`` ports;
+    no ``MaskSelector`` or ``SelReciprocal``), and the slot's step counter chooses, on the key
+    steps' cadence, a *cache step* (``key`` high) or a *reuse step*:
+
+    * cache step: QK^T, the softmax (row max and row sum over the kept keys only) and PV of the
+      kept tiles, ``O`` normalized (``golden.sar.sar_cache_step``); the P words of the kept
+      key groups and every row's ``(r, L)`` go to the slot's score cache;
+    * reuse step: only V is read (Q, K^T and ``(m, sh)`` need not be written); PV of the kept
+      tiles from the cached P words, normalized by the cached ``(r, L)``
+      (``golden.sar.sar_reuse_step``): no QK^T, no softmax. It must have its cache step's
+      ``N`` and mask (the host's contract).
+
+    The score cache is dense per slot (a row's words sit at fixed addresses, whatever the
+    mask): the P memory (``score_p``, ``p_banks`` banks by row) holds ``n_kg`` P words of every
+    one of a slot's ``sc_rows = nqb * block_q`` rows, ``score_rl`` one ``rl_word`` ``(r, L)``
+    per row (``AttentionGeometry.score_cache_bits``); words of key groups outside the mask are
+    neither written nor read. The host saves a slot (with its mask and step counter) through
+    ``host_sc_addr`` / ``host_sc_rdata`` (a cycle later) and ``host_rl_addr`` /
+    ``host_rl_rdata`` (the same cycle), and restores it with ``host_sc_we`` / ``host_rl_we``
+    at ``host_addr``: slot ``s``'s P word of row ``i`` and key group ``kg`` at ``((s *
+    sc_rows + i) // p_banks * n_kg + kg) * p_banks + i % p_banks``, its row word at ``s *
+    sc_rows + i``. Counters: ``count_qk`` the kept tiles on cache steps, 0 on reuse steps;
+    ``count_pv`` the kept tiles. A cache step takes a v1 reuse step's cycles on the same
+    mask; a reuse step its lists, PV and normalization only (``dstar.sim.attention_cycles``).
+
     With ``encoding = "fmdq"`` (``AttentionGeometry.fmdq``) the arrays are the SIMD-4
     ``FmdqPEArray``s (``hw.fmdq.geometry.attention_array_args``; ``shared``: the ``pe``
     members are ``hw.fmdq.pe_array.lend_signature``) and the tiles run on ``FmdqTileRunner``
@@ -233,9 +260,11 @@ class AttentionEngine(wiring.Component):
                                                                      "channel_bits", "y_depth")})
         else:
             runner = TileRunner(ag)
+        # SAR has no selection (the masks are the host's): no MaskSelector, no SelReciprocal.
         parts = {
-            "tr": runner, "feed": SoftmaxFeed(ag), "sel": MaskSelector(ag),
-            "ns": NormStage(ag), "rcp": SelReciprocal(ag),
+            "tr": runner, "feed": SoftmaxFeed(ag),
+            **({} if ag.sar else {"sel": MaskSelector(ag)}),
+            "ns": NormStage(ag), **({} if ag.sar else {"rcp": SelReciprocal(ag)}),
             "lst_a": BlockList(ag), "lst_c": BlockList(ag),
         }
         names = {"tr": "tile_runner", "feed": "softmax_feed", "sel": "mask_select",
@@ -483,7 +512,7 @@ class AttentionEngine(wiring.Component):
         ag = self._ag
         cfg = ag.cfg
         bq, nqb = cfg.block_q, ag.nqb
-        tr, feed, sel, ns, rcp = (parts[k] for k in ("tr", "feed", "sel", "ns", "rcp"))
+        tr, feed, sel, ns, rcp = (parts.get(k) for k in ("tr", "feed", "sel", "ns", "rcp"))
         lst_a, lst_c = parts["lst_a"], parts["lst_c"]
         k_wr = mem["k_wr"]
         run, key = Signal(), Signal()
@@ -553,10 +582,12 @@ class AttentionEngine(wiring.Component):
             feed.n_sel.eq(lst_c.n_sel), feed.n_valid.eq(lst_c.n_valid),
             feed.base_i.eq(base_i), feed.rows.eq(rows), feed.full.eq(full),
             feed.y_base.eq(ag.logit_base(par)), feed.bank.eq(par),
-            sel.n_blocks.eq(lst_c.n_sel), sel.theta_q.eq(theta),
-            [sel.mass[j].eq(feed.mass[j]) for j in range(ag.nkb)],
-            rcp.rows.eq(rows), rcp.b.eq(feed.b_rows), rcp.mask.eq(sel_mask), rcp.bank.eq(par),
-            rcp.rd_bank.eq(n_par), rcp.row.eq(ns.row), feed.norm_row.eq(ns.row),
+            *([] if sar else [
+                sel.n_blocks.eq(lst_c.n_sel), sel.theta_q.eq(theta),
+                [sel.mass[j].eq(feed.mass[j]) for j in range(ag.nkb)],
+                rcp.rows.eq(rows), rcp.b.eq(feed.b_rows), rcp.mask.eq(sel_mask),
+                rcp.bank.eq(par), rcp.rd_bank.eq(n_par), rcp.row.eq(ns.row)]),
+            feed.norm_row.eq(ns.row),
         ]
         self._norm_machine(m, ns, rcp, feed, {
             "n_st": n_st, "n_kind": n_kind, "n_par": n_par, "n_hasu": n_hasu, "n_pend": n_pend,
@@ -608,25 +639,32 @@ class AttentionEngine(wiring.Component):
                 m.d.comb += feed.start.eq(1)
                 m.d.sync += m_st.eq(_M_SMAX)
         with m.If((m_st == _M_SMAX) & feed.done):
-            with m.If(full):
-                m.d.comb += sel.start.eq(1)
-                m.d.sync += m_st.eq(_M_SEL)
-            with m.Else():
+            if sar:
                 m.d.sync += [m_st.eq(_M_DONE), kind.eq(_REUSE)]
-        # The mask holds the block of every row's first largest logit: the masked softmax
-        # then has the full one's row max, so PV of the selected tiles of the full pass,
-        # normalized by the selected blocks' own sums (SelReciprocal), is O_sel.
-        mask = Signal(ag.nkb)
-        forced = 0
-        for i in range(bq):
-            forced = forced | Mux(i < rows, feed.max_block[i], 0)
-        m.d.comb += [mask.eq(sel.mask | forced),
-                     k_wr.data.eq(Mux(run, mask, self.host_mask_wdata))]
-        with m.If(~run & self.host_mask_we):
-            m.d.comb += k_wr.en.eq(1)
-        with m.If((m_st == _M_SEL) & sel.done):
-            m.d.comb += [k_wr.en.eq(1), rcp.start.eq(1)]
-            m.d.sync += [sel_mask.eq(mask), m_st.eq(_M_DONE), kind.eq(_KEY)]
+            else:
+                with m.If(full):
+                    m.d.comb += sel.start.eq(1)
+                    m.d.sync += m_st.eq(_M_SEL)
+                with m.Else():
+                    m.d.sync += [m_st.eq(_M_DONE), kind.eq(_REUSE)]
+        if sar:                             # the host's masks only
+            m.d.comb += [k_wr.data.eq(self.host_mask_wdata),
+                         k_wr.en.eq(~run & self.host_mask_we)]
+        else:
+            # The mask holds the block of every row's first largest logit: the masked softmax
+            # then has the full one's row max, so PV of the selected tiles of the full pass,
+            # normalized by the selected blocks' own sums (SelReciprocal), is O_sel.
+            mask = Signal(ag.nkb)
+            forced = 0
+            for i in range(bq):
+                forced = forced | Mux(i < rows, feed.max_block[i], 0)
+            m.d.comb += [mask.eq(sel.mask | forced),
+                         k_wr.data.eq(Mux(run, mask, self.host_mask_wdata))]
+            with m.If(~run & self.host_mask_we):
+                m.d.comb += k_wr.en.eq(1)
+            with m.If((m_st == _M_SEL) & sel.done):
+                m.d.comb += [k_wr.en.eq(1), rcp.start.eq(1)]
+                m.d.sync += [sel_mask.eq(mask), m_st.eq(_M_DONE), kind.eq(_KEY)]
 
         with m.If(in_x & ~x_first & (a_st == _A_DONE) & (m_st == _M_DONE)):
             with m.If(pro):
@@ -693,7 +731,8 @@ class AttentionEngine(wiring.Component):
             with m.Else():
                 m.d.sync += v_st.eq(_V_DONE)
 
-        with m.If(in_y & ~y_first & (v_st == _V_DONE) & (n_st == _N_IDLE) & rcp.done):
+        y_done = in_y & ~y_first & (v_st == _V_DONE) & (n_st == _N_IDLE)
+        with m.If(y_done if rcp is None else y_done & rcp.done):
             m.d.sync += [n_pend.eq(1), n_kind.eq(kind), n_par.eq(par), n_hasu.eq(has_u),
                          n_base.eq(base_i), n_rows.eq(rows)]
             with m.If(base_i + bq >= n_tok):

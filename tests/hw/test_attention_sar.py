@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from dstar.config import preset
-from dstar.golden.sar import sar_cache_step, sar_reuse_step
+from dstar.golden.sar import sar_cache_step, sar_reuse_step, score_cache_bits
 from dstar.golden.softmax import reciprocal
-from dstar.hw.attention import AttentionEngine
+from dstar.hw.attention import AttentionEngine, AttentionGeometry
 from dstar.hw.generate import attention_manifest
-from dstar.sim.attention_cycles import predict
+from dstar.sim.attention_cycles import dense_cycles, predict
 from dstar.sim.layer_io import pack_named, unpack_named
 from dstar.sim.pysim_driver import simulate
 from dstar.sim.tb_attention import HeadImage, read_words, restore_slot, run_head, save_slot
@@ -172,3 +172,31 @@ def test_cache_reuse_save_restore(encoding):
     check_cache(man, outs[3], slot, n, mask, gold[0][2], gold[0][3], cfg, "score cache")
     check_step(cfg, outs[6], other_n, other_mask, True, o_other, "other head")
     check_step(cfg, outs[8], n, mask, False, o_mod, "restored slot")
+
+
+@pytest.mark.filterwarnings("ignore::amaranth._unused.UnusedElaboratable")   # ports only
+@pytest.mark.parametrize("encoding", ["fmdq", "nibble"])
+def test_score_cache_size_ports_and_model(encoding):
+    """No simulation: the score cache holds every slot's dense cache (``golden.sar``'s bits
+    with every block kept, per slot); the manifest has its words and no residual; the cycle
+    model's cache step is a v1 reuse step on the same mask, its reuse step runs no QK^T and
+    costs less; v1's engine keeps its ports."""
+    cfg = sar_cfg(encoding)
+    ag = AttentionGeometry(cfg)
+    n = cfg.max_tokens
+    dense = score_cache_bits(np.ones((ag.nqb, ag.nkb), dtype=bool), n, cfg.block_q,
+                             cfg.block_k, cfg.group, cfg.e_max)
+    assert ag.score_cache_bits() == cfg.attn_slots * dense
+    man = attention_manifest(cfg)
+    assert {"sc_word", "rl_word"} <= set(man["layouts"]) and "res_word" not in man["layouts"]
+    names = set(man["ports"])
+    assert {"host_sc_we", "host_sc_addr", "host_rl_we", "host_rl_addr"} <= names
+    assert not any(p.startswith("host_res") for p in names)
+    v1 = cfg.replace(attention="residual")
+    assert "host_res_we" in AttentionEngine(v1).signature.members
+    assert "host_sc_we" not in AttentionEngine(v1).signature.members
+    mask = np.array([[True, False], [False, True]])
+    cache, reuse = predict(cfg, n, mask, True, 0), predict(cfg, n, mask, False, 0)
+    assert cache.counters() == predict(v1, n, mask, False, 1 << 16).counters()
+    assert (reuse.count_qk, reuse.count_pv, cache.count_qk) == (0, 2, 2)
+    assert reuse.cycles < cache.cycles < dense_cycles(v1, n)
