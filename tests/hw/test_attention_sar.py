@@ -174,7 +174,7 @@ def test_cache_reuse_save_restore(encoding):
     check_step(cfg, outs[8], n, mask, False, o_mod, "restored slot")
 
 
-@pytest.mark.filterwarnings("ignore::amaranth._unused.UnusedElaboratable")   # ports only
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")   # ports only
 @pytest.mark.parametrize("encoding", ["fmdq", "nibble"])
 def test_score_cache_size_ports_and_model(encoding):
     """No simulation: the score cache holds every slot's dense cache (``golden.sar``'s bits
