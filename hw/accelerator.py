@@ -14,7 +14,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from dstar.config import Config, Encoding
+from dstar.config import Config, ConfigError, Encoding
 
 from .attention import AttentionEngine
 from .attention.layouts import memory_layouts
@@ -106,6 +106,12 @@ class AcceleratorGeometry:
     ``FmdqGeometry``), each ``Mem``'s word layout and depth, the ``din`` / ``dout`` beat, the
     command word and the counters. The top, its manifest and the formal harnesses read it."""
     cfg: Config
+
+    def __post_init__(self):
+        if self.attention.sar:
+            raise ConfigError("attention='sar': the accelerator top does not run SAR yet (its "
+                              "command stream has no score-cache memories); the attention "
+                              "engine alone does (dstar.hw.attention.AttentionEngine)")
 
     @property
     def fmdq(self) -> bool:
