@@ -9,7 +9,8 @@ adapter (``set(name, int)``, ``get(name) -> int`` (unsigned), ``await tick()``),
 The cocotb test reads ``DSTAR_ATTN_PARAMS`` (the manifest JSON) and ``DSTAR_ATTN_CASES`` (an
 ``.npz``: per case and step the inputs, slot settings, and the golden outputs, residuals, masks
 and the cycle model's counters, computed outside the simulator); each case runs its steps on a
-freshly reset design and compares integers with equality.
+freshly reset design and compares integers with equality. On a SAR engine (``geometry["sar"]``)
+a case holds one host mask and no residuals (``_sar_cases``).
 """
 
 import numpy as np
@@ -126,6 +127,13 @@ class HeadImage:
         per = self.man["geometry"]["sc_rows"] * self.man["geometry"]["n_kg"]
         return range(slot * per, (slot + 1) * per)
 
+    def sc_addr(self, slot: int, i: int, kg: int) -> int:
+        """Host address of slot ``slot``'s P word of row ``i``, key group ``kg`` (the P banks'
+        words interleaved: bank ``i mod p_banks`` in the low bits)."""
+        geo = self.man["geometry"]
+        r, t = slot * geo["sc_rows"] + i, geo["p_banks"]
+        return (r // t * geo["n_kg"] + kg) * t + r % t
+
     def rl_addrs(self, slot: int) -> range:
         """Host addresses of slot ``slot``'s score-cache row words."""
         rows = self.man["geometry"]["sc_rows"]
@@ -137,13 +145,12 @@ class HeadImage:
         ``golden.sar.sar_cache_step`` caches them (``w`` at keys outside the mask: whatever the
         memory holds)."""
         geo = self.man["geometry"]
-        t, n_kg, rows = geo["p_banks"], geo["n_kg"], geo["sc_rows"]
+        n_kg, rows = geo["n_kg"], geo["sc_rows"]
         lay = self.lays["sc_word"]
         w = np.zeros((self.n, n_kg * self.g), dtype=np.int64)
         for i in range(self.n):
-            r = slot * rows + i
             for kg in range(n_kg):
-                f = unpack_named(sc[(r // t * n_kg + kg) * t + r % t], lay)
+                f = unpack_named(sc[self.sc_addr(slot, i, kg)], lay)
                 w[i, kg * self.g:(kg + 1) * self.g] = [f[f"p[{k}]"] << f["shift"]
                                                        for k in range(self.g)]
         rlw = [unpack_named(rl[slot * rows + i], self.lays["rl_word"]) for i in range(self.n)]
@@ -264,6 +271,9 @@ if cocotb is not None:
         att = man["attention"]
         io = dut_io(dut)
         failures = []
+        if att["geometry"].get("sar"):
+            await _sar_cases(dut, att, io, cases)
+            return
         for name, c in cases:
             await reset(dut, io, att["ports"])
             n = int(c["n"])
@@ -284,6 +294,32 @@ if cocotb is not None:
                     failures.append(f"{name} step {s}: R differs")
                 if not np.array_equal(out.mask, c["mask"][s]):
                     failures.append(f"{name} step {s}: mask differs")
+                if out.counters != want:
+                    failures.append(f"{name} step {s}: counters {out.counters} != {want}")
+        assert not failures, "; ".join(failures)
+
+    async def _sar_cases(dut, att, io, cases):
+        """SAR (``attention = "sar"``): per case the host's mask (written before the first
+        step only), per step Q, K and ``(m, sh)`` written on cache steps only, V always;
+        bit-exact O, the step kind and counters equal to the model."""
+        failures = []
+        for name, c in cases:
+            await reset(dut, io, att["ports"])
+            img = HeadImage(att, int(c["n"]))
+            for s in range(len(c["keys"])):
+                cache = bool(c["keys"][s])
+                q, k, m, sh = (c[x][s] if cache else None for x in ("q", "k", "m", "sh"))
+                out = await run_head(io, img, q, k, c["v"][s], m, sh, slot=int(c["slot"]),
+                                     theta_q=int(c["theta_q"]), refresh=int(c["refresh"]),
+                                     read_res=False, mask=c["mask"] if s == 0 else None)
+                want = dict(zip(("cycles", "count_qk", "count_pv"),
+                                (int(x) for x in c["counters"][s]), strict=True))
+                cocotb.log.info(f"{name} step {s}: cache={out.key} {out.counters}")
+                if out.key != cache:
+                    failures.append(f"{name} step {s}: cache step {out.key}")
+                if not np.array_equal(out.o, c["o"][s]):
+                    failures.append(f"{name} step {s}: O differs "
+                                    f"({int((out.o != c['o'][s]).sum())} elements)")
                 if out.counters != want:
                     failures.append(f"{name} step {s}: counters {out.counters} != {want}")
         assert not failures, "; ".join(failures)

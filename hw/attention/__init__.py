@@ -2,7 +2,8 @@
 
 Ref: dstar-spec.md sections 4 and 5; the bit-exact contract is ``golden/ATTENTION.md``.
 
-* ``engine``: ``AttentionEngine``, the top (sequencer, memories, host ports);
+* ``engine``: ``AttentionEngine``, the top (sequencer, memories, host ports): v1's residual
+  reuse, or with ``attention = "sar"`` the paper's SAR (host masks, the score cache);
 * ``tile_runner``: ``TileRunner``, QK^T and PV tiles on the PE arrays;
 * ``softmax_feed``: accumulators -> ``SoftmaxUnit``, and its P words, block sums and masses;
 * ``mask_select``: ``MaskSelector``, the key blocks of a query block from their masses;

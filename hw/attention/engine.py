@@ -1,7 +1,8 @@
 """Attention engine top: the sequencer of one head step, the memories and the host ports.
 
-Ref: dstar-spec.md sections 4 and 5 ("Attention-reuse controller"); the bit-exact contract is
-``golden/ATTENTION.md`` (``dstar.golden.attention.key_step_head`` / ``reuse_step_head``).
+Ref: dstar-spec.md sections 4 and 5 ("Attention-reuse controller") and 7.3 (SAR); the
+bit-exact contract is ``golden/ATTENTION.md`` (``dstar.golden.attention.key_step_head`` /
+``reuse_step_head``; SAR: ``dstar.golden.sar.sar_cache_step`` / ``sar_reuse_step``).
 """
 
 from types import SimpleNamespace

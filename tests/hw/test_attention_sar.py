@@ -13,12 +13,14 @@ from dstar.golden.sar import sar_cache_step, sar_reuse_step, score_cache_bits
 from dstar.golden.softmax import reciprocal
 from dstar.hw.accelerator import AcceleratorGeometry
 from dstar.hw.attention import AttentionEngine, AttentionGeometry
-from dstar.hw.generate import attention_manifest
+from dstar.hw.generate import ATTN_TOP_NAME, attention_manifest
+from dstar.paths import build_dir
 from dstar.sim.attention_cycles import dense_cycles, predict
 from dstar.sim.layer_io import pack_named, unpack_named
 from dstar.sim.pysim_driver import simulate
 from dstar.sim.tb_attention import HeadImage, read_words, restore_slot, run_head, save_slot
 from tests.hw.cases.attention import random_step
+from tests.hw.fixtures import run_generated
 
 
 def sar_cfg(encoding):
@@ -75,7 +77,7 @@ def run_sar(cfg, script, zero=None):
                 state = saved[arg]
                 if zero is not None:
                     state = {**state, "sc": dict(state["sc"])}
-                    a = _row0_word(man, *zero)
+                    a = HeadImage(man, 1).sc_addr(zero[0], 0, zero[1])
                     state["sc"][a] = _zero_p(man, state["sc"][a])
                 await restore_slot(io, arg, state)
                 outs.append(None)
@@ -93,13 +95,6 @@ def run_sar(cfg, script, zero=None):
 
     simulate(dut, bench)
     return man, outs
-
-
-def _row0_word(man, slot, kg):
-    """The host address of the P word of ``slot``'s row 0, key group ``kg``."""
-    geo = man["geometry"]
-    r, t = slot * geo["sc_rows"], geo["p_banks"]
-    return (r // t * geo["n_kg"] + kg) * t + r % t
 
 
 def _zero_p(man, word):
@@ -175,7 +170,13 @@ def test_cache_reuse_save_restore(encoding):
     check_step(cfg, outs[8], n, mask, False, o_mod, "restored slot")
 
 
-@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")   # ports only
+def _unelaborated(cfg) -> AttentionEngine:
+    """An engine for its ports only (never elaborated: no warning when it is collected)."""
+    top = AttentionEngine(cfg)
+    top._MustUse__silence = True
+    return top
+
+
 @pytest.mark.parametrize("encoding", ["fmdq", "nibble"])
 def test_score_cache_size_ports_and_model(encoding):
     """No simulation: the score cache holds every slot's dense cache (``golden.sar``'s bits
@@ -188,14 +189,14 @@ def test_score_cache_size_ports_and_model(encoding):
     dense = score_cache_bits(np.ones((ag.nqb, ag.nkb), dtype=bool), n, cfg.block_q,
                              cfg.block_k, cfg.group, cfg.e_max)
     assert ag.score_cache_bits() == cfg.attn_slots * dense
-    man = attention_manifest(cfg)
+    man = attention_manifest(cfg, _unelaborated(cfg))
     assert {"sc_word", "rl_word"} <= set(man["layouts"]) and "res_word" not in man["layouts"]
     names = set(man["ports"])
     assert {"host_sc_we", "host_sc_addr", "host_rl_we", "host_rl_addr"} <= names
     assert not any(p.startswith("host_res") for p in names)
     v1 = cfg.replace(attention="residual")
-    assert "host_res_we" in AttentionEngine(v1).signature.members
-    assert "host_sc_we" not in AttentionEngine(v1).signature.members
+    v1_ports = _unelaborated(v1).signature.members
+    assert "host_res_we" in v1_ports and "host_sc_we" not in v1_ports
     mask = np.array([[True, False], [False, True]])
     cache, reuse = predict(cfg, n, mask, True, 0), predict(cfg, n, mask, False, 0)
     assert cache.counters() == predict(v1, n, mask, False, 1 << 16).counters()
@@ -207,3 +208,36 @@ def test_accelerator_refuses_sar():
     """The accelerator top has no score-cache memories in its command stream yet: one line."""
     with pytest.raises(ConfigError, match="attention='sar': the accelerator top"):
         AcceleratorGeometry(sar_cfg("fmdq"))
+
+
+def sar_icarus_case(cfg, steps, mask, refresh, slot):
+    """The arrays of one SAR case of ``sim/tb_attention.py``: one slot's steps, the host mask,
+    the golden outputs and the cycle model's counters."""
+    gold = golden_steps(cfg, steps, mask, refresh)
+    n = steps[0][2].shape[0]
+    return {"n": np.array(n), "slot": np.array(slot), "theta_q": np.array(1 << 16),
+            "refresh": np.array(refresh),
+            **{k: np.stack([np.asarray(st[i], dtype=np.int64) for st in steps])
+               for i, k in enumerate(("q", "k", "v", "m", "sh"))},
+            "keys": np.array([g[0] for g in gold], dtype=np.int64),
+            "o": np.stack([g[1] for g in gold]), "mask": np.asarray(mask, dtype=bool),
+            "counters": np.array([list(predict(cfg, n, mask, g[0], 1 << 16).counters().values())
+                                  for g in gold], dtype=np.int64)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("encoding", ["fmdq", "nibble"])
+def test_generated_verilog_on_icarus(encoding):
+    """cocotb on Icarus: the generated SAR engine (tiny preset), a ragged head (N = 27) with a
+    sparse host mask, a cache step and two reuse steps, bit-exact, counters equal to the
+    model."""
+    cfg = preset("tiny").replace(encoding=encoding, attention="sar")
+    rng = np.random.default_rng(31)
+    n = 27
+    mask = sparse_mask(rng, n, cfg)
+    steps = [random_step(rng, n, cfg.head_dim, 2.0, sink=4) for _ in range(3)]
+    case = sar_icarus_case(cfg, steps, mask, 3, 2)
+    assert case["keys"].tolist() == [1, 0, 0]
+    run_generated(cfg, build_dir("cocotb") / f"tiny-attention-sar-{encoding}", ATTN_TOP_NAME,
+                  "dstar.sim.tb_attention", {"ragged27": case}, "DSTAR_ATTN", "attn_cases.npz",
+                  build="icarus_attn")
