@@ -14,7 +14,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from dstar.config import Config, ConfigError, Encoding
+from dstar.config import Config, Encoding
 
 from .attention import AttentionEngine
 from .attention.layouts import memory_layouts
@@ -73,14 +73,19 @@ class Mem(enum.IntEnum, shape=4):
     V = 6           # attention V, write only
     MS = 7          # attention (m, sh) per query row, write only
     O = 8           # attention output, read only  # noqa: E741
-    RES = 9         # attention residual caches: saved and restored with a slot
-    MASK = 10       # attention masks: saved and restored with a slot
+    RES = 9         # attention residual caches: saved and restored with a slot (v1 only)
+    MASK = 10       # attention masks: saved and restored with a slot (SAR: the host's)
     SLOT = 11       # attention slots' step counters: saved and restored with a slot
+    SC = 12         # SAR's score cache, P words: saved and restored with a slot (SAR only)
+    RL = 13         # SAR's score cache, a row's (r, L): saved and restored with a slot (SAR only)
 
 
 _WRITABLE = (Mem.TARGET, Mem.STATE, Mem.WEIGHTS, Mem.Y, Mem.Q, Mem.KT, Mem.V, Mem.MS,
              Mem.RES, Mem.MASK, Mem.SLOT)
 _READABLE = (Mem.STATE, Mem.Y, Mem.O, Mem.RES, Mem.MASK, Mem.SLOT)
+#: With ``attention = "sar"``: the score cache instead of the residual cache.
+_SAR_WRITABLE = tuple(mm for mm in _WRITABLE if mm is not Mem.RES) + (Mem.SC, Mem.RL)
+_SAR_READABLE = tuple(mm for mm in _READABLE if mm is not Mem.RES) + (Mem.SC, Mem.RL)
 
 #: The counters ``READ_COUNTERS`` sends, in order (``COUNTER_BITS`` each, wrapping).
 COUNTERS = ("commands", "errors", "target_clipped",
@@ -107,15 +112,19 @@ class AcceleratorGeometry:
     command word and the counters. The top, its manifest and the formal harnesses read it."""
     cfg: Config
 
-    def __post_init__(self):
-        if self.attention.sar:
-            raise ConfigError("attention='sar': the accelerator top does not run SAR yet (its "
-                              "command stream has no score-cache memories); the attention "
-                              "engine alone does (dstar.hw.attention.AttentionEngine)")
-
     @property
     def fmdq(self) -> bool:
         return _fmdq(self.cfg)
+
+    @property
+    def writable(self) -> tuple:
+        """The ``Mem`` a ``LOAD`` may write (SAR: the score cache, no residual cache)."""
+        return _SAR_WRITABLE if self.attention.sar else _WRITABLE
+
+    @property
+    def readable(self) -> tuple:
+        """The ``Mem`` a ``READ`` may read."""
+        return _SAR_READABLE if self.attention.sar else _READABLE
 
     @cached_property
     def attention(self) -> AttentionGeometry:
@@ -159,14 +168,18 @@ class AcceleratorGeometry:
         else:
             t_l, s_l = row_layouts(lin)
             w_l, y_l = block(weight_row_layout(lin).members["w"]), block(y_row_layout(lin))
+        if ag.sar:
+            att = {Mem.MASK.name: al["mask_word"], Mem.SLOT.name: al["slot_word"],
+                   Mem.SC.name: al["sc_word"], Mem.RL.name: al["rl_word"]}
+        else:
+            att = {Mem.RES.name: al["res_word"], Mem.MASK.name: al["mask_word"],
+                   Mem.SLOT.name: al["slot_word"]}
         return {Mem.TARGET.name: t_l, Mem.STATE.name: s_l,
                 Mem.WEIGHTS.name: w_l,
                 Mem.Y.name: y_l,
                 Mem.Q.name: al["q_word"], Mem.KT.name: block(al["kt_word"]),
                 Mem.V.name: block(al["v_word"]),
-                Mem.MS.name: al["ms_word"], Mem.O.name: al["o_word"],
-                Mem.RES.name: al["res_word"], Mem.MASK.name: al["mask_word"],
-                Mem.SLOT.name: al["slot_word"]}
+                Mem.MS.name: al["ms_word"], Mem.O.name: al["o_word"], **att}
 
     @cached_property
     def depths(self) -> dict:
@@ -174,11 +187,16 @@ class AcceleratorGeometry:
         through ``RUN_LINEAR``)."""
         ag, lin = self.attention, self.linear
         rows = 0 if self.fmdq else lin.row_depth
+        if ag.sar:
+            att = {Mem.MASK.name: ag.mask_depth, Mem.SLOT.name: self.cfg.attn_slots,
+                   Mem.SC.name: ag.sc_depth * ag.p_banks, Mem.RL.name: ag.rl_depth}
+        else:
+            att = {Mem.RES.name: ag.res_depth, Mem.MASK.name: ag.mask_depth,
+                   Mem.SLOT.name: self.cfg.attn_slots}
         return {Mem.TARGET.name: rows, Mem.STATE.name: rows,
                 Mem.WEIGHTS.name: lin.weight_depth, Mem.Y.name: lin.y_depth,
                 Mem.Q.name: ag.q_depth, Mem.KT.name: ag.kt_depth, Mem.V.name: ag.v_depth,
-                Mem.MS.name: ag.n_max, Mem.O.name: ag.o_depth, Mem.RES.name: ag.res_depth,
-                Mem.MASK.name: ag.mask_depth, Mem.SLOT.name: self.cfg.attn_slots}
+                Mem.MS.name: ag.n_max, Mem.O.name: ag.o_depth, **att}
 
     @cached_property
     def data_bits(self) -> int:
@@ -252,7 +270,7 @@ class Accelerator(wiring.Component):
     error : Out(1)
         A command was refused since reset or the last ``ACK_ERROR``.
     key : Out(1)
-        The last attention step was an attention key step.
+        The last attention step was an attention key step (SAR: a cache step).
 
     A run's parameters are captured when its command is taken. Memories keep their contents
     across commands and reset; reset forgets the attention slots' step counters, like the
@@ -261,6 +279,12 @@ class Accelerator(wiring.Component):
     (its first word one cycle after the command is taken, plus a cycle for ``dout``'s queue);
     runs take the cycles of ``dstar.sim.cycle_model`` / ``dstar.sim.attention_cycles`` plus two
     (start, done). Results are those of the blocks, exact.
+
+    With ``attention = "sar"`` the engine runs the paper's SAR (``AttentionEngine``'s
+    docstring): its memories are ``SC`` and ``RL`` (the score cache, loaded and read like a
+    slot's state) instead of ``RES`` (refused, not in ``depths``), ``MASK`` is the host's, a
+    ``RUN_ATTENTION`` that is a reuse step reads only ``V`` (and the slot's cache), and ``key``
+    shows a cache step.
     """
 
     def __init__(self, cfg: Config):
@@ -339,15 +363,15 @@ class Accelerator(wiring.Component):
         op, ma, la, aa = cmd.op, cmd.args.mem, cmd.args.linear, cmd.args.attention
         ok, in_range = Signal(), Signal()
         with m.Switch(ma.mem):
-            for mm in Mem:
+            for mm in (mm for mm in Mem if mm.name in depths):     # the others are refused
                 with m.Case(mm):
                     m.d.comb += in_range.eq((ma.count != 0)
                                             & (ma.addr + ma.count <= depths[mm.name]))
         with m.Switch(op):
             with m.Case(Opcode.LOAD):
-                m.d.comb += ok.eq(in_range & _member_of(ma.mem, _WRITABLE))
+                m.d.comb += ok.eq(in_range & _member_of(ma.mem, self._geo.writable))
             with m.Case(Opcode.READ):
-                m.d.comb += ok.eq(in_range & _member_of(ma.mem, _READABLE))
+                m.d.comb += ok.eq(in_range & _member_of(ma.mem, self._geo.readable))
             with m.Case(Opcode.RUN_LINEAR):
                 if _fmdq(self._cfg):
                     fg = st.lin.geometry
@@ -475,8 +499,11 @@ class Accelerator(wiring.Component):
             att.host_v_wdata.eq(word("V")),
             att.host_ms_we.eq(beat & (mem == Mem.MS)),
             att.host_ms_wdata.eq(word("MS")),
-            att.host_res_we.eq(beat & (mem == Mem.RES)),
-            att.host_res_wdata.eq(word("RES")),
+            *([att.host_sc_we.eq(beat & (mem == Mem.SC)), att.host_sc_wdata.eq(word("SC")),
+               att.host_rl_we.eq(beat & (mem == Mem.RL)), att.host_rl_wdata.eq(word("RL"))]
+              if self._geo.attention.sar else
+              [att.host_res_we.eq(beat & (mem == Mem.RES)),
+               att.host_res_wdata.eq(word("RES"))]),
             att.host_mask_we.eq(beat & (mem == Mem.MASK)),
             att.host_mask_wdata.eq(word("MASK")),
             att.host_slot_we.eq(beat & (mem == Mem.SLOT)),
@@ -508,8 +535,16 @@ class Accelerator(wiring.Component):
         else:
             m.d.comb += lin.host_y_addr.eq(addr)
             y_rd = [lin.host_y_rdata[a] for a in range(self._cfg.n_arrays)]
-        m.d.comb += [att.host_o_addr.eq(addr), att.host_res_addr.eq(addr),
-                     att.host_mask_addr.eq(addr), att.host_slot_addr.eq(addr)]
+        sar = self._geo.attention.sar
+        if sar:     # the score cache's row words are read the same cycle (delayed as MASK)
+            rl_q = Signal.like(att.host_rl_rdata)
+            m.d.comb += [att.host_o_addr.eq(addr), att.host_sc_addr.eq(addr),
+                         att.host_rl_addr.eq(addr), att.host_mask_addr.eq(addr),
+                         att.host_slot_addr.eq(addr)]
+            m.d.sync += rl_q.eq(att.host_rl_rdata)
+        else:
+            m.d.comb += [att.host_o_addr.eq(addr), att.host_res_addr.eq(addr),
+                         att.host_mask_addr.eq(addr), att.host_slot_addr.eq(addr)]
         mask_q = Signal.like(att.host_mask_rdata)
         slot_q = Signal.like(att.host_slot_rdata)
         r_mem = Signal.like(st.mem)
@@ -526,8 +561,14 @@ class Accelerator(wiring.Component):
                 m.d.comb += rdata.eq(Cat(*y_rd))
             with m.Case(Mem.O):
                 m.d.comb += rdata.eq(att.host_o_rdata.as_unsigned())
-            with m.Case(Mem.RES):
-                m.d.comb += rdata.eq(att.host_res_rdata.as_unsigned())
+            if sar:
+                with m.Case(Mem.SC):
+                    m.d.comb += rdata.eq(att.host_sc_rdata)
+                with m.Case(Mem.RL):
+                    m.d.comb += rdata.eq(rl_q)
+            else:
+                with m.Case(Mem.RES):
+                    m.d.comb += rdata.eq(att.host_res_rdata.as_unsigned())
             with m.Case(Mem.MASK):
                 m.d.comb += rdata.eq(mask_q)
             with m.Case(Mem.SLOT):

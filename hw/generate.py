@@ -229,10 +229,17 @@ def accelerator_manifest(cfg, top=None) -> dict:
             "WEIGHTS": "w_base + mt * K + k for row k, columns mt * block_cols .. (a run's "
                        "n_mt blocks of K rows)",
         })
+    if top.attention_geometry.sar:        # the score cache instead of the residual cache
+        rules.update(MASK=_SAR_ADDRESSES["mask"],
+                     SC="((slot * sc_rows + i) // p_banks * n_kg + kg) * p_banks + i % p_banks: "
+                        "the P word of row i, key group kg",
+                     RL="slot * sc_rows + i: (r, L) of row i")
     mems = {}
     for mm in acc.Mem:
-        access = ("rw" if mm in acc._WRITABLE and mm in acc._READABLE else
-                  "w" if mm in acc._WRITABLE else "r")
+        if mm.name not in depths:           # v1: no score cache; SAR: no residual cache
+            continue
+        access = ("rw" if mm in geo.writable and mm in geo.readable else
+                  "w" if mm in geo.writable else "r")
         mems[mm.name] = {"id": int(mm), "depth": depths[mm.name], "access": access,
                          "address": rules[mm.name]}
     lin = top.linear_geometry
@@ -342,6 +349,17 @@ def _driver_rules(cfg, top) -> dict:
             "cycles": "dstar.sim.attention_cycles.predict",
         },
     }
+    if ag.sar:                                # cache steps and V-only reuse steps
+        rules["run_attention"].update({
+            "needs_on_reuse": [acc.Mem.MASK.name, acc.Mem.SC.name, acc.Mem.RL.name,
+                               acc.Mem.SLOT.name],
+            "reads_on_reuse": [acc.Mem.V.name],
+            "needs_always": [acc.Mem.MASK.name],
+            "writes_on_key": [acc.Mem.SC.name, acc.Mem.RL.name],
+            "tiles": {"nqb": "ceil(N / block_q)", "nkb": "ceil(N / block_k)",
+                      "key_step": "mask bits set in rows < nqb (QK^T and PV)",
+                      "reuse_step": "mask bits set in rows < nqb (PV only)"}})
+        rules["theta_q"]["read_on"] = "never (SAR: the host's masks)"
     if cfg.encoding is Encoding.NIBBLE:       # FmdqLinear's run limits are its own
         linear |= {"n_kt": [0, lin.n_kt_max], "n_mt": [0, lin.n_mt_max],
                    "w_base": [0, "weight_depth - n_kt * n_mt * k_tile"]}

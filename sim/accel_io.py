@@ -280,9 +280,12 @@ class AttentionStep:
 
         self.man = man
         lays = man["layouts"]
+        self.sar = bool(man["attention_geometry"].get("sar"))
+        state = ({"sc_word": lays["SC"], "rl_word": lays["RL"]} if self.sar
+                 else {"res_word": lays["RES"]})
         self.img = HeadImage({"config": man["config"], "geometry": man["attention_geometry"],
                               "layouts": {"q_word": lays["Q"], "ms_word": lays["MS"],
-                                          "o_word": lays["O"], "res_word": lays["RES"]}}, n)
+                                          "o_word": lays["O"], **state}}, n)
 
     def k_words(self, k) -> dict[int, int]:
         """K (N, Dh) -> {d * n_kc + kc: word of K^T, keys kc * block_cols ..}."""
@@ -309,16 +312,23 @@ class AttentionStep:
                 for j in range(n_up) for cp in range(img.n_cp)}
 
     async def run(self, io, q, k, v, m, sh, *, slot: int, theta_q: int, refresh: int,
-                  stall=None, read_state: bool = True):
+                  stall=None, read_state: bool = True, mask=None):
         """Load the head, run one step of ``slot``; returns ``(o, res, mask, counters)``: the
         output and the slot's residual (N, Dh), its mask (nqb(N), nkb(N)) and the counters
         (``counters``); without ``read_state`` the residual and mask are not read (None).
-        ``stall``: ``dout`` back-pressure of the reads (``receive``)."""
+        ``stall``: ``dout`` back-pressure of the reads (``receive``). SAR (``self.sar``):
+        ``mask`` (the slot's, loaded first if given), ``q``, ``k``, ``m``, ``sh`` may be
+        ``None`` (a reuse step reads V only: not loaded), ``read_state`` must be false."""
         img, man = self.img, self.man
-        await load(io, man, "Q", img.q_words(q))
-        await load(io, man, "KT", self.k_words(k))
+        if mask is not None:
+            await load(io, man, "MASK", img.mask_words(mask, slot))
+        if q is not None:
+            await load(io, man, "Q", img.q_words(q))
+        if k is not None:
+            await load(io, man, "KT", self.k_words(k))
         await load(io, man, "V", self.v_words(v))
-        await load(io, man, "MS", img.ms_words(m, sh))
+        if m is not None:
+            await load(io, man, "MS", img.ms_words(m, sh))
         await run(io, man, "RUN_ATTENTION", slot=slot, n_tokens=img.n, theta_q=theta_q,
                   refresh=refresh)
         o = img.rows_from(await read(io, man, "O", img.o_addrs(), stall=stall), img.o_addrs(),
@@ -346,10 +356,14 @@ class AttentionStep:
     async def save_slot(self, io, slot: int, *, counter_only: bool = False) -> dict:
         """Slot ``slot``'s state for ``N`` rows: ``{memory: {address: word}}`` of its step
         counter and (unless ``counter_only``: its next step is a key step, which needs neither)
-        its residual cache and mask."""
+        its residual cache and mask (SAR: its score cache, every row, and mask)."""
         man, img = self.man, self.img
         saved = {"SLOT": await read(io, man, "SLOT", [slot])}
-        if not counter_only:
+        if not counter_only and self.sar:     # the whole score cache of the slot
+            saved["SC"] = await read(io, man, "SC", img.sc_addrs(slot))
+            saved["RL"] = await read(io, man, "RL", img.rl_addrs(slot))
+            saved["MASK"] = await read(io, man, "MASK", self.mask_addrs(slot))
+        elif not counter_only:
             saved["RES"] = await read(io, man, "RES", img.res_addrs(slot))
             saved["MASK"] = await read(io, man, "MASK", self.mask_addrs(slot))
         return saved

@@ -8,10 +8,9 @@ overwritten by another head and restored; outputs bit-exact and every step's cou
 import numpy as np
 import pytest
 
-from dstar.config import ConfigError, preset
+from dstar.config import preset
 from dstar.golden.sar import sar_cache_step, sar_reuse_step, score_cache_bits
 from dstar.golden.softmax import reciprocal
-from dstar.hw.accelerator import AcceleratorGeometry
 from dstar.hw.attention import AttentionEngine, AttentionGeometry
 from dstar.hw.generate import ATTN_TOP_NAME, attention_manifest
 from dstar.paths import build_dir
@@ -202,12 +201,6 @@ def test_score_cache_size_ports_and_model(encoding):
     assert cache.counters() == predict(v1, n, mask, False, 1 << 16).counters()
     assert (reuse.count_qk, reuse.count_pv, cache.count_qk) == (0, 2, 2)
     assert reuse.cycles < cache.cycles < dense_cycles(v1, n)
-
-
-def test_accelerator_refuses_sar():
-    """The accelerator top has no score-cache memories in its command stream yet: one line."""
-    with pytest.raises(ConfigError, match="attention='sar': the accelerator top"):
-        AcceleratorGeometry(sar_cfg("fmdq"))
 
 
 def sar_icarus_case(cfg, steps, mask, refresh, slot):
