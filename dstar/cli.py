@@ -290,18 +290,22 @@ def cmd_analyze(args) -> int:
     return 0
 
 
-def _sar_masks(cfg, what: str):
+def _sar_masks(cfg, what: str, *, refuse: bool = True):
     """With ``attention = "sar"``: the run's mask file read and checked against the bundled
-    model (``MaskError``: one line naming the mismatch)."""
+    model (``MaskError``: one line naming the mismatch); then, with ``refuse``, a one-line
+    refusal (``what`` cannot run SAR yet). Returns the mask set (``None`` for v1)."""
     from .config import Attention
     if cfg.attention is not Attention.SAR:
         return None
     from dstar.golden.dit import load_weights
     from dstar.golden.sar import masks_for
     ms = masks_for(cfg, load_weights(workload=cfg.workload)[0])
-    raise UserError(f"attention = 'sar': mask file {ms.source!r} matches the model, but {what} "
-                    "runs v1's attention engine only so far (issue 29 part 2); use "
-                    "attention = 'residual'")
+    if refuse:
+        raise UserError(f"attention = 'sar': mask file {ms.source!r} matches the model, but "
+                        f"{what} drives v1's attention only so far (the SAR engine and "
+                        "accelerator generate; the run's SAR host side is not done); use "
+                        "attention = 'residual'")
+    return ms
 
 
 def cmd_profile_masks(args) -> int:
@@ -362,7 +366,7 @@ def cmd_generate(args) -> int:
 
     from .outputs import atomic_dir, check_output_dir
     cfg = _config(args)
-    _sar_masks(cfg, "dstar generate")
+    _sar_masks(cfg, "dstar generate", refuse=False)     # the masks are loaded at run time
     out = check_output_dir(args.output)
     size = check_buildable(cfg)
     if args.accelerator and cfg.datapath != Datapath.DSTAR:
