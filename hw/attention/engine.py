@@ -133,8 +133,9 @@ class AttentionEngine(wiring.Component):
     With ``attention = "sar"`` (``AttentionGeometry.sar``, the paper's sparse attention
     reuse, ``dstar.golden.sar``) the masks are the host's (``host_mask_we``; the engine only
     reads them, ``theta_q`` is ignored), there is no residual cache (no ``host_res_*`` ports;
-    no ``MaskSelector`` or ``SelReciprocal``), and the slot's step counter chooses, on the key
-    steps' cadence, a *cache step* (``key`` high) or a *reuse step*:
+    no ``MaskSelector``, ``SelReciprocal``, block masses or ``(r, L)`` tables in the feeder),
+    and the slot's step counter chooses, on the key steps' cadence, a *cache step* (``key``
+    high) or a *reuse step*:
 
     * cache step: QK^T, the softmax (row max and row sum over the kept keys only) and PV of the
       kept tiles, ``O`` normalized (``golden.sar.sar_cache_step``); the P words of the kept
@@ -263,7 +264,7 @@ class AttentionEngine(wiring.Component):
             runner = TileRunner(ag)
         # SAR has no selection (the masks are the host's): no MaskSelector, no SelReciprocal.
         parts = {
-            "tr": runner, "feed": SoftmaxFeed(ag),
+            "tr": runner, "feed": SoftmaxFeed(ag, select=not ag.sar, tables=not ag.sar),
             **({} if ag.sar else {"sel": MaskSelector(ag)}),
             "ns": NormStage(ag), **({} if ag.sar else {"rcp": SelReciprocal(ag)}),
             "lst_a": BlockList(ag), "lst_c": BlockList(ag),
@@ -588,7 +589,7 @@ class AttentionEngine(wiring.Component):
                 [sel.mass[j].eq(feed.mass[j]) for j in range(ag.nkb)],
                 rcp.rows.eq(rows), rcp.b.eq(feed.b_rows), rcp.mask.eq(sel_mask),
                 rcp.bank.eq(par), rcp.rd_bank.eq(n_par), rcp.row.eq(ns.row)]),
-            feed.norm_row.eq(ns.row),
+            *([] if sar else [feed.norm_row.eq(ns.row)]),
         ]
         self._norm_machine(m, ns, rcp, feed, {
             "n_st": n_st, "n_kind": n_kind, "n_par": n_par, "n_hasu": n_hasu, "n_pend": n_pend,
@@ -774,8 +775,8 @@ class AttentionEngine(wiring.Component):
         # else the softmax's.
         # SAR: the score cache's rows (``_wire_rows``).
         use_rcp = (n_kind == _KEY) & (n_st == _N_P1)
-        m.d.comb += feed.norm_bank.eq(n_par)
         if not ag.sar:
+            m.d.comb += feed.norm_bank.eq(n_par)
             m.d.comb += [ns.r.eq(Mux(use_rcp, rcp.r, feed.norm_r)),
                          ns.big_l.eq(Mux(use_rcp, rcp.big_l, feed.norm_big_l))]
         with m.If(start_norm):

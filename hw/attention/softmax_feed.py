@@ -39,6 +39,10 @@ class SoftmaxFeed(wiring.Component):
       ``max_block``, the block (one-hot, bit ``J``) of the row's first largest streamed logit,
       which a key step's mask always holds (``golden.attention.row_max_blocks``).
 
+    With ``select = False`` (SAR: the host's masks, no selection) there are no block sums,
+    masses or row-max blocks (no ``mass``, ``b_rows``, ``max_block``); with ``tables = False``
+    no ``(r, L)`` tables (no ``norm_*``).
+
     ``start`` (a pulse) begins a query block (the masses restart at zero when ``full``);
     ``done`` is high once every row's ``(r, L)`` has arrived and the feeder is idle. ``i_p``
     and ``i_sum`` are always ready; ``o_row`` / ``o_logit`` follow the unit's ready. Reset
@@ -47,6 +51,11 @@ class SoftmaxFeed(wiring.Component):
     Parameters
     ----------
     ag : AttentionGeometry
+    select : bool
+        Build the block sums, masses and row-max blocks a key step's selection needs.
+    tables : bool
+        Build the ``(r, L)`` tables (``norm_*``); without them the caller keeps the rows'
+        ``(r, L)`` from ``i_sum`` itself.
 
     Members
     -------
@@ -74,8 +83,8 @@ class SoftmaxFeed(wiring.Component):
     #: Tables of ``(r, L)`` per row: two query blocks (by parity).
     TABLES = 2
 
-    def __init__(self, ag: AttentionGeometry):
-        self._ag = ag
+    def __init__(self, ag: AttentionGeometry, select: bool = True, tables: bool = True):
+        self._ag, self._select, self._tables = ag, select, tables
         cfg, sg, geo = ag.cfg, ag.softmax, ag.lin
         jb, bq = range(ag.nkb + 1), cfg.block_q
         sum_l = row_sum_layout(sg.max_row, cfg.e_max)
@@ -104,13 +113,14 @@ class SoftmaxFeed(wiring.Component):
             "p_addr": Out(uwidth(ag.p_depth)),
             "p_bank": Out(uwidth(ag.p_banks)),
             "p_data": Out(p_word_layout(ag)),
-            "mass": Out(data.ArrayLayout(unsigned(ag.mass_bits), ag.nkb)),
-            "b_rows": Out(data.ArrayLayout(data.ArrayLayout(unsigned(ag.b_bits), ag.nkb), bq)),
-            "max_block": Out(data.ArrayLayout(unsigned(ag.nkb), bq)),
-            "norm_bank": In(range(self.TABLES)),
-            "norm_row": In(range(bq)),
-            "norm_r": Out(sum_l.members["r"]),
-            "norm_big_l": Out(sum_l.members["big_l"]),
+            **({"mass": Out(data.ArrayLayout(unsigned(ag.mass_bits), ag.nkb)),
+                "b_rows": Out(data.ArrayLayout(data.ArrayLayout(unsigned(ag.b_bits), ag.nkb),
+                                               bq)),
+                "max_block": Out(data.ArrayLayout(unsigned(ag.nkb), bq))} if select else {}),
+            **({"norm_bank": In(range(self.TABLES)),
+                "norm_row": In(range(bq)),
+                "norm_r": Out(sum_l.members["r"]),
+                "norm_big_l": Out(sum_l.members["big_l"])} if tables else {}),
             "done": Out(1),
         })
 
@@ -176,7 +186,8 @@ class SoftmaxFeed(wiring.Component):
         for lane in range(lanes):
             m.d.comb += self.o_logit.payload.s[lane].eq(
                 Array(chunk[b * lanes + lane] for b in range(beats))[f_beat])
-        self._max_flags(m, take, row_end, f_row, f_li, f_off, f_len)
+        if self._select:
+            self._max_flags(m, take, row_end, f_row, f_li, f_off, f_len)
         m.d.sync += f_have.eq(f_on & ~(take & row_end & (f_row + 1 == rows)))
         with m.If(self.o_row.valid & self.o_row.ready):
             m.d.sync += f_hdr.eq(0)
@@ -248,25 +259,28 @@ class SoftmaxFeed(wiring.Component):
         b_sum = [[Signal(ag.b_bits, name=f"b{k}_{j}") for j in range(nkb)] for k in range(2)]
         mass = [Signal(ag.mass_bits, name=f"mass{j}") for j in range(nkb)]
         nt = self.TABLES
-        r_row = Array(Signal(self.norm_r.shape(), name=f"r_row{t}_{i}")
-                      for t in range(nt) for i in range(bq))
-        big_l_row = Array(Signal(self.norm_big_l.shape(), name=f"L_row{t}_{i}")
-                          for t in range(nt) for i in range(bq))
+        sel, tables = self._select, self._tables
+        sum_l = i_sum.payload.shape()
+        r_row = Array(Signal(sum_l.members["r"], name=f"r_row{t}_{i}")
+                      for t in range(nt if tables else 0) for i in range(bq))
+        big_l_row = Array(Signal(sum_l.members["big_l"], name=f"L_row{t}_{i}")
+                          for t in range(nt if tables else 0) for i in range(bq))
         s_row = Signal(range(bq + 1))
         norm_at, at = Signal(range(nt * bq)), Signal(range(nt * bq))
-        m.d.comb += [norm_at.eq(self.norm_bank * bq + self.norm_row),
+        m.d.comb += [*([norm_at.eq(self.norm_bank * bq + self.norm_row)] if tables else []),
                      at.eq(self.bank * bq + s_row)]
         pj = Signal(range(nkb + 1))
         p_len = Signal(range(bk + 1))
         m.d.comb += [pj.eq(sel_j[p_li]), p_len.eq(self.sel_len[p_li])]
-        m.d.comb += [self.norm_r.eq(r_row[norm_at]),
-                     self.norm_big_l.eq(big_l_row[norm_at]),
-                     [self.mass[j].eq(mass[j]) for j in range(nkb)],
+        m.d.comb += [*([self.norm_r.eq(r_row[norm_at]),
+                        self.norm_big_l.eq(big_l_row[norm_at])] if tables else []),
+                     *([[self.mass[j].eq(mass[j]) for j in range(nkb)]] if sel else []),
                      i_p.ready.eq(1), i_sum.ready.eq(1)]
         pval = i_p.payload.p
         wval = Signal(ag.b_bits)
         # Lanes past a row's end carry p = 0.
-        m.d.comb += wval.eq(sum(pval[lane] for lane in range(lanes)) << i_p.payload.shift)
+        if sel:
+            m.d.comb += wval.eq(sum(pval[lane] for lane in range(lanes)) << i_p.payload.shift)
         p_blk_end = Signal()
         m.d.comb += p_blk_end.eq(p_off + lanes >= p_len)
         group_end = Signal()
@@ -284,7 +298,7 @@ class SoftmaxFeed(wiring.Component):
                     m.d.sync += pbuf[k].eq(pval[k % lanes])
             with m.If(group_end):
                 m.d.sync += pbuf.eq(0)
-            for j in range(nkb):
+            for j in range(nkb if sel else 0):
                 with m.If(pj == j):
                     with m.If(p_row[0]):
                         m.d.sync += b_sum[1][j].eq(b_sum[1][j] + wval)
@@ -303,8 +317,9 @@ class SoftmaxFeed(wiring.Component):
                     m.d.sync += p_kg.eq(p_kg + 1)
         rsum, lsum = i_sum.payload.r, i_sum.payload.big_l
         with m.If(i_sum.valid):
-            m.d.sync += [s_row.eq(s_row + 1), r_row[at].eq(rsum), big_l_row[at].eq(lsum)]
-            for k in range(2):
+            m.d.sync += [s_row.eq(s_row + 1),
+                         *([r_row[at].eq(rsum), big_l_row[at].eq(lsum)] if tables else [])]
+            for k in range(2 if sel else 0):
                 with m.If(s_row[0] == k):
                     for j in range(nkb):
                         # q = (b * r) >> L, the row's share of block j (truncating).
@@ -320,5 +335,6 @@ class SoftmaxFeed(wiring.Component):
         with m.If(self.start):
             m.d.sync += [p_row.eq(0), p_li.eq(0), p_off.eq(0), p_q.eq(0), pbuf.eq(0),
                          p_kg.eq(sel_j[0] * ag.kg_per_block), s_row.eq(0),
-                         [mass[j].eq(Mux(self.full, 0, mass[j])) for j in range(nkb)]]
+                         [mass[j].eq(Mux(self.full, 0, mass[j])) for j in range(nkb if sel
+                                                                                  else 0)]]
         return s_row
