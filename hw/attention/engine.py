@@ -204,16 +204,18 @@ class AttentionEngine(wiring.Component):
             "host_v_wdata": In(lays["v_word"].size * (n_arr if shared else 1)),
             "host_ms_we": In(1),
             "host_ms_wdata": In(lays["ms_word"].size),
-            "host_res_we": In(1),
-            "host_res_wdata": In(Shape.cast(lays.get("res_word", 1)).width),
+            **({} if ag.sar else {               # SAR: no residual cache
+                "host_res_we": In(1),
+                "host_res_wdata": In(Shape.cast(lays["res_word"]).width)}),
             "host_mask_we": In(1),
             "host_mask_wdata": In(Shape.cast(lays["mask_word"]).width),
             "host_slot_we": In(1),
             "host_slot_wdata": In(Shape.cast(lays["slot_word"]).width),
             "host_o_addr": In(uwidth(ag.o_depth)),
             "host_o_rdata": Out(Shape.cast(lays["o_word"]).width),
-            "host_res_addr": In(uwidth(ag.res_depth)),
-            "host_res_rdata": Out(Shape.cast(lays.get("res_word", 1)).width),
+            **({} if ag.sar else {
+                "host_res_addr": In(uwidth(ag.res_depth)),
+                "host_res_rdata": Out(Shape.cast(lays["res_word"]).width)}),
             "host_mask_addr": In(uwidth(ag.mask_depth)),
             "host_mask_rdata": Out(Shape.cast(lays["mask_word"]).width),
             "host_slot_addr": In(uwidth(cfg.attn_slots)),
@@ -221,10 +223,8 @@ class AttentionEngine(wiring.Component):
             **({"pe": Out(self._lend_signature()).array(n_arr)} if shared else {}),
         }
         if ag.sar:
-            # No residual cache; the score cache's host ports instead (P words at
-            # ``host_sc_addr``, row words at ``host_rl_addr``; written at ``host_addr``).
-            for k in ("host_res_we", "host_res_wdata", "host_res_addr", "host_res_rdata"):
-                del sig[k]
+            # The score cache's host ports (P words at ``host_sc_addr``, row words at
+            # ``host_rl_addr``; written at ``host_addr``).
             sc_w, rl_w = (Shape.cast(lays[k]).width for k in ("sc_word", "rl_word"))
             sig.update({"host_sc_we": In(1), "host_sc_wdata": In(sc_w),
                         "host_sc_addr": In(uwidth(ag.sc_depth * ag.p_banks)),
