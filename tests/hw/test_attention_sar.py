@@ -234,3 +234,37 @@ def test_generated_verilog_on_icarus(encoding):
     run_generated(cfg, build_dir("cocotb") / f"tiny-attention-sar-{encoding}", ATTN_TOP_NAME,
                   "dstar.sim.tb_attention", {"ragged27": case}, "DSTAR_ATTN", "attn_cases.npz",
                   build="icarus_attn")
+
+
+@pytest.mark.slow
+def test_real_head_against_the_hook(real_head):
+    """The first 32 tokens of a real head (layer 0, head 3 of the bundled DiT, FMDQ arrays) with
+    the bundled digits mask of that head cut to them (key block 0 kept, so every query block
+    keeps a block; block (1, 1) stays dropped): a cache step and two reuse steps, the engine's
+    outputs equal to the ``SparseAttentionReuse`` hook's on the float inputs (its
+    quantization, its score cache)."""
+    from dstar.golden.attention import quantize_per_head, quantize_per_token
+    from dstar.golden.sar import SparseAttentionReuse, default_masks_path, load_masks
+    from dstar.golden.softmax import logit_multiplier
+
+    cfg = preset("tiny").replace(encoding="fmdq", attention="sar", refresh_attn=3)
+    n = cfg.max_tokens
+    nb = n // cfg.block_q
+    mask = load_masks(default_masks_path("digits")).mask[0, 3, :nb, :nb].copy()
+    mask[:, 0] = True
+    assert not mask.all()                   # block (1, 1) dropped
+    hook = SparseAttentionReuse(cfg, mask[None, None], ["blocks.0.attn"])
+    calls, want = [], []
+    for s, (q, k, v) in enumerate(tuple(a[:n] for a in st) for st in real_head):
+        want.append(hook("blocks.0.attn", q[None, None], k[None, None], v[None, None], s)[0, 0])
+        v_int, s_v = quantize_per_head(v)
+        q_int, s_q = quantize_per_token(q)
+        k_int, s_k = quantize_per_head(k)
+        m, sh = logit_multiplier(s_q * s_k / np.sqrt(cfg.head_dim), cfg.attn_frac_bits)
+        calls.append((q_int, k_int, v_int, m, sh, s_v))
+    script = [("step", step_args(c[:5], s == 0, 0, 3, mask if s == 0 else None))
+              for s, c in enumerate(calls)]
+    _, outs = run_sar(cfg, script)
+    for s, (out, c) in enumerate(zip(outs, calls, strict=True)):
+        o = (out.o * (c[5] / float(1 << cfg.attn_out_frac_bits))).astype(np.float32)
+        assert out.key == (s == 0) and np.array_equal(o, want[s]), f"step {s}"
