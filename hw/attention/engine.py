@@ -630,6 +630,26 @@ class AttentionEngine(wiring.Component):
         with m.If((a_st == _A_WAIT) & tr.idle):
             m.d.sync += a_st.eq(_A_DONE)
 
+        self._softmax_machine(m, SimpleNamespace(**{k: v for k, v in locals().items()
+                                                    if k != "self"}))
+
+        with m.If(in_x & ~x_first & (a_st == _A_DONE) & (m_st == _M_DONE)):
+            with m.If(pro):
+                m.d.sync += [pro.eq(0), x_first.eq(1)]
+            with m.Else():
+                m.d.sync += [phase.eq(_Y), y_first.eq(1)]
+
+        self._phase_y(m, SimpleNamespace(**{k: v for k, v in locals().items() if k != "self"}))
+        return {"run": run, "par": par, "n_par": n_par, "slot": slot, "base_i": base_i,
+                "n_base": n_base}
+
+    def _softmax_machine(self, m, s) -> None:
+        """Phase X's softmax side of block ``I`` (``s``: the sequencer's state): the list
+        of its blocks, the softmax feeder and, on v1 key steps, the selection and the mask
+        written for the slot; SAR writes the host's masks only."""
+        m_st, lst_c, sar, key, feed, kind = s.m_st, s.lst_c, s.sar, s.key, s.feed, s.kind
+        full, sel, k_wr, run, rows, bq = s.full, s.sel, s.k_wr, s.run, s.rows, s.bq
+        ag, rcp, sel_mask = s.ag, s.rcp, s.sel_mask
         with m.If((m_st == _M_LIST) & lst_c.done):
             if sar:                         # a reuse step's PV reads the score cache
                 with m.If(key):
@@ -667,16 +687,6 @@ class AttentionEngine(wiring.Component):
             with m.If((m_st == _M_SEL) & sel.done):
                 m.d.comb += [k_wr.en.eq(1), rcp.start.eq(1)]
                 m.d.sync += [sel_mask.eq(mask), m_st.eq(_M_DONE), kind.eq(_KEY)]
-
-        with m.If(in_x & ~x_first & (a_st == _A_DONE) & (m_st == _M_DONE)):
-            with m.If(pro):
-                m.d.sync += [pro.eq(0), x_first.eq(1)]
-            with m.Else():
-                m.d.sync += [phase.eq(_Y), y_first.eq(1)]
-
-        self._phase_y(m, SimpleNamespace(**{k: v for k, v in locals().items() if k != "self"}))
-        return {"run": run, "par": par, "n_par": n_par, "slot": slot, "base_i": base_i,
-                "n_base": n_base}
 
     def _slot_counters(self, m, run):
         """The slots' step counters (valid since clear, calls modulo refresh), cleared by
