@@ -287,7 +287,9 @@ def _any_of(value, members):
 
 def _in_range(cfg, ma):
     depths = AcceleratorGeometry(cfg).depths
-    fits = [(ma.mem == mm) & (ma.addr + ma.count <= depths[mm.name]) for mm in Mem]
+    # A memory the configuration lacks (SAR's SC and RL in v1, RES in SAR) never fits.
+    fits = [(ma.mem == mm) & (ma.addr + ma.count <= depths[mm.name]) for mm in Mem
+            if mm.name in depths]
     return (ma.count != 0) & Cat(*fits).any()
 
 
