@@ -593,7 +593,7 @@ def cmd_bench_cycles(args) -> int:
         from dstar.synth.strategy_area import print_area, strategy_area
         print(f"== area per strategy ({args.area} preset, one dispatcher, one PE array of "
               "lanes; Yosys per block) ==", flush=True)
-        area = strategy_area(load_config(None, args.area), strategies)
+        area = strategy_area(load_config(None, args.area, encoding="nibble"), strategies)
         if not args.json:
             print_area(area)
         rep["area"] = {"preset": args.area, **area}
@@ -934,8 +934,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_bench_cycles(bsub) -> None:
-    b = bsub.add_parser("cycles", help="linear-datapath cycles, utilization and ratio vs dense "
-                        "on the bundled DiT (dstar.sim.bench)")
+    b = bsub.add_parser("cycles", help="v1's linear-datapath cycles, utilization and ratio vs "
+                        "dense per packing on the bundled DiT (dstar.sim.bench)")
     _add_config_args(b)
     _add_workload_arg(b)
     b.add_argument("--steps", type=_pos_int, help="DDIM steps of the run (default: the config's)")

@@ -419,10 +419,12 @@ PRESETS: dict[str, Config] = {
 }
 
 
-def preset(name: str) -> Config:
+def preset(name: str, **overrides) -> Config:
+    """The preset ``name``, with ``overrides`` (field -> value, validated) applied: for example
+    ``preset("tiny", encoding="nibble")``, the tiny preset's v1 design."""
     if not isinstance(name, str) or name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    return PRESETS[name]
+    return PRESETS[name].replace(**overrides) if overrides else PRESETS[name]
 
 
 def _read_toml(path: Path) -> dict:

@@ -1,6 +1,7 @@
 """Benchmark of the linear datapath on the bundled DiT: cycles, PE-lane utilization and the cycle
 ratio versus the same layer on the lean dense INT8 datapath (``datapath = "int8"``,
-``dstar.sim.int8_cycles``) of the same tiles, arrays and peak 8-bit throughput.
+``dstar.sim.int8_cycles``) of the same tiles, arrays and peak 8-bit throughput, for v1's
+packings (``encoding = "nibble"``, whatever the configuration says).
 
 ``dstar bench cycles [--preset default] [--steps 50] [--blocks 0 1 ...] [--layers mlp.fc1 ...]
 [--packing compact lockstep] [--every N] [--lane-rotation R ...] [--rtl N] [--per-step]
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dstar.config import Datapath, Packing, Workload
+from dstar.config import Datapath, Encoding, Packing, Workload
 from dstar.golden.difflinear import DiffLinear, encode_step
 from dstar.golden.dispatch import STRATEGIES
 from dstar.golden.quant import exact_matmul
@@ -224,7 +225,10 @@ def run(base, *, blocks=None, layers=LAYERS, packings=DEFAULT_PACKINGS, every: i
     the run; with ``rtl`` also that many layer-steps of ``rtl_layer`` on the Amaranth
     simulator (a mismatch with the model or the golden model is printed). Returns the
     strategies ``[(label, packing, lane_rotation)]`` and the report: ``total`` and ``layers``
-    (``Tally.to_dict``), ``model_speed`` (layer-steps per second) and ``rtl_mismatches``."""
+    (``Tally.to_dict``), ``model_speed`` (layer-steps per second) and ``rtl_mismatches``.
+    The packings are v1's, so ``base`` runs with ``encoding = "nibble"`` whatever it says
+    (FMDQ's cycles: ``dstar bench efficiency``)."""
+    base = base.replace(encoding=Encoding.NIBBLE)
     steps = base.steps
     strategies = _strategies(packings, lane_rotations)
     layers = all_layers(blocks, layers, base.workload)

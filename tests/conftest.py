@@ -68,5 +68,7 @@ def bundled_model():
 
 @pytest.fixture(scope="session")
 def tiny_cfg():
+    """The tiny preset's v1 design (``encoding = "nibble"``): the tests that take it are v1's;
+    FMDQ's tests build their own configurations."""
     from dstar.config import preset
-    return preset("tiny")
+    return preset("tiny", encoding="nibble")

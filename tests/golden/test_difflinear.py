@@ -29,7 +29,7 @@ def test_weight_and_token_quantization():
 def test_invariant_and_closed_loop_on_random_drift(tau, refresh):
     # The spec's INT8 lattice: every key-step value fits a code, so no group needs a shift and
     # the reconstruction tracks each target within tau (a finer lattice: ``test_finer_lattice``).
-    cfg = preset("default").replace(tau=tau, refresh_linear=refresh, lattice_bits=0)
+    cfg = preset("default", encoding="nibble", tau=tau, refresh_linear=refresh, lattice_bits=0)
     rng = np.random.default_rng(tau + 10 * refresh)
     w = rng.normal(size=(48, 64))
     layer = DiffLinear(w, rng.normal(size=48), cfg)
@@ -44,7 +44,7 @@ def test_invariant_and_closed_loop_on_random_drift(tau, refresh):
 
 
 def test_tau0_matches_w8a8_on_the_key_step_and_tracks_later():
-    cfg = preset("default").replace(lattice_bits=0)   # W8A8's lattice
+    cfg = preset("default", encoding="nibble").replace(lattice_bits=0)   # W8A8's lattice
     rng = np.random.default_rng(1)
     w = rng.normal(size=(32, 64))
     layer = DiffLinear(w, None, cfg)
@@ -60,7 +60,7 @@ def test_tau0_matches_w8a8_on_the_key_step_and_tracks_later():
 
 
 def test_state_saturation_is_clipped_not_overflowed():
-    cfg = preset("default").replace(state_bits=10, e_max=3)
+    cfg = preset("default", encoding="nibble").replace(state_bits=10, e_max=3)
     rng = np.random.default_rng(2)
     w = rng.normal(size=(8, 16))
     layer = DiffLinear(w, None, cfg)
@@ -73,7 +73,7 @@ def test_state_saturation_is_clipped_not_overflowed():
 
 
 def test_invariant_violation_is_detected():
-    cfg = preset("default")
+    cfg = preset("default", encoding="nibble")
     layer = DiffLinear(np.ones((4, 16)), None, cfg)
     layer(np.ones((2, 16)), 0)
     y = layer.y_int
@@ -84,7 +84,7 @@ def test_invariant_violation_is_detected():
 
 
 def test_bad_shapes():
-    cfg = preset("default")
+    cfg = preset("default", encoding="nibble")
     with pytest.raises(ValueError, match="multiple of group"):
         DiffLinear(np.ones((4, 20)), None, cfg)
     layer = DiffLinear(np.ones((4, 16)), None, cfg)
@@ -104,7 +104,7 @@ def test_finer_lattice():
     xs = list(drift(rng, 12, 64, 4))
     errs = []
     for lb in (0, 2):
-        layer = DiffLinear(w, None, preset("default").replace(lattice_bits=lb))
+        layer = DiffLinear(w, None, preset("default", encoding="nibble").replace(lattice_bits=lb))
         err = 0.0
         for s, x in enumerate(xs):
             layer(x, s)
@@ -119,7 +119,7 @@ def test_finer_lattice():
 def test_lattice_refinements_rule():
     """Halvings while the peak times ``2**k`` stays within ``refine_at`` of the key range, up to
     ``refine_max`` since the key step, within the state's range; zero rows keep their lattice."""
-    cfg = preset("default").replace(lattice_bits=0, refine_max=3, refine_at=0.5)
+    cfg = preset("default", encoding="nibble").replace(lattice_bits=0, refine_max=3, refine_at=0.5)
     limit = 0.5 * 127
     peak = np.array([127.0, limit, limit + 0.1, limit / 2, limit / 64, 0.0, limit / 8])
     refined = np.array([0, 0, 0, 0, 0, 0, 2])
@@ -147,7 +147,8 @@ def test_refinement_is_exact_and_follows_shrinking_tokens():
           for s in range(5)]
     errs = {}
     for rmax in (0, 4):
-        cfg = preset("default").replace(lattice_bits=0, refine_max=rmax, refine_at=0.85)
+        cfg = preset("default", encoding="nibble", lattice_bits=0, refine_max=rmax,
+                     refine_at=0.85)
         layer = DiffLinear(w, None, cfg)
         total = []
         for s, x in enumerate(xs):

@@ -78,7 +78,7 @@ PINS = {
 
 @pytest.mark.parametrize("name", sorted(PINS))
 def test_a_short_run_is_pinned(name):
-    cfg = preset("default")
+    cfg = preset("default", encoding="nibble")
     if name == "spec_lattice":
         cfg = cfg.replace(lattice_bits=0, theta=0.9, tau=1, refresh_attn=3)
     got = _run(cfg)

@@ -268,7 +268,7 @@ def test_qk_skip_counts_dstar_passes_and_the_catch_up():
         def attention_names():
             return NAMES
 
-    cfg = Config(block_q=4, block_k=4, refresh_attn=2)
+    cfg = Config(block_q=4, block_k=4, refresh_attn=2, encoding="nibble")   # v1's passes
     dl = DStarLinears(cfg, ("qkv",))
     hooks = sar_hooks(cfg, Model, dl, _maskset())
     lin = hooks["linear"]

@@ -20,7 +20,7 @@ from tests.hw.fixtures import random_weights
 @pytest.fixture(scope="module")
 def cfg():
     """The tiny preset with Dh = 16 (half the lane work per attention tile)."""
-    return preset("tiny").replace(head_dim=16)
+    return preset("tiny", encoding="nibble").replace(head_dim=16)
 
 
 def run_bench(cfg, body):

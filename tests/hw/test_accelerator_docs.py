@@ -48,7 +48,7 @@ async def _watch(io, cycles):
 
 
 def test_the_top_behaves_as_its_manifest_and_the_docs_say():
-    cfg = preset("tiny")
+    cfg = preset("tiny", encoding="nibble")
     dut = Accelerator(cfg)
     man = accelerator_manifest(cfg, dut)
     names = man["counters"]
@@ -150,7 +150,7 @@ def test_the_manifest_states_the_driver_rules_the_top_follows():
     """The manifest's ``driver`` section, rule by rule, against the RTL: beats, counter
     lifetimes, ``done`` and the run overhead, ``error``, the accepted ranges at their edges,
     the empty run, and what ``RUN_ATTENTION`` needs, writes and counts."""
-    cfg = preset("tiny")
+    cfg = preset("tiny", encoding="nibble")
     dut = Accelerator(cfg)
     man = accelerator_manifest(cfg, dut)
     rules, names = man["driver"], man["counters"]
@@ -281,7 +281,7 @@ def test_the_docs_cycle_table_is_the_cycle_models():
     rows = _cycle_table()
     assert len(rows) == 5, rows
     for name, n, key, reuse in rows:
-        cfg = preset(name)
+        cfg = preset(name, encoding="nibble")
         mask = np.ones((-(-n // cfg.block_q), -(-n // cfg.block_k)), dtype=bool)
         got = (predict(cfg, n, mask, True, 1 << THETA_BITS).cycles,
                predict(cfg, n, mask, False, 1 << THETA_BITS).cycles)

@@ -25,7 +25,7 @@ def _case(cfg):
 
 
 def test_layers_and_attention_on_the_generated_top():
-    cfg = preset("tiny").replace(head_dim=16)
+    cfg = preset("tiny", encoding="nibble").replace(head_dim=16)
     run_generated(cfg, OUT, ACCEL_TOP_NAME, "dstar.sim.tb_accelerator", _case(cfg),
                   "DSTAR_ACC", "acc_cases.npz", build="icarus_acc", accelerator=True)
 
@@ -35,7 +35,7 @@ def test_verilator_runs_the_same_case():
     need_verilator()
     from dstar.hw.generate import generate
 
-    cfg = preset("tiny").replace(head_dim=16)
+    cfg = preset("tiny", encoding="nibble").replace(head_dim=16)
     out = OUT.with_name("tiny-accelerator-verilator")
     generate(cfg, out, accelerator=True)
     save_cases(out / "acc_cases.npz", _case(cfg))

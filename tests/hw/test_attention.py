@@ -149,20 +149,20 @@ def test_slot_refresh_policy(small_cfg):
 
 def test_config_errors():
     with pytest.raises(ConfigError, match="head_dim"):
-        preset("tiny").replace(head_dim=0)
+        preset("tiny", encoding="nibble").replace(head_dim=0)
     with pytest.raises(ConfigError, match="head_dim=24"):
-        AttentionGeometry(preset("tiny").replace(head_dim=24))
+        AttentionGeometry(preset("tiny", encoding="nibble").replace(head_dim=24))
     with pytest.raises(ConfigError, match="block_k=8"):
         AttentionGeometry(preset("default").replace(block_k=8))
     with pytest.raises(ConfigError, match="head_dim=64 must be <= k_tile"):
-        AttentionGeometry(preset("tiny").replace(head_dim=64))
+        AttentionGeometry(preset("tiny", encoding="nibble").replace(head_dim=64))
     # PV weights up to 255 << e_max: three groups of them overflow a lane's partial sum
     # (sized for 128 << e_max per group), and too wide a PV sum overflows acc_bits.
     with pytest.raises(ConfigError, match="PV partial sum"):
-        AttentionGeometry(preset("tiny").replace(k_tile=48, block_k=48))
+        AttentionGeometry(preset("tiny", encoding="nibble").replace(k_tile=48, block_k=48))
     with pytest.raises(ConfigError, match="max_tokens=32 with e_max=10: the attention's PV "
                        "sums .* overflow the 30-bit accumulators"):
-        AttentionGeometry(preset("tiny").replace(e_max=10))
+        AttentionGeometry(preset("tiny", encoding="nibble").replace(e_max=10))
 
 
 @pytest.mark.slow

@@ -40,7 +40,7 @@ def check(cfg, w_q, runs):
 
 
 def dense(name="tiny", datapath="dense", **kw):
-    return preset(name).replace(datapath=datapath, **kw)
+    return preset(name, encoding="nibble").replace(datapath=datapath, **kw)
 
 
 @DATAPATHS
@@ -150,7 +150,8 @@ def test_same_top_and_ports_as_dstar(tmp_path, datapath):
     assert (tmp_path / "a" / "dstar_linear.v").read_bytes() == \
         (tmp_path / "b" / "dstar_linear.v").read_bytes()
     assert a == b and a["top"] == "dstar_linear"
-    dstar = manifest(preset("tiny"), LinearLayer(preset("tiny")))
+    v1 = preset("tiny", encoding="nibble")
+    dstar = manifest(v1, LinearLayer(v1))
     assert set(a["ports"]) < set(dstar["ports"])
     assert "host_state_wdata" not in a["ports"] and "key" not in a["ports"]
     assert a["layouts"]["target_row"]["width"] == 8 * cfg.k_tile
@@ -159,8 +160,8 @@ def test_same_top_and_ports_as_dstar(tmp_path, datapath):
 
 def test_dense_needs_an_even_group():
     with pytest.raises(ConfigError, match="group=3"):
-        preset("tiny").replace(group=3, k_tile=33, max_k=129, datapath="dense")
+        preset("tiny", encoding="nibble").replace(group=3, k_tile=33, max_k=129, datapath="dense")
     with pytest.raises(ConfigError, match="datapath 'int8' needs an even group"):
-        preset("tiny").replace(group=3, k_tile=33, max_k=129, datapath="int8")
+        preset("tiny", encoding="nibble").replace(group=3, k_tile=33, max_k=129, datapath="int8")
     with pytest.raises(ConfigError, match="datapath 'dense'"):
-        DenseGeometry(preset("tiny"))
+        DenseGeometry(preset("tiny", encoding="nibble"))

@@ -39,10 +39,10 @@ DEPTH = 20
 
 def small_cfg(**kw):
     """Two lanes, two groups per slice, 10-bit state, two-entry queues, tiny memories."""
-    return preset("tiny").replace(group=2, k_tile=4, m_tile=1, n_arrays=2, max_k=8, max_m=4,
-                                  max_tokens=4, e_max=2, state_bits=10, lattice_bits=0,
-                                  lane_fifo_depth=2, head_dim=4, block_q=2, block_k=2,
-                                  attn_slots=1, attn_frac_bits=2, **kw)
+    return preset("tiny").replace(encoding="nibble", group=2, k_tile=4, m_tile=1, n_arrays=2,
+                                  max_k=8, max_m=4, max_tokens=4, e_max=2, state_bits=10,
+                                  lattice_bits=0, lane_fifo_depth=2, head_dim=4, block_q=2,
+                                  block_k=2, attn_slots=1, attn_frac_bits=2, **kw)
 
 
 def check(harness, name, *, mode="bmc", depth=DEPTH):
@@ -63,10 +63,10 @@ def _dispatcher(packing):
 def accel_cfg(**kw):
     """The smallest accelerator: one array of one column, one token, one slot; every memory
     one or two words (but Y's 16)."""
-    return preset("tiny").replace(group=2, k_tile=2, m_tile=1, n_arrays=1, max_k=2, max_m=1,
-                                  max_tokens=1, e_max=1, state_bits=9, lattice_bits=0,
-                                  lane_fifo_depth=2, head_dim=2, block_q=1, block_k=2,
-                                  attn_slots=1, attn_frac_bits=1, **kw)
+    return preset("tiny").replace(encoding="nibble", group=2, k_tile=2, m_tile=1, n_arrays=1,
+                                  max_k=2, max_m=1, max_tokens=1, e_max=1, state_bits=9,
+                                  lattice_bits=0, lane_fifo_depth=2, head_dim=2, block_q=1,
+                                  block_k=2, attn_slots=1, attn_frac_bits=1, **kw)
 
 
 #: Components with output streams whose stability is proved here, with their input contract.
@@ -211,10 +211,10 @@ def test_sorter_mutant_fails(mutant):
 def encoder_cfg(**kw):
     """The smallest encoder: one group of two lanes per slice, two slices (``row_depth`` 2),
     9-bit state, shifts up to 1, a dead zone of 1."""
-    return preset("tiny").replace(group=2, k_tile=2, m_tile=1, n_arrays=1, max_k=2, max_m=1,
-                                  max_tokens=2, e_max=1, state_bits=9, lattice_bits=0, tau=1,
-                                  lane_fifo_depth=2, head_dim=2, block_q=1, block_k=2,
-                                  attn_slots=1, attn_frac_bits=1, **kw)
+    return preset("tiny").replace(encoding="nibble", group=2, k_tile=2, m_tile=1, n_arrays=1,
+                                  max_k=2, max_m=1, max_tokens=2, e_max=1, state_bits=9,
+                                  lattice_bits=0, tau=1, lane_fifo_depth=2, head_dim=2, block_q=1,
+                                  block_k=2, attn_slots=1, attn_frac_bits=1, **kw)
 
 
 # The code proof states the width invariants too: it runs by default, the width proof alone

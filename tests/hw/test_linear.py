@@ -23,7 +23,7 @@ def check(cfg, w_q, steps, state=None):
 
 @pytest.mark.parametrize("packing", list(Packing))
 def test_drifting_layer(packing):
-    cfg = preset("tiny").replace(packing=packing)
+    cfg = preset("tiny", encoding="nibble").replace(packing=packing)
     rng = np.random.default_rng(11)
     n, k, m = 12, 64, 16
     tg = drifting_targets(rng, cfg, n, k, 3)
@@ -34,7 +34,7 @@ def test_drifting_layer(packing):
 @pytest.mark.parametrize("packing", list(Packing))
 def test_adversarial_values(packing):
     """All-HIGH and saturated key rows, an all-ZERO delta step, maximum-shift jumps."""
-    cfg = preset("tiny").replace(packing=packing)
+    cfg = preset("tiny", encoding="nibble").replace(packing=packing)
     rng = np.random.default_rng(12)
     n, k, m = 6, 64, 8
     key = extreme_key(rng, cfg, n, k)
@@ -47,7 +47,7 @@ def test_adversarial_values(packing):
 
 def test_one_token_layer():
     """One row over four K tiles of one column block: same accumulator row back to back."""
-    cfg = preset("tiny")
+    cfg = preset("tiny", encoding="nibble")
     rng = np.random.default_rng(13)
     k, m = 128, 8
     tg = drifting_targets(rng, cfg, 1, k, 2, scale=3000.0, drift=0.2)
@@ -56,7 +56,7 @@ def test_one_token_layer():
 
 @pytest.mark.parametrize("packing", list(Packing))
 def test_one_tile_full_tokens(packing):
-    cfg = preset("tiny").replace(packing=packing)
+    cfg = preset("tiny", encoding="nibble").replace(packing=packing)
     rng = np.random.default_rng(14)
     n, k, m = cfg.max_tokens, cfg.k_tile, 8
     tg = drifting_targets(rng, cfg, n, k, 2)
@@ -66,7 +66,7 @@ def test_one_tile_full_tokens(packing):
 def test_uneven_load():
     """Half the tokens idle, half all-HIGH; within tokens one channel per group busy: lanes
     and tokens as unequal as they get (credit stalls, long idle stretches)."""
-    cfg = preset("tiny")
+    cfg = preset("tiny", encoding="nibble")
     rng = np.random.default_rng(15)
     n, k, m = 16, 64, 8
     base, nxt = uneven_targets(rng, cfg, n, k)
@@ -76,7 +76,7 @@ def test_uneven_load():
 
 def test_partial_tiles_tau_preloaded_state():
     """K and M not multiples of the tile, tau = 1, and a state that did not come from a key."""
-    cfg = preset("tiny").replace(tau=1)
+    cfg = preset("tiny", encoding="nibble").replace(tau=1)
     rng = np.random.default_rng(16)
     n, k, m = 5, 48, 12
     state = rng.integers(-2000, 2000, size=(n, k))
@@ -87,7 +87,7 @@ def test_partial_tiles_tau_preloaded_state():
 @pytest.mark.parametrize("lane_rotation", [1, 16])
 def test_lane_rotation_variants(lane_rotation):
     """The static split (R = 1) and full rotation (R = G) are as exact as the default."""
-    cfg = preset("tiny")
+    cfg = preset("tiny", encoding="nibble")
     rng = np.random.default_rng(17)
     n, k, m = 9, 64, 8
     tg = drifting_targets(rng, cfg, n, k, 2)
@@ -99,7 +99,7 @@ def test_lane_rotation_variants(lane_rotation):
 def test_lane_ram_weight_store(packing):
     """Per-lane weight memories (``weight_store = "lane_ram"``) are as exact as the shared
     register tile, over several weight tiles (both buffers) and with full rotation."""
-    cfg = preset("tiny").replace(packing=packing, weight_store="lane_ram")
+    cfg = preset("tiny", encoding="nibble").replace(packing=packing, weight_store="lane_ram")
     rng = np.random.default_rng(23)
     n, k, m = 7, 96, 20
     tg = drifting_targets(rng, cfg, n, k, 2)
@@ -118,7 +118,7 @@ def test_default_preset_real_layer_sample(packing):
     from dstar.golden.quant import quantize_weights, to_lattice, token_lattice
     from dstar.sim.traces import linear_inputs
 
-    cfg = preset("default").replace(packing=packing)
+    cfg = preset("default", encoding="nibble").replace(packing=packing)
     xs, w, _ = linear_inputs("blocks.3.mlp.fc1", steps=20, take=3)
     w_q, _ = quantize_weights(w)
     w_q = w_q[:, :cfg.m_tile * cfg.n_arrays]
@@ -131,8 +131,8 @@ def test_default_preset_real_layer_sample(packing):
 def test_odd_geometry(packing):
     """A configuration far from the presets: 8-lane groups, three groups per slice, three arrays
     of three columns, narrow state, small shift range, two-deep queues, full memories."""
-    cfg = preset("tiny").replace(group=8, k_tile=24, m_tile=3, n_arrays=3, e_max=5,
-                                 state_bits=12, lane_fifo_depth=2, max_k=48, max_m=18,
+    cfg = preset("tiny").replace(encoding="nibble", group=8, k_tile=24, m_tile=3, n_arrays=3,
+                                 e_max=5, state_bits=12, lane_fifo_depth=2, max_k=48, max_m=18,
                                  max_tokens=7, packing=packing)
     rng = np.random.default_rng(18)
     n, k, m = 7, 48, 18

@@ -23,21 +23,21 @@ def run_cocotb(cfg, name, cases):
 
 
 def test_compact_real_and_adversarial():
-    cfg = preset("tiny")
+    cfg = preset("tiny", encoding="nibble")
     cases = synthetic_cases(cfg)
     cases["real_fc1"] = real_case(cfg)
     run_cocotb(cfg, "tiny-compact", cases)
 
 
 def test_lockstep_adversarial():
-    cfg = preset("tiny").replace(packing="lockstep")
+    cfg = preset("tiny", encoding="nibble").replace(packing="lockstep")
     cases = synthetic_cases(cfg)
     run_cocotb(cfg, "tiny-lockstep", {k: cases[k] for k in ("extreme", "uneven_one_tile")})
 
 
 def test_lane_ram_adversarial():
     """The FPGA weight store (per-lane LUT-RAM copies of the weight rows) in Verilog."""
-    cfg = preset("tiny").replace(weight_store="lane_ram")
+    cfg = preset("tiny", encoding="nibble").replace(weight_store="lane_ram")
     cases = synthetic_cases(cfg)
     run_cocotb(cfg, "tiny-lane-ram", {k: cases[k] for k in ("drift", "extreme")})
 
@@ -46,7 +46,7 @@ def test_lane_ram_adversarial():
 def test_dense_int8_w8a8(datapath):
     """A dense INT8 top: extremes, one token over four K tiles and a real fc1 on the INT8
     lattice, ``Y_int == exact_matmul(X_int, W_q)``, counters equal to its cycle model."""
-    cfg = preset("tiny").replace(datapath=datapath)
+    cfg = preset("tiny", encoding="nibble").replace(datapath=datapath)
     run_cocotb(cfg, f"tiny-{datapath}", dense_cases(cfg))
 
 
@@ -55,6 +55,6 @@ def test_default_whole_fc1():
     """The whole fc1 of block 0 (256 tokens x 128 -> 512) on the default preset's Verilog, over
     the key step and two delta steps of the default 50-step run (about 162k cycles, 40 CPU
     minutes on Icarus)."""
-    cfg = preset("default")
+    cfg = preset("default", encoding="nibble")
     run_cocotb(cfg, "default-compact", {"real_fc1_whole": real_case(cfg, steps=cfg.steps,
                                                                       whole=True)})

@@ -15,7 +15,7 @@ from dstar.sim.layer_io import unpack, unpack_named
 
 @pytest.fixture(scope="module")
 def man():
-    return accelerator_manifest(load_config(None, "tiny"))
+    return accelerator_manifest(load_config(None, "tiny", encoding="nibble"))
 
 
 def _field(man, word, name):

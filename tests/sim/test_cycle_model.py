@@ -27,10 +27,10 @@ def _encodings(rng, cfg, n, k, steps=3):
 @pytest.mark.parametrize("seed", range(6))
 def test_fast_model_equals_reference(seed):
     rng = np.random.default_rng(100 + seed)
-    odd = preset("tiny").replace(group=8, k_tile=24, m_tile=3, n_arrays=3, e_max=5,
-                                 state_bits=12, max_k=48, max_m=18, max_tokens=7)
+    odd = preset("tiny").replace(encoding="nibble", group=8, k_tile=24, m_tile=3, n_arrays=3,
+                                 e_max=5, state_bits=12, max_k=48, max_m=18, max_tokens=7)
     for _ in range(6):
-        base = preset("tiny") if rng.random() < 0.5 else odd
+        base = preset("tiny", encoding="nibble") if rng.random() < 0.5 else odd
         cfg = base.replace(packing=str(rng.choice(list(Packing))),
                            lane_fifo_depth=int(rng.choice([2, 3, 4, 8])))
         g = cfg.group
@@ -50,7 +50,7 @@ def test_fast_model_equals_reference(seed):
 def test_uneven_lanes_and_tokens():
     """Half the tokens all HIGH, the others one busy lane per group: credit waits and starved
     lanes in both models."""
-    cfg = preset("tiny")
+    cfg = preset("tiny", encoding="nibble")
     rng = np.random.default_rng(7)
     n, k, m = 16, 64, 8
     base = rng.integers(-50, 50, size=(n, k))
@@ -66,7 +66,7 @@ def test_uneven_lanes_and_tokens():
 
 
 def test_batch_needs_one_shape():
-    cfg = preset("tiny")
+    cfg = preset("tiny", encoding="nibble")
     rng = np.random.default_rng(8)
     a, b = _encodings(rng, cfg, 4, 32, 1)[0], _encodings(rng, cfg, 5, 32, 1)[0]
     with pytest.raises(ValueError, match="different shapes"):
@@ -77,7 +77,7 @@ def test_layer_cycles_follow_the_datapath():
     """``dstar.sim.layer_cycles`` runs the cycle model of the top ``cfg.datapath`` generates."""
     from dstar.sim import dense_cycles, layer_cycles
 
-    cfg = preset("tiny")
+    cfg = preset("tiny", encoding="nibble")
     rng = np.random.default_rng(9)
     n, k, m = 5, 64, 12
     enc = _encodings(rng, cfg, n, k, steps=1)[0]
@@ -103,7 +103,7 @@ def test_bench_cycles_json_is_the_cycle_model(capsys):
     cap = capsys.readouterr()
     rep = json.loads(cap.out)
     assert "== whole run: 2 layer-steps" in cap.err
-    cfg = load_config(None, "default").replace(steps=2)
+    cfg = load_config(None, "default", encoding="nibble").replace(steps=2)
     xs, w, b = linear_inputs("blocks.0.mlp.fc2", steps=2)
     dl = DiffLinear(w, b, cfg)
     encs = [dl(x, s).enc for s, x in enumerate(xs)]

@@ -16,7 +16,7 @@ from dstar.sim.regress import format_report, inject_mismatch, make_case, report
 
 @pytest.fixture(scope="module")
 def setup():
-    cfg = preset("tiny")
+    cfg = preset("tiny", encoding="nibble")
     return cfg, accelerator_manifest(cfg, Accelerator(cfg))
 
 
