@@ -10,7 +10,7 @@ import pytest
 from amaranth import Instance, Module, Signal
 from amaranth.back import verilog
 
-from dstar.config import Datapath, preset
+from dstar.config import Datapath, Encoding, preset
 from dstar.hw.generate import ACCEL_TOP_NAME, ATTN_TOP_NAME, TOP_NAME
 from dstar.sim.lint import (
     WAIVERS,
@@ -37,15 +37,17 @@ def check_clean(cfg, tops) -> None:
     assert not report, f"lint warnings outside {WAIVERS}:\n{report}"
 
 
-#: The default tier's tops of the tiny preset: the accelerator holds the DSTAR linear layer and
-#: the attention engine (its own PE arrays and host ports aside), so that their stand-alone
-#: tops, which take as long again, wait for the slow tier.
-TINY = [(Datapath.DENSE, TOP_NAME), (Datapath.INT8, TOP_NAME), (Datapath.DSTAR, ACCEL_TOP_NAME)]
+#: The default tier's tops of the tiny preset: the accelerator of each encoding holds its
+#: linear layer and the attention engine (its own PE arrays and host ports aside), so that
+#: their stand-alone tops, which take as long again, wait for the slow tier.
+TINY = [(Datapath.DENSE, TOP_NAME, Encoding.NIBBLE), (Datapath.INT8, TOP_NAME, Encoding.NIBBLE),
+        (Datapath.DSTAR, ACCEL_TOP_NAME, Encoding.NIBBLE),
+        (Datapath.DSTAR, ACCEL_TOP_NAME, Encoding.FMDQ)]
 
 
-@pytest.mark.parametrize("datapath,top", TINY)
-def test_tiny_tops_are_lint_clean(datapath, top):
-    check_clean(preset("tiny").replace(datapath=datapath), [top])
+@pytest.mark.parametrize("datapath,top,encoding", TINY)
+def test_tiny_tops_are_lint_clean(datapath, top, encoding):
+    check_clean(preset("tiny", datapath=datapath, encoding=encoding), [top])
 
 
 @pytest.mark.slow
