@@ -293,7 +293,9 @@ class Config:
         self._range("token_tile", 1, 4096)
         self._range("sort_window", 1, 1 << 16)
         self._range("fmdq_thr0", 1, 1 << 14)
-        if self.encoding is Encoding.FMDQ and self.token_tile > self.max_tokens:
+        # Only the differential datapath codes its difference: the dense tops read no encoding.
+        if self.encoding is Encoding.FMDQ and self.datapath is Datapath.DSTAR \
+                and self.token_tile > self.max_tokens:
             raise ConfigError(f"token_tile={self.token_tile} must be <= max_tokens="
                               f"{self.max_tokens} (a tile's tokens share one pass)")
         if self.acc_bits > 48:

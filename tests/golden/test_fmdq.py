@@ -284,13 +284,15 @@ def test_bad_fmdq_fields_are_named_in_one_line(field, value, words):
 
 
 def test_token_tile_must_fit_max_tokens_only_for_fmdq():
-    preset("tiny").replace(token_tile=64)                    # v1 does not read it
+    preset("tiny", encoding="nibble").replace(token_tile=64)     # v1 does not read it
+    for datapath in ("int8", "dense"):                           # nor do the dense tops
+        preset("tiny", encoding="fmdq", datapath=datapath, token_tile=64)
     with pytest.raises(ConfigError, match=r"^token_tile=64 must be <= max_tokens=32 "):
         preset("tiny").replace(token_tile=64, encoding="fmdq")
 
 
 def test_fmdq_fields_reach_the_hardware_only_with_fmdq():
-    v1 = preset("default")
+    v1 = preset("default", encoding="nibble")
     assert "token_tile" not in v1.hardware() and "encoding" not in v1.hardware()
     assert v1.replace(token_tile=8, sort_window=4).hardware() == v1.hardware()
     f = v1.replace(encoding="fmdq")
@@ -307,6 +309,6 @@ def test_the_layer_lattice_is_one_step_for_every_row_and_fmdq_only():
         layer(x + 0.01 * s, s)
         assert np.array_equal(layer.y_int, layer.xs @ layer.w_q)
     assert np.all(layer.d == np.abs(x).max() / (127 * 4))
-    v1 = DiffLinear(w, None, preset("default").replace(fmdq_lattice="layer"))
+    v1 = DiffLinear(w, None, preset("default", encoding="nibble", fmdq_lattice="layer"))
     v1(x, 0)
     assert np.allclose(v1.d, np.abs(x).max(axis=1) / 254)       # v1 keeps its token lattice
