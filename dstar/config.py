@@ -13,8 +13,9 @@ Closed choices are enums (``Datapath``, ``Packing``, ``WeightStore``, ``Workload
 their string values, which ``Config`` converts. ``Config.hardware()`` is the part the hardware
 generator reads: the config hash, the manifest's ``config`` section and the synthesis baselines
 cover only it, so a change of a run field leaves them alone. The FMDQ fields (``encoding`` and
-the fields only FMDQ reads) join it only when ``encoding = "fmdq"``: a v1 configuration's hash,
-and so its baselines, stay as they were before FMDQ existed.
+the fields only FMDQ reads) join it only when ``encoding = "fmdq"``, and ``attention`` only when
+it is ``sar``: a v1 configuration's hash, and so its baselines, stay as they were before FMDQ
+and SAR existed.
 """
 
 import dataclasses
@@ -122,8 +123,9 @@ class FmdqRule(StrEnum):
 
 
 class Attention(StrEnum):
-    """Which attention mechanism the golden model runs (spec sections 4 and 7.3). A run field
-    for now: the hardware implements ``residual`` only (issue 29 part 2 adds ``sar``)."""
+    """Which attention mechanism runs (spec sections 4 and 7.3), in the golden model and the
+    attention engine. ``residual`` is a run field, ``sar`` joins ``hardware()``
+    (``_hw_beyond_v1``)."""
 
     #: v1: dynamic masks chosen at every attention key step, a cached residual of the blocks
     #: outside the mask (``golden.attention.AttentionReuse``).
@@ -137,6 +139,13 @@ def _hw(default, only=None):
     """A field the hardware generator (``dstar.hw``) reads: part of ``Config.hardware()``
     (``only``: an ``Encoding`` the field belongs to; it joins ``hardware()`` only then)."""
     return field(default=default, metadata={"hw": True, "only": only})
+
+
+def _hw_beyond_v1(default):
+    """A field the hardware generator reads whose value ``default`` is v1's: at that value it
+    is a run field (v1's hardware, and so its configuration hash, predates the field), at any
+    other it joins ``hardware()`` (another variant's Verilog)."""
+    return field(default=default, metadata={"v1": default})
 
 
 class ConfigError(ValueError):
@@ -177,7 +186,7 @@ class Config:
     # Keys per cycle of the softmax unit (a power of two dividing group; 0: the largest of 4, 2, 1
     # that divides group and m_tile * n_arrays, see softmax_keys_per_cycle).
     softmax_lanes: int = _hw(0)
-    attention: Attention = Attention.RESIDUAL  # v1's residual reuse or the paper's SAR
+    attention: Attention = _hw_beyond_v1(Attention.RESIDUAL)  # v1's residual reuse or SAR
     masks: str = ""             # SAR's mask file ("": golden/data/masks/<workload>.npz)
     # --- workload run (dstar analyze) ---
     workload: Workload = Workload.DIGITS  # the bundled DiT that runs (Workload)
@@ -368,20 +377,31 @@ class Config:
         """The fields the hardware generator reads (``to_dict`` form): what the config hash,
         the ``params.json`` ``config`` section and the synthesis baselines cover, so that a
         change of a run field (``steps``, ``theta``, ...) leaves them alone. Fields of another
-        encoding than ``encoding`` (``_hw(only=...)``) are left out: they reach no hardware."""
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)
-                if f.metadata.get("hw") and f.metadata["only"] in (None, self.encoding)}
+        encoding than ``encoding`` (``_hw(only=...)``) are left out: they reach no hardware;
+        ``attention`` joins only when it is not v1's ``residual`` (``_hw_beyond_v1``)."""
+        return self._part("hardware")
 
     def run_params(self) -> dict:
         """The other fields: the golden model's and the workload run's (``to_dict`` form)."""
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)
-                if not f.metadata.get("hw")}
+        return self._part("run")
 
     def unused(self) -> dict:
         """The hardware fields of another encoding (``to_dict`` form): in neither
         ``hardware()`` nor ``run_params()``."""
+        return self._part("unused")
+
+    def _part(self, part: str) -> dict:
         return {f.name: _plain(getattr(self, f.name)) for f in fields(self)
-                if f.metadata.get("hw") and f.metadata["only"] not in (None, self.encoding)}
+                if self._part_of(f) == part}
+
+    def _part_of(self, f) -> str:
+        """Which of ``hardware()``, ``run_params()`` and ``unused()`` field ``f`` is in."""
+        md = f.metadata
+        if "v1" in md:
+            return "run" if getattr(self, f.name) == md["v1"] else "hardware"
+        if not md.get("hw"):
+            return "run"
+        return "hardware" if md["only"] in (None, self.encoding) else "unused"
 
     def derived(self) -> dict:
         return {"state_max": self.state_max, "target_max": self.target_max,

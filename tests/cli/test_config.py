@@ -143,6 +143,10 @@ def test_hardware_fields_exclude_the_run():
     assert not set(hw) & set(run) and {**hw, **run, **cfg.unused()} == cfg.to_dict()
     assert cfg.replace(theta=0.9, steps=3, seed=5, workload="photos").hardware() == hw
     assert cfg.replace(packing="lockstep").hardware() != hw
+    # attention is v1's (a run field, v1's hash unchanged) until it selects SAR's hardware.
+    sar = cfg.replace(attention="sar")
+    assert sar.hardware() == {**hw, "attention": "sar"} and "attention" not in sar.run_params()
+    assert {**sar.hardware(), **sar.run_params(), **sar.unused()} == sar.to_dict()
 
 
 @pytest.mark.parametrize("field", ["cfg_scale", "theta"])
