@@ -67,15 +67,20 @@ def fmdq_block(stats: FmdqStats) -> dict:
             "delta_steps": fig(sum_delta) if delta else None}
 
 
+def _fmdq_settings(cfg) -> dict:
+    """FMDQ's settings, as an ``fmdq`` section of a report states them."""
+    return {"token_tile": cfg.token_tile, "sort_window": cfg.sort_window,
+            "rule": str(cfg.fmdq_rule), "thr0": cfg.fmdq_thr0, "tau": cfg.tau,
+            "lattice": str(cfg.fmdq_lattice), "lattice_bits": cfg.lattice_bits}
+
+
 def _fmdq_report(cfg, stats: FmdqStats, out, fp32, w8a8) -> dict:
     """The ``fmdq`` section of a report: its settings, ``fmdq_block`` and the accuracy of the
     FMDQ linears alone (``out``: their samples) vs FP32 and vs W8A8, pooled and per sample."""
     gap = np.nan_to_num(sample_psnrs(w8a8, fp32) - sample_psnrs(out, fp32), nan=0.0)
     db = psnr(out, fp32)
-    return {"token_tile": cfg.token_tile, "sort_window": cfg.sort_window,
-            "rule": str(cfg.fmdq_rule), "thr0": cfg.fmdq_thr0, "tau": cfg.tau,
-            "lattice": str(cfg.fmdq_lattice), "lattice_bits": cfg.lattice_bits,
-            "linears_psnr_vs_fp32_db": db, "psnr_gap_vs_w8a8_db": psnr(w8a8, fp32) - db,
+    return {**_fmdq_settings(cfg), "linears_psnr_vs_fp32_db": db,
+            "psnr_gap_vs_w8a8_db": psnr(w8a8, fp32) - db,
             "worst_sample_gap_vs_w8a8_db": float(gap.max()),
             "meets_target": bool(db >= psnr(w8a8, fp32)
                                  and gap.max() <= TARGET_FMDQ_SAMPLE_GAP_DB),
@@ -524,7 +529,9 @@ def _fmdq_lines(rep: dict) -> list[str]:
     f = rep.get("fmdq")
     if not f:
         return []
-    out = ["", f"FMDQ (spec 7.2; linears alone, float attention): T={f['token_tile']} "
+    what = ("linears alone, float attention" if "linears_psnr_vs_fp32_db" in f
+            else "the trace's linears, teacher-forced")
+    out = ["", f"FMDQ (spec 7.2; {what}): T={f['token_tile']} "
            f"sort_window={f['sort_window']} rule={f['rule']}"
            + (f" thr0={f['thr0']}" if f["rule"] == "magnitude" else "") + f" tau={f['tau']}"
            + (f" lattice={f['lattice']}" if "lattice" in f else ""),
@@ -540,6 +547,10 @@ def _fmdq_lines(rep: dict) -> list[str]:
                    + f"{s['groups_per_tile_channel']:>8.3f}"
                    + f"{_fmt(s['speedup_vs_int8'], 2):>8}{s['padding_fraction']:>9.3f}"
                    + f"{s['clipped_fraction']:>9.4f}")
+    if "linears_psnr_vs_fp32_db" not in f:         # a trace's: no sampling run, no PSNR
+        out.append("bits: average width per sub-channel (skipped = 0); groups: SIMD-4 PE "
+                   "cycles per dense INT8 cycle; x INT8: the speed-up; padding: empty lanes")
+        return out
     w8 = rep["w8a8"]["psnr_vs_fp32_db"]
     v1 = rep.get("nibble_linear_only", {})
     out.append(f"linears alone vs FP32 (PSNR, dB): W8A8 {_fmt(w8, 2)}   v1 (nibble) "
@@ -711,7 +722,7 @@ def _trace_linears(cfg, trace, stats, e, progress):
             x = np.asarray(xs[s], dtype=np.float64)
             ref = x @ w64
             res = layer(x, s)
-            stats.add(s, layer_type(name), res.enc)
+            stats.add_counts(s, layer_type(name), res.counts)
             e["signal"] += float((ref ** 2).sum())
             e["dstar"] += float(((res.y - ref - (0.0 if b is None else b)) ** 2).sum())
             e["w8a8"] += float(((w8a8_linear(x, w_q, s_w) - ref) ** 2).sum())
@@ -728,15 +739,16 @@ def run_trace(cfg, trace, source: str = "trace", progress=None) -> dict:
     layer outputs without their bias, so weight quantization is part of the error; the
     reconstructed activations alone: ``activation_sqnr_db``); recorded attention runs
     DSTAR's reuse (``attention``). Drift is invisible here: every step starts from the
-    recorded float inputs. ``progress(phase, i, n)`` is called per layer. When the layers'
+    recorded float inputs. ``progress(phase, i, n)`` is called per layer. The linears run
+    ``cfg.encoding``; ``dstar`` holds v1's element mix whatever the encoding (with FMDQ from a
+    nibble pass of its own) and, with FMDQ, ``fmdq`` its figures (``fmdq_block``). When the layers'
     row counts differ, ``rows_per_linear``, ``tokens`` and ``batch`` are None and
     ``rows_per_layer`` lists them."""
+    from dstar.golden.difflinear import ENCODINGS
     from dstar.golden.trace import TraceError
-    if cfg.encoding is not Encoding.NIBBLE:
-        raise ConfigError(f"encoding = {cfg.encoding.value!r}: the trace analysis runs v1's "
-                          "encoding only (nibble) so far")
     types = layer_types_of(trace.linear_x)
-    stats = OpStats(types)
+    fmdq = cfg.encoding is Encoding.FMDQ
+    stats = ENCODINGS[cfg.encoding].stats(types)
     e = dict.fromkeys(("signal", "dstar", "w8a8", "act", "act_dstar", "act_w8a8"), 0.0)
     for name, w in trace.linear_w.items():        # refused before any work
         if w.shape[1] % cfg.group:
@@ -744,7 +756,13 @@ def run_trace(cfg, trace, source: str = "trace", progress=None) -> dict:
                              f"group={cfg.group}")
     with np.errstate(over="ignore", invalid="ignore"):   # overflowed energies: "undefined"
         _trace_linears(cfg, trace, stats, e, progress)
-    tot, per_type, per_step = _dstar_block(stats)
+        # v1's element mix beside FMDQ's figures, as the bundled report has it: a nibble pass
+        # of its own (counts only).
+        v1_stats = OpStats(types) if fmdq else stats
+        if fmdq:
+            _trace_linears(cfg.replace(encoding=Encoding.NIBBLE), trace, v1_stats, dict(e),
+                           progress)
+    tot, per_type, per_step = _dstar_block(v1_stats)
     rows_of = {name: int(x.shape[1]) for name, x in trace.linear_x.items()}
     first = next(iter(trace.linear_x))
     rows, tokens = rows_of[first], trace.linear_tokens.get(first)
@@ -765,7 +783,8 @@ def run_trace(cfg, trace, source: str = "trace", progress=None) -> dict:
                   "psnr_vs_fp32_db": None, **tot},
         "ops_ratio_vs_w8a8": tot["ops_ratio_vs_w8a8"],
         "lockstep_ops_ratio_vs_w8a8": tot["lockstep_ops_ratio_vs_w8a8"],
-        "per_layer_type": per_type, "per_step": per_step,
+        "per_layer_type": per_type, "per_step": per_step, "encoding": str(cfg.encoding),
+        **({"fmdq": {**_fmdq_settings(cfg), **fmdq_block(stats)}} if fmdq else {}),
     }
     attention = _trace_attention(cfg, trace, progress)
     if attention is not None:

@@ -46,8 +46,9 @@ def test_analysis_of_a_trace_is_the_golden_model(tmp_path):
     tr = small_trace(rng)
     f = tmp_path / "t.npz"
     save_trace(f, tr)
-    cfg = preset("default")
+    cfg = preset("default", encoding="nibble")
     rep = run_trace(cfg, load_trace(f))
+    assert rep["encoding"] == "nibble" and "fmdq" not in rep
     want = np.zeros(len(FIELDS), np.int64)
     sig = err = 0.0
     for name, xs in tr.linear_x.items():
@@ -84,6 +85,41 @@ def test_analysis_of_a_trace_is_the_golden_model(tmp_path):
     assert "blocks.0.mlp.fc1: K=32 > max_k=16" in small
     assert "blocks.0.mlp.fc1: tokens=8 > max_tokens=4" in small
 
+
+
+def test_an_fmdq_trace_analysis_is_the_golden_model(tmp_path):
+    """With ``encoding = "fmdq"`` the trace's linears run FMDQ: its counts are DiffLinear's on
+    the arrays directly, its errors FMDQ's reconstruction, and v1's element mix stays beside."""
+    from dstar.config import preset
+    from dstar.golden.difflinear import DiffLinear
+    from dstar.golden.fmdq_stats import FmdqStats
+    from dstar.golden.stats import FIELDS, count_encoded
+    rng = np.random.default_rng(1)
+    tr = small_trace(rng)
+    f = tmp_path / "t.npz"
+    save_trace(f, tr)
+    cfg = preset("default", encoding="fmdq")
+    rep = run_trace(cfg, load_trace(f))
+    want = np.zeros(len(FmdqStats.FIELDS), np.int64)
+    v1 = np.zeros(len(FIELDS), np.int64)
+    sig = err = 0.0
+    for name, xs in tr.linear_x.items():
+        layer = DiffLinear(tr.linear_w[name], tr.linear_b[name], cfg)
+        nib = DiffLinear(tr.linear_w[name], tr.linear_b[name], cfg.replace(encoding="nibble"))
+        for s in range(tr.steps):
+            want += layer(xs[s], s).counts
+            v1 += count_encoded(nib(xs[s], s).enc)
+            x = xs[s].astype(np.float64)
+            sig += (x ** 2).sum()
+            err += ((layer.xs * layer.d[:, None] - x) ** 2).sum()
+    assert rep["encoding"] == "fmdq" and rep["fmdq"]["token_tile"] == cfg.token_tile
+    assert {k: rep["fmdq"]["all"][k] for k in FmdqStats.FIELDS} \
+        == dict(zip(FmdqStats.FIELDS, want.tolist(), strict=True))
+    v1 = dict(zip(FIELDS, v1, strict=True))
+    assert rep["dstar"]["mean_passes"] == pytest.approx((v1["low"] + 2 * v1["high"])
+                                                        / v1["elements"])
+    assert rep["dstar"]["activation_sqnr_db"] == pytest.approx(10 * np.log10(sig / err),
+                                                               rel=1e-12)
 
 def test_export_from_the_numpy_model_round_trips(tmp_path, tiny_cfg):
     f = tmp_path / "bundled.npz"
