@@ -708,7 +708,7 @@ def _trace_attention(cfg, trace, progress=None) -> dict | None:
 
 def _trace_linears(cfg, trace, stats, e, progress):
     """Every linear layer of ``trace`` through DSTAR and W8A8: op counts into ``stats``, error
-    energies into ``e``."""
+    energies into ``e`` (``None``: counts only, no W8A8)."""
     from dstar.golden.difflinear import DiffLinear
     from dstar.golden.quant import quantize_weights, to_lattice, token_lattice, w8a8_linear
     for i, (name, xs) in enumerate(trace.linear_x.items()):
@@ -720,9 +720,11 @@ def _trace_linears(cfg, trace, stats, e, progress):
         w64 = np.asarray(w, np.float64).T
         for s in range(trace.steps):
             x = np.asarray(xs[s], dtype=np.float64)
-            ref = x @ w64
             res = layer(x, s)
             stats.add_counts(s, layer_type(name), res.counts)
+            if e is None:
+                continue
+            ref = x @ w64
             e["signal"] += float((ref ** 2).sum())
             e["dstar"] += float(((res.y - ref - (0.0 if b is None else b)) ** 2).sum())
             e["w8a8"] += float(((w8a8_linear(x, w_q, s_w) - ref) ** 2).sum())
@@ -760,7 +762,7 @@ def run_trace(cfg, trace, source: str = "trace", progress=None) -> dict:
         # of its own (counts only).
         v1_stats = OpStats(types) if fmdq else stats
         if fmdq:
-            _trace_linears(cfg.replace(encoding=Encoding.NIBBLE), trace, v1_stats, dict(e),
+            _trace_linears(cfg.replace(encoding=Encoding.NIBBLE), trace, v1_stats, None,
                            progress)
     tot, per_type, per_step = _dstar_block(v1_stats)
     rows_of = {name: int(x.shape[1]) for name, x in trace.linear_x.items()}

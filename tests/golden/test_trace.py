@@ -37,15 +37,20 @@ def test_round_trip(tmp_path):
         assert np.array_equal(a, b)
 
 
+def _saved_small_trace(tmp_path):
+    """``small_trace`` of seed 1 and the file it was saved to."""
+    tr = small_trace(np.random.default_rng(1))
+    f = tmp_path / "t.npz"
+    save_trace(f, tr)
+    return tr, f
+
+
 def test_analysis_of_a_trace_is_the_golden_model(tmp_path):
     """run_trace on a saved trace gives the same counts as DiffLinear on the arrays directly."""
     from dstar.config import preset
     from dstar.golden.difflinear import DiffLinear
     from dstar.golden.stats import FIELDS, count_encoded
-    rng = np.random.default_rng(1)
-    tr = small_trace(rng)
-    f = tmp_path / "t.npz"
-    save_trace(f, tr)
+    tr, f = _saved_small_trace(tmp_path)
     cfg = preset("default", encoding="nibble")
     rep = run_trace(cfg, load_trace(f))
     assert rep["encoding"] == "nibble" and "fmdq" not in rep
@@ -94,10 +99,7 @@ def test_an_fmdq_trace_analysis_is_the_golden_model(tmp_path):
     from dstar.golden.difflinear import DiffLinear
     from dstar.golden.fmdq_stats import FmdqStats
     from dstar.golden.stats import FIELDS, count_encoded
-    rng = np.random.default_rng(1)
-    tr = small_trace(rng)
-    f = tmp_path / "t.npz"
-    save_trace(f, tr)
+    tr, f = _saved_small_trace(tmp_path)
     cfg = preset("default", encoding="fmdq")
     rep = run_trace(cfg, load_trace(f))
     want = np.zeros(len(FmdqStats.FIELDS), np.int64)
