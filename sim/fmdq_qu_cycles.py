@@ -7,17 +7,18 @@ It follows the unit's structure window by window:
 
 * a beat's update is offered ``FRONT_STAGES`` (3) cycles after the beat enters, one beat per
   cycle, except that a window's first beat waits for a free code buffer;
-* a window's last beat hands its entries to the sort network, whose output they reach
-  ``sort_latency`` cycles later; the packer loads a window when it has finished the previous one
+* a window's last beat hands its entries to the ordering stage (a sort network, or the bucket
+  stage's FIFO), whose output they reach ``sort_latency`` cycles later; the packer loads a window when it has finished the previous one
   (in the same cycle) and spends ``max(groups, 1)`` cycles on it, one group per cycle;
 * a group is offered the cycle after the packer forms it (its buffer read); an empty window
   offers nothing, except a tile's first, which offers one empty group;
 * a buffer is free again the cycle after its window's last group is read (the cycle it is
   offered), or the cycle after the packer drops an empty window.
 
-Exact while the sort network never back-pressures the input, which the unit guarantees when
-``buffers <= sort_latency`` (every window in the network holds a buffer); ``predict`` refuses
-other configurations.
+Exact while the ordering stage never back-pressures the input, which the unit guarantees when
+``buffers <= capacity``, the windows the stage holds (every window in it holds a buffer): a
+network's registers (``sort_latency``, the default), the bucket stage's FIFO (``buffers``:
+``QuantUnit.order_capacity``); ``predict`` refuses other configurations.
 """
 
 from dataclasses import dataclass
@@ -68,11 +69,14 @@ class Prediction:
         return len(self.groups) / max(1, self.cycles)
 
 
-def predict(tiles: list[list[Window]], sort_latency: int, buffers: int) -> Prediction:
-    """The unit's cycles for ``tiles`` (each a list of ``Window``s; windows in input order)."""
-    if buffers > sort_latency:
-        raise ValueError(f"the model needs buffers <= sort_latency (no back-pressure from the "
-                         f"sort network), got {buffers} > {sort_latency}")
+def predict(tiles: list[list[Window]], sort_latency: int, buffers: int,
+            capacity: int | None = None) -> Prediction:
+    """The unit's cycles for ``tiles`` (each a list of ``Window``s; windows in input order);
+    ``capacity``: the windows the ordering stage holds (``sort_latency`` by default)."""
+    capacity = sort_latency if capacity is None else capacity
+    if buffers > capacity:
+        raise ValueError(f"the model needs buffers <= capacity (no back-pressure from the "
+                         f"ordering stage), got {buffers} > {capacity}")
     neg = -(1 << 60)
     updates, groups = [], []
     clears: list[int | None] = []       # per window so far: the cycle its buffer is free

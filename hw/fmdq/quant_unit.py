@@ -14,11 +14,12 @@ from dstar.golden.encoder import _fit_bounds
 from dstar.golden.fmdq import LANES, MAX_SLICES, SLICE_BITS
 
 from ..geometry import COUNTER_BITS, uwidth
+from .bucket import BucketOrder
 from .layouts import slice_group_layout, total_shift_bits
 from .sorter import BitonicSorter, SortNetwork, register_stages
 
 __all__ = ["DESCENDING", "qu_input_layout", "update_layout", "sort_entry_layout",
-           "default_buffers", "QuantUnit"]
+           "sort_latency", "default_buffers", "QuantUnit"]
 
 #: The schedule's order of total shifts (``golden.fmdq.schedule_tile``): True descending, False
 #: ascending (ties by ascending channel either way). The sort key is the only thing it changes.
@@ -82,6 +83,16 @@ def code_word_layout(tokens: int, per_beat: int, e_max: int) -> data.ArrayLayout
         "p": unsigned(uwidth(e_max + 1)),
         "n": unsigned(3),
     }), per_beat)
+
+
+def sort_latency(window: int, reg_every: int = 1,
+                 network: SortNetwork = SortNetwork.ODD_EVEN) -> int:
+    """Cycles from a window's last beat entering the ordering stage to the packer being able to
+    load it: the network's registers (``register_stages``), or 1 for ``SortNetwork.BUCKET``
+    (its masks are written into a FIFO as the last beat passes)."""
+    if not SortNetwork(network).is_network:
+        return 1
+    return register_stages(window * MAX_SLICES, reg_every, MAX_SLICES)
 
 
 def default_buffers(window: int, per_beat: int, sort_latency: int) -> int:
@@ -181,8 +192,12 @@ class QuantUnit(wiring.Component):
         self.diff_bits, self.channel_bits, self.per_beat = diff_bits, channel_bits, per_beat
         self.reg_every, self.descending = reg_every, descending
         self.network = SortNetwork(network)
-        self.sort_latency = register_stages(window * MAX_SLICES, reg_every, MAX_SLICES)
+        self.sort_latency = sort_latency(window, reg_every, self.network)
         self.buffers = buffers or default_buffers(window, per_beat, self.sort_latency)
+        # Windows the ordering stage holds: a network's registers, or the bucket stage's FIFO
+        # (one per buffer, so it never back-pressures the collector).
+        self.order_capacity = (self.sort_latency if self.network.is_network
+                               else self.buffers)
         if self.buffers < 2:
             raise ValueError("QuantUnit needs at least 2 code buffers (one window waits for "
                              "the next to resolve its last group)")
@@ -321,8 +336,11 @@ class QuantUnit(wiring.Component):
         tmax = e_max + SLICE_BITS * (MAX_SLICES - 1)
         ent_l = sort_entry_layout(W, e_max)
         tag_l = data.StructLayout({"slot": unsigned(sb), "base": unsigned(self.channel_bits)})
-        m.submodules.sorter = srt = BitonicSorter(ent_l, n_ent, _entry_key, tag_l,
-                                                  self.reg_every, MAX_SLICES, self.network)
+        if self.network.is_network:
+            m.submodules.sorter = srt = BitonicSorter(ent_l, n_ent, _entry_key, tag_l,
+                                                      self.reg_every, MAX_SLICES, self.network)
+        else:       # one level per total-shift key (0 .. tmax), its FIFO one window a buffer
+            m.submodules.order = srt = BucketOrder(W, tmax + 1, tag_l, depth=nb, lanes=LANES)
         code_l = code_word_layout(T, S, e_max)
         m.submodules.codes = mem = Memory(shape=code_l, depth=nb * beats, init=[])
         wr = mem.write_port()
@@ -376,6 +394,18 @@ class QuantUnit(wiring.Component):
             here = bidx == c // S
             p_c = Mux(here, x3[c % S].p, p_arr[c]) if c < held else x3[c % S].p
             n_c = Mux(here, x3[c % S].n, n_arr[c]) if c < held else Mux(here, x3[c % S].n, 0)
+            if not self.network.is_network:
+                # Its bits over the total shifts t = p + 2j, j < n: a constant pattern (every
+                # other bit, n of them) shifted by p; level = key (t, or tmax - t descending).
+                pat = Mux(n_c == 0, 0, 1)
+                for k in range(2, MAX_SLICES + 1):
+                    pat = Mux(n_c == k, int("01" * k, 2), pat)
+                tb = Signal(tmax + 1, name=f"tbits{c}")
+                m.d.comb += tb.eq(pat << p_c)
+                for lv in range(tmax + 1):
+                    m.d.comb += srt.i.payload.masks[lv][c].eq(
+                        tb[tmax - lv] if self.descending else tb[lv])
+                continue
             # A channel's entries in key order already (a presorted run of the network): its
             # valid slices from the first key on, then the invalid ones.
             for i in range(MAX_SLICES):
@@ -404,7 +434,7 @@ class QuantUnit(wiring.Component):
                         m.d.sync += [p_arr[c].eq(x3[c % S].p), n_arr[c].eq(x3[c % S].n)]
         self._count(m, x3, fire)
 
-        # ----- packer: a shift register over the sorted window -----
+        # ----- packer: the ordered window's groups, one per cycle -----
         lane_l = data.StructLayout({"ch": unsigned(uwidth(W)), "valid": unsigned(1)})
         cmd_l = data.StructLayout({
             "lane": data.ArrayLayout(lane_l, LANES), "tkey": unsigned(total_shift_bits(e_max)),
@@ -412,6 +442,20 @@ class QuantUnit(wiring.Component):
             "last": unsigned(1),     # the window's last group: its buffer is free once read
             "empty": unsigned(1),    # the empty group of a tile's empty first window
         })
+        if self.network.is_network:
+            cmd, cmd_valid, cmd_ready, free_a = self._pack_network(m, srt, cmd_l, ent_l, tag_l)
+        else:
+            cmd, cmd_valid, cmd_ready, free_a = self._pack_bucket(m, srt, cmd_l)
+
+        free_b = self._read_out(m, rds, cmd_l, cmd, cmd_valid, cmd_ready, beats)
+        m.d.sync += busy.eq((busy & ~free_a & ~free_b) | alloc)
+        return m
+
+    def _pack_network(self, m, srt, cmd_l, ent_l, tag_l):
+        """The packer after a sort network: a shift register walks the sorted window. Returns
+        the group command, its valid and ready, and the one-hot buffer freed by a dropped empty
+        window this cycle."""
+        nb, n_ent = self.buffers, self.window * MAX_SLICES
         fv = Signal()
         ents = Signal(data.ArrayLayout(ent_l, n_ent))
         ftag = Signal(tag_l)
@@ -460,10 +504,25 @@ class QuantUnit(wiring.Component):
                 m.d.sync += ents[i].eq(shifted)
         free_a = Signal(nb)
         m.d.comb += free_a.eq(Mux(step & ~h_valid, 1 << ftag.slot, 0))
+        return cmd, cmd_valid, cmd_ready, free_a
 
-        free_b = self._read_out(m, rds, cmd_l, cmd, cmd_valid, cmd_ready, beats)
-        m.d.sync += busy.eq((busy & ~free_a & ~free_b) | alloc)
-        return m
+    def _pack_bucket(self, m, order, cmd_l):
+        """The packer is the bucket stage itself (``BucketOrder``: its level is the total-shift
+        key); here only the empty-window rule. Returns as ``_pack_network``."""
+        g = order.o.payload
+        cmd, cmd_valid, cmd_ready = Signal(cmd_l), Signal(), Signal()
+        # An empty window issues nothing, except a tile's first (as ``_pack_network``).
+        issue = ~g.empty | (g.tag.base == 0)
+        m.d.comb += [
+            cmd_valid.eq(order.o.valid & issue), order.o.ready.eq(~issue | cmd_ready),
+            cmd.tkey.eq(g.level), cmd.slot.eq(g.tag.slot), cmd.base.eq(g.tag.base),
+            cmd.last.eq(g.last), cmd.empty.eq(g.empty),
+        ]
+        for k in range(LANES):
+            m.d.comb += [cmd.lane[k].valid.eq(g.lane[k].valid), cmd.lane[k].ch.eq(g.lane[k].ch)]
+        free_a = Signal(self.buffers)
+        m.d.comb += free_a.eq(Mux(order.o.valid & order.o.ready & g.empty, 1 << g.tag.slot, 0))
+        return cmd, cmd_valid, cmd_ready, free_a
 
     def _count(self, m, x3, fire):
         """The clipped and saturated sub-channel counters (cleared by ``clear``)."""

@@ -17,13 +17,22 @@ __all__ = ["SortNetwork", "bitonic_network", "odd_even_network", "network", "net
 
 
 class SortNetwork(Enum):
-    """The comparator network of a ``BitonicSorter`` (both ascending, equal depth)."""
+    """How the quantization unit orders a window's entries: a comparator network of a
+    ``BitonicSorter`` (``BITONIC``, ``ODD_EVEN``: both ascending, equal depth) or no network at
+    all (``BUCKET``: ``dstar.hw.fmdq.bucket.BucketOrder``, per-key bit masks)."""
 
     #: Bitonic merges (``bitonic_network``): ``N/2`` comparators in every stage.
     BITONIC = "bitonic"
     #: Odd-even merges (``odd_even_network``): the same stages, fewer comparators in most
     #: (3519 instead of 4224 for 256 entries in presorted runs of 4).
     ODD_EVEN = "odd_even"
+    #: A counting (bucket) sort: one bit mask of the window's channels per total shift, the
+    #: groups taken from the masks (``hw.fmdq.bucket``); not a network (``network`` refuses it).
+    BUCKET = "bucket"
+
+    @property
+    def is_network(self) -> bool:
+        return self is not SortNetwork.BUCKET
 
 
 def bitonic_network(n: int, presorted: int = 1) -> list[list[tuple[int, int]]]:
@@ -77,6 +86,8 @@ def odd_even_network(n: int, presorted: int = 1) -> list[list[tuple[int, int]]]:
 
 def network(kind: SortNetwork, n: int, presorted: int = 1) -> list[list[tuple[int, int]]]:
     """The stages of network ``kind`` (``bitonic_network`` or ``odd_even_network``)."""
+    if not SortNetwork(kind).is_network:
+        raise ValueError(f"{kind} is not a comparator network")
     return (odd_even_network if kind is SortNetwork.ODD_EVEN else bitonic_network)(n, presorted)
 
 

@@ -9,6 +9,7 @@ import pytest
 from amaranth import unsigned
 
 from dstar.golden.fmdq import LANES, SLICE_BITS, Schedule, fmdq_encode, schedule_tile
+from dstar.hw.fmdq.bucket import BucketOrder
 from dstar.hw.fmdq.quant_unit import DESCENDING, QuantUnit, default_buffers
 from dstar.hw.fmdq.sorter import BitonicSorter, SortNetwork, network, network_depth, register_stages
 from dstar.sim.fmdq_qu_cycles import Window, predict, windows_of
@@ -255,11 +256,16 @@ CONFIGS = {
 }
 
 
+#: Every ordering stage of the unit: the two sort networks and the bucket stage.
+ORDERS = list(SortNetwork)
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: o.value)
 @pytest.mark.parametrize("name", CONFIGS)
-def test_quant_unit_matches_golden(name):
+def test_quant_unit_matches_golden(name, order):
     """Random and adversarial tiles, one after the other (K not a multiple of the window nor of
     a beat, tiles with fewer tokens than T), every output stream checked bit for bit."""
-    kw = CONFIGS[name]
+    kw = dict(CONFIGS[name], network=order)
     qu = QuantUnit(**kw)
     rng = np.random.default_rng(sum(map(ord, name)))
     T, W, db = kw["tokens"], kw["window"], kw["diff_bits"]
@@ -272,31 +278,36 @@ def test_quant_unit_matches_golden(name):
     dense = np.full((T, 4 * W), 100)
     dense[0] = -128                                               # INT8 at shift 0: G = K
     tiles.append(dense)
+    same = np.full((T, 2 * W + 3), min(300, (1 << (db - 1)) - 1))    # every channel one shift
+    same[0] = -same[0]
+    tiles += [same, np.full((T, W), (1 << (db - 1)) - 1)]         # all width 8, saturated
     groups, updates = check(qu, tiles)
     # The cycle model, cycle for cycle (inputs without gaps, outputs always ready).
-    assert (qu.buffers <= qu.sort_latency) == (name != "one")
-    if qu.buffers <= qu.sort_latency:
+    assert (qu.buffers <= qu.order_capacity) == (name != "one" or not order.is_network)
+    if qu.buffers <= qu.order_capacity:
         pred = predict([windows_of(d, T, qu.e_max, qu.tau, W, qu.per_beat) for d in tiles],
-                       qu.sort_latency, qu.buffers)
+                       qu.sort_latency, qu.buffers, qu.order_capacity)
         assert groups == pred.groups
         assert updates == pred.updates
 
 
-def test_quant_unit_window_major():
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: o.value)
+def test_quant_unit_window_major(order):
     """The PE array's order (every tile of one window, then the next window): windows of two
     tiles interleaved, the last partial, each a unit ending in ``last``."""
-    kw = CONFIGS["base"]
+    kw = dict(CONFIGS["base"], network=order)
     qu = QuantUnit(**kw)
     rng = np.random.default_rng(17)
     a, b = mixed_tile(rng, 4, 19, 12), mixed_tile(rng, 3, 19, 12)
     check(qu, [(a, [0]), (b, [0]), (a, [8]), (b, [8]), (b, [16]), (a, [16])])
 
 
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: o.value)
 @pytest.mark.parametrize("name", ["base", "wide"])
-def test_quant_unit_back_pressure(name):
+def test_quant_unit_back_pressure(name, order):
     """Random gaps on the input and random back-pressure on both outputs, with the fewest code
     buffers (2): no beat lost, duplicated or reordered."""
-    kw = dict(CONFIGS[name], buffers=2)
+    kw = dict(CONFIGS[name], buffers=2, network=order)
     qu = QuantUnit(**kw)
     rng = np.random.default_rng(7)
     T, W, db = kw["tokens"], kw["window"], kw["diff_bits"]
@@ -305,10 +316,11 @@ def test_quant_unit_back_pressure(name):
     check(qu, tiles, rng=random.Random(name), p_valid=0.7, p_o=0.5, p_u=0.6)
 
 
-def test_quant_unit_other_direction():
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: o.value)
+def test_quant_unit_other_direction(order):
     """The sort direction is one parameter: the unit built for the other order of total shifts
     matches the reference schedule of that order."""
-    kw = dict(CONFIGS["base"], descending=not DESCENDING)
+    kw = dict(CONFIGS["base"], descending=not DESCENDING, network=order)
     qu = QuantUnit(**kw)
     rng = np.random.default_rng(11)
     check(qu, [mixed_tile(rng, 4, k, 12) for k in (8, 19)] + adversarial_tiles(4, 8, 12, 3)[1:3])
@@ -326,15 +338,16 @@ def test_schedule_ref_is_golden():
             assert np.array_equal(getattr(a, f), getattr(b, f)), f
 
 
-def test_mutants_are_detected():
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: o.value)
+def test_mutants_are_detected(order):
     """The checks can fail: a unit sorting the other way, or with another dead zone, differs
     from golden on ordinary data."""
     rng = np.random.default_rng(13)
     tiles = [mixed_tile(rng, 4, 8, 12, zero_frac=0)]
-    flipped = QuantUnit(**dict(CONFIGS["base"], descending=not DESCENDING))
+    flipped = QuantUnit(**dict(CONFIGS["base"], descending=not DESCENDING, network=order))
     with pytest.raises(AssertionError):
         check(flipped, tiles, want={"descending": DESCENDING})
-    dead = QuantUnit(**dict(CONFIGS["base"], tau=3))
+    dead = QuantUnit(**dict(CONFIGS["base"], tau=3, network=order))
     with pytest.raises(AssertionError):
         check(dead, [np.array([[1, 2, 3, 4, -2, 9, 0, 1]] * 4)], want={"tau": 0})
 
@@ -413,9 +426,12 @@ def test_cycle_model_throughput():
             tiles = [[Window(beats, groups) for k in range(4)] for _ in range(4)]
             assert (predict(tiles, latency, default_buffers(w, s, latency)).cycles
                     == predict(tiles, latency, latency).cycles)
+            # The bucket stage (latency 1, a FIFO slot per buffer): against 64 buffers.
+            nb = default_buffers(w, s, 1)
+            assert (predict(tiles, 1, nb, nb).cycles == predict(tiles, 1, 64, 64).cycles)
 
 
-@pytest.mark.parametrize("kind", list(SortNetwork))
+@pytest.mark.parametrize("kind", [k for k in SortNetwork if k.is_network])
 def test_networks_zero_one(kind):
     """The 0-1 principle: each network sorts every 0/1 input of 12 entries (padded to 16) and
     of 16 entries in presorted runs of 4 (every run a count of ones), so it sorts every such
@@ -437,3 +453,59 @@ def test_networks_zero_one(kind):
             assert w[:size] == sorted(v)
     big = [sum(map(len, network(k, 256, 4))) for k in (SortNetwork.BITONIC, SortNetwork.ODD_EVEN)]
     assert big == [4224, 3519]
+
+
+@pytest.mark.parametrize("channels,levels,lanes,depth", [(5, 3, 4, 2), (1, 1, 4, 1),
+                                                         (8, 14, 4, 3), (6, 2, 2, 1)])
+def test_bucket_order_matches_sorted(channels, levels, lanes, depth):
+    """The bucket stage alone against ``sorted`` (level, channel) pairs cut into runs of up to
+    ``lanes`` of one level, on random masks (empty, full, single levels and channels among
+    them) with random gaps and back-pressure: every group, ``last``, ``empty`` and tag, windows
+    in order."""
+    rng = random.Random(channels * 100 + levels)
+    dut = BucketOrder(channels, levels, tag=6, depth=depth, lanes=lanes)
+    full = (1 << channels) - 1
+    wins = [[0] * levels, [full] * levels, [full] + [0] * (levels - 1),
+            [0] * (levels - 1) + [1 << (channels - 1)]]
+    wins += [[rng.choice([0, full, rng.randrange(full + 1)]) for _ in range(levels)]
+             for _ in range(40)]
+    want = []
+    for w, masks in enumerate(wins):
+        pairs = [(lv, c) for lv in range(levels) for c in range(channels) if masks[lv] >> c & 1]
+        runs = []
+        for lv, c in pairs:
+            if runs and runs[-1][0] == lv and len(runs[-1][1]) < lanes:
+                runs[-1][1].append(c)
+            else:
+                runs.append((lv, [c]))
+        if not runs:
+            want.append((0, [(0, 0)] * lanes, 1, 1, w % 64))
+        for k, (lv, chs) in enumerate(runs):
+            want.append((lv, [(c, 1) for c in chs] + [(0, 0)] * (lanes - len(chs)),
+                         int(k == len(runs) - 1), 0, w % 64))
+    got = []
+
+    async def bench(ctx):
+        i = 0
+        while len(got) < len(want):
+            offer = i < len(wins) and rng.random() < 0.7
+            if offer:
+                ctx.set(dut.i.payload, {"masks": wins[i], "tag": i % 64})
+            ctx.set(dut.i.valid, int(offer))
+            ctx.set(dut.o.ready, int(rng.random() < 0.6))
+            _, _, iv, ir, ov, orr, op = await ctx.tick().sample(
+                dut.i.valid, dut.i.ready, dut.o.valid, dut.o.ready, dut.o.payload)
+            if iv and ir:
+                i += 1
+            if ov and orr:
+                got.append((int(op.level), [(int(op.lane[k].ch), int(op.lane[k].valid))
+                                            for k in range(lanes)],
+                            int(op.last), int(op.empty), int(op.tag)))
+        for _ in range(5):
+            ctx.set(dut.o.ready, 1)
+            ctx.set(dut.i.valid, 0)
+            _, _, ov = await ctx.tick().sample(dut.o.valid)
+            assert not ov, "a group too many"
+
+    simulate(dut, bench)
+    assert got == want
