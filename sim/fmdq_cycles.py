@@ -112,23 +112,24 @@ def _run_with_loads(g, b, n, window: int) -> int:
     return int(done)
 
 
-def qu_timing(window: int) -> tuple[int, int]:
-    """``(sort_latency, buffers)`` of ``FmdqLinear``'s quantization unit (one sub-channel a
-    beat, a register after every comparator stage, the default buffers)."""
-    from dstar.golden.fmdq import MAX_SLICES
-    from dstar.hw.fmdq.quant_unit import default_buffers
-    from dstar.hw.fmdq.sorter import register_stages
-    lat = register_stages(window * MAX_SLICES, 1, MAX_SLICES)
-    return lat, default_buffers(window, 1, lat)
+def qu_timing(window: int) -> tuple[int, int, int]:
+    """``(sort_latency, buffers, capacity)`` of ``FmdqLinear``'s quantization unit (one
+    sub-channel a beat, its default ordering stage ``DEFAULT_ORDER``, a register after every
+    comparator stage of a network, the default buffers; ``capacity``: the windows the ordering
+    stage holds, ``QuantUnit.order_capacity``)."""
+    from dstar.hw.fmdq.quant_unit import DEFAULT_ORDER, default_buffers, sort_latency
+    lat = sort_latency(window, 1, DEFAULT_ORDER)
+    buffers = default_buffers(window, 1, lat)
+    return lat, buffers, lat if DEFAULT_ORDER.is_network else buffers
 
 
 def linear_cycles(enc: FmdqEncoded, window: int, n_mt: int, *, sort_latency: int | None = None,
-                  buffers: int | None = None) -> dict[str, int]:
+                  buffers: int | None = None, capacity: int | None = None) -> dict[str, int]:
     """The counters of one ``FmdqLinear`` run on the difference ``enc`` over ``n_mt`` column
-    blocks (``dstar.sim.fmdq_linear_io.COUNTERS``; the quantization unit's ``sort_latency`` and
-    ``buffers``, ``qu_timing``'s by default)."""
+    blocks (``dstar.sim.fmdq_linear_io.COUNTERS``; the quantization unit's ``sort_latency``,
+    ``buffers`` and ordering ``capacity``, ``qu_timing``'s by default)."""
     if sort_latency is None or buffers is None:
-        sort_latency, buffers = qu_timing(window)
+        sort_latency, buffers, capacity = qu_timing(window)
     g, b, n = unit_table(enc, window)
     k = enc.shift.shape[1]
     n_win = g.shape[0]
@@ -140,7 +141,7 @@ def linear_cycles(enc: FmdqEncoded, window: int, n_mt: int, *, sort_latency: int
     for j in range(n_win):
         rows = min(window, k - j * window)
         qu = predict([[Window(rows, int(g[j, t]), j == 0)] for t in range(enc.n_tiles)],
-                     sort_latency, buffers)
+                     sort_latency, buffers, capacity)
         b0 = a0 + max(qu.updates[-1], qu.groups[-1] if qu.groups else 0) + 2
         if not issued[j].any():                     # nothing to replay: the next encode
             a0, end = b0 + 2, b0 + 1

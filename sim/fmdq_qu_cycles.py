@@ -8,8 +8,9 @@ It follows the unit's structure window by window:
 * a beat's update is offered ``FRONT_STAGES`` (3) cycles after the beat enters, one beat per
   cycle, except that a window's first beat waits for a free code buffer;
 * a window's last beat hands its entries to the ordering stage (a sort network, or the bucket
-  stage's FIFO), whose output they reach ``sort_latency`` cycles later; the packer loads a window when it has finished the previous one
-  (in the same cycle) and spends ``max(groups, 1)`` cycles on it, one group per cycle;
+  stage's FIFO), whose output they reach ``sort_latency`` cycles later; the packer loads a
+  window when it has finished the previous one (in the same cycle) and spends
+  ``max(groups, 1)`` cycles on it, one group per cycle;
 * a group is offered the cycle after the packer forms it (its buffer read); an empty window
   offers nothing, except a tile's first, which offers one empty group;
 * a buffer is free again the cycle after its window's last group is read (the cycle it is

@@ -226,18 +226,26 @@ def row(base: Config, steps: int, ref: dict, layers=None, area: str | None = Non
 #: 576 comparators of 9 bits), the share of the network alone left inside the unit (its
 #: constant channel fields fold) and the unit's other logic (both from the mid unit, the
 #: split between them assumed).
-QU_MODEL = {"ff": 6.65, "comparator_bit": 5.6, "inside": 0.8, "rest_logic": 20000.0}
+#: The bucket ordering stage (``SortNetwork.BUCKET``, no network): its flip-flops at the same
+#: rate, its other logic per mask bit (window x levels: the stage alone less its flip-flops,
+#: 2.8 and 2.85 um^2 at tiny and at T = 8, window 32) and the unit's other logic beside it
+#: (the T = 8, window 32 unit's logic less its stage alone: 10,191 um^2; docs/design/fmdq-qu.md).
+QU_MODEL = {"ff": 6.65, "comparator_bit": 5.6, "inside": 0.8, "rest_logic": 20000.0,
+            "bucket_bit": 2.85, "bucket_rest_logic": 10200.0}
 #: The FMDQ PE array's per-part fit at window 32 (docs/design/fmdq-hw.md, um^2 of logic).
 PE_FIT = {"pe": 1019.5, "column": 797.9, "token": 12.3, "array": 463.0}
 
 
 def quant_unit_estimate(cfg: Config, reg_every: int, kind=None) -> dict:
     """The quantization unit of ``FmdqLinear(cfg)`` by ``QU_MODEL`` (not synthesized): its
-    sort network's flip-flops and comparators, the rest and the code buffer's SRAM."""
-    from dstar.golden.fmdq import MAX_SLICES
+    ordering stage ``kind`` (``SortNetwork``, the unit's ``DEFAULT_ORDER`` by default): a sort
+    network's flip-flops and comparators (``network_alone_um2``) or the bucket stage's
+    flip-flops and mask bits (there ``comparators`` is 0), the rest and the code buffer's
+    SRAM."""
+    from dstar.golden.fmdq import MAX_SLICES, SLICE_BITS
     from dstar.hw.fmdq.geometry import FmdqGeometry
     from dstar.hw.fmdq.layouts import total_shift_bits
-    from dstar.hw.fmdq.quant_unit import default_buffers
+    from dstar.hw.fmdq.quant_unit import DEFAULT_ORDER, default_buffers
     from dstar.hw.fmdq.sorter import SortNetwork, network, register_stages
     from dstar.hw.geometry import uwidth
 
@@ -245,7 +253,18 @@ def quant_unit_estimate(cfg: Config, reg_every: int, kind=None) -> dict:
     geo = FmdqGeometry(cfg)
     w, t = geo.window, geo.tokens
     n = w * MAX_SLICES
-    kind = SortNetwork.ODD_EVEN if kind is None else kind
+    kind = DEFAULT_ORDER if kind is None else SortNetwork(kind)
+    if not kind.is_network:
+        # A FIFO slot per code buffer and the working copy, each a window's masks and its tag.
+        buffers = default_buffers(w, 1, 1)
+        levels = cfg.e_max + SLICE_BITS * (MAX_SLICES - 1) + 1
+        ffs = (buffers + 1) * (w * levels + uwidth(buffers) + geo.channel_bits)
+        net = QU_MODEL["ff"] * ffs + QU_MODEL["bucket_bit"] * w * levels
+        code = sram_cost({"depth": buffers * w, "width": t * 8 + 6,
+                          "read_ports": 4})["area_um2_45nm"]
+        total = net + QU_MODEL["bucket_rest_logic"] + code
+        return {"network_ffs": ffs, "comparators": 0, "network_alone_um2": round(net, 1),
+                "code_buffer_um2": code, "unit_um2": round(total, 1)}
     bits = uwidth(w) + total_shift_bits(cfg.e_max) + 1
     regs = register_stages(n, reg_every, MAX_SLICES)
     buffers = default_buffers(w, 1, regs)

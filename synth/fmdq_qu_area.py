@@ -39,6 +39,16 @@ CONFIGS = {
     # indices; the unit FmdqLinear builds is the r1 one (``dstar bench efficiency``).
     "t8w32_r3": dict(tokens=8, window=32, e_max=7, tau=0, diff_bits=17, channel_bits=7,
                      reg_every=3),
+    # The network variants by name (the default's network may change): ``_oe`` odd-even merges,
+    # a register after every stage; ``_bucket`` the bucket ordering stage (no network).
+    "tiny_oe": dict(tokens=4, window=8, e_max=3, tau=0, diff_bits=12, channel_bits=5,
+                    network="odd_even"),
+    "tiny_bucket": dict(tokens=4, window=8, e_max=3, tau=0, diff_bits=12, channel_bits=5,
+                        network="bucket"),
+    "t8w32_oe": dict(tokens=8, window=32, e_max=7, tau=0, diff_bits=17, channel_bits=7,
+                     network="odd_even"),
+    "t8w32_bucket": dict(tokens=8, window=32, e_max=7, tau=0, diff_bits=17, channel_bits=7,
+                         network="bucket"),
 }
 
 #: The lean INT8 datapath's PE area per MAC, logic and with its accumulator memory share
@@ -81,7 +91,8 @@ def run(name: str, sorter: bool = True, rest: bool = False, keep_verilog: bool =
     v = d / f"{top}.v"
     if not (keep_verilog and v.exists()):
         v.write_text(verilog.convert(qu, name=top))
-    mod = next(m for m in verilog_modules(v) if m.endswith(".sorter"))
+    # The ordering stage: a sort network, or the bucket stage (``QuantUnit``'s submodules).
+    mod = next(m for m in verilog_modules(v) if m.endswith((".sorter", ".order")))
     unit = synth_module(v, top, SynthTarget.CMOS, d / ("rest" if rest else "cmos"),
                         blackbox=(mod,) if rest else (), reuse=True)
     macs = qu.tokens * ARRAY_ROWS

@@ -18,12 +18,16 @@ from .bucket import BucketOrder
 from .layouts import slice_group_layout, total_shift_bits
 from .sorter import BitonicSorter, SortNetwork, register_stages
 
-__all__ = ["DESCENDING", "qu_input_layout", "update_layout", "sort_entry_layout",
-           "sort_latency", "default_buffers", "QuantUnit"]
+__all__ = ["DESCENDING", "DEFAULT_ORDER", "qu_input_layout", "update_layout",
+           "sort_entry_layout", "sort_latency", "default_buffers", "QuantUnit"]
 
 #: The schedule's order of total shifts (``golden.fmdq.schedule_tile``): True descending, False
 #: ascending (ties by ascending channel either way). The sort key is the only thing it changes.
 DESCENDING = True
+
+#: The unit's ordering stage unless given (``SortNetwork``; docs/design/fmdq-qu.md, "Bucket
+#: ordering", says why).
+DEFAULT_ORDER = SortNetwork.BUCKET
 
 #: Front-end pipeline registers: max extraction, width/shift decision, quantize and slice.
 FRONT_STAGES = 3
@@ -85,19 +89,18 @@ def code_word_layout(tokens: int, per_beat: int, e_max: int) -> data.ArrayLayout
     }), per_beat)
 
 
-def sort_latency(window: int, reg_every: int = 1,
-                 network: SortNetwork = SortNetwork.ODD_EVEN) -> int:
+def sort_latency(window: int, reg_every: int = 1, network: SortNetwork | None = None) -> int:
     """Cycles from a window's last beat entering the ordering stage to the packer being able to
     load it: the network's registers (``register_stages``), or 1 for ``SortNetwork.BUCKET``
     (its masks are written into a FIFO as the last beat passes)."""
-    if not SortNetwork(network).is_network:
+    if not SortNetwork(DEFAULT_ORDER if network is None else network).is_network:
         return 1
     return register_stages(window * MAX_SLICES, reg_every, MAX_SLICES)
 
 
 def default_buffers(window: int, per_beat: int, sort_latency: int) -> int:
     """Code-buffer windows that keep the unit from waiting for a free buffer: one being
-    written, the ones in the sort network, one being packed (``dstar.sim.fmdq_qu_cycles``
+    written, the ones in the ordering stage, one being packed (``dstar.sim.fmdq_qu_cycles``
     checks that no window waits at any group count)."""
     beats = window // per_beat
     return 2 + -(-(sort_latency + 2) // beats)
@@ -132,13 +135,18 @@ class QuantUnit(wiring.Component):
     channel's 4 (channel, slice) entries (key: invalid beyond the width, then total shift
     ``p + 2j`` or its complement for ``descending``, then channel) go to a collector in key
     order. (4) When a window is complete (``window / per_beat`` beats, or a ``last`` beat),
-    its ``4 * window`` entries are sorted in a pipelined sort network (``BitonicSorter`` with
-    runs of 4 presorted, ``register_stages(4 * window, reg_every, 4)`` cycles). (5) Packing: a
-    shift register walks the sorted window, each cycle taking the next up to 4 entries of equal
-    total shift as one group; the group's codes, shifts and widths are read from the code
-    buffer (one read port per lane; a buffer is free once its window's last group is read);
-    slice ``j = (total - p) / 2`` of each token's code is its bits ``2j, 2j + 1``, signed when
-    ``j`` is the width's top slice.
+    it is ordered by the ordering stage ``network`` (``SortNetwork``): a sort network's
+    ``4 * window`` entries are sorted in a pipelined network (``BitonicSorter`` with runs of 4
+    presorted, ``register_stages(4 * window, reg_every, 4)`` cycles), and (5) a shift register
+    walks the sorted window, each cycle taking the next up to 4 entries of equal total shift as
+    one group; with ``SortNetwork.BUCKET`` the window's entries are instead one bit mask of its
+    channels per total-shift key (channel ``c``'s bits: ``p_c + 2j`` for ``j < width_c / 2``,
+    a constant pattern shifted by ``p_c``), queued in ``BucketOrder``'s FIFO (one slot per code
+    buffer, 1 cycle) and (5) issued key by key, each cycle the lowest up to 4 channels of the
+    current key's remaining mask: the same groups in the same order. Either way the group's
+    codes, shifts and widths are read from the code buffer (one read port per lane; a buffer is
+    free once its window's last group is read); slice ``j = (total - p) / 2`` of each token's
+    code is its bits ``2j, 2j + 1``, signed when ``j`` is the width's top slice.
 
     Output: padding lanes have ``valid = 0``, ``signed = 0``, channel = the window's first
     channel and slices 0 (as ``schedule_tile``). A window whose sub-channels are all width 0
@@ -149,12 +157,15 @@ class QuantUnit(wiring.Component):
     Latency: an input beat's update leaves ``FRONT_STAGES`` cycles after the beat is accepted
     (when ``u`` is ready and the collector has room); a window's first group is offered
     ``sort_latency + 2`` cycles after its last beat's update at the earliest, when the packer
-    is free; ``dstar.sim.fmdq_qu_cycles`` gives every cycle with both outputs always ready.
+    is free (``sort_latency``: the network's registers, 1 for the bucket stage);
+    ``dstar.sim.fmdq_qu_cycles`` gives every cycle with both outputs always ready (its
+    ``capacity``: ``order_capacity``, the windows the ordering stage holds).
     Throughput: one input beat per cycle and one group per cycle; a window takes ``window /
     per_beat`` input cycles and ``max(groups, 1)`` packing cycles, so groups leave at one per
     cycle while a window's groups are at least its beats (otherwise the input is the bound).
-    Back-pressure: ``o`` stalls the packer and, once the sort network and the code buffers are
-    full, the front end; ``u`` stalls the front end; ``i.ready`` is low while the front end is
+    Back-pressure: ``o`` stalls the packer and, once the ordering stage and the code buffers
+    are full, the front end (the bucket stage's FIFO holds a window per buffer: only the
+    buffers); ``u`` stalls the front end; ``i.ready`` is low while the front end is
     stalled. No beat is lost or duplicated on either output. Reset empties every stage and the
     buffers' bookkeeping (not their contents) and zeroes the counters.
 
@@ -162,8 +173,9 @@ class QuantUnit(wiring.Component):
     (the differences' signed width), ``channel_bits`` (holds every channel index),
     ``per_beat`` sub-channels per input beat (divides ``window``), ``buffers`` (at least 2;
     default ``default_buffers``), ``reg_every`` comparator stages per sort-network register,
-    ``network`` the sort network's comparators (``SortNetwork``: odd-even merges by default, a
-    fifth fewer comparators than bitonic ones at the same latency), ``descending`` (the
+    ``network`` the ordering stage (``SortNetwork``: ``ODD_EVEN`` merges, a fifth fewer
+    comparators than the paper's ``BITONIC`` network at the same latency, or ``BUCKET``, no
+    network; the default is ``DEFAULT_ORDER``, docs/design/fmdq-qu.md), ``descending`` (the
     schedule's order, ``DESCENDING``).
 
     Members
@@ -179,7 +191,7 @@ class QuantUnit(wiring.Component):
 
     def __init__(self, *, tokens: int, window: int, e_max: int, tau: int, diff_bits: int,
                  channel_bits: int, per_beat: int = 1, buffers: int | None = None,
-                 reg_every: int = 1, network: SortNetwork = SortNetwork.ODD_EVEN,
+                 reg_every: int = 1, network: SortNetwork | None = None,
                  descending: bool = DESCENDING):
         if tokens < 1 or window < 1 or per_beat < 1 or window % per_beat:
             raise ValueError(f"QuantUnit needs tokens, window >= 1 and per_beat dividing the "
@@ -191,7 +203,7 @@ class QuantUnit(wiring.Component):
         self.tokens, self.window, self.e_max, self.tau = tokens, window, e_max, tau
         self.diff_bits, self.channel_bits, self.per_beat = diff_bits, channel_bits, per_beat
         self.reg_every, self.descending = reg_every, descending
-        self.network = SortNetwork(network)
+        self.network = DEFAULT_ORDER if network is None else SortNetwork(network)
         self.sort_latency = sort_latency(window, reg_every, self.network)
         self.buffers = buffers or default_buffers(window, per_beat, self.sort_latency)
         # Windows the ordering stage holds: a network's registers, or the bucket stage's FIFO

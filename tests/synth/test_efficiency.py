@@ -202,8 +202,10 @@ def test_ceiling_parts_are_synthesized():
 def test_fmdq_estimate_parts():
     """``fmdq_efficiency.estimate``: every memory from ``FmdqGeometry`` at the SRAM cost per bit
     (one copy per read port), the quantization unit cheaper with the odd-even network and with
-    fewer register stages."""
+    fewer register stages, and cheapest with the bucket stage (no network, no registers to
+    space)."""
     from dstar.hw.fmdq.geometry import FmdqGeometry
+    from dstar.hw.fmdq.quant_unit import DEFAULT_ORDER
     from dstar.hw.fmdq.sorter import SortNetwork
     cfg = fmdq_efficiency.fmdq_config(preset("tiny"))
     geo = FmdqGeometry(cfg)
@@ -217,8 +219,9 @@ def test_fmdq_estimate_parts():
         cfg.n_arrays * 4 * 2 * geo.window * 8 * geo.columns * per_bit, abs=0.2)
     qu = {(r, k): fmdq_efficiency.quant_unit_estimate(cfg, r, k)["unit_um2"]
           for r in (1, 3) for k in SortNetwork}
-    assert qu[1, SortNetwork.ODD_EVEN] == parts["quant_unit"]
+    assert qu[1, DEFAULT_ORDER] == parts["quant_unit"]
     assert qu[3, SortNetwork.ODD_EVEN] < qu[1, SortNetwork.ODD_EVEN] < qu[1, SortNetwork.BITONIC]
+    assert qu[1, SortNetwork.BUCKET] == qu[3, SortNetwork.BUCKET] < qu[3, SortNetwork.ODD_EVEN]
 
 
 def test_int8_estimate_counts_the_targets_memory():
