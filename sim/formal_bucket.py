@@ -33,7 +33,7 @@ from amaranth.hdl import Assert, Assume, Cover
 from amaranth.lib import data
 
 import dstar.hw.fmdq.bucket as bucket_mod
-from dstar.hw.fmdq.bucket import BucketOrder
+from dstar.hw.fmdq.bucket import BucketOrder, _or
 
 from .formal import reset_first
 from .formal_sorter import _driven
@@ -202,10 +202,3 @@ class BucketHarness(Elaboratable):
                           "a window with two groups of one level leaves after a stall")
         return m
 
-
-def _or(values):
-    values = list(values)
-    while len(values) > 1:
-        values = [values[k] | values[k + 1] if k + 1 < len(values) else values[k]
-                  for k in range(0, len(values), 2)]
-    return values[0]

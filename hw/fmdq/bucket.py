@@ -100,6 +100,8 @@ class BucketOrder(wiring.Component):
                      self.i.ready.eq(fifo.w_rdy)]
         head = data.View(in_l, fifo.r_data)
 
+        # The window being issued: a copy, since its bits are cleared as they leave (the FIFO's
+        # words are read, not rewritten).
         fv = Signal()
         work = Signal(data.ArrayLayout(unsigned(C), L))
         tag = Signal(self.tag_layout)
@@ -122,6 +124,7 @@ class BucketOrder(wiring.Component):
         m.d.comb += [o.level.eq(_encode(first, len(o.level))), o.last.eq(~rem.any() & ~more),
                      o.empty.eq(~nz.any()), o.tag.eq(tag), self.o.valid.eq(fv)]
 
+        # The next window loads in the cycle the last group is taken: no bubble between windows.
         load = Signal()
         m.d.comb += [load.eq(~fv | (self.o.ready & o.last)), fifo.r_en.eq(load)]
         with m.If(load):
