@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from .config import PRESETS, ConfigError, Datapath, Packing, Workload, load_config
+from .config import PRESETS, ConfigError, Datapath, Encoding, Packing, Workload, load_config
 from .paths import BUILD_DIR_ENV
 
 __all__ = ["main"]
@@ -290,22 +290,16 @@ def cmd_analyze(args) -> int:
     return 0
 
 
-def _sar_masks(cfg, what: str, *, refuse: bool = True):
+def _sar_masks(cfg):
     """With ``attention = "sar"``: the run's mask file read and checked against the bundled
-    model (``MaskError``: one line naming the mismatch); then, with ``refuse``, a one-line
-    refusal (``what`` cannot run SAR yet). Returns the mask set (``None`` for v1)."""
+    model (``MaskError``: one line naming the mismatch) before anything is built. Returns the
+    mask set (``None`` for v1)."""
     from .config import Attention
     if cfg.attention is not Attention.SAR:
         return None
     from dstar.golden.dit import load_weights
     from dstar.golden.sar import masks_for
-    ms = masks_for(cfg, load_weights(workload=cfg.workload)[0])
-    if refuse:
-        raise UserError(f"attention = 'sar': mask file {ms.source!r} matches the model, but "
-                        f"{what} drives v1's attention only so far (the SAR engine and "
-                        "accelerator generate; the run's SAR host side is not done); use "
-                        "attention = 'residual'")
-    return ms
+    return masks_for(cfg, load_weights(workload=cfg.workload)[0])
 
 
 def cmd_profile_masks(args) -> int:
@@ -366,7 +360,7 @@ def cmd_generate(args) -> int:
 
     from .outputs import atomic_dir, check_output_dir
     cfg = _config(args)
-    _sar_masks(cfg, "dstar generate", refuse=False)     # the masks are loaded at run time
+    _sar_masks(cfg)                 # the masks are loaded at run time, not built in
     out = check_output_dir(args.output)
     size = check_buildable(cfg)
     if args.accelerator and cfg.datapath != Datapath.DSTAR:
@@ -409,7 +403,7 @@ def cmd_run(args) -> int:
     cfg = _config(args)
     if cfg.datapath != Datapath.DSTAR:
         raise UserError(f"dstar run needs datapath=dstar, not {cfg.datapath}")
-    _sar_masks(cfg, "dstar run")
+    _sar_masks(cfg)
 
     def say(line):
         if not args.quiet:
@@ -451,9 +445,15 @@ def cmd_regress(args) -> int:
         raise UserError(f"--case {args.case} needs the --seed of the run it comes from")
     if args.preset is None and args.config is None:
         args.preset = "tiny"
+        if "encoding" not in _set_overrides(args.set):      # the one top the cases drive
+            args.set = [*args.set, "encoding=nibble"]
     cfg = _config(args)
     if cfg.datapath != Datapath.DSTAR:
         raise UserError(f"dstar regress needs datapath=dstar, not {cfg.datapath}")
+    if cfg.encoding is not Encoding.NIBBLE:
+        raise UserError(f"dstar regress drives v1's accelerator top (encoding = 'nibble') "
+                        f"only so far, not encoding = {cfg.encoding.value!r}: FMDQ's random "
+                        "cases are not built; add --set encoding=nibble")
     if args.output is not None:
         check_output_file(args.output, "--output")
     seed = args.seed if args.seed is not None else time.time_ns() % (1 << 31)
@@ -812,7 +812,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("regress", help="constrained-random cases on the generated accelerator "
-                       "top under Verilator, checked against the golden model, with coverage")
+                       "top under Verilator, checked against the golden model, with coverage "
+                       "(v1's top, encoding = nibble; default: the tiny preset with it)")
     _add_config_args(p)
     p.add_argument("--seed", type=_nonneg_int, help="the cases' seed (default: from the clock; "
                    "printed, and in the report)")

@@ -1,7 +1,9 @@
 """``dstar run``: a configuration's accelerator top generated, compiled for an HDL simulator
 and run on one block of the bundled DiT over the first steps of a real sampling run, every
 operation checked against the golden model and the cycle models (``dstar.sim.block_run``,
-``dstar.sim.tb_run``).
+``dstar.sim.tb_run``). With ``attention = "sar"`` the block's static masks come from the
+configuration's mask file (cut to ``tokens``) and go into ``inputs.npz`` (``mask``), which the
+testbench hands to the top at each head's cache step.
 
 Everything goes to one folder under the build root, ``run/<config hash>``: the Verilog and
 manifest (generated once per configuration and version of the generator: the output is
@@ -27,6 +29,7 @@ from dstar.paths import build_dir
 from dstar.sim import simulators
 from dstar.sim.block_run import (
     block_inputs,
+    block_masks,
     check_fits,
     check_request,
     golden_block,
@@ -109,12 +112,14 @@ def run_block(cfg, *, sim: Simulator, steps: int = 3, block: int = 0,
     on ``sim`` over steps ``0 .. steps - 1`` (``tokens``: the first tokens only; ``waves``, or
     ``WAVES=1``: with waveforms, in the run's folder); returns the
     report (``summarize``'s, with the run's settings, its folder and files and wall time).
-    ``say`` gets the progress lines. ``ValueError`` for a configuration that cannot run it."""
+    ``say`` gets the progress lines. ``ValueError`` for a configuration that cannot run it
+    (``golden.sar.MaskError``: a SAR mask file that does not fit the model)."""
     t_start = time.perf_counter()
     waves = simulators.waves_requested(waves)
     model = DiT.bundled(cfg.workload)
     check_request(cfg, model.shape, block, steps, tokens)
     check_fits(cfg, model.shape, tokens)
+    masks = block_masks(cfg, model, block, tokens)
     reason = simulators.missing(sim)
     if reason is not None:
         raise ValueError(f"--sim {sim}: {reason}")
@@ -122,20 +127,21 @@ def run_block(cfg, *, sim: Simulator, steps: int = 3, block: int = 0,
     # in one line, and a second run of this configuration does not mix its files with ours.
     with locked_dir(run_folder(cfg), "build folder") as folder:
         return _run_in(cfg, model, folder, sim=sim, steps=steps, block=block, tokens=tokens,
-                       waves=waves, say=say, t_start=t_start)
+                       masks=masks, waves=waves, say=say, t_start=t_start)
 
 
-def _run_in(cfg, model, folder: Path, *, sim, steps, block, tokens, waves, say,
+def _run_in(cfg, model, folder: Path, *, sim, steps, block, tokens, masks, waves, say,
             t_start) -> dict:
-    """``run_block``'s work in its locked ``folder``."""
+    """``run_block``'s work in its locked ``folder`` (``masks``: ``block_masks``')."""
     _generate(cfg, folder, say)
     say("computing the block's inputs and the golden outputs ...")
     inputs = block_inputs(cfg, model, block, steps, tokens)
-    want = golden_block(cfg, model, block, inputs)
+    want = golden_block(cfg, model, block, inputs, masks)
     write_atomic(folder / "plan.json", json.dumps(
         {"config": cfg.to_dict(), "block": block, "workload": str(cfg.workload.value)}) + "\n")
     arrays = {**{f"h{s}": h for s, (h, _) in enumerate(inputs)},
-              **{f"sc{s}": sc for s, (_, sc) in enumerate(inputs)}}
+              **{f"sc{s}": sc for s, (_, sc) in enumerate(inputs)},
+              **({} if masks is None else {"mask": masks})}
     _savez(folder / "inputs.npz", arrays)
     for stale in ("progress.log", "ops.json", "clock.json", "outputs.npz", "run.json"):
         (folder / stale).unlink(missing_ok=True)
@@ -173,6 +179,7 @@ def _run_in(cfg, model, folder: Path, *, sim, steps, block, tokens, waves, say,
     equal = [bool(g.dtype == w.dtype and np.array_equal(g, w))
              for g, w in zip(got, want, strict=True)]
     rep = {"preset": preset_name(cfg), "sim": str(sim), "block": block,
+           "encoding": str(cfg.encoding), "attention": str(cfg.attention),
            "tokens": int(inputs[0][0].shape[1]), "batch": int(inputs[0][0].shape[0]),
            **summarize(ops, equal),
            # Every simulated cycle of the steps: the runs' and the host's loads and reads.
@@ -199,7 +206,10 @@ def format_summary(rep: dict) -> str:
 
 def format_run(rep: dict, paths: bool = True) -> str:
     """The report as a table: cycles per operation beside the cycle models'."""
-    lines = [f"dstar run: preset {rep['preset']}, {rep['sim']}, block {rep['block']}, "
+    # The results page's stored report may predate the encoding and attention entries.
+    attention = rep.get("attention", "residual")
+    what = f" ({rep['encoding']} linears, {attention} attention)" if "encoding" in rep else ""
+    lines = [f"dstar run: preset {rep['preset']}{what}, {rep['sim']}, block {rep['block']}, "
              f"{rep['steps']} steps, batch {rep['batch']} x {rep['tokens']} tokens",
              f"{'operation':<10} {'runs':>5} {'cycles':>12} {'model':>12}  result"]
     for op, d in rep["per_op"].items():
@@ -213,7 +223,13 @@ def format_run(rep: dict, paths: bool = True) -> str:
     el = rep["elements"]
     lines.append(f"linear elements: {el['zero']:.1%} skipped (ZERO), {el['low']:.1%} 4-bit "
                  f"(LOW), {el['high']:.1%} 8-bit (HIGH)")
-    if rep["attention_blocks_computed"] is not None:
+    if "attention_steps" in rep:
+        lines.append(f"attention ({attention}) per step kind: runs, cycles, the model's, blocks "
+                     "computed (of a dense pass's)")
+        for kind, d in rep["attention_steps"].items():
+            lines.append(f"  {kind:<8}{d['runs']:>5} {d['cycles']:>12,} "
+                         f"{d['predicted_cycles']:>12,}  {d['blocks_computed']:.1%}")
+    elif rep["attention_blocks_computed"] is not None:      # a report from before SAR's run
         lines.append(f"attention blocks computed on reuse steps: "
                      f"{rep['attention_blocks_computed']:.1%}")
     same = "equal to" if all(rep["outputs_equal"]) else "DIFFERENT from"

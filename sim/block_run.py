@@ -4,8 +4,11 @@ an engine that runs the accelerator and checks every operation against the golde
 cycle models as it goes.
 
 * ``block_inputs``: block ``i``'s input and conditioning at steps ``0 .. steps - 1`` of the
-  golden pipeline's sampling run (DSTAR linears and attention reuse), optionally its first
-  ``tokens`` tokens only (a shorter block for quick runs);
+  golden pipeline's sampling run (DSTAR linears and the configuration's attention: v1's
+  residual reuse or SAR), optionally its first ``tokens`` tokens only (a shorter block for
+  quick runs);
+* ``block_masks``: with ``attention = "sar"``, the block's static masks from the
+  configuration's mask file, cut to those tokens;
 * ``golden_block``: the golden pipeline's output of the block for those inputs (its hooks,
   fresh, step after step);
 * ``CheckedEngine``: ``AcceleratorEngine`` with ``GoldenEngine`` beside it; per run command
@@ -17,22 +20,24 @@ cycle models as it goes.
 
 import numpy as np
 
-from dstar.config import Encoding
-from dstar.golden.attention import AttentionReuse, theta_fixed
+from dstar.config import Attention, Encoding
+from dstar.golden.attention import AttentionReuse, n_blocks, theta_fixed
 from dstar.golden.difflinear import encode_step
 from dstar.golden.dit import ATTN_SUFFIX, LINEAR_TYPES, DiT, drive
 from dstar.golden.encoder import HIGH, LOW, ZERO
 from dstar.golden.fmdq import fmdq_encode
 from dstar.golden.hooks import DStarLinears
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
+from dstar.golden.sar import SparseAttentionReuse, masks_for, sar_hooks
 
 from .attention_cycles import predict as predict_attention
 from .cycle_model import predict as predict_linear
 from .fmdq_cycles import linear_cycles
 from .host import GoldenEngine
 
-__all__ = ["block_inputs", "check_request", "check_fits", "golden_block", "CheckedEngine",
-           "op_kind", "run_cycles", "summarize", "LINEAR_COUNTERS", "ATTENTION_COUNTERS"]
+__all__ = ["block_inputs", "block_masks", "check_request", "check_fits", "golden_block",
+           "CheckedEngine", "op_kind", "run_cycles", "summarize", "step_kind",
+           "LINEAR_COUNTERS", "ATTENTION_COUNTERS"]
 
 #: The manifest's counters of a linear / attention run, and the cycle models' names for them.
 LINEAR_COUNTERS = {"linear_cycles": "cycles", "linear_stall_load": "stall_load",
@@ -66,8 +71,9 @@ class _Tap(DiT):
 def block_inputs(cfg, model: DiT, block: int, steps: int, tokens: int | None = None):
     """``[(h, sc)]``: block ``block``'s input ``(B, N, D)`` and conditioning ``(B, D)`` at
     steps ``0 .. steps - 1`` of the golden pipeline's sampling run of ``cfg`` (its first
-    sample, ``cfg.steps`` steps; with guidance a batch of two), ``h`` cut to its first
-    ``tokens`` tokens if given."""
+    sample, ``cfg.steps`` steps; with guidance a batch of two; SAR: on every token with the
+    mask file's masks, ``golden.sar.sar_hooks``), ``h`` cut to its first ``tokens`` tokens if
+    given."""
     check_request(cfg, model.shape, block, steps, tokens)
     tap = _Tap(model, block)
 
@@ -75,14 +81,38 @@ def block_inputs(cfg, model: DiT, block: int, steps: int, tokens: int | None = N
         if i == steps:
             raise _Enough
 
+    linear = DStarLinears(cfg, LINEAR_TYPES)
+    if cfg.attention is Attention.SAR:
+        hooks = sar_hooks(cfg, model, linear)
+    else:
+        hooks = {"linear": linear, "attention": AttentionReuse(cfg, measure=False)}
     try:
         ddim_sample(tap, sample_labels(1, model.shape.num_classes),
                     initial_noise(1, model.shape, cfg.seed), cfg.steps, cfg.cfg_scale,
-                    linear=DStarLinears(cfg, LINEAR_TYPES),
-                    attention=AttentionReuse(cfg, measure=False), on_step=enough)
+                    on_step=enough, **hooks)
     except _Enough:
         pass
     return [(h[:, :tokens] if tokens is not None else h, sc) for h, sc in tap.records]
+
+
+def block_masks(cfg, model: DiT, block: int, tokens: int | None = None):
+    """With ``attention = "sar"``: block ``block``'s static masks ``(H, nqb, nkb)`` at
+    ``cfg.theta`` from the configuration's mask file (``golden.sar.masks_for``: a
+    ``MaskError`` for a file that does not fit the model), cut to the blocks of the first
+    ``tokens`` tokens; ``None`` for v1. A query block whose kept key blocks all lie beyond the
+    cut keeps its largest-mass block among the others (the rule that puts it first when the
+    file's masks are selected), so that every row has keys to attend to."""
+    if cfg.attention is not Attention.SAR:
+        return None
+    ms = masks_for(cfg, model.shape)
+    mask = np.array(ms.at(cfg.theta)[block], dtype=bool)
+    if tokens is None:
+        return mask
+    nq, nk = n_blocks(tokens, cfg.block_q), n_blocks(tokens, cfg.block_k)
+    mask, mass = mask[:, :nq, :nk], ms.mass[block][:, :nq, :nk]
+    for h, i in zip(*np.nonzero(~mask.any(axis=-1)), strict=True):
+        mask[h, i, int(np.argmax(mass[h, i]))] = True      # ties: the lower block, as selected
+    return mask
 
 
 def check_request(cfg, shape, block: int, steps: int, tokens: int | None = None) -> None:
@@ -113,10 +143,19 @@ def check_fits(cfg, shape, tokens: int | None = None) -> None:
                              f"{name} {want}")
 
 
-def golden_block(cfg, model: DiT, block: int, inputs) -> list[np.ndarray]:
+def golden_block(cfg, model: DiT, block: int, inputs, masks=None) -> list[np.ndarray]:
     """The golden pipeline's output of block ``block`` for ``inputs`` (``block_inputs``), its
-    hooks (DSTAR linears, attention reuse) fresh at the first and kept across the steps."""
-    lin, att = DStarLinears(cfg, LINEAR_TYPES), AttentionReuse(cfg, measure=False)
+    hooks (DSTAR linears, and v1's attention reuse or, with ``attention = "sar"``, SAR on
+    ``masks``: ``block_masks``' for the same tokens) fresh at the first and kept across the
+    steps."""
+    lin = DStarLinears(cfg, LINEAR_TYPES)
+    if cfg.attention is Attention.SAR:
+        if masks is None:
+            raise ValueError("attention = 'sar' needs the block's masks (block_masks)")
+        att = SparseAttentionReuse(cfg, np.asarray(masks)[None],
+                                   [model.attention_names()[block]])
+    else:
+        att = AttentionReuse(cfg, measure=False)
     return [drive(model.block_ops(block, h, sc), lin, att, s)
             for s, (h, sc) in enumerate(inputs)]
 
@@ -132,8 +171,10 @@ class CheckedEngine:
     """``hw`` (an ``AcceleratorEngine``) checked run by run: each operation also runs on a
     ``GoldenEngine`` and the cycle models, and ``ops`` gets a record of it (``step``, ``op``,
     ``layer``, ``key``, ``bit_exact``, ``counters`` (the top's, summed over its runs) and
-    ``predicted`` (the models'), ``elements`` (ZERO / LOW / HIGH, linears) or ``tiles``
-    (QK^T tiles of a dense pass, attention)). ``step`` is the sampling step the caller is in;
+    ``predicted`` (the models'), ``elements`` (ZERO / LOW / HIGH, linears) or ``kind``
+    (``step_kind``) and ``tiles`` (the blocks of a dense pass, attention)). With ``attention
+    = "sar"`` the caller hands each head's static mask to its cache steps
+    (``BlockHost``). ``step`` is the sampling step the caller is in;
     ``on_op(record)`` is called after each operation."""
 
     def __init__(self, hw, cfg, on_op=None):
@@ -182,20 +223,24 @@ class CheckedEngine:
                       "predicted": predicted, "elements": elements})
         return got
 
-    async def attention(self, slot, q, k, v, m, sh):
+    async def attention(self, slot, q, k, v, m, sh, mask=None):
         cfg = self.cfg
-        want, key = await self.golden.attention(slot, q, k, v, m, sh)
+        sar = cfg.attention is Attention.SAR
+        extra = (mask,) if sar else ()          # v1's engines take no mask
+        want, key = await self.golden.attention(slot, q, k, v, m, sh, *extra)
         st = self.golden.slots[slot]
-        got, hw_key = await self.hw.attention(slot, q, k, v, m, sh)
+        got, hw_key = await self.hw.attention(slot, q, k, v, m, sh, *extra)
         cnt = self.hw.runs[-1]
-        n = q.shape[0]
+        n = v.shape[0]
+        # SAR: the slot's host mask (the last cache step's), no selection; v1: the mask its
+        # last key step selected and the blocks the mass rule picked.
         pred = predict_attention(cfg, n, st["mask"], key, theta_fixed(cfg.theta),
-                                 st["picks"] if key else None).counters()
+                                 st["picks"] if key and not sar else None).counters()
         nqb, nkb = -(-n // cfg.block_q), -(-n // cfg.block_k)
         h = self._heads
         if h is None:
             h = self._heads = {"step": self.step, "op": "attention", "key": bool(key),
-                               "heads": 0, "bit_exact": True,
+                               "kind": step_kind(cfg, key), "heads": 0, "bit_exact": True,
                                "counters": dict.fromkeys(ATTENTION_COUNTERS, 0),
                                "predicted": dict.fromkeys(ATTENTION_COUNTERS, 0),
                                "tiles": 0}
@@ -227,6 +272,15 @@ def _fmdq_elements(enc, elements: dict) -> None:
     elements["high"] += int(np.count_nonzero(w >= 6))
 
 
+def step_kind(cfg, key: bool) -> str:
+    """An attention step's kind as ``dstar run`` reports it: v1's ``key`` (every block, the
+    mask selected) or SAR's ``cache`` (the masked blocks, the score cache written), else
+    ``reuse``."""
+    if not key:
+        return "reuse"
+    return "cache" if cfg.attention is Attention.SAR else "key"
+
+
 def run_cycles(counters: dict) -> int:
     """The cycles of a record's ``counters`` or ``predicted`` (its ``*_cycles`` entries)."""
     return sum(v for c, v in counters.items() if c.endswith("_cycles"))
@@ -236,8 +290,12 @@ def summarize(ops: list[dict], outputs_equal: list[bool]) -> dict:
     """``dstar run``'s figures from ``CheckedEngine.ops`` and, per step, whether the block's
     float output equalled the golden pipeline's: cycles and predicted cycles in total and per
     operation (``per_op``: ``qkv``, ``attention``, ``proj``, ``fc1``, ``fc2``), the linears'
-    element mix, the attention tiles computed (reuse steps: the fraction of a dense pass)."""
+    element mix, per attention step kind (``attention_steps``: ``key`` / ``cache`` and
+    ``reuse``, ``step_kind``) the runs, cycles and the blocks whose ``P V`` ran (the fraction
+    of a dense pass's), and that fraction on reuse steps (``attention_blocks_computed``)."""
     per_op: dict[str, dict] = {}
+    kinds: dict[str, dict] = {}
+    el = {"zero": 0, "low": 0, "high": 0}
     for rec in ops:
         d = per_op.setdefault(rec["op"], {"cycles": 0, "predicted_cycles": 0, "runs": 0,
                                           "bit_exact": True, "counters_equal": True})
@@ -246,15 +304,22 @@ def summarize(ops: list[dict], outputs_equal: list[bool]) -> dict:
         d["runs"] += 1
         d["bit_exact"] &= rec["bit_exact"]
         d["counters_equal"] &= rec["counters"] == rec["predicted"]
-    el = {"zero": 0, "low": 0, "high": 0}
-    tiles = {"reuse_tiles": 0, "reuse_dense_tiles": 0}
-    for rec in ops:
         if rec["op"] != "attention":
             for kind in el:
                 el[kind] += rec["elements"][kind]
-        elif not rec["key"]:
-            tiles["reuse_tiles"] += rec["counters"]["attention_qk_tiles"]
-            tiles["reuse_dense_tiles"] += rec["tiles"]
+            continue
+        k = kinds.setdefault(rec["kind"], {"runs": 0, "cycles": 0, "predicted_cycles": 0,
+                                           "pv_tiles": 0, "dense_tiles": 0})
+        k["runs"] += 1
+        k["cycles"] += rec["counters"]["attention_cycles"]
+        k["predicted_cycles"] += rec["predicted"]["attention_cycles"]
+        # PV runs on every block a step computes (on v1's reuse steps as many as QK^T).
+        k["pv_tiles"] += rec["counters"]["attention_pv_tiles"]
+        k["dense_tiles"] += rec["tiles"]
+    steps = {kind: {"runs": k["runs"], "cycles": k["cycles"],
+                    "predicted_cycles": k["predicted_cycles"],
+                    "blocks_computed": k["pv_tiles"] / k["dense_tiles"]}
+             for kind, k in kinds.items()}
     n_el = sum(el.values()) or 1
     return {
         "steps": len(outputs_equal),
@@ -265,6 +330,7 @@ def summarize(ops: list[dict], outputs_equal: list[bool]) -> dict:
         "outputs_equal": outputs_equal,
         "per_op": per_op,
         "elements": {k: v / n_el for k, v in el.items()},
-        "attention_blocks_computed": (tiles["reuse_tiles"] / tiles["reuse_dense_tiles"]
-                                      if tiles["reuse_dense_tiles"] else None),
+        "attention_steps": steps,
+        "attention_blocks_computed": (steps["reuse"]["blocks_computed"] if "reuse" in steps
+                                      else None),
     }

@@ -2,8 +2,9 @@
 (``DiT.block_ops``: its four linears and its attention) become integer work for an *engine*,
 everything else (LayerNorm, adaLN modulation, GELU, the residual adds, the requantization of
 activations onto each layer's lattice and back) runs here in NumPy, exactly as the golden
-pipeline does (``dstar.golden.hooks.DStarLinears``, ``dstar.golden.attention.AttentionReuse``),
-so that the block's float output is the golden pipeline's bit for bit.
+pipeline does (``dstar.golden.hooks.DStarLinears``, ``dstar.golden.attention.AttentionReuse``
+or, with ``attention = "sar"``, ``dstar.golden.sar.SparseAttentionReuse``), so that the
+block's float output is the golden pipeline's bit for bit.
 
 Engines (async, so that the same host code runs inside a simulator's testbench):
 
@@ -13,7 +14,15 @@ Engines (async, so that the same host code runs inside a simulator's testbench):
   layer's state and accumulators are saved and restored around other layers' steps, its
   weights loaded once and kept while the weight memory has room for the others'; each
   (batch element, head) has a host attention slot, kept in the top's slot ``host slot %
-  attn_slots`` and saved and restored when another host slot needs it.
+  attn_slots`` and saved and restored when another host slot needs it (v1: its step counter,
+  residual and mask; SAR: its step counter, score cache and mask).
+
+SAR's host side: the masks are the host's (``BlockHost(masks=...)``), handed to the engine
+with each head's cache step (the top loads them into its ``MASK`` memory then); a reuse step
+quantizes V only (on its own per-head scale, as ``SparseAttentionReuse``) and hands no Q, K or
+logit multipliers. ``qkv`` still computes all its columns on reuse steps: its Q and K columns'
+accumulators must follow every step for the differential linears to stay the golden
+pipeline's (a V-only ``qkv`` needs a catch-up of Q and K at the next cache step, not built).
 
 ``BlockHost.step`` runs one block at one sampling step; ``run_sync`` runs a coroutine that
 never waits on a simulator (the golden engine) to its result.
@@ -23,7 +32,7 @@ import math
 
 import numpy as np
 
-from dstar.config import Encoding
+from dstar.config import Attention, Encoding
 from dstar.golden.attention import (
     key_step_head,
     quantize_on,
@@ -36,6 +45,7 @@ from dstar.golden.attention import (
 from dstar.golden.difflinear import encode_step
 from dstar.golden.fmdq_pe import linear_step
 from dstar.golden.quant import exact_matmul, quantize_weights, to_lattice_float, token_lattice
+from dstar.golden.sar import sar_cache_step, sar_reuse_step
 from dstar.golden.softmax import logit_multiplier
 
 from .accel_io import AttentionStep, counters
@@ -58,7 +68,9 @@ class GoldenEngine:
     """The accelerator's integer work by the golden model: per layer the state and ``Y_int``
     (``golden.difflinear.encode_step``), per attention slot the step counter, mask and
     residual (``golden.attention.key_step_head`` / ``reuse_step_head``) and, after a key step,
-    the blocks its mass rule picked (``picks``)."""
+    the blocks its mass rule picked (``picks``); with ``attention = "sar"`` the host's mask
+    and the score cache ``w``, ``l`` instead (``golden.sar.sar_cache_step`` /
+    ``sar_reuse_step``)."""
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -107,9 +119,10 @@ class GoldenEngine:
         self.layers[name] = (xs, y)
         return y
 
-    async def attention(self, slot: int, q, k, v, m, sh):
+    async def attention(self, slot: int, q, k, v, m, sh, mask=None):
         """One attention step of ``slot`` (its key step on its first call and every
-        ``refresh_attn`` calls): ``(O_int (N, Dh), key)``."""
+        ``refresh_attn`` calls): ``(O_int (N, Dh), key)``. SAR: a cache step on the host's
+        ``mask`` ``(nqb, nkb)``; a reuse step reads ``v`` only (the others may be ``None``)."""
         cfg = self.cfg
         kw = dict(block_q=cfg.block_q, block_k=cfg.block_k, frac_bits=cfg.attn_frac_bits,
                   group=cfg.group, e_max=cfg.e_max)
@@ -117,6 +130,16 @@ class GoldenEngine:
         r = cfg.refresh_attn
         key = st["calls"] == 0 or (r > 0 and st["calls"] % r == 0)
         st["calls"] += 1
+        if cfg.attention is Attention.SAR:
+            if not key:
+                return sar_reuse_step(st["w"], st["l"], v, e_max=cfg.e_max,
+                                      out_frac_bits=cfg.attn_out_frac_bits), False
+            if mask is None:
+                raise ValueError(f"slot {slot}: a SAR cache step needs the host's mask")
+            st["mask"] = np.asarray(mask, dtype=bool)
+            o, st["w"], st["l"] = sar_cache_step(q, k, v, m, sh, st["mask"],
+                                                 out_frac_bits=cfg.attn_out_frac_bits, **kw)
+            return o, True
         if key:
             res = key_step_head(q, k, v, m, sh, theta=cfg.theta, **kw)
             st["mask"], st["r"] = res["mask"], res["r"]
@@ -172,12 +195,14 @@ class AcceleratorEngine:
             self.w_free += span
         return self.w_base[name]
 
-    async def attention(self, slot: int, q, k, v, m, sh):
+    async def attention(self, slot: int, q, k, v, m, sh, mask=None):
         """One attention step of the host's slot ``slot`` on the top's slot ``slot %
-        attn_slots``, whose state (step counter, residual, mask) is saved and restored when
-        another host slot had it."""
+        attn_slots``, whose state (step counter, residual or score cache, mask) is saved and
+        restored when another host slot had it. SAR: ``mask`` (a cache step's) is loaded into
+        the slot's ``MASK`` words before the run; ``None`` arguments are not loaded (a reuse
+        step needs V only)."""
         phys = slot % self.man["config"]["attn_slots"]
-        step = AttentionStep(self.man, q.shape[0])
+        step = AttentionStep(self.man, v.shape[0])
         owner = self.resident.get(phys)
         if owner != slot:
             if owner is not None:
@@ -190,9 +215,9 @@ class AcceleratorEngine:
             self.resident[phys] = slot
         o, _, _, cnt = await step.run(
             self.io, q, k, v, m, sh, slot=phys, theta_q=theta_fixed(self.cfg.theta),
-            refresh=self.cfg.refresh_attn, read_state=False)
+            refresh=self.cfg.refresh_attn, read_state=False, mask=mask)
         self.runs.append(cnt)
-        self.rows[slot] = q.shape[0]
+        self.rows[slot] = v.shape[0]
         self.calls[slot] = self.calls.get(slot, 0) + 1
         return o, bool(cnt["attention_key"])
 
@@ -203,11 +228,17 @@ class AcceleratorEngine:
 
 class BlockHost:
     """The host of the accelerated blocks of a DiT: per linear layer its lattice (fixed at
-    its key steps, ``Config.refresh_linear``), per attention layer its V lattice; the float
-    conversions of ``DiffLinear`` and ``AttentionReuse``, the integer work on ``engine``."""
+    its key steps, ``Config.refresh_linear``), per attention layer its V lattice (v1: fixed at
+    its key steps; SAR: every step's own); the float conversions of ``DiffLinear`` and
+    ``AttentionReuse`` (``SparseAttentionReuse``), the integer work on ``engine``. With
+    ``attention = "sar"``, ``masks`` maps each attention layer's name to its static masks
+    ``(H, nqb(N), nkb(N))`` (``dstar.sim.block_run.block_masks``)."""
 
-    def __init__(self, cfg, model, engine):
+    def __init__(self, cfg, model, engine, masks: dict | None = None):
         self.cfg, self.model, self.engine = cfg, model, engine
+        self.masks = masks if cfg.attention is Attention.SAR else None
+        if cfg.attention is Attention.SAR and not masks:
+            raise ValueError("attention = 'sar' needs the attention layers' masks")
         self.lin: dict[str, dict] = {}
         self.att: dict[str, dict] = {}
         self.rows: tuple | None = None          # (B, N) of the first step
@@ -256,25 +287,34 @@ class BlockHost:
 
     async def _attention(self, name, q, k, v, step):
         cfg = self.cfg
-        q, k, v = (np.asarray(a) for a in (q, k, v))
-        st = self.att.setdefault(name, {"slot0": len(self.att) * q.shape[0] * q.shape[1]})
+        sar = self.masks is not None
+        v = np.asarray(v)
+        st = self.att.setdefault(name, {"slot0": len(self.att) * v.shape[0] * v.shape[1]})
         key = "s_v" not in st or step == 0 or (cfg.refresh_attn > 0
                                                and step % cfg.refresh_attn == 0)
-        dh = q.shape[-1]
-        q_int, s_q = quantize_per_token(q)
-        k_int, s_k = quantize_per_head(k)
-        m, sh = logit_multiplier(s_q * s_k[..., None] / math.sqrt(dh), cfg.attn_frac_bits)
-        if key:
+        nb, nh, _, dh = v.shape
+        q_int = k_int = m = sh = masks = None
+        if key or not sar:                  # SAR's reuse steps read no Q or K
+            q, k = np.asarray(q), np.asarray(k)
+            q_int, s_q = quantize_per_token(q)
+            k_int, s_k = quantize_per_head(k)
+            m, sh = logit_multiplier(s_q * s_k[..., None] / math.sqrt(dh), cfg.attn_frac_bits)
+        if sar and key:
+            if name not in self.masks:
+                raise ValueError(f"{name}: no masks for this attention layer")
+            masks = np.asarray(self.masks[name], dtype=bool)
+        if key or sar:                      # v1 freezes V's lattice between key steps
             v_int, st["s_v"] = quantize_per_head(v)
         else:
             v_int, _ = quantize_on(v, st["s_v"])
-        o_int = np.empty(q.shape, np.int64)
-        nb, nh = q.shape[:2]
+        o_int = np.empty(v.shape, np.int64)
         for bi in range(nb):
             for hi in range(nh):
-                o_int[bi, hi], hw_key = await self.engine.attention(
-                    st["slot0"] + bi * nh + hi, q_int[bi, hi], k_int[bi, hi], v_int[bi, hi],
-                    m[bi, hi], sh[bi, hi])
+                args = [None if a is None else a[bi, hi] for a in (q_int, k_int, v_int, m, sh)]
+                if masks is not None:       # v1's engines take no mask
+                    args.append(masks[hi])
+                o_int[bi, hi], hw_key = await self.engine.attention(st["slot0"] + bi * nh + hi,
+                                                                    *args)
                 if hw_key != key:
                     raise RuntimeError(f"{name}: the engine's step kind ({hw_key}) differs "
                                        f"from the host's ({key}) at step {step}")

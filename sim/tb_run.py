@@ -3,7 +3,8 @@ step after step, through ``dstar.sim.host.BlockHost`` with a ``dstar.sim.block_r
 
 It reads the folder ``DSTAR_RUN_DIR``: ``params.json`` (the manifest), ``plan.json`` (``config``:
 the full configuration, ``block``, ``workload``) and ``inputs.npz`` (``h{s}``, ``sc{s}`` per
-step ``s``: ``block_run.block_inputs``). It writes there, each file whole: ``progress.log``
+step ``s``: ``block_run.block_inputs``; with ``attention = "sar"`` ``mask``, the block's
+static masks: ``block_run.block_masks``). It writes there, each file whole: ``progress.log``
 (a line per operation, as it goes), ``ops.json`` (``CheckedEngine.ops``), ``clock.json`` (the
 plan's cycles, host traffic included) and ``outputs.npz``
 (the block's output ``out{s}`` per step). The comparison with the golden pipeline's outputs is
@@ -30,10 +31,13 @@ __all__ = ["run_plan", "describe"]
 def describe(rec: dict) -> str:
     """One progress line of an operation record."""
     cyc, pred = run_cycles(rec["counters"]), run_cycles(rec["predicted"])
-    what = f"{rec['heads']} heads" if rec["op"] == "attention" else f"{rec['rows']} rows"
+    if rec["op"] == "attention":
+        kind, what = rec["kind"], f"{rec['heads']} heads"
+    else:
+        kind, what = "key" if rec["key"] else "delta", f"{rec['rows']} rows"
     ok = "bit-exact" if rec["bit_exact"] else "DIFFERS from the golden model"
     same = "=" if rec["counters"] == rec["predicted"] else "!="
-    return (f"step {rec['step']} {rec['op']:<9} ({'key' if rec['key'] else 'delta'}, {what}): "
+    return (f"step {rec['step']} {rec['op']:<9} ({kind}, {what}): "
             f"{cyc} cycles {same} model {pred}, {ok}")
 
 
@@ -59,7 +63,9 @@ async def run_plan(io, folder: Path, log=print, clock=None) -> list[dict]:
 
     start = clock() if clock is not None else None
     engine = CheckedEngine(AcceleratorEngine(io, man, cfg), cfg, on_op=on_op)
-    host = BlockHost(cfg, model, engine)
+    masks = ({model.attention_names()[plan["block"]]: inputs["mask"]} if "mask" in inputs
+             else None)
+    host = BlockHost(cfg, model, engine, masks)
     outs = {}
     try:
         for s in range(steps):

@@ -14,7 +14,13 @@ from dstar.golden.hooks import DStarLinears
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
 from dstar.hw.accelerator import Accelerator
 from dstar.hw.generate import accelerator_manifest
-from dstar.sim.block_run import CheckedEngine, block_inputs, check_fits, golden_block
+from dstar.sim.block_run import (
+    CheckedEngine,
+    block_inputs,
+    block_masks,
+    check_fits,
+    golden_block,
+)
 from dstar.sim.host import AcceleratorEngine, BlockHost, GoldenEngine, run_sync
 from dstar.sim.pysim_driver import io_adapter, simulate
 
@@ -165,3 +171,69 @@ def test_a_whole_block_on_the_accelerator_equals_the_golden_block(small_cfg):
         assert r["bit_exact"], r
         assert r["counters"] == r["predicted"], r
     assert [r["key"] for r in engine.ops if r["op"] == "attention"] == [True, False, True]
+
+
+class Spy(GoldenEngine):
+    """A golden engine that records what each attention call was handed."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.calls = []
+
+    async def attention(self, slot, q, k, v, m, sh, mask=None):
+        self.calls.append({"slot": slot, "q": q is not None, "k": k is not None,
+                           "m": m is not None, "mask": mask})
+        return await super().attention(slot, q, k, v, m, sh, mask)
+
+
+@pytest.mark.parametrize("encoding", ["nibble", "fmdq"])
+def test_sar_host_equals_the_sar_pipelines_block(encoding):
+    """With ``attention = "sar"`` (refresh 2: a cache, a reuse and a cache step) the host on
+    the golden engine reproduces ``golden_block``'s SAR block on the first 40 tokens (3 x 3
+    blocks of the mask file's masks, cut); cache steps hand each head its mask and Q, K and
+    the logit multipliers, reuse steps V only."""
+    cfg = preset("default").replace(steps=3, attention="sar", encoding=encoding)
+    model = DiT.bundled()
+    inputs = block_inputs(cfg, model, 2, steps=3, tokens=40)
+    masks = block_masks(cfg, model, 2, tokens=40)
+    assert masks.shape == (4, 3, 3) and not masks.all()
+    want = golden_block(cfg, model, 2, inputs, masks)
+    spy = Spy(cfg)
+    host = BlockHost(cfg, model, spy, masks={"blocks.2.attn": masks})
+    for s, ((h, sc), w) in enumerate(zip(inputs, want, strict=True)):
+        assert np.array_equal(run_sync(host.step(2, h, sc, s)), w), f"step {s}"
+    heads = 2 * 4                           # CFG's batch of two, four heads
+    assert len(spy.calls) == 3 * heads
+    for i, c in enumerate(spy.calls):
+        cache = i // heads != 1
+        assert c["q"] == c["k"] == c["m"] == cache, (i, c)
+        assert (c["mask"] is not None) == cache
+        if cache:
+            assert np.array_equal(c["mask"], masks[c["slot"] % 4])
+    # The comparison can fail: a reuse step on another head's cache changes the block.
+    eng = GoldenEngine(cfg)
+    swapped = BlockHost(cfg, model, eng, masks={"blocks.2.attn": masks})
+    (h0, sc0), (h1, sc1) = inputs[:2]
+    assert np.array_equal(run_sync(swapped.step(2, h0, sc0, 0)), want[0])
+    eng.slots[0], eng.slots[1] = eng.slots[1], eng.slots[0]
+    assert not np.array_equal(run_sync(swapped.step(2, h1, sc1, 1)), want[1])
+
+
+def test_sar_block_masks_are_the_files_cut_to_the_tokens():
+    """The whole block's masks are the file's at ``theta``; a cut keeps the first blocks and
+    gives a query block left without keys its largest-mass block among the cut ones (block 0
+    on 33 tokens: two such query blocks on the bundled masks)."""
+    from dstar.golden.sar import masks_for
+
+    cfg = preset("default").replace(attention="sar", theta=0.6)
+    model = DiT.bundled()
+    ms = masks_for(cfg, model.shape)
+    assert np.array_equal(block_masks(cfg, model, 0), ms.at(0.6)[0])
+    assert block_masks(cfg.replace(attention="residual"), model, 0) is None
+    cut = block_masks(cfg, model, 0, tokens=33)          # 3 x 3 blocks
+    full = ms.at(0.6)[0][:, :3, :3]
+    emptied = ~full.any(axis=-1)
+    assert cut.shape == (4, 3, 3) and cut.any(axis=-1).all() and emptied.sum() == 2
+    assert np.array_equal(cut[~emptied], full[~emptied])
+    for h, i in zip(*np.nonzero(emptied), strict=True):
+        assert np.flatnonzero(cut[h, i]).tolist() == [int(np.argmax(ms.mass[0][h, i, :3]))]
