@@ -206,8 +206,8 @@ class Config:
     max_k: int = _hw(512)       # largest reduction dimension K a layer may have
     max_m: int = _hw(512)       # largest output dimension M
     max_tokens: int = _hw(256)  # largest number of token rows per layer run
-    # --- FMDQ (spec 7.2 and 7.4; every top implements both encodings, nibble the default) ---
-    encoding: Encoding = _hw(Encoding.NIBBLE, only=Encoding.FMDQ)  # difference coding (Encoding)
+    # --- FMDQ (spec 7.2 and 7.4; every top implements both encodings, FMDQ the default) ---
+    encoding: Encoding = _hw(Encoding.FMDQ, only=Encoding.FMDQ)  # difference coding (Encoding)
     # T: tokens of one sub-channel, the FMDQ PE array's rows (T = group / 2: T x m_tile SIMD-4
     # PEs match the INT8 array's peak; docs/design/fmdq.md, "The choice").
     token_tile: int = _hw(8, only=Encoding.FMDQ)

@@ -401,7 +401,7 @@ def check_buildable(cfg, *, attention: bool = True) -> dict:
                           "yet (refine_max = 0 builds)")
     mems = Geometry(cfg).memories()
     if cfg.datapath is Datapath.DSTAR and cfg.encoding is Encoding.FMDQ:
-        mems = {f"fmdq {k}": v for k, v in FmdqGeometry(cfg).memories().items()}
+        mems = FmdqGeometry(cfg).memories()
     if attention and TOPS[cfg.datapath].attention:
         for name, words in AttentionGeometry(cfg).memories().items():
             mems[f"attention {name}"] = words

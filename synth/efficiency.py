@@ -47,7 +47,7 @@ import hashlib
 import json
 import time
 
-from dstar.config import Config, Datapath, Packing
+from dstar.config import Config, Datapath, Encoding, Packing
 from dstar.paths import build_dir
 from dstar.sim.bench import all_layers, dense_cycles, run_model
 from dstar.sim.traces import linear_inputs
@@ -63,8 +63,11 @@ __all__ = ["STRATEGIES", "BASELINE", "BIT_FUSION_PE_UM2", "DEFAULT_STEPS", "run"
 
 #: The strategies compared: config fields each sets on the base configuration.
 STRATEGIES: dict[str, dict] = {
-    "compact": {"datapath": Datapath.DSTAR, "packing": Packing.COMPACT},
-    "lockstep": {"datapath": Datapath.DSTAR, "packing": Packing.LOCKSTEP},
+    # v1's datapath: its packings are of the nibble encoding's elements.
+    "compact": {"datapath": Datapath.DSTAR, "packing": Packing.COMPACT,
+                "encoding": Encoding.NIBBLE},
+    "lockstep": {"datapath": Datapath.DSTAR, "packing": Packing.LOCKSTEP,
+                 "encoding": Encoding.NIBBLE},
     "dense": {"datapath": Datapath.DENSE},
     "int8": {"datapath": Datapath.INT8},
 }
@@ -94,6 +97,8 @@ def whole_run_cycles(base: Config, steps: int, layers=None,
     strategies."""
     layers = all_layers() if layers is None else layers
     names = [n for n in STRATEGIES if n in names or n == BASELINE]
+    # The strategies here are v1's and the dense ones: none reads FMDQ's fields.
+    base = base.replace(encoding=Encoding.NIBBLE)
     # Every field but another encoding's (``Config.unused``: they change no strategy here).
     key = json.dumps({"config": {**base.hardware(), **base.run_params()}, "steps": steps,
                       "layers": layers,

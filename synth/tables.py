@@ -1,6 +1,6 @@
 """Plain-text tables of a synthesis report (``dstar.synth.report.run``), section by section."""
 
-from dstar.config import PRESETS, WeightStore
+from dstar.config import PRESETS, Encoding, WeightStore
 
 from .fmax_runs import FMAX_FLOW
 
@@ -18,7 +18,11 @@ _HEAD = ["target", "cells", "luts", "carries", "ffs", "brams", "dsps", "transist
 
 def describe(config: dict) -> str:
     """``config`` (``Config.to_dict()``) as the nearest preset and the fields that differ, e.g.
-    ``tiny, weight_store=lane_ram``."""
+    ``tiny, weight_store=lane_ram``. A configuration without ``encoding`` is v1's:
+    ``Config.hardware()`` leaves ``nibble`` out, and reports from before the field have none."""
+    if "encoding" not in config:
+        config = {**config, "encoding": Encoding.NIBBLE.value}
+
     def diff(p):
         return {k: v for k, v in config.items() if p.to_dict().get(k) != v}
 

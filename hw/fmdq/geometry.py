@@ -116,9 +116,11 @@ class FmdqGeometry:
     def memories(self) -> dict[str, int]:
         """Words of each memory of the top (for ``dstar.hw.generate.check_buildable``)."""
         n = self.cfg.n_arrays
-        return {"groups": self.group_depth,
-                "weights": n * self.weight_depth, "y": n * self.y_depth,
-                "weight window": n * 2 * self.window}
+        return {"slice groups (max_tokens / token_tile x a window's most groups)":
+                self.group_depth,
+                "weights (max_k x max_m / block_cols, per array)": n * self.weight_depth,
+                "accumulators (max_tokens x max_m / block_cols, per array)": n * self.y_depth,
+                "weight window (2 x sort_window, per array)": n * 2 * self.window}
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in (

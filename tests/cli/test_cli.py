@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from dstar.cli import main
+from dstar.config import preset
 from dstar.golden.trace import Trace, save_trace
 
 
@@ -113,9 +114,10 @@ def test_analyze_bundled_json_keys(capsys, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert rep["workload_name"] == "digits" and set(rep["quality"]) == {"fp32", "w8a8", "dstar"}
     assert 0 <= rep["quality"]["fp32"]["class_accuracy"] <= 1
-    # FMDQ beside v1 (encoding = "nibble" runs one more run of FMDQ's linears alone).
+    # FMDQ beside v1, whichever the configured encoding (the other one runs its linears alone).
     f = rep["fmdq"]
-    assert rep["encoding"] == "nibble" and f["token_tile"] == 8 and f["rule"] == "lossless"
+    assert rep["encoding"] == preset("tiny").encoding.value
+    assert f["token_tile"] == 8 and f["rule"] == "lossless"
     for part in ("all", "key_step", "delta_steps", *(f["per_layer_type"][t] for t in ("qkv",))):
         s = f[part] if isinstance(part, str) else part
         assert s["groups"] + s["dense_groups"] > 0 and 0 <= s["mean_width_bits"] <= 8

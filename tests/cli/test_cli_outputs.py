@@ -73,13 +73,17 @@ def test_config_shows_the_generated_size():
     from dstar.config import preset
     from dstar.hw.generate import MAX_MEMORY_WORDS, check_buildable
 
-    size = check_buildable(preset("tiny"))
-    assert size == {"memory_words": 5192, "memory_words_limit": MAX_MEMORY_WORDS,
-                    "largest_memory": ["weights (max_k x max_m / block_cols, per array)",
-                                       2048]}
-    assert check_buildable(preset("default"))["memory_words"] == 61504
-    # Without the attention engine (the dense baseline) the estimate is the linear top's alone.
-    assert check_buildable(preset("tiny").replace(datapath="dense"))["memory_words"] == 2816
+    # Per encoding: v1's linear top and FMDQ's (groups, weights, accumulators and weight
+    # windows of its own), each beside the same attention engine.
+    for encoding, tiny, default in (("nibble", 5192, 61504), ("fmdq", 5172, 58400)):
+        size = check_buildable(preset("tiny", encoding=encoding))
+        assert size == {"memory_words": tiny, "memory_words_limit": MAX_MEMORY_WORDS,
+                        "largest_memory": ["weights (max_k x max_m / block_cols, per array)",
+                                           2048]}, encoding
+        assert check_buildable(preset("default", encoding=encoding))["memory_words"] == default
+        # Without the attention engine (the dense baseline) the estimate is the linear top's.
+        dense = preset("tiny", encoding=encoding).replace(datapath="dense")
+        assert check_buildable(dense)["memory_words"] == 2816
 
 
 def test_generate_refuses_lattice_refinement(capsys, tmp_path):

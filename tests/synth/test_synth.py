@@ -1,5 +1,6 @@
 """Synthesis: area of the ``tiny`` preset against the committed baseline, deterministic output,
-and every Yosys flow on a small block.
+and every Yosys flow on a small block. The committed baselines are v1's (``encoding =
+"nibble"``), so every configuration here pins it.
 
 The default run maps one small block of the generated ``tiny`` Verilog on every flow. The
 ``slow`` tier (``pytest -m "synth and slow"``) synthesizes ``tiny`` and its lean dense INT8
@@ -37,9 +38,14 @@ FPGA_TARGETS = tuple(t for t in flows.AREA_TARGETS
                      if t not in FAST_TARGETS and t not in flows.LIBERTY_TARGETS)
 
 
+def _tiny():
+    """v1's ``tiny``: the configuration of the committed baselines."""
+    return preset("tiny", encoding="nibble")
+
+
 @pytest.fixture(scope="module")
 def tiny_report():
-    return run(preset("tiny"), FAST_TARGETS, outdir=BUILD / "tiny", jobs=2)
+    return run(_tiny(), FAST_TARGETS, outdir=BUILD / "tiny", jobs=2)
 
 
 def _check_baseline(report):
@@ -66,7 +72,7 @@ def test_tiny_area_within_baseline(tiny_report):
     assert cmos["transistors"] > cmos["transistors_logic"] > 0
     assert cmos["area_um2_45nm"] > 0 and cmos["ffs"] > 0
     assert set(tiny_report["modules"]) >= {"pe_array", "encoder", "dispatcher", "sequencer"}
-    assert tiny_report["modules"]["pe_array"]["instances"] == preset("tiny").n_arrays
+    assert tiny_report["modules"]["pe_array"]["instances"] == _tiny().n_arrays
     assert "cmos" in format_table(tiny_report)
     _check_baseline(tiny_report)
 @pytest.mark.slow
@@ -111,7 +117,7 @@ def test_the_accelerator_top_is_synthesized_block_by_block(tiny_report):
                          "normalizer", "tile_runner", "softmax_feed", "mask_select", "norm",
                          "sel_recip", "block_list", "attention_controller", "out_q",
                          "command_processor"}
-    assert mods["pe_array"]["instances"] == preset("tiny").n_arrays
+    assert mods["pe_array"]["instances"] == _tiny().n_arrays
     assert mods["command_processor"]["module"] == tiny_report["accelerator"]["top"] == "dstar"
     acc = tiny_report["accelerator"]["targets"]["cmos"]
     for key in ("transistors", "cells", "ffs"):
@@ -128,7 +134,7 @@ def test_the_accelerator_top_is_synthesized_block_by_block(tiny_report):
 def test_dense_baseline_and_area_ratio(tiny_report):
     """The lean dense INT8 baseline of the same tiles is synthesized block by block (PE arrays and
     the sequencer, no encoder or dispatcher) and DSTAR's area is divided by it."""
-    cfg = preset("tiny")
+    cfg = _tiny()
     dense = tiny_report["dense_baseline"]
     assert dense["datapath"] == "int8"
     assert set(dense["modules"]) == {"pe_array", "sequencer"}
@@ -171,7 +177,7 @@ def tiny_rtl() -> Path:
     """The generated ``tiny`` linear top (no synthesis)."""
     from dstar.hw.generate import generate
     out = BUILD / "tiny-rtl"
-    generate(preset("tiny"), out, attention=False)
+    generate(_tiny(), out, attention=False)
     return out / "dstar_linear.v"
 
 
@@ -191,11 +197,11 @@ def test_every_flow_maps_a_small_block(tiny_rtl):
 @needs_yosys
 def test_tiny_fpga_area_within_baseline():
     """LUTs, cells and flip-flops of ``tiny`` on every FPGA target (15-30 minutes)."""
-    _check_baseline(run(preset("tiny"), FPGA_TARGETS, outdir=BUILD / "tiny-fpga", jobs=2))
+    _check_baseline(run(_tiny(), FPGA_TARGETS, outdir=BUILD / "tiny-fpga", jobs=2))
 def test_config_hash_covers_only_the_hardware():
     """A run field (host side) leaves the hash, and so the baselines, alone; a hardware field
     changes it. The committed baselines carry the hashes of the configurations they are for."""
-    cfg = preset("tiny")
+    cfg = _tiny()
     assert config_hash(cfg.replace(theta=0.9, steps=3, seed=7, lattice_bits=2)) == config_hash(cfg)
     assert config_hash(cfg.replace(lane_fifo_depth=8)) != config_hash(cfg)
     assert config_hash(cfg.replace(datapath="int8")) != config_hash(cfg)
@@ -502,9 +508,9 @@ def test_fmax_table_says_routed_placed_or_does_not_fit():
     assert "51.1 MHz routed" in text
     assert "routing unfinished after 70 min); placement estimate 20.2 MHz" in text
     assert "lane_ram" not in text
-    rep["config"] = preset("tiny").replace(max_k=256).to_dict()
+    rep["config"] = _tiny().replace(max_k=256).to_dict()
     text = format_table(rep)
-    assert text.startswith("dstar synth: tiny, max_k=256 (config 0)")
+    assert text.startswith("dstar synth: tiny, max_k=256, encoding=nibble (config 0)")
     assert "placement estimate 20.2 MHz; weight_store = lane_ram (the FPGA form" in text
     rep["config"]["weight_store"] = "lane_ram"
     assert "the FPGA form" not in format_table(rep)
@@ -535,7 +541,7 @@ def test_fmax_selection_places_each_named_block(tmp_path, monkeypatch):
     monkeypatch.setattr(blocks, "synth_module", fake_synth)
     monkeypatch.setattr(synth_fmax, "place_and_route", fake_route)
     monkeypatch.setattr(synth_fmax, "nextpnr_version", lambda: "stub")
-    cfg = preset("tiny")
+    cfg = _tiny()
     rep = run(cfg, (), fmax_selection("blocks"), outdir=tmp_path, dense=False)
     assert list(rep["fmax"]) == ["pe_array", "encoder", "dispatcher"]
     assert sorted(routes) == sorted(f"dstar_linear.{m}.ecp5_dsp.json"
