@@ -28,7 +28,7 @@ from dstar.golden.encoder import HIGH, LOW, ZERO
 from dstar.golden.fmdq import fmdq_encode
 from dstar.golden.hooks import DStarLinears
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
-from dstar.golden.sar import SparseAttentionReuse, masks_for, sar_hooks
+from dstar.golden.sar import SparseAttentionReuse, masks_for
 
 from .attention_cycles import predict as predict_attention
 from .cycle_model import predict as predict_linear
@@ -71,9 +71,8 @@ class _Tap(DiT):
 def block_inputs(cfg, model: DiT, block: int, steps: int, tokens: int | None = None):
     """``[(h, sc)]``: block ``block``'s input ``(B, N, D)`` and conditioning ``(B, D)`` at
     steps ``0 .. steps - 1`` of the golden pipeline's sampling run of ``cfg`` (its first
-    sample, ``cfg.steps`` steps; with guidance a batch of two; SAR: on every token with the
-    mask file's masks, ``golden.sar.sar_hooks``), ``h`` cut to its first ``tokens`` tokens if
-    given."""
+    sample, ``cfg.steps`` steps; with guidance a batch of two; SAR: every layer on every token
+    with the mask file's masks), ``h`` cut to its first ``tokens`` tokens if given."""
     check_request(cfg, model.shape, block, steps, tokens)
     tap = _Tap(model, block)
 
@@ -81,15 +80,12 @@ def block_inputs(cfg, model: DiT, block: int, steps: int, tokens: int | None = N
         if i == steps:
             raise _Enough
 
-    linear = DStarLinears(cfg, LINEAR_TYPES)
-    if cfg.attention is Attention.SAR:
-        hooks = sar_hooks(cfg, model, linear)
-    else:
-        hooks = {"linear": linear, "attention": AttentionReuse(cfg, measure=False)}
+    masks = (masks_for(cfg, model.shape).at(cfg.theta) if cfg.attention is Attention.SAR
+             else None)
     try:
         ddim_sample(tap, sample_labels(1, model.shape.num_classes),
                     initial_noise(1, model.shape, cfg.seed), cfg.steps, cfg.cfg_scale,
-                    on_step=enough, **hooks)
+                    on_step=enough, **_hooks(cfg, masks, model.attention_names()))
     except _Enough:
         pass
     return [(h[:, :tokens] if tokens is not None else h, sc) for h, sc in tap.records]
@@ -148,16 +144,24 @@ def golden_block(cfg, model: DiT, block: int, inputs, masks=None) -> list[np.nda
     hooks (DSTAR linears, and v1's attention reuse or, with ``attention = "sar"``, SAR on
     ``masks``: ``block_masks``' for the same tokens) fresh at the first and kept across the
     steps."""
-    lin = DStarLinears(cfg, LINEAR_TYPES)
-    if cfg.attention is Attention.SAR:
-        if masks is None:
-            raise ValueError("attention = 'sar' needs the block's masks (block_masks)")
-        att = SparseAttentionReuse(cfg, np.asarray(masks)[None],
-                                   [model.attention_names()[block]])
-    else:
-        att = AttentionReuse(cfg, measure=False)
-    return [drive(model.block_ops(block, h, sc), lin, att, s)
+    hooks = _hooks(cfg, None if masks is None else np.asarray(masks)[None],
+                   [model.attention_names()[block]])
+    return [drive(model.block_ops(block, h, sc), hooks["linear"], hooks["attention"], s)
             for s, (h, sc) in enumerate(inputs)]
+
+
+def _hooks(cfg, masks, names) -> dict:
+    """The golden pipeline's hooks, fresh: DSTAR's linears and v1's attention reuse or, with
+    ``attention = "sar"``, SAR on ``masks`` ``(L, H, nqb, nkb)`` of the attention layers
+    ``names`` (the Q and K columns of ``qkv`` are computed on its reuse steps too, and not
+    read: the host's run does the same)."""
+    if cfg.attention is not Attention.SAR:
+        att = AttentionReuse(cfg, measure=False)
+    elif masks is None:
+        raise ValueError("attention = 'sar' needs the block's masks (block_masks)")
+    else:
+        att = SparseAttentionReuse(cfg, masks, names)
+    return {"linear": DStarLinears(cfg, LINEAR_TYPES), "attention": att}
 
 
 def op_kind(name: str) -> str:

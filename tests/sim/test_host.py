@@ -219,6 +219,25 @@ def test_sar_host_equals_the_sar_pipelines_block(encoding):
     assert not np.array_equal(run_sync(swapped.step(2, h1, sc1, 1)), want[1])
 
 
+def test_the_sar_run_reference_is_the_sar_pipelines_block():
+    """With SAR, ``block_inputs`` and ``golden_block`` (the block alone on its layer's masks)
+    are the block's inputs and outputs in the SAR pipeline of ``dstar analyze``
+    (``golden.sar.sar_hooks``: the Q and K columns skipped on the reuse step)."""
+    from dstar.golden.sar import sar_hooks
+
+    cfg = preset("default").replace(steps=2, attention="sar", encoding="nibble")
+    model = DiT.bundled()
+    tap = Tap(model, 1)
+    ddim_sample(tap, sample_labels(1, model.shape.num_classes),
+                initial_noise(1, model.shape, cfg.seed), 2, cfg.cfg_scale,
+                **sar_hooks(cfg, model, DStarLinears(cfg, LINEAR_TYPES)))
+    inputs = block_inputs(cfg, model, 1, steps=2)
+    outs = golden_block(cfg, model, 1, inputs, block_masks(cfg, model, 1))
+    for (h, sc), out, (h_r, sc_r, want) in zip(inputs, outs, tap.records, strict=True):
+        assert np.array_equal(h, h_r) and np.array_equal(sc, sc_r)
+        assert np.array_equal(out, want)
+
+
 def test_sar_block_masks_are_the_files_cut_to_the_tokens():
     """The whole block's masks are the file's at ``theta``; a cut keeps the first blocks and
     gives a query block left without keys its largest-mass block among the cut ones (block 0
