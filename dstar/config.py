@@ -159,7 +159,8 @@ def bits_signed(bound: int) -> int:
 
 @dataclass(frozen=True)
 class Config:
-    """A complete dstar configuration. See ``docs`` in README.md for the meaning of each field."""
+    """A complete dstar configuration. docs/reference.md ("Fields") gives the meaning of each
+    field."""
 
     # Fields made with _hw() are read by the hardware generator (Config.hardware()).
     # --- differential linear layers (spec section 3) ---
@@ -187,7 +188,7 @@ class Config:
     # that divides group and m_tile * n_arrays, see softmax_keys_per_cycle).
     softmax_lanes: int = _hw(0)
     attention: Attention = _hw_beyond_v1(Attention.RESIDUAL)  # v1's residual reuse or SAR
-    masks: str = ""             # SAR's mask file ("": golden/data/masks/<workload>.npz)
+    masks: str = ""             # SAR's mask file ("": golden/data/masks_<workload>.npz)
     # --- workload run (dstar analyze) ---
     workload: Workload = Workload.DIGITS  # the bundled DiT that runs (Workload)
     steps: int = 50             # DDIM steps
