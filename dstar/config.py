@@ -49,8 +49,9 @@ class Packing(StrEnum):
 class Datapath(StrEnum):
     """Which linear-layer top the generator builds (``dstar.hw.generate``)."""
 
-    #: DSTAR's delta encoder, precision dispatcher and nibble lanes (``dstar.hw.linear``), plus
-    #: the attention engine.
+    #: DSTAR's differential linear datapath in the configured ``encoding`` (FMDQ's
+    #: quantization unit and SIMD-4 arrays, ``dstar.hw.fmdq.linear``; v1's delta encoder,
+    #: precision dispatcher and nibble lanes, ``dstar.hw.linear``), plus the attention engine.
     DSTAR = "dstar"
     #: The dense INT8 (W8A8) baseline of the same tiles, arrays and peak 8-bit throughput
     #: (``dstar.hw.dense``): 8-bit x 8-bit lanes, no encoder or dispatcher, no attention
