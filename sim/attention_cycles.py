@@ -92,8 +92,9 @@ def tile_phase(loads, ops, wait: int = WAIT_CYCLES) -> int:
 
 
 #: FMDQ arrays: cycles from the last group's issue to its unit's rows seen written, beyond the
-#: unit's rows: the op register, the array's products and Horner step, the drain, the write.
-FMDQ_WAIT = 5
+#: unit's rows: the op register, the array's weight read and its register, products and Horner
+#: step, the drain, the write.
+FMDQ_WAIT = 6
 
 
 def fmdq_tile_cycles(cfg, rows: int, lens, pv: bool) -> int:

@@ -8,7 +8,7 @@ gives each term):
 * a unit ``u`` with ``g_u`` groups and ``b_u`` bubbles accepts its last group ``L_u`` at
   ``L_0 = g_0 + b_0 - 1`` and ``L_u = L_{u-1} + max(g_u + b_u, n_{u-1})`` (its write-out hold:
   ``n_{u-1}`` tokens of the previous unit);
-* the run ends ``n_last + 3`` cycles after ``L_last``.
+* the run ends ``n_last + DRAIN_TAIL`` (4) cycles after ``L_last``.
 
 ``layer_cycles``: a layer ``(N, K) x (K, M_out)`` on ``n_arrays`` arrays sharing the group
 stream, column block by column block, windows outer and token tiles inner (a window's weight
@@ -48,7 +48,7 @@ __all__ = ["array_cycles", "unit_table", "layer_cycles", "DRAIN_TAIL", "linear_c
            "qu_timing"]
 
 #: Cycles from a unit's last accepted group to its ``o_unit_done``, beyond its ``n_tok`` rows.
-DRAIN_TAIL = 3
+DRAIN_TAIL = 4
 
 
 def array_cycles(groups, bubbles, n_tok) -> int:

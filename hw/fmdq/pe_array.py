@@ -66,6 +66,13 @@ def token_shift_bits(e_max: int) -> int:
     return max(1, e_max.bit_length())
 
 
+def _delayed(m: Module, value, name: str) -> Signal:
+    """``value`` registered (one pipeline stage), in a signal named ``name``."""
+    reg = Signal.like(value, name=name)
+    m.d.sync += reg.eq(value)
+    return reg
+
+
 def lend_signature(args: dict) -> wiring.Signature:
     """What a user of an ``FmdqPEArray(**args)`` it does not own drives (``FmdqLinear`` and
     ``AttentionEngine`` with ``shared``; the owner, ``dstar.hw.accelerator.Accelerator``,
@@ -109,10 +116,12 @@ class FmdqPEArray(wiring.Component):
     rows are written out one per cycle, shifted by the last group's total shift once per
     column, while the next unit runs.
 
-    Latency: a group accepted in cycle ``c`` has its products registered at the end of cycle
-    ``c + 1`` and updates the accumulators at the end of cycle ``c + 2``; a unit whose last
-    group is accepted in cycle ``L`` writes its row ``r`` at the end of cycle ``L + 4 + r`` and
-    pulses ``o_unit_done`` in cycle ``L + 3 + n_tok``.
+    Latency: a group accepted in cycle ``c`` has its weights read at the end of cycle ``c``
+    (stage R) and registered again at the end of cycle ``c + 1`` (stage E: the lane multiples
+    start from a register, not from the window's memory), its products registered at the end
+    of cycle ``c + 2`` (stage X) and updates the accumulators at the end of cycle ``c + 3``; a
+    unit whose last group is accepted in cycle ``L`` writes its row ``r`` at the end of cycle
+    ``L + 5 + r`` and pulses ``o_unit_done`` in cycle ``L + 4 + n_tok``.
     Throughput and back-pressure: one group per cycle, except that (a) a group whose total
     shift lies ``D > 2`` below its predecessor's in the unit waits ``(D - 1) // 2`` cycles
     (``golden.fmdq_pe.bubbles``), and (b) a unit's last group is accepted at least ``n_tok``
@@ -216,16 +225,17 @@ class FmdqPEArray(wiring.Component):
         with m.Elif(bubble):
             m.d.sync += s_prev.eq(s_prev - MAX_STEP)
 
-        # --- stage E registers: the group's slices, its lanes' weights, the step ---
+        # --- stage R registers: the group's slices, its lanes' weights (the window's read), the
+        # step ---
         act_l = data.ArrayLayout(data.ArrayLayout(unsigned(2), LANES), n_t)
-        e_act = Signal(act_l, reset_less=True)
-        e_live = Signal(LANES)                 # lane carries a slice (accepted op, valid lane)
-        e_sgn = Signal(LANES)
-        e_step = Signal(MAX_STEP + 1)          # one-hot shift 0, 1, 2; none: first group
-        e_last = Signal()
-        e_shift = Signal(sh_bits)
-        e_addr, e_ntok = Signal.like(op.y_addr), Signal.like(op.n_tok)
-        e_over = Signal()
+        r_act = Signal(act_l, reset_less=True)
+        r_live = Signal(LANES)                 # lane carries a slice (accepted op, valid lane)
+        r_sgn = Signal(LANES)
+        r_step = Signal(MAX_STEP + 1)          # one-hot shift 0, 1, 2; none: first group
+        r_last = Signal()
+        r_shift = Signal(sh_bits)
+        r_addr, r_ntok = Signal.like(op.y_addr), Signal.like(op.n_tok)
+        r_over = Signal()
         r_bits = uwidth(n_w)
         e_w = [[None] * LANES for c in range(n_m)]
         if self.weights == "registers":
@@ -240,28 +250,39 @@ class FmdqPEArray(wiring.Component):
                     for r in range(n_w):
                         with m.Case(r):
                             m.d.comb += fetched.eq(active[r])
-                got = Signal(row_l, name=f"e_w_{i}", reset_less=True)
+                got = Signal(row_l, name=f"r_w_{i}", reset_less=True)
                 m.d.sync += got.eq(fetched)
-            else:                       # a synchronous read port: its register is stage E's
+            else:                       # a synchronous read port: its register is stage R's
                 rd = wmem.read_port()
                 m.d.comb += rd.addr.eq(Cat(ch, op.bank))
                 got = rd.data
+            # Stage E's copy of the weights: a block RAM's output is slow (the ECP5's DP16KD
+            # 5.8 ns clock to output, then routed to the column's lane multiples), so the lane
+            # multiples start from a register instead (fmdq-hw.md, ECP5 Fmax).
+            e_got = Signal(row_l, name=f"e_w_{i}", reset_less=True)
+            m.d.sync += e_got.eq(got)
             for c in range(n_m):
-                e_w[c][i] = got[c]
-        m.d.sync += [e_act.eq(grp.act), e_shift.eq(grp.shift), e_addr.eq(op.y_addr),
-                     e_ntok.eq(op.n_tok), e_over.eq(op.overwrite),
-                     e_sgn.eq(Cat(grp.lane[i].signed for i in range(LANES))),
-                     e_live.eq(Mux(accept, Cat(grp.lane[i].valid for i in range(LANES)), 0)),
-                     e_last.eq(accept & grp.last)]
+                e_w[c][i] = e_got[c]
+        m.d.sync += [r_act.eq(grp.act), r_shift.eq(grp.shift), r_addr.eq(op.y_addr),
+                     r_ntok.eq(op.n_tok), r_over.eq(op.overwrite),
+                     r_sgn.eq(Cat(grp.lane[i].signed for i in range(LANES))),
+                     r_live.eq(Mux(accept, Cat(grp.lane[i].valid for i in range(LANES)), 0)),
+                     r_last.eq(accept & grp.last)]
         with m.If(accept):
             with m.If(fresh):
-                m.d.sync += e_step.eq(0)
+                m.d.sync += r_step.eq(0)
             with m.Else():
-                m.d.sync += e_step.eq(1 << gap[:2])
+                m.d.sync += r_step.eq(1 << gap[:2])
         with m.Elif(bubble):
-            m.d.sync += e_step.eq(1 << MAX_STEP)
+            m.d.sync += r_step.eq(1 << MAX_STEP)
         with m.Else():
-            m.d.sync += e_step.eq(1)
+            m.d.sync += r_step.eq(1)
+
+        # --- stage E registers: stage R's, one cycle later, beside the weights' copy ---
+        r_regs = {"act": r_act, "live": r_live, "sgn": r_sgn, "step": r_step, "last": r_last,
+                  "shift": r_shift, "addr": r_addr, "ntok": r_ntok, "over": r_over}
+        e_act, e_live, e_sgn, e_step, e_last, e_shift, e_addr, e_ntok, e_over = (
+            _delayed(m, v, f"e_{k}") for k, v in r_regs.items())
 
         # --- stage E: per column the lanes' multiples, per PE the Horner step ---
         mult = signed(_MULT_BITS)
@@ -331,15 +352,15 @@ class FmdqPEArray(wiring.Component):
 
     @staticmethod
     def _unit_fields(m, op) -> dict:
-        """The attention's per-unit fields of ``op`` (those it has), carried through stages E
-        and X along with the unit's last group."""
+        """The attention's per-unit fields of ``op`` (those it has), carried through stages R,
+        E and X along with the unit's last group."""
         extra = {}
         for name in ("tok_shift", "y_step"):
             if name in op.shape().members:
-                e_v = Signal.like(op[name], name=f"e_{name}")
-                x_v = Signal.like(op[name], name=f"x_{name}")
-                m.d.sync += [e_v.eq(op[name]), x_v.eq(e_v)]
-                extra[name] = x_v
+                v = op[name]
+                for stage in "rex":
+                    v = _delayed(m, v, f"{stage}_{name}")
+                extra[name] = v
         return extra
 
     def _write_out(self, m, drain, x_last, x_ntok, x_shift, x_addr, x_over, extra):
