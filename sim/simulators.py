@@ -102,23 +102,21 @@ def _environment(sim: Simulator, jobs: int):
 
 
 def _runner(sim: Simulator):
-    from cocotb_tools.runner import Verilator, get_runner
-    if sim != Simulator.VERILATOR:
-        return get_runner(sim.value)
+    from cocotb_tools.runner import get_runner
+    runner = get_runner(sim.value)
+    if sim == Simulator.VERILATOR:
+        # cocotb's Verilator runner passes ``--public-flat-rw``: every signal of the design
+        # visible to VPI, which keeps Verilator from optimizing any of them away and doubles
+        # the C++ of a generated accelerator top (about 5x its compile time). The testbenches
+        # drive and read the top's ports only, which ``build``'s control file makes visible.
+        build_command = runner._build_command
+        runner._build_command = lambda: _without_public_flat_rw(build_command())
+    return runner
 
-    class PortsOnlyVerilator(Verilator):
-        """cocotb's Verilator runner without ``--public-flat-rw``: that option makes every
-        signal of the design visible to VPI, which keeps Verilator from optimizing any of them
-        away and doubles the C++ of a generated accelerator top (about 5x its compile time);
-        the testbenches drive and read the top's ports only, which ``build``'s control file
-        makes visible."""
 
-        def _build_command(self):
-            cmds = super()._build_command()
-            cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"]
-            return cmds
-
-    return PortsOnlyVerilator()
+def _without_public_flat_rw(cmds: list) -> list:
+    """The Verilator runner's build commands without ``--public-flat-rw`` (see ``_runner``)."""
+    return [[a for a in cmds[0] if a != "--public-flat-rw"], *cmds[1:]]
 
 
 def top_ports(verilog: str, top: str) -> list[str]:
@@ -126,7 +124,10 @@ def top_ports(verilog: str, top: str) -> list[str]:
     m = re.search(rf"^module\s+\\?{re.escape(top)}\s*\(([^;]*)\);", verilog, re.M)
     if m is None:
         raise ValueError(f"no module {top!r} in the Verilog")
-    return [name.strip().lstrip("\\") for name in m.group(1).split(",") if name.strip()]
+    # Each item's last identifier: a bare name (Amaranth's headers) or an ANSI declaration
+    # ("input [7:0] din"); an escaped name loses its backslash.
+    return [re.search(r"\\?([A-Za-z_][\w$]*)\s*$", item.strip()).group(1)
+            for item in m.group(1).split(",") if item.strip()]
 
 
 def _ports_control_file(verilog: Path, top: str, build_dir: Path) -> Path:

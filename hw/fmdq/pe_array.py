@@ -183,26 +183,9 @@ class FmdqPEArray(wiring.Component):
         })
 
     def elaborate(self, platform):
-        n_t, n_m, n_w = self.tokens, self.columns, self.window
+        n_t, n_m = self.tokens, self.columns
         a_bits = self.acc_bits
         m = Module()
-
-        # --- the weight window: two buffers of window rows, written by i_wrow ---
-        row_l = data.ArrayLayout(signed(8), n_m)
-        wr = self.i_wrow
-        if self.weights == "registers":
-            wbuf = [[Signal(row_l, name=f"w{b}_{r}", reset_less=True) for r in range(n_w)]
-                    for b in range(2)]
-            with m.If(wr.valid):
-                for b in range(2):
-                    for r in range(n_w):
-                        with m.If((wr.payload.bank == b) & (wr.payload.row == r)):
-                            m.d.sync += wbuf[b][r].eq(wr.payload.w)
-        else:
-            m.submodules.wmem = wmem = Memory(shape=row_l, depth=2 * n_w, init=[])
-            w_wr = wmem.write_port()
-            m.d.comb += [w_wr.en.eq(wr.valid), w_wr.addr.eq(Cat(wr.payload.row, wr.payload.bank)),
-                         w_wr.data.eq(wr.payload.w)]
 
         # --- issue: bubbles, the Horner step and the write-out hold ---
         op, grp = self.i_op.payload, self.i_op.payload.group
@@ -236,33 +219,7 @@ class FmdqPEArray(wiring.Component):
         r_shift = Signal(sh_bits)
         r_addr, r_ntok = Signal.like(op.y_addr), Signal.like(op.n_tok)
         r_over = Signal()
-        r_bits = uwidth(n_w)
-        e_w = [[None] * LANES for c in range(n_m)]
-        if self.weights == "registers":
-            active = [Signal(row_l, name=f"wa_{r}") for r in range(n_w)]   # the op's buffer
-            for r in range(n_w):
-                m.d.comb += active[r].eq(Mux(op.bank, wbuf[1][r], wbuf[0][r]))
-        for i in range(LANES):
-            ch = grp.lane[i].channel[:r_bits]
-            if self.weights == "registers":
-                fetched = Signal(row_l, name=f"fetch_{i}")
-                with m.Switch(ch):
-                    for r in range(n_w):
-                        with m.Case(r):
-                            m.d.comb += fetched.eq(active[r])
-                got = Signal(row_l, name=f"r_w_{i}", reset_less=True)
-                m.d.sync += got.eq(fetched)
-            else:                       # a synchronous read port: its register is stage R's
-                rd = wmem.read_port()
-                m.d.comb += rd.addr.eq(Cat(ch, op.bank))
-                got = rd.data
-            # Stage E's copy of the weights: a block RAM's output is slow (the ECP5's DP16KD
-            # 5.8 ns clock to output, then routed to the column's lane multiples), so the lane
-            # multiples start from a register instead (fmdq-hw.md, ECP5 Fmax).
-            e_got = Signal(row_l, name=f"e_w_{i}", reset_less=True)
-            m.d.sync += e_got.eq(got)
-            for c in range(n_m):
-                e_w[c][i] = e_got[c]
+        e_w = self._lane_weights(m, op, grp)
         m.d.sync += [r_act.eq(grp.act), r_shift.eq(grp.shift), r_addr.eq(op.y_addr),
                      r_ntok.eq(op.n_tok), r_over.eq(op.overwrite),
                      r_sgn.eq(Cat(grp.lane[i].signed for i in range(LANES))),
@@ -349,6 +306,56 @@ class FmdqPEArray(wiring.Component):
 
         self._write_out(m, drain, x_last, x_ntok, x_shift, x_addr, x_over, extra)
         return m
+
+    def _lane_weights(self, m, op, grp):
+        """The weight window (two buffers of ``window`` rows, written by ``i_wrow``) and each
+        lane's row of the accepted group read from it: ``e_w[c][i]``, column ``c``'s weight of
+        lane ``i``, registered twice (stage R's read, stage E's copy)."""
+        n_m, n_w = self.columns, self.window
+        row_l = data.ArrayLayout(signed(8), n_m)
+        wr = self.i_wrow
+        if self.weights == "registers":
+            wbuf = [[Signal(row_l, name=f"w{b}_{r}", reset_less=True) for r in range(n_w)]
+                    for b in range(2)]
+            with m.If(wr.valid):
+                for b in range(2):
+                    for r in range(n_w):
+                        with m.If((wr.payload.bank == b) & (wr.payload.row == r)):
+                            m.d.sync += wbuf[b][r].eq(wr.payload.w)
+        else:
+            m.submodules.wmem = wmem = Memory(shape=row_l, depth=2 * n_w, init=[])
+            w_wr = wmem.write_port()
+            m.d.comb += [w_wr.en.eq(wr.valid), w_wr.addr.eq(Cat(wr.payload.row, wr.payload.bank)),
+                         w_wr.data.eq(wr.payload.w)]
+
+        r_bits = uwidth(n_w)
+        e_w = [[None] * LANES for c in range(n_m)]
+        if self.weights == "registers":
+            active = [Signal(row_l, name=f"wa_{r}") for r in range(n_w)]   # the op's buffer
+            for r in range(n_w):
+                m.d.comb += active[r].eq(Mux(op.bank, wbuf[1][r], wbuf[0][r]))
+        for i in range(LANES):
+            ch = grp.lane[i].channel[:r_bits]
+            if self.weights == "registers":
+                fetched = Signal(row_l, name=f"fetch_{i}")
+                with m.Switch(ch):
+                    for r in range(n_w):
+                        with m.Case(r):
+                            m.d.comb += fetched.eq(active[r])
+                got = Signal(row_l, name=f"r_w_{i}", reset_less=True)
+                m.d.sync += got.eq(fetched)
+            else:                       # a synchronous read port: its register is stage R's
+                rd = wmem.read_port()
+                m.d.comb += rd.addr.eq(Cat(ch, op.bank))
+                got = rd.data
+            # Stage E's copy of the weights: a block RAM's output is slow (the ECP5's DP16KD
+            # 5.8 ns clock to output, then routed to the column's lane multiples), so the lane
+            # multiples start from a register instead (fmdq-hw.md, ECP5 Fmax).
+            e_got = Signal(row_l, name=f"e_w_{i}", reset_less=True)
+            m.d.sync += e_got.eq(got)
+            for c in range(n_m):
+                e_w[c][i] = e_got[c]
+        return e_w
 
     @staticmethod
     def _unit_fields(m, op) -> dict:
