@@ -221,8 +221,12 @@ def format_run(rep: dict, paths: bool = True) -> str:
     lines.append(f"cycles are the runs'; with the host's loads and reads the steps took "
                  f"{rep['clock_cycles']:,} cycles")
     el = rep["elements"]
-    lines.append(f"linear elements: {el['zero']:.1%} skipped (ZERO), {el['low']:.1%} 4-bit "
-                 f"(LOW), {el['high']:.1%} 8-bit (HIGH)")
+    if rep.get("encoding") == "fmdq":
+        lines.append(f"linear elements: {el['zero']:.1%} in skipped sub-channels, {el['low']:.1%}"
+                     f" in 2- or 4-bit ones, {el['high']:.1%} in 6- or 8-bit ones")
+    else:
+        lines.append(f"linear elements: {el['zero']:.1%} skipped (ZERO), {el['low']:.1%} 4-bit "
+                     f"(LOW), {el['high']:.1%} 8-bit (HIGH)")
     if "attention_steps" in rep:
         lines.append(f"attention ({attention}) per step kind: runs, cycles, the model's, blocks "
                      "computed (of a dense pass's)")
