@@ -374,7 +374,7 @@ class Accelerator(wiring.Component):
                 m.d.comb += ok.eq(in_range & _member_of(ma.mem, self._geo.readable))
             with m.Case(Opcode.RUN_LINEAR):
                 if _fmdq(self._cfg):
-                    fg = st.lin.geometry
+                    fg = self._geo.linear
                     span = la.n_k * la.n_mt                 # the run's weight words
                     m.d.comb += ok.eq((la.n_tokens >= 1) & (la.n_tokens <= cfg.max_tokens)
                                       & (la.n_k <= cfg.max_k) & (la.n_mt <= fg.n_mt_max)

@@ -75,20 +75,23 @@ from dstar.hw.geometry import COUNTER_BITS, uwidth
 from .formal import reset_first
 
 __all__ = ["CommandProcessor", "OutQueueHarness", "ReadOrderHarness", "RefusalHarness",
-           "command_valid"]
+           "command_valid", "drive_free"]
 
 
 class _Stub(wiring.Component):
     """A datapath block reduced to its host memories: the signature of ``real`` (a
-    ``LinearLayer`` or ``AttentionEngine``, never elaborated), outputs 0 unless modelled.
-    ``mems``: ``(name, width, depth, waddr, we, wdata, raddr, rdata, comb)`` by member name
-    (``comb``: the read shows the word in the same cycle, else one cycle after the address);
-    a write is taken only while idle. ``busy`` rises on ``start`` and falls in a cycle with
-    ``finish`` high (a run of any length); every counter output counts the starts."""
+    ``LinearLayer``, ``FmdqLinear`` or ``AttentionEngine``, never elaborated), outputs 0 unless
+    modelled. ``mems``: ``(name, width, depth, waddr, we, wdata, raddr, rdata, comb)`` by
+    member name (``comb``: the read shows the word in the same cycle, else one cycle after the
+    address); a write is taken only while idle. ``busy`` rises on ``start`` and falls in a
+    cycle with ``finish`` high (a run of any length); every counter output counts the starts.
+    ``FmdqLinear``'s run streams are free within its contract (``_streams``; ``free``: the
+    free bits they take)."""
 
-    def __init__(self, real, finish, mems, y_reads=(), rom=None, late=False):
+    def __init__(self, real, finish, mems, y_reads=(), rom=None, late=False, free=None):
         self._late = late
         self._finish = finish
+        self._free = free
         self._mems = mems
         self._y_reads = y_reads
         self._rom = rom
@@ -97,9 +100,12 @@ class _Stub(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        finish = self._finish
+        if "o_state" in self.signature.members:
+            finish = self._streams(m)
         with m.If(self.start & ~self.busy):
             m.d.sync += self.busy.eq(1)
-        with m.Elif(self.busy & self._finish):
+        with m.Elif(self.busy & finish):
             m.d.sync += self.busy.eq(0)
         starts = Signal(COUNTER_BITS)
         with m.If(self.start & ~self.busy):
@@ -133,6 +139,22 @@ class _Stub(wiring.Component):
         return m
 
 
+    def _streams(self, m):
+        """``FmdqLinear``'s run streams, free (``self._free``: ``i_sub.ready``, an offer on
+        ``o_state``, its payload): ``i_sub`` taken in any cycles of a run, new-state beats
+        offered in any cycles of a run and held until taken; the run ends (``busy`` falls)
+        only with no beat offered, as ``FmdqLinear``'s does after its last new state. Returns
+        the cycles in which a run may end."""
+        free, out = self._free, self.o_state
+        ending = Signal()
+        m.d.comb += [ending.eq(self._finish & ~out.valid),
+                     self.i_sub.ready.eq(self.busy & free[0])]
+        with m.If(~out.valid | out.ready):
+            m.d.sync += [out.valid.eq(self.busy & ~ending & free[1]),
+                         out.payload.eq(free[2:])]
+        return ending
+
+
 def _rom_read(words, addr):
     out = words[0]
     for i, w in enumerate(words[1:], 1):
@@ -143,10 +165,11 @@ def _rom_read(words, addr):
 class _ArrayStub(Elaboratable):
     """A PE array reduced to its accumulator memory (``y_depth`` words): written through
     ``host_y_we`` / ``host_y_waddr`` / ``host_y_wdata``, read one cycle after ``host_y_addr``
-    (``PEArray``'s host ports)."""
+    (``PEArray``'s host ports; ``one_addr``: ``FmdqPEArray``'s, written at ``host_y_addr``)."""
 
-    def __init__(self, width, depth, abits, rom=None):
+    def __init__(self, width, depth, abits, rom=None, one_addr=False):
         self.width, self.depth, self._rom = width, depth, rom
+        self._one_addr = one_addr
         self.host_y_we = Signal()
         self.host_y_waddr = Signal(abits)
         self.host_y_wdata = Signal(width)
@@ -160,7 +183,8 @@ class _ArrayStub(Elaboratable):
             return m
         m.submodules.y = mem = Memory(shape=self.width, depth=self.depth, init=[])
         wr, rd = mem.write_port(), mem.read_port(transparent_for=())
-        m.d.comb += [wr.en.eq(self.host_y_we), wr.addr.eq(self.host_y_waddr),
+        waddr = self.host_y_addr if self._one_addr else self.host_y_waddr
+        m.d.comb += [wr.en.eq(self.host_y_we), wr.addr.eq(waddr),
                      wr.data.eq(self.host_y_wdata), rd.addr.eq(self.host_y_addr),
                      self.host_y_rdata.eq(rd.data)]
         return m
@@ -184,14 +208,24 @@ class CommandProcessor(Accelerator):
     keep the two in step."""
 
     def __init__(self, cfg, finish=None, *, rom: bool = False, rom_bits: int | None = None,
-                 late_reads: bool = False):
+                 late_reads: bool = False, free=None):
         super().__init__(cfg)
         self.finish = Signal() if finish is None else finish
         geo = self._lin.geometry
+        fmdq = self.geometry.fmdq
         words = {k: Shape.cast(v).width for k, v in self.geometry.words.items()}
         depths = self.geometry.depths
         real_lin, real_att = self._lin, self._att
         y_bits = words[Mem.Y.name] // cfg.n_arrays
+        #: ``encoding = "fmdq"``: the free bits of ``FmdqLinear``'s run streams (``_Stub``'s
+        #: ``_streams``), driven by the harness like ``finish`` (``drive_free``).
+        self.free = None
+        if fmdq:
+            width = 2 + len(real_lin.o_state.payload.as_value())
+            self.free = Signal(width, name="free") if free is None else free
+        # The readable memories a READ returns from the stubs (FMDQ: no STATE, it streams).
+        held = tuple(mm for mm in (Mem.STATE, Mem.O, Mem.RES, Mem.MASK, Mem.SLOT)
+                     if depths.get(mm.name, 0) > 0)
 
         def contents(name, width):
             width = width if rom_bits is None else min(width, rom_bits)
@@ -199,28 +233,27 @@ class CommandProcessor(Accelerator):
 
         roms = None
         if rom:
-            roms = {mm.name.lower(): contents(mm.name, words[mm.name])
-                    for mm in (Mem.STATE, Mem.O, Mem.RES, Mem.MASK, Mem.SLOT)}
+            roms = {mm.name.lower(): contents(mm.name, words[mm.name]) for mm in held}
             y_roms = [contents(Mem.Y.name, y_bits) for _ in range(cfg.n_arrays)]
         self.arrays = [_ArrayStub(y_bits, geo.y_depth, uwidth(geo.y_depth),
-                                  rom=y_roms[a] if rom else None)
+                                  rom=y_roms[a] if rom else None, one_addr=fmdq)
                        for a in range(cfg.n_arrays)]
         #: With ``rom``: the readable memories' words (free, constant), by ``Mem``, as
         #: ``READ`` sends them (Y: every array's word, side by side); else ``None``.
         self.rom = None
         if rom:
-            self.rom = {mm: roms[mm.name.lower()] for mm in
-                        (Mem.STATE, Mem.O, Mem.RES, Mem.MASK, Mem.SLOT)}
+            self.rom = {mm: roms[mm.name.lower()] for mm in held}
             self.rom[Mem.Y] = [Cat(*(Cat(y[i], Const(0, y_bits - len(y[i]))) for y in y_roms))
                                for i in range(geo.y_depth)]
             self._rom_words = [w for ws in (*roms.values(), *y_roms) for w in ws]
-        lin = _Stub(real_lin, self.finish, [], rom=roms)
+        lin = _Stub(real_lin, self.finish, [], rom=roms, free=self.free)
         att = _Stub(real_att, self.finish, [], rom=roms, late=late_reads)
-        lin._mems = [("state", words[Mem.STATE.name], depths[Mem.STATE.name],
-                      lin.host_row_addr, lin.host_state_we, lin.host_state_wdata,
-                      lin.host_row_addr, lin.host_state_rdata, False)]
-        lin._y_reads = [(lin.host_y_addr, lin.host_y_rdata[a], arr)
-                        for a, arr in enumerate(self.arrays)]
+        if not fmdq:        # FMDQ's state streams; its Y is read from the arrays directly
+            lin._mems = [("state", words[Mem.STATE.name], depths[Mem.STATE.name],
+                          lin.host_row_addr, lin.host_state_we, lin.host_state_wdata,
+                          lin.host_row_addr, lin.host_state_rdata, False)]
+            lin._y_reads = [(lin.host_y_addr, lin.host_y_rdata[a], arr)
+                            for a, arr in enumerate(self.arrays)]
         att._mems = [
             ("o", words[Mem.O.name], depths[Mem.O.name], 0, 0, 0,
              att.host_o_addr, att.host_o_rdata, False),
@@ -260,7 +293,7 @@ class CommandProcessor(Accelerator):
             l_args=Signal(cl.members["args"].members["linear"]),
             a_args=Signal(cl.members["args"].members["attention"]), is_att=Signal(),
             counters={n: Signal(COUNTER_BITS, name=f"count_{n}") for n in COUNTERS[:3]},
-            arrays=self.arrays)
+            arrays=self.arrays, out_empty=Signal())
         m.d.comb += [self.busy.eq(st.state != acc._IDLE), self.key.eq(att.key)]
         if self.rom is not None:
             for w in self._rom_words:
@@ -281,6 +314,14 @@ _READABLE = (Mem.STATE, Mem.Y, Mem.O, Mem.RES, Mem.MASK, Mem.SLOT)
 _COUNT_BITS = 7
 
 
+def drive_free(m, dut: "CommandProcessor") -> None:
+    """Drive ``dut``'s free stub inputs (``finish``; with ``encoding = "fmdq"`` also ``free``,
+    the linear run's streams) from ``AnySeq``: runs of any length, streams of any pattern."""
+    m.d.comb += dut.finish.eq(AnySeq(1))
+    if dut.free is not None:
+        m.d.comb += dut.free.eq(AnySeq(len(dut.free)))
+
+
 def _any_of(value, members):
     return Cat(*[value == x for x in members]).any()
 
@@ -298,9 +339,14 @@ def command_valid(dut: Accelerator, payload) -> Signal:
     cfg = dut.config
     geo = dut.linear_geometry
     op, ma, la, aa = payload.op, payload.args.mem, payload.args.linear, payload.args.attention
-    span = la.n_kt * la.n_mt * cfg.k_tile
-    linear = ((la.n_tokens >= 1) & (la.n_tokens <= cfg.max_tokens) & (la.n_kt <= geo.n_kt_max)
-              & (la.n_mt <= geo.n_mt_max) & (la.w_base + span <= geo.weight_depth))
+    tokens = (la.n_tokens >= 1) & (la.n_tokens <= cfg.max_tokens)
+    if dut.geometry.fmdq:       # K in channels, the run's n_mt blocks of K weight rows
+        linear = (tokens & (la.n_k <= cfg.max_k) & (la.n_mt <= geo.n_mt_max)
+                  & (la.w_base + la.n_k * la.n_mt <= geo.weight_depth))
+    else:
+        span = la.n_kt * la.n_mt * cfg.k_tile
+        linear = (tokens & (la.n_kt <= geo.n_kt_max) & (la.n_mt <= geo.n_mt_max)
+                  & (la.w_base + span <= geo.weight_depth))
     attention = (aa.n_tokens >= 1) & (aa.n_tokens <= cfg.max_tokens) & (aa.slot < cfg.attn_slots)
     return Mux(op == Opcode.LOAD, _in_range(cfg, ma) & _any_of(ma.mem, _WRITABLE),
            Mux(op == Opcode.READ, _in_range(cfg, ma) & _any_of(ma.mem, _READABLE),
@@ -372,8 +418,8 @@ class ReadOrderHarness(Elaboratable):
         ready = Signal()
         m.d.comb += [cmd.valid.eq(AnySeq(1)), cmd.payload.eq(AnySeq(cmd.payload.shape().size)),
                      din.valid.eq(AnySeq(1)), din.payload.eq(AnySeq(width)),
-                     dut.finish.eq(AnySeq(1)),
                      ready.eq(AnySeq(1)), dout.ready.eq(1 if self.drop_ready else ready)]
+        drive_free(m, dut)
         p = cmd.payload
         ma = p.args.mem
         # No runs (the stubs' runs would not change what a READ returns anyway).
@@ -391,8 +437,9 @@ class ReadOrderHarness(Elaboratable):
         expect, armed = Signal(width), Signal()
         take = cmd.valid & cmd.ready
         ok = command_valid(dut, p)
+        n_counters = len(dut.geometry.counters)
         count = Mux(~ok, 0, Mux(p.op == Opcode.READ, ma.count,
-                                Mux(p.op == Opcode.READ_COUNTERS, len(COUNTERS), 0)))
+                                Mux(p.op == Opcode.READ_COUNTERS, n_counters, 0)))
         with m.If(take):
             m.d.sync += owed.eq(owed + count)
             with m.If(ok & (p.op == Opcode.READ) & (owed <= x) & (x < owed + count)):
@@ -504,10 +551,11 @@ class RefusalHarness(Elaboratable):
         cfg = self.cfg
         m = Module()
         if self.abstract:
+            # The same free run lengths and streams in both copies.
             finish = Signal()
-            m.d.comb += finish.eq(AnySeq(1))
-            a, b = (CommandProcessor(cfg, finish, rom=True, rom_bits=self.rom_bits)
-                    for _ in range(2))
+            a = CommandProcessor(cfg, finish, rom=True, rom_bits=self.rom_bits)
+            b = CommandProcessor(cfg, finish, rom=True, rom_bits=self.rom_bits, free=a.free)
+            drive_free(m, a)
             # The same memory contents in both copies.
             for wa, wb in zip(a._rom_words, b._rom_words, strict=True):
                 m.d.comb += Assume(wa == wb)
@@ -533,11 +581,13 @@ class RefusalHarness(Elaboratable):
         if self.refused_writes:
             # The mutant: copy a executes the refused command as a one-word LOAD of the state
             # memory's last word (what a LOAD running over the end would write first).
-            last = AcceleratorGeometry(cfg).depths[Mem.STATE.name] - 1
+            # (FMDQ has no state memory: Y's last word.)
+            depths = AcceleratorGeometry(cfg).depths
+            mem = Mem.STATE if depths[Mem.STATE.name] else Mem.Y
             with m.If(now):
                 ma = a.cmd.payload.args.mem
-                m.d.comb += [a.cmd.payload.op.eq(Opcode.LOAD), ma.mem.eq(Mem.STATE),
-                             ma.addr.eq(last), ma.count.eq(1)]
+                m.d.comb += [a.cmd.payload.op.eq(Opcode.LOAD), ma.mem.eq(mem),
+                             ma.addr.eq(depths[mem.name] - 1), ma.count.eq(1)]
         # Only commands after the refusal may read the counters (at most one burst).
         counters_taken = Signal()
         rc = valid & a.cmd.ready & (payload.op == Opcode.READ_COUNTERS)
@@ -545,8 +595,9 @@ class RefusalHarness(Elaboratable):
         # The position of the burst's commands/errors words in dout, counted in a's words.
         owed, out, burst = Signal(_COUNT_BITS), Signal(_COUNT_BITS), Signal(_COUNT_BITS)
         take_a = valid & a.cmd.ready & ok
+        counters = a.geometry.counters
         count = Mux(payload.op == Opcode.READ, payload.args.mem.count,
-                    Mux(payload.op == Opcode.READ_COUNTERS, len(COUNTERS), 0))
+                    Mux(payload.op == Opcode.READ_COUNTERS, len(counters), 0))
         with m.If(take_a):
             m.d.sync += owed.eq(owed + count)
             with m.If(payload.op == Opcode.READ_COUNTERS):
@@ -554,7 +605,7 @@ class RefusalHarness(Elaboratable):
         m.d.sync += out.eq(out + (a.dout.valid & ready))
         idx = out - burst
         counter_word = counters_taken & (out >= burst) & (
-            (idx == COUNTERS.index("commands")) | (idx == COUNTERS.index("errors")))
+            (idx == counters.index("commands")) | (idx == counters.index("errors")))
         with m.If(after):
             m.d.comb += [
                 Assert(a.busy == b.busy, "busy differs after a refusal"),

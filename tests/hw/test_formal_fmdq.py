@@ -1,0 +1,127 @@
+"""Bounded model checking of the FMDQ datapath (``encoding = "fmdq"``, the default) on small
+configurations, as ``tests/hw/test_formal.py`` does for v1's blocks: the stream rule on every
+output stream of the quantization unit, of ``FmdqLinear`` and of the FMDQ accelerator's
+command processor (its ``dout``, which also carries a ``RUN_LINEAR``'s new state), the
+accelerator's ``READ`` order and refusals; each with a cover and a mutant that must fail.
+The bucket ordering stage's permutation proof and the tile runner's streams are in
+``test_formal.py``. Depth 20 everywhere; seconds measured on a loaded 2-core machine
+(``nice -n 5``) in each test's comment."""
+
+import pytest
+from amaranth import Signal
+from amaranth.hdl import Cover
+
+from dstar.config import preset
+from dstar.hw.accelerator import Opcode
+from dstar.hw.fmdq.linear import FmdqLinear
+from dstar.hw.fmdq.quant_unit import QuantUnit
+from dstar.sim.formal_accel import (
+    CommandProcessor,
+    ReadOrderHarness,
+    RefusalHarness,
+    command_valid,
+    drive_free,
+)
+from dstar.sim.formal_streams import StreamHarness
+
+from .test_formal import check, fmdq_attention_cfg
+
+pytestmark = pytest.mark.formal
+
+
+def linear_cfg():
+    """The smallest FMDQ linear layer: token tiles of 2, windows of 4 channels, one column."""
+    return preset("tiny").replace(encoding="fmdq", max_tokens=4, token_tile=2, group=4,
+                                  sort_window=4, m_tile=1, n_arrays=1, k_tile=4, max_k=4,
+                                  max_m=1, e_max=2, state_bits=9, lattice_bits=0, head_dim=4,
+                                  block_q=2, block_k=4, attn_slots=1)
+
+
+def _quant_unit():
+    return QuantUnit(tokens=2, window=4, e_max=2, tau=0, diff_bits=8, channel_bits=3)
+
+
+def _linear_run_beats(m, dut):
+    """The stubs free (``drive_free``), and a cover: a ``RUN_LINEAR``'s new-state beat held
+    on a stalled ``dout``, then taken, while the run lasts."""
+    drive_free(m, dut)
+    p, out = dut.cmd.payload, dut.dout
+    run, stalled = Signal(), Signal()
+    with m.If(dut.cmd.valid & dut.cmd.ready):
+        m.d.sync += [run.eq((p.op == Opcode.RUN_LINEAR) & command_valid(dut, p)),
+                     stalled.eq(0)]
+    with m.Elif(run & dut.busy & out.valid & ~out.ready):
+        m.d.sync += stalled.eq(1)
+    m.d.comb += Cover(run & dut.busy & stalled & out.valid & out.ready)
+
+
+#: Components with output streams, their input contract, and the outputs their mutants drop.
+STREAM_DUTS = {
+    "quant_unit": (_quant_unit, None, ("o", "u")),         # bmc 10 s
+    "linear": (lambda: FmdqLinear(linear_cfg()), None, ("o_state",)),      # bmc 12 s
+    "accelerator": (lambda: CommandProcessor(fmdq_attention_cfg()), _linear_run_beats,
+                    ("dout",)),                            # bmc 14 s
+}
+
+
+@pytest.mark.parametrize("name", STREAM_DUTS)
+def test_fmdq_streams_hold_until_taken(name):
+    make, contract, _ = STREAM_DUTS[name]
+    res = check(StreamHarness(make(), constrain=contract), f"fmdq_streams_{name}")
+    assert res.passed, f"{res}\n{res.summary}"
+
+
+@pytest.mark.parametrize("name", STREAM_DUTS)
+def test_fmdq_streams_stall_is_reachable(name):
+    """Each output stalled, then taken; for the accelerator also a linear run's new-state
+    beat (``_linear_run_beats``)."""
+    make, contract, _ = STREAM_DUTS[name]
+    res = check(StreamHarness(make(), constrain=contract), f"fmdq_streams_{name}",
+                mode="cover")
+    assert res.passed, f"{res}\n{res.summary}"
+
+
+@pytest.mark.parametrize("name, output", [(n, o) for n, (_, _, outs) in STREAM_DUTS.items()
+                                          for o in outs])
+def test_fmdq_streams_mutant_ignoring_ready_fails(name, output):
+    make, contract, _ = STREAM_DUTS[name]
+    res = check(StreamHarness(make(), constrain=contract, drop_ready=output),
+                f"fmdq_streams_{name}_{output}_mutant")
+    assert not res.passed and res.trace is not None, str(res)
+
+
+# The FMDQ command processor's READ order (queue side; the dout queue's own order is
+# test_formal's OutQueueHarness proof) and refusals.
+@pytest.mark.slow
+def test_fmdq_accelerator_reads_every_word_once_in_order():
+    res = check(ReadOrderHarness(fmdq_attention_cfg(), side="queue"), "fmdq_accel_read_queue")
+    assert res.passed, f"{res}\n{res.summary}"
+
+
+def test_fmdq_accelerator_read_after_stall_is_reachable():
+    res = check(ReadOrderHarness(fmdq_attention_cfg(), side="queue"), "fmdq_accel_read_queue",
+                mode="cover")
+    assert res.passed, f"{res}\n{res.summary}"
+
+
+def test_fmdq_accelerator_mutant_with_late_reads_queues_wrong_words():
+    res = check(ReadOrderHarness(fmdq_attention_cfg(), side="queue", late_reads=True),
+                "fmdq_accel_read_queue_mutant")       # 3 s
+    assert not res.passed and res.trace is not None, str(res)
+
+
+def test_fmdq_accelerator_mutant_ignoring_dout_ready_loses_words():
+    res = check(ReadOrderHarness(fmdq_attention_cfg(), drop_ready=True),
+                "fmdq_accel_read_dout_mutant")        # 3 s
+    assert not res.passed and res.trace is not None, str(res)
+
+
+def test_fmdq_accelerator_refusal_then_counters_is_reachable():
+    res = check(RefusalHarness(fmdq_attention_cfg()), "fmdq_accel_refusal", mode="cover")
+    assert res.passed, f"{res}\n{res.summary}"      # 4 s
+
+
+def test_fmdq_accelerator_mutant_executing_refused_command_fails():
+    res = check(RefusalHarness(fmdq_attention_cfg(), refused_writes=True),
+                "fmdq_accel_refusal_mutant")          # 4 s
+    assert not res.passed and res.trace is not None, str(res)
