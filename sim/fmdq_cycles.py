@@ -135,33 +135,38 @@ def linear_cycles(enc: FmdqEncoded, window: int, n_mt: int, *, sort_latency: int
     n_win = g.shape[0]
     issued = (g > 0) | (np.arange(n_win) == 0)[:, None]
     g_iss = np.where(issued, np.maximum(g, 1), 0)
-    a0 = 2                                          # the window's first beat's cycle
-    accept_last, stall = [], 0                      # per pass: its last group's acceptance
-    load_free, prev_l, prev_n, end = 0, None, 0, 0
+    neg = -(1 << 60)
+    done = []                       # per handed window: the cycle its bank is free again
+    accept_last, stall = [], 0      # per pass: its last group's acceptance
+    load_free, prev_l, prev_n, enc_end, end = 0, None, 0, neg, 0
     for j in range(n_win):
         rows = min(window, k - j * window)
+        free = done[-2] if len(done) >= 2 else neg
+        a0 = 2 if j == 0 else max(enc_end, free) + 2      # the window's first beat
         qu = predict([[Window(rows, int(g[j, t]), j == 0)] for t in range(enc.n_tiles)],
                      sort_latency, buffers, capacity)
-        b0 = a0 + max(qu.updates[-1], qu.groups[-1] if qu.groups else 0) + 2
-        if not issued[j].any():                     # nothing to replay: the next encode
-            a0, end = b0 + 2, b0 + 1
+        enc_end = a0 + max(qu.updates[-1], qu.groups[-1] if qu.groups else 0) + 1
+        end = enc_end + 1
+        if not issued[j].any():                     # nothing to replay
             continue
-        valid_at = b0 + 1
+        handed = enc_end + 1                        # the loader and the replayer see it
+        valid_at = handed + 1 if prev_l is None else max(handed + 1, prev_l + 1)
         for _ in range(n_mt):
             p = len(accept_last)
-            c = max(load_free, b0, accept_last[p - 2] + 1 if p >= 2 else b0)
+            c = max(load_free, handed, accept_last[p - 2] + 1 if p >= 2 else handed)
             load_free = c + rows + 1
             ready = c + rows + 2
             stall += max(0, ready - valid_at)
             first = max(valid_at, ready)
             for t in np.flatnonzero(issued[j]):
                 gu, bu = int(g_iss[j, t]), int(b[j, t])
-                end = first + gu + bu - 1
-                last = end if prev_l is None else max(end, prev_l + prev_n)
+                last = first + gu + bu - 1
+                if prev_l is not None:
+                    last = max(last, prev_l + prev_n)
                 prev_l, prev_n = last, int(n[j, t])
                 first = valid_at = last + 1
             accept_last.append(prev_l)
-        a0 = prev_l + 3
+        done.append(prev_l + 1)
     st = enc.stats(window)
     return {"cycles": max(end, prev_l + prev_n + DRAIN_TAIL + 1), "stall_load": stall,
             "count_groups": int(g_iss.sum()), "count_units": int(issued.sum()),
