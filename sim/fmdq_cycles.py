@@ -20,21 +20,24 @@ waits for its rows. That loader is the layer sequencer's (not built yet): this p
 model is the sequencer's specification, not yet checked against RTL.
 
 ``linear_cycles``: the FMDQ linear datapath (``dstar.hw.fmdq.linear.FmdqLinear``), exactly, and
-checked against its RTL: every counter of a run from the encoded difference. Window after
-window, two phases:
+checked against its RTL: every counter of a run from the encoded difference. The windows' encodes
+run one after the other and overlap the replays (two banks of groups):
 
 * encode: the window's sub-channels (tiles outer) enter the quantization unit, idle, one per
-  cycle from the run's third cycle on for the first window, three cycles after the previous
-  window's last accepted group for the others (``dstar.sim.fmdq_qu_cycles.predict`` gives
-  every update and group); the phase ends the cycle after its last update or group,
-  whichever is later;
-* replay, from the next cycle, if the window issued a group (else the next encode starts two
-  cycles later): per column block a pass, loaded in ``min(W, K - j W)`` cycles (one cycle to
-  start, one row per cycle, the rows usable two cycles after the last is addressed) once pass
-  ``p - 2``'s last group is accepted (passes counted over the run); the groups follow the
-  array's recurrence above across windows, a pass's first group also waiting for its rows; the
-  run ends ``DRAIN_TAIL + 2`` cycles after the last unit's rows are written out (or, if the
-  last window issued nothing, the cycle after its encode).
+  cycle from its first beat's cycle ``a`` on (``dstar.sim.fmdq_qu_cycles.predict`` gives every
+  update and group from there); it ends (``E``) the cycle after its last update or group,
+  whichever is later. ``a = 2`` for the first window, else ``max(E', F) + 2``: ``E'`` the
+  previous encode's end, ``F`` the cycle after the last group of the window handed two before
+  this one is accepted (its bank's), if any;
+* a window that issued a group is handed at ``E + 1`` and replayed in hand-over order: per
+  column block a pass, loaded in ``min(W, K - j W)`` cycles (one cycle to start, one row per
+  cycle, the rows usable two cycles after the last is addressed) once the window is handed,
+  the loader is free and pass ``p - 2``'s last group is accepted (passes counted over the
+  run); the groups follow the array's recurrence above across passes and windows, a window's
+  first group fetched at ``E + 1`` at the earliest and valid the cycle after, a pass's first
+  group also waiting for its rows;
+* the run ends at ``L + n + DRAIN_TAIL + 1`` (``L`` the last group's acceptance, ``n`` its
+  unit's tokens), or at the last window's ``E + 1`` if that is later (it issued nothing).
 """
 
 import numpy as np

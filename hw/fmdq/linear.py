@@ -55,35 +55,45 @@ class FmdqLinear(wiring.Component):
     A run (``start`` while idle; ``n_tokens`` rows, ``n_k`` = K channels, ``n_mt`` column
     blocks of ``m_tile * n_arrays`` columns, ``key`` and the weights' first word ``w_base``,
     captured at ``start``; nothing runs if any count is zero) runs its sort windows (``W =
-    sort_window`` channels each) one after the other, each in two phases:
+    sort_window`` channels each) through two phases, *encode* and *replay*, which overlap: the
+    group memory has two banks (``FmdqGeometry.bank_depth`` entries each), and the windows that
+    issue a group take them in turn, so window ``j + 1`` is encoded into one while window ``j``
+    replays from the other.
 
-    1. *Encode*: the window's sub-channels come in on ``i_sub``, a beat each
-       (``sub_pair_layout``: the target and the old state of one channel over one token
+    1. *Encode*, one window at a time: the window's sub-channels come in on ``i_sub``, a beat
+       each (``sub_pair_layout``: the target and the old state of one channel over one token
        tile), token tiles outer, channels inner (over the run: ``FmdqGeometry.beats``,
        ``n_tiles x n_k`` beats). Tokens past ``n_tokens`` in the last tile are taken as 0, and
        so is the state on a key step. Each beat's new state goes out on ``o_state``, in the
        same order. The quantization unit (``QuantUnit``) takes a beat per cycle; its groups
-       (with their unit's tile and window) go to the group memory, which holds one window's
-       units (tiles in order; empty units skipped but for each tile's first window). With a
-       beat offered on ``i_sub`` whenever it is ready and ``o_state`` always ready, this
-       phase takes the unit's own cycles from idle (``dstar.sim.fmdq_qu_cycles.predict``); a
-       gap on ``i_sub`` or back-pressure on ``o_state`` only stalls it (no beat is lost or
-       repeated). ``i_sub.ready`` depends on the design's state only, and is low outside this
-       phase.
-    2. *Replay*: if the window issued a group, each column block is a *pass*: the window's
-       rows (``min(W, K - j W)``) are loaded, one per cycle, from the weight memory into the
+       (with their unit's tile and window) go to the window's bank, which holds one window's
+       units (tiles in order; empty units skipped but for each tile's first window). The
+       encode ends once the unit has given every update and group (it is idle again); a window
+       that issued a group is then *handed* to the replay. The next window's encode
+       (``i_sub.ready``) starts the next cycle if its bank is free (the window handed two
+       before it has had its last group accepted), else two cycles after that group's
+       acceptance. With a beat offered on ``i_sub`` whenever it is ready and ``o_state``
+       always ready, each encode takes the unit's own cycles from idle
+       (``dstar.sim.fmdq_qu_cycles.predict``); a gap on ``i_sub`` or back-pressure on
+       ``o_state`` only stalls it (no beat is lost or repeated).
+       ``i_sub.ready`` depends on the design's state only, and is low while no window is
+       being encoded (waiting for a bank, or after the last window).
+    2. *Replay*, the handed windows in order, each as soon as it is handed and the previous
+       window's last group has been accepted: each column block is a *pass*: the window's rows
+       (``min(W, K - j W)``) are loaded, one per cycle, from the weight memory into the
        arrays' double-buffered weight window (pass ``p`` of the run into bank ``p % 2`` once
-       pass ``p - 2``'s last group is accepted), and the window's groups are replayed from
-       the group memory into every array (``FmdqPEArray``), a pass's first group once its
-       rows are written. A unit adds its sum into ``Y`` rows ``(tile * T + t) * n_mt_max +
-       mt``, or overwrites them in the first window of a key step. The next window's encode
-       starts once the last group is accepted (the arrays may still be writing out).
+       pass ``p - 2``'s last group is accepted: the loader runs ahead into the next handed
+       window's first pass), and the window's groups are replayed from its bank into every
+       array (``FmdqPEArray``), a pass's first group once its rows are written. A unit adds its
+       sum into ``Y`` rows ``(tile * T + t) * n_mt_max + mt``, or overwrites them in the first
+       window of a key step. A window's bank is free once its last group is accepted.
 
-    ``busy`` falls when the last unit of the last block is written into ``Y``; ``cycles`` then
-    holds the cycles ``busy`` was high (``dstar.sim.fmdq_cycles.linear_cycles``), ``stall_load``
-    the replay cycles a pass waited for its weights, ``count_groups`` / ``count_units`` the
-    groups and units of the encode phase, ``count_clipped`` / ``count_saturated`` the clipped
-    and saturated sub-channels (all cleared by ``start``).
+    ``busy`` falls when every window is encoded and the last unit of the last block is
+    written into ``Y``; ``cycles`` then holds the cycles ``busy`` was high
+    (``dstar.sim.fmdq_cycles.linear_cycles``), ``stall_load`` the cycles a fetched group waited
+    for its pass's weights, ``count_groups`` / ``count_units`` the groups and units the
+    quantization unit issued, ``count_clipped`` / ``count_saturated`` the clipped and
+    saturated sub-channels (all cleared by ``start``).
 
     Host ports (flat vectors, for cocotb; memory layouts in ``FmdqGeometry``): the weights by
     ``host_w_addr``, a whole row of a column block per word (array ``a``'s ``m_tile`` weights
