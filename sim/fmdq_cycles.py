@@ -20,21 +20,24 @@ waits for its rows. That loader is the layer sequencer's (not built yet): this p
 model is the sequencer's specification, not yet checked against RTL.
 
 ``linear_cycles``: the FMDQ linear datapath (``dstar.hw.fmdq.linear.FmdqLinear``), exactly, and
-checked against its RTL: every counter of a run from the encoded difference. Window after
-window, two phases:
+checked against its RTL: every counter of a run from the encoded difference. The windows' encodes
+run one after the other and overlap the replays (two banks of groups):
 
 * encode: the window's sub-channels (tiles outer) enter the quantization unit, idle, one per
-  cycle from the run's third cycle on for the first window, three cycles after the previous
-  window's last accepted group for the others (``dstar.sim.fmdq_qu_cycles.predict`` gives
-  every update and group); the phase ends the cycle after its last update or group,
-  whichever is later;
-* replay, from the next cycle, if the window issued a group (else the next encode starts two
-  cycles later): per column block a pass, loaded in ``min(W, K - j W)`` cycles (one cycle to
-  start, one row per cycle, the rows usable two cycles after the last is addressed) once pass
-  ``p - 2``'s last group is accepted (passes counted over the run); the groups follow the
-  array's recurrence above across windows, a pass's first group also waiting for its rows; the
-  run ends ``DRAIN_TAIL + 2`` cycles after the last unit's rows are written out (or, if the
-  last window issued nothing, the cycle after its encode).
+  cycle from its first beat's cycle ``a`` on (``dstar.sim.fmdq_qu_cycles.predict`` gives every
+  update and group from there); it ends (``E``) the cycle after its last update or group,
+  whichever is later. ``a = 2`` for the first window, else ``max(E', F) + 2``: ``E'`` the
+  previous encode's end, ``F`` the cycle after the last group of the window handed two before
+  this one is accepted (its bank's), if any;
+* a window that issued a group is handed at ``E + 1`` and replayed in hand-over order: per
+  column block a pass, loaded in ``min(W, K - j W)`` cycles (one cycle to start, one row per
+  cycle, the rows usable two cycles after the last is addressed) once the window is handed,
+  the loader is free and pass ``p - 2``'s last group is accepted (passes counted over the
+  run); the groups follow the array's recurrence above across passes and windows, a window's
+  first group fetched at ``E + 1`` at the earliest and valid the cycle after, a pass's first
+  group also waiting for its rows;
+* the run ends at ``L + n + DRAIN_TAIL + 1`` (``L`` the last group's acceptance, ``n`` its
+  unit's tokens), or at the last window's ``E + 1`` if that is later (it issued nothing).
 """
 
 import numpy as np
@@ -135,33 +138,38 @@ def linear_cycles(enc: FmdqEncoded, window: int, n_mt: int, *, sort_latency: int
     n_win = g.shape[0]
     issued = (g > 0) | (np.arange(n_win) == 0)[:, None]
     g_iss = np.where(issued, np.maximum(g, 1), 0)
-    a0 = 2                                          # the window's first beat's cycle
-    accept_last, stall = [], 0                      # per pass: its last group's acceptance
-    load_free, prev_l, prev_n, end = 0, None, 0, 0
+    neg = -(1 << 60)
+    done = []                       # per handed window: the cycle its bank is free again
+    accept_last, stall = [], 0      # per pass: its last group's acceptance
+    load_free, prev_l, prev_n, enc_end, end = 0, None, 0, neg, 0
     for j in range(n_win):
         rows = min(window, k - j * window)
+        free = done[-2] if len(done) >= 2 else neg
+        a0 = 2 if j == 0 else max(enc_end, free) + 2      # the window's first beat
         qu = predict([[Window(rows, int(g[j, t]), j == 0)] for t in range(enc.n_tiles)],
                      sort_latency, buffers, capacity)
-        b0 = a0 + max(qu.updates[-1], qu.groups[-1] if qu.groups else 0) + 2
-        if not issued[j].any():                     # nothing to replay: the next encode
-            a0, end = b0 + 2, b0 + 1
+        enc_end = a0 + max(qu.updates[-1], qu.groups[-1] if qu.groups else 0) + 1
+        end = enc_end + 1
+        if not issued[j].any():                     # nothing to replay
             continue
-        valid_at = b0 + 1
+        handed = enc_end + 1                        # the loader and the replayer see it
+        valid_at = handed + 1 if prev_l is None else max(handed + 1, prev_l + 1)
         for _ in range(n_mt):
             p = len(accept_last)
-            c = max(load_free, b0, accept_last[p - 2] + 1 if p >= 2 else b0)
+            c = max(load_free, handed, accept_last[p - 2] + 1 if p >= 2 else handed)
             load_free = c + rows + 1
             ready = c + rows + 2
             stall += max(0, ready - valid_at)
             first = max(valid_at, ready)
             for t in np.flatnonzero(issued[j]):
                 gu, bu = int(g_iss[j, t]), int(b[j, t])
-                end = first + gu + bu - 1
-                last = end if prev_l is None else max(end, prev_l + prev_n)
+                last = first + gu + bu - 1
+                if prev_l is not None:
+                    last = max(last, prev_l + prev_n)
                 prev_l, prev_n = last, int(n[j, t])
                 first = valid_at = last + 1
             accept_last.append(prev_l)
-        a0 = prev_l + 3
+        done.append(prev_l + 1)
     st = enc.stats(window)
     return {"cycles": max(end, prev_l + prev_n + DRAIN_TAIL + 1), "stall_load": stall,
             "count_groups": int(g_iss.sum()), "count_units": int(issued.sum()),

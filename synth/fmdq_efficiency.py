@@ -11,22 +11,24 @@ cycle, as one INT8 MAC, so the peak INT8 throughput equals the lean INT8 datapat
 Cycles (``run_cycles``): every linear layer of every DiT block over the run, FMDQ-encoded with
 the configuration's ``token_tile`` (``golden.difflinear``, the closed loop): ``cycles``, the
 ``FmdqLinear`` runs' own (``sim.fmdq_cycles.linear_cycles``, exact against its RTL: window
-after window, the window's encode then its replay over every column block). Two parts for
-design-space figures: ``encode``, the quantization unit's steady state over every unit (a
-unit takes its ``min(W, K - jW)`` beats or its groups, whichever is more), and ``replay``,
-the arrays over every column block without the encode (``sim.fmdq_cycles.layer_cycles``):
-``replay`` alone is the arrays' time if the unit overlapped them.
+after window, the window's encode, overlapping the previous window's replay over every column
+block, two banks of groups). Two parts for design-space figures: ``encode``, the quantization
+unit's steady state over every unit (a unit takes its ``min(W, K - jW)`` beats or its groups,
+whichever is more), and ``replay``, the arrays over every column block without the encode
+(``sim.fmdq_cycles.layer_cycles``): ``replay`` alone is the arrays' time if the encode were
+entirely hidden (``cycles`` still pays the first window's encode and each encode that outlasts
+the previous window's replay).
 
 Area per part (CMOS flow, 45 nm estimate, ``dstar.synth.flows``; ``FmdqLinear(cfg)`` from one
 Verilog file, ``areas``): ``pe_logic``, ``weight_window`` (its 4-port SRAM), ``y_memory``: the
-first PE array synthesized alone, times ``n_arrays``; ``quant_unit``: the unit synthesized
-alone (its code buffer as SRAM when deep enough); the layer with both blackboxed gives
-``group_memory`` (the encoded step, replayed per column block), ``weight_memories`` (the
-layer's weights, as the INT8 datapath's sequencer holds them) and ``control`` (the rest of its
-logic). The targets and the differential state have no memory: a step streams them in and
-the new state out (``FmdqLinear``; the INT8 datapath keeps its INT8 targets in a memory, part
-of its sequencer's area). ``pe_area_um2`` (PE-array level) = PE logic + weight window +
-``Y``; ``datapath_area_um2`` = every part.
+first PE array synthesized alone, times ``n_arrays``; ``quant_unit``: the unit synthesized alone
+(its code buffer as SRAM when deep enough); the layer with both blackboxed gives
+``group_memory`` (its two banks: a window's groups, replayed per column block while the next
+window's are written), ``weight_memories`` (the layer's weights, as the INT8 datapath's
+sequencer holds them) and ``control`` (the rest of its logic). The targets and the differential
+state have no memory: a step streams them in and the new state out (``FmdqLinear``; the INT8
+datapath keeps its INT8 targets in a memory, part of its sequencer's area). ``pe_area_um2``
+(PE-array level) = PE logic + weight window + ``Y``; ``datapath_area_um2`` = every part.
 
 Cached in ``build/efficiency`` (cycles per configuration and steps, areas per configuration
 and digest of the RTL's sources, ``dstar.hw.sources``).
@@ -82,7 +84,7 @@ def run_cycles(base: Config, steps: int, layers=None) -> dict:
     cfg = fmdq_config(base)
     geo = geometry(cfg)
     layers = all_layers() if layers is None else layers
-    cache = build_dir("efficiency", "cycles", f"fmdq-{_key(cfg, steps, layers, 3)}.json")
+    cache = build_dir("efficiency", "cycles", f"fmdq-{_key(cfg, steps, layers, 4)}.json")
     if cache.is_file():
         return json.loads(cache.read_text())
     win = geo["window"]

@@ -13,9 +13,10 @@ Memory organisation (the quantization unit reads *sub-channels*: one channel ove
   column block ``mt`` at ``w_base + mt * K + k`` (``K`` the run's: the blocks are packed);
 * accumulators ``Y``, one per array: ``max_tokens * n_mt_max`` words of ``m_tile`` signed
   ``y_bits`` integers, token ``n`` of column block ``mt`` at ``n * n_mt_max + mt`` (v1's rule);
-* groups: the quantization unit's output for one sort window (every token tile's unit),
-  replayed for every column block before the next window is encoded (``group_depth`` entries,
-  ``unit_groups_max`` per unit).
+* groups: two banks, each the quantization unit's output for one sort window (every token
+  tile's unit, ``bank_depth`` entries, ``unit_groups_max`` per unit), replayed for every column
+  block from one bank while the next window is encoded into the other (``group_depth`` entries
+  in all).
 """
 
 from dataclasses import dataclass
@@ -109,14 +110,21 @@ class FmdqGeometry:
         return max(self.cfg.acc_bits, acc_bits(self.window, self.cfg.e_max))
 
     @property
-    def group_depth(self) -> int:
-        """Entries of the group memory: every unit of one window at its most groups."""
+    def bank_depth(self) -> int:
+        """Entries of one bank of the group memory: every unit of one window at its most
+        groups."""
         return self.n_tiles_max * unit_groups_max(self.window, self.cfg.e_max)
+
+    @property
+    def group_depth(self) -> int:
+        """Entries of the group memory: two banks (a window is encoded into one while the
+        previous one replays from the other)."""
+        return 2 * self.bank_depth
 
     def memories(self) -> dict[str, int]:
         """Words of each memory of the top (for ``dstar.hw.generate.check_buildable``)."""
         n = self.cfg.n_arrays
-        return {"slice groups (max_tokens / token_tile x a window's most groups)":
+        return {"slice groups (2 banks x max_tokens / token_tile x a window's most groups)":
                 self.group_depth,
                 "weights (max_k x max_m / block_cols, per array)": n * self.weight_depth,
                 "accumulators (max_tokens x max_m / block_cols, per array)": n * self.y_depth,
@@ -126,7 +134,7 @@ class FmdqGeometry:
         return {k: getattr(self, k) for k in (
             "tokens", "window", "columns", "block_cols", "n_tiles_max", "n_win_max", "n_mt_max",
             "channel_bits", "diff_bits", "weight_depth", "y_depth", "y_bits",
-            "group_depth")}
+            "bank_depth", "group_depth")}
 
 
 def attention_array_args(cfg: Config, shared: bool) -> dict:

@@ -20,10 +20,6 @@ from .quant_unit import QuantUnit
 
 __all__ = ["FmdqLinear", "sub_word_layout", "sub_pair_layout", "group_entry_layout"]
 
-# Run phases: a window's encode, its replay, the arrays' last write-outs.
-_IDLE, _ENCODE, _REPLAY, _DRAIN = range(4)
-
-
 def sub_word_layout(geo: FmdqGeometry) -> data.ArrayLayout:
     """A target or state word: one sub-channel, ``tokens`` signed ``state_bits`` integers."""
     return data.ArrayLayout(signed(geo.cfg.state_bits), geo.tokens)
@@ -59,35 +55,45 @@ class FmdqLinear(wiring.Component):
     A run (``start`` while idle; ``n_tokens`` rows, ``n_k`` = K channels, ``n_mt`` column
     blocks of ``m_tile * n_arrays`` columns, ``key`` and the weights' first word ``w_base``,
     captured at ``start``; nothing runs if any count is zero) runs its sort windows (``W =
-    sort_window`` channels each) one after the other, each in two phases:
+    sort_window`` channels each) through two phases, *encode* and *replay*, which overlap: the
+    group memory has two banks (``FmdqGeometry.bank_depth`` entries each), and the windows that
+    issue a group take them in turn, so window ``j + 1`` is encoded into one while window ``j``
+    replays from the other.
 
-    1. *Encode*: the window's sub-channels come in on ``i_sub``, a beat each
-       (``sub_pair_layout``: the target and the old state of one channel over one token
+    1. *Encode*, one window at a time: the window's sub-channels come in on ``i_sub``, a beat
+       each (``sub_pair_layout``: the target and the old state of one channel over one token
        tile), token tiles outer, channels inner (over the run: ``FmdqGeometry.beats``,
        ``n_tiles x n_k`` beats). Tokens past ``n_tokens`` in the last tile are taken as 0, and
        so is the state on a key step. Each beat's new state goes out on ``o_state``, in the
        same order. The quantization unit (``QuantUnit``) takes a beat per cycle; its groups
-       (with their unit's tile and window) go to the group memory, which holds one window's
-       units (tiles in order; empty units skipped but for each tile's first window). With a
-       beat offered on ``i_sub`` whenever it is ready and ``o_state`` always ready, this
-       phase takes the unit's own cycles from idle (``dstar.sim.fmdq_qu_cycles.predict``); a
-       gap on ``i_sub`` or back-pressure on ``o_state`` only stalls it (no beat is lost or
-       repeated). ``i_sub.ready`` depends on the design's state only, and is low outside this
-       phase.
-    2. *Replay*: if the window issued a group, each column block is a *pass*: the window's
-       rows (``min(W, K - j W)``) are loaded, one per cycle, from the weight memory into the
+       (with their unit's tile and window) go to the window's bank, which holds one window's
+       units (tiles in order; empty units skipped but for each tile's first window). The
+       encode ends once the unit has given every update and group (it is idle again); a window
+       that issued a group is then *handed* to the replay. The next window's encode
+       (``i_sub.ready``) starts the next cycle if its bank is free (the window handed two
+       before it has had its last group accepted), else two cycles after that group's
+       acceptance. With a beat offered on ``i_sub`` whenever it is ready and ``o_state``
+       always ready, each encode takes the unit's own cycles from idle
+       (``dstar.sim.fmdq_qu_cycles.predict``); a gap on ``i_sub`` or back-pressure on
+       ``o_state`` only stalls it (no beat is lost or repeated).
+       ``i_sub.ready`` depends on the design's state only, and is low while no window is
+       being encoded (waiting for a bank, or after the last window).
+    2. *Replay*, the handed windows in order, each as soon as it is handed and the previous
+       window's last group has been accepted: each column block is a *pass*: the window's rows
+       (``min(W, K - j W)``) are loaded, one per cycle, from the weight memory into the
        arrays' double-buffered weight window (pass ``p`` of the run into bank ``p % 2`` once
-       pass ``p - 2``'s last group is accepted), and the window's groups are replayed from
-       the group memory into every array (``FmdqPEArray``), a pass's first group once its
-       rows are written. A unit adds its sum into ``Y`` rows ``(tile * T + t) * n_mt_max +
-       mt``, or overwrites them in the first window of a key step. The next window's encode
-       starts once the last group is accepted (the arrays may still be writing out).
+       pass ``p - 2``'s last group is accepted: the loader runs ahead into the next handed
+       window's first pass), and the window's groups are replayed from its bank into every
+       array (``FmdqPEArray``), a pass's first group once its rows are written. A unit adds its
+       sum into ``Y`` rows ``(tile * T + t) * n_mt_max + mt``, or overwrites them in the first
+       window of a key step. A window's bank is free once its last group is accepted.
 
-    ``busy`` falls when the last unit of the last block is written into ``Y``; ``cycles`` then
-    holds the cycles ``busy`` was high (``dstar.sim.fmdq_cycles.linear_cycles``), ``stall_load``
-    the replay cycles a pass waited for its weights, ``count_groups`` / ``count_units`` the
-    groups and units of the encode phase, ``count_clipped`` / ``count_saturated`` the clipped
-    and saturated sub-channels (all cleared by ``start``).
+    ``busy`` falls when every window is encoded and the last unit of the last block is
+    written into ``Y``; ``cycles`` then holds the cycles ``busy`` was high
+    (``dstar.sim.fmdq_cycles.linear_cycles``), ``stall_load`` the cycles a fetched group waited
+    for its pass's weights, ``count_groups`` / ``count_units`` the groups and units the
+    quantization unit issued, ``count_clipped`` / ``count_saturated`` the clipped and
+    saturated sub-channels (all cleared by ``start``).
 
     Host ports (flat vectors, for cocotb; memory layouts in ``FmdqGeometry``): the weights by
     ``host_w_addr``, a whole row of a column block per word (array ``a``'s ``m_tile`` weights
@@ -174,49 +180,49 @@ class FmdqLinear(wiring.Component):
                          arr.host_y_wdata.eq(self.host_y_wdata.word_select(a, y_row))]
         if self._shared:
             arrays = list(self.pe)
+        # Two banks of one window's groups: bank ``b`` at entries ``b * bank_depth`` on.
         m.submodules.groups = gmem = Memory(shape=group_entry_layout(geo),
                                             depth=geo.group_depth, init=[])
 
-        phase = Signal(range(4))
+        running = Signal()
         run = {"key": Signal(), "n_tokens": Signal.like(self.n_tokens),
                "n_k": Signal.like(self.n_k), "n_mt": Signal.like(self.n_mt),
                "w_base": Signal.like(self.w_base)}
-        restart = self.start & (phase == _IDLE)
+        restart = self.start & ~running
         empty = (self.n_tokens == 0) | (self.n_k == 0) | (self.n_mt == 0)
-        # ``next_win``: a window's replay has read its last group and another window follows
-        # (its encode starts); ``rep_done``: the last window's too; ``drained``: every unit
-        # is written out.
-        enc_done, rep_done, next_win, drained = Signal(), Signal(), Signal(), Signal()
+        # The windows that issued a group, in order, pass through the two banks: ``handed``
+        # of them are encoded, ``replayed`` have had their last group accepted.
+        n_win = uwidth(geo.n_win_max + 1)
+        banks = {"handed": Signal(n_win), "replayed": Signal(n_win),
+                 "groups": [Signal(uwidth(geo.bank_depth + 1)) for _ in range(2)],
+                 "c0": [Signal(geo.channel_bits + 1) for _ in range(2)]}
+        enc_idle, drained = Signal(), Signal()
         with m.If(restart):
             m.d.sync += [run[k].eq(getattr(self, k)) for k in run]
-            m.d.sync += [phase.eq(Mux(empty, _IDLE, _ENCODE)), self.cycles.eq(0),
-                         self.stall_load.eq(0)]
-        with m.Elif(phase != _IDLE):
+            m.d.sync += [running.eq(~empty), self.cycles.eq(0), self.stall_load.eq(0),
+                         banks["handed"].eq(0), banks["replayed"].eq(0)]
+        with m.Elif(running):
             m.d.sync += self.cycles.eq(self.cycles + 1)
-        with m.If((phase == _ENCODE) & enc_done):
-            m.d.sync += phase.eq(_REPLAY)
-        with m.If((phase == _REPLAY) & next_win):
-            m.d.sync += phase.eq(_ENCODE)
-        with m.If((phase == _REPLAY) & rep_done):
-            m.d.sync += phase.eq(_DRAIN)
-        with m.If((phase == _DRAIN) & drained):
-            m.d.sync += phase.eq(_IDLE)
-        m.d.comb += [self.busy.eq(phase != _IDLE), qu.clear.eq(restart),
+            with m.If(enc_idle & (banks["replayed"] == banks["handed"]) & drained):
+                m.d.sync += running.eq(0)
+        m.d.comb += [self.busy.eq(running), qu.clear.eq(restart),
                      self.count_clipped.eq(qu.count_clipped),
                      self.count_saturated.eq(qu.count_saturated)]
 
-        win = self._encode(m, qu, gmem, run, phase, restart, enc_done, next_win)
-        self._replay(m, arrays, gmem, run, phase, restart, win, rep_done, next_win, drained)
+        self._encode(m, qu, gmem, run, banks, restart, empty, enc_idle)
+        self._replay(m, arrays, gmem, run, banks, restart, drained)
         return m
 
-    def _encode(self, m, qu, gmem, run, phase, restart, enc_done, next_win):
-        """A window's encode: the feeder, the new state out and the group collector. Returns
-        the window's first channel ``c0``, its ``groups`` and whether another window follows
-        (``more``)."""
+    def _encode(self, m, qu, gmem, run, banks, restart, empty, enc_idle):
+        """The encoder: window after window, the feeder, the new state out and the group
+        collector into the bank of the ``handed``-th window; a window's encode starts once the
+        previous one's is done and its bank is free (``handed < replayed + 2``)."""
         geo, cfg = self._geo, self._geo.cfg
         T, W = geo.tokens, geo.window
         sub_l = sub_word_layout(geo)
-        in_enc = phase == _ENCODE
+        # ``in_enc``: a window is being encoded; ``waiting``: the next one waits for its bank.
+        in_enc, waiting = Signal(), Signal()
+        m.d.comb += enc_idle.eq(~in_enc & ~waiting)
 
         # --- feeder: (window c0, tile, channel k), one ``i_sub`` beat per accepted beat ---
         c0, k = Signal(geo.channel_bits + 1), Signal(geo.channel_bits + 1)
@@ -256,11 +262,6 @@ class FmdqLinear(wiring.Component):
                     m.d.sync += [k.eq(c0), tile.eq(tile + 1), tok0.eq(tok0 + T)]
                     with m.If(last_tile):
                         m.d.sync += [tile.eq(0), tok0.eq(0), f_more.eq(0)]
-        with m.If(next_win):
-            m.d.sync += [c0.eq(c0 + W), k.eq(c0 + W), f_more.eq(1)]
-        with m.If(restart):
-            m.d.sync += [c0.eq(0), k.eq(0), tile.eq(0), tok0.eq(0), f_more.eq(1),
-                         r_valid.eq(0)]
         m.d.comb += [pend.w_en.eq(accept), pend.w_data.eq(Cat(r_tile, r_win, old))]
 
         # --- new state out: Xs' = old + q << p, one update per beat, in beat order ---
@@ -286,20 +287,42 @@ class FmdqLinear(wiring.Component):
         m.d.comb += [tags.w_en.eq(fire & u.last & issues), tags.w_data.eq(Cat(p_tile, p_win))]
         with m.If(restart):
             m.d.sync += live.eq(0)
-        n_groups = self._collect(m, qu, gmem, tags, f_more, r_valid, pend, restart, enc_done,
-                                 next_win)
-        return {"c0": c0, "groups": n_groups, "more": c0 + W < run["n_k"]}
 
-    def _collect(self, m, qu, gmem, tags, f_more, r_valid, pend, restart, enc_done,
-                 next_win):
-        """The window's groups into the group memory with their tags; the end of its encode.
-        Returns the window's group count."""
+        # --- the window's end: its bank handed to the replay, the next window's start ---
+        n_groups = self._collect(m, qu, gmem, tags, banks, restart)
+        enc_done = Signal()
+        m.d.comb += enc_done.eq(in_enc & ~f_more & ~r_valid & ~pend.r_rdy & ~tags.r_rdy)
+        issued = n_groups != 0
+        handed = banks["handed"] + issued          # after this window's hand-over
+        free = handed < banks["replayed"] + 2      # the next window's bank
+        more = c0 + W < run["n_k"]
+        with m.If(enc_done):
+            m.d.sync += [n_groups.eq(0), in_enc.eq(0), c0.eq(c0 + W)]
+            with m.If(issued):
+                for b in range(2):
+                    with m.If(banks["handed"][0] == b):
+                        m.d.sync += [banks["groups"][b].eq(n_groups), banks["c0"][b].eq(c0)]
+                m.d.sync += banks["handed"].eq(handed)
+            with m.If(more & free):
+                m.d.sync += [in_enc.eq(1), k.eq(c0 + W), f_more.eq(1)]
+            with m.Elif(more):
+                m.d.sync += waiting.eq(1)
+        with m.If(waiting & free):
+            m.d.sync += [waiting.eq(0), in_enc.eq(1), k.eq(c0), f_more.eq(1)]
+        with m.If(restart):
+            m.d.sync += [c0.eq(0), k.eq(0), tile.eq(0), tok0.eq(0), f_more.eq(1),
+                         r_valid.eq(0), in_enc.eq(~empty), waiting.eq(0), n_groups.eq(0)]
+
+    def _collect(self, m, qu, gmem, tags, banks, restart):
+        """The window's groups into its bank of the group memory with their tags. Returns the
+        window's group count."""
         geo = self._geo
         g_wr = gmem.write_port()
-        n_groups = Signal(uwidth(geo.group_depth + 1))
+        n_groups = Signal(uwidth(geo.bank_depth + 1))
         o = qu.o.payload
         got = qu.o.valid
-        m.d.comb += [qu.o.ready.eq(1), g_wr.en.eq(got), g_wr.addr.eq(n_groups),
+        m.d.comb += [qu.o.ready.eq(1), g_wr.en.eq(got),
+                     g_wr.addr.eq(Mux(banks["handed"][0], geo.bank_depth, 0) + n_groups),
                      g_wr.data.group.eq(o),
                      g_wr.data.tile.eq(tags.r_data[:len(g_wr.data.tile)]),
                      g_wr.data.window.eq(tags.r_data[len(g_wr.data.tile):]),
@@ -308,33 +331,31 @@ class FmdqLinear(wiring.Component):
             m.d.sync += [n_groups.eq(n_groups + 1), self.count_groups.eq(self.count_groups + 1)]
             with m.If(o.last):
                 m.d.sync += self.count_units.eq(self.count_units + 1)
-        with m.If(next_win):
-            m.d.sync += n_groups.eq(0)
         with m.If(restart):
-            m.d.sync += [n_groups.eq(0), self.count_groups.eq(0), self.count_units.eq(0)]
-        m.d.comb += enc_done.eq(~f_more & ~r_valid & ~pend.r_rdy & ~tags.r_rdy)
+            m.d.sync += [self.count_groups.eq(0), self.count_units.eq(0)]
         return n_groups
 
-    def _replay(self, m, arrays, gmem, run, phase, restart, win, rep_done, next_win, drained):
-        """A window's replay: per column block a *pass*, its weight rows loaded into the
-        arrays' window and the window's groups replayed from the group memory; then the next
-        window's encode (``next_win``) or, after the last, the arrays' write-outs."""
+    def _replay(self, m, arrays, gmem, run, banks, restart, drained):
+        """The replay: the handed windows in order, per column block a *pass*, its weight rows
+        loaded into the arrays' window (the loader runs ahead, into the next window) and the
+        window's groups replayed from its bank into every array; a bank is free again once its
+        window's last group is accepted."""
         geo, cfg = self._geo, self._geo.cfg
         T, W = geo.tokens, geo.window
-        in_rep = phase == _REPLAY
-        n_groups, has_groups = win["groups"], win["groups"] != 0
-        # --- loader: pass l_p (block l_mt of the window) into bank l_p % 2 ---
+        # --- loader: pass l_p (block l_mt of the l_win-th window) into bank l_p % 2 ---
         l_p, d_p = Signal(32), Signal(32)
         l_ok = Signal(32)                    # passes whose rows are all written
+        l_win = Signal.like(banks["handed"])
+        l_c0 = Mux(l_win[0], banks["c0"][1], banks["c0"][0])
         l_mt = Signal.like(run["n_mt"])
         l_base = Signal(uwidth(geo.weight_depth + cfg.max_k))
         l_row, l_active = Signal(range(W)), Signal()
-        left = Signal.like(win["c0"])
-        m.d.comb += left.eq(run["n_k"] - win["c0"])
+        left = Signal.like(l_c0)
+        m.d.comb += left.eq(run["n_k"] - l_c0)
         rows = Mux(left >= W, W, left)
         w_valid, w_row, w_bank = Signal(), Signal.like(l_row), Signal()
         w_addr = Signal(uwidth(geo.weight_depth))
-        m.d.comb += w_addr.eq(l_base + win["c0"] + l_row)
+        m.d.comb += w_addr.eq(l_base + l_c0 + l_row)
         for a, arr in enumerate(arrays):
             wm = Memory(shape=data.ArrayLayout(signed(8), geo.columns),
                         depth=geo.weight_depth, init=[])
@@ -351,28 +372,35 @@ class FmdqLinear(wiring.Component):
             with m.If(l_row == rows - 1):
                 m.d.sync += [l_active.eq(0), l_p.eq(l_p + 1), l_row.eq(0), l_mt.eq(l_mt + 1),
                              l_base.eq(l_base + run["n_k"])]
-        with m.Elif(in_rep & has_groups & (l_mt < run["n_mt"]) & (l_p < d_p + 2)):
+                with m.If(l_mt + 1 == run["n_mt"]):
+                    m.d.sync += [l_mt.eq(0), l_base.eq(run["w_base"]), l_win.eq(l_win + 1)]
+        with m.Elif((l_win < banks["handed"]) & (l_p < d_p + 2)):
             m.d.sync += l_active.eq(1)
 
-        # --- replayer: the window's groups, block after block, into every array ---
+        # --- replayer: the f_win-th window's groups, block after block, into every array ---
         rd = gmem.read_port()
-        a_ptr = Signal.like(n_groups)
-        f_mt, f_p, f_more = Signal.like(l_mt), Signal(32), Signal()
-        r_valid, r_p, r_lastp, r_mt = Signal(), Signal(32), Signal(), Signal.like(l_mt)
+        f_win = Signal.like(banks["handed"])
+        f_groups = Mux(f_win[0], banks["groups"][1], banks["groups"][0])
+        a_ptr = Signal.like(f_groups)
+        f_mt, f_p = Signal.like(l_mt), Signal(32)
+        r_valid, r_p, r_lastp, r_lastw = Signal(), Signal(32), Signal(), Signal()
+        r_mt = Signal.like(l_mt)
         ok, accept = Signal(), Signal()
         m.d.comb += [ok.eq(r_valid & (r_p < l_ok)),
                      accept.eq(ok & arrays[0].i_op.ready)]
         advance = ~r_valid | accept
-        m.d.comb += [rd.addr.eq(a_ptr), rd.en.eq(advance)]
-        live = f_more & has_groups
-        with m.If(in_rep & advance):
-            m.d.sync += [r_valid.eq(live), r_p.eq(f_p), r_lastp.eq(a_ptr + 1 == n_groups),
-                         r_mt.eq(f_mt)]
+        m.d.comb += [rd.addr.eq(Mux(f_win[0], geo.bank_depth, 0) + a_ptr), rd.en.eq(advance)]
+        live = f_win < banks["handed"]
+        end_pass, end_win = a_ptr + 1 == f_groups, f_mt + 1 == run["n_mt"]
+        with m.If(advance):
+            m.d.sync += [r_valid.eq(live), r_p.eq(f_p), r_lastp.eq(end_pass),
+                         r_lastw.eq(end_pass & end_win), r_mt.eq(f_mt)]
             with m.If(live):
                 m.d.sync += a_ptr.eq(a_ptr + 1)
-                with m.If(a_ptr + 1 == n_groups):
-                    m.d.sync += [a_ptr.eq(0), f_p.eq(f_p + 1), f_mt.eq(f_mt + 1),
-                                 f_more.eq(f_mt + 1 < run["n_mt"])]
+                with m.If(end_pass):
+                    m.d.sync += [a_ptr.eq(0), f_p.eq(f_p + 1), f_mt.eq(f_mt + 1)]
+                    with m.If(end_win):
+                        m.d.sync += [f_mt.eq(0), f_win.eq(f_win + 1)]
         ent = rd.data
         tok0 = Signal(uwidth(cfg.max_tokens + T))
         m.d.comb += tok0.eq(ent.tile * T)
@@ -389,19 +417,16 @@ class FmdqLinear(wiring.Component):
         with m.If(accept):
             with m.If(r_lastp):
                 m.d.sync += d_p.eq(d_p + 1)
+            with m.If(r_lastw):
+                m.d.sync += banks["replayed"].eq(banks["replayed"] + 1)
             with m.If(ent.group.last):
                 m.d.sync += u_iss.eq(u_iss + 1)
         with m.If(arrays[0].o_unit_done):
             m.d.sync += u_done.eq(u_done + 1)
-        with m.If(in_rep & r_valid & ~(r_p < l_ok)):
+        with m.If(r_valid & ~(r_p < l_ok)):
             m.d.sync += self.stall_load.eq(self.stall_load + 1)
-        read_all = in_rep & ~live & ~r_valid          # the window's groups are all accepted
-        m.d.comb += [next_win.eq(read_all & win["more"]), rep_done.eq(read_all & ~win["more"]),
-                     drained.eq(u_done == u_iss)]
-        with m.If(next_win):
-            m.d.sync += [l_mt.eq(0), l_base.eq(run["w_base"]), a_ptr.eq(0), f_mt.eq(0),
-                         f_more.eq(1)]
+        m.d.comb += drained.eq(u_done == u_iss)
         with m.If(restart):
-            m.d.sync += [l_p.eq(0), d_p.eq(0), l_mt.eq(0), l_base.eq(self.w_base),
-                         l_row.eq(0), l_active.eq(0), a_ptr.eq(0), f_mt.eq(0),
-                         f_p.eq(0), f_more.eq(1), r_valid.eq(0), u_iss.eq(0), u_done.eq(0)]
+            m.d.sync += [l_p.eq(0), d_p.eq(0), l_win.eq(0), l_mt.eq(0), l_base.eq(self.w_base),
+                         l_row.eq(0), l_active.eq(0), a_ptr.eq(0), f_win.eq(0), f_mt.eq(0),
+                         f_p.eq(0), r_valid.eq(0), u_iss.eq(0), u_done.eq(0)]

@@ -73,9 +73,9 @@ def test_config_shows_the_generated_size():
     from dstar.config import preset
     from dstar.hw.generate import MAX_MEMORY_WORDS, check_buildable
 
-    # Per encoding: v1's linear top and FMDQ's (groups, weights, accumulators and weight
-    # windows of its own), each beside the same attention engine.
-    for encoding, tiny, default in (("nibble", 5192, 61504), ("fmdq", 5172, 58400)):
+    # Per encoding: v1's linear top and FMDQ's (two banks of groups, weights, accumulators and
+    # weight windows of its own), each beside the same attention engine.
+    for encoding, tiny, default in (("nibble", 5192, 61504), ("fmdq", 5340, 59744)):
         size = check_buildable(preset("tiny", encoding=encoding))
         assert size == {"memory_words": tiny, "memory_words_limit": MAX_MEMORY_WORDS,
                         "largest_memory": ["weights (max_k x max_m / block_cols, per array)",

@@ -50,11 +50,26 @@ def mismatches(outs, named) -> list[str]:
     return bad
 
 
+def gap_case(cfg, seed=4):
+    """A key step, then a delta step changing only the third of four windows' channels: the
+    first window issues its empty groups, the second and fourth nothing (no bank, no replay),
+    the third takes the bank after the first's (the two banks' hand-over across an empty
+    window)."""
+    rng = np.random.default_rng(seed)
+    w_ = cfg.sort_window
+    n, k, m = 7, 4 * w_, 12
+    t0 = rng.integers(-127, 128, size=(n, k))         # lossless: no residual
+    t1 = t0.copy()
+    t1[:, 2 * w_:3 * w_] += rng.integers(1, 9, size=(n, w_))
+    w = rng.integers(-128, 128, size=(k, m))
+    return cases.expected(cfg, w, [t0, t1], [1, 0])
+
+
 @pytest.fixture(scope="module")
 def small():
     cfg = cases.small_config()
     named = {"random": cases.random_case(cfg), "adversarial": cases.adversarial_case(cfg),
-             "zero": cases.zero_case(cfg)}
+             "zero": cases.zero_case(cfg), "gap": gap_case(cfg)}
     return cfg, named, run_cases(cfg, named)
 
 
@@ -69,6 +84,8 @@ def test_small_cases(small):
     zero = named["zero"]
     assert zero["counters"][1][COUNTERS.index("count_groups")] == 2     # the empty groups
     assert (zero["xs"][1] == zero["targets"][1]).all()
+    gap = named["gap"]          # 2 tiles: the first window's empty groups and the third's
+    assert gap["counters"][1][COUNTERS.index("count_units")] == 4
 
 
 def test_checks_can_fail(small):
