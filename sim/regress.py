@@ -40,7 +40,7 @@ from dstar.golden.softmax import logit_multiplier
 
 from .accel_io import AttentionStep, LinearStep, command
 from .attention_cycles import predict as predict_attention
-from .coverage import OPCODES, Coverage, bin_names, refusals
+from .coverage import OPCODES, Coverage, bin_names, is_fmdq, refusals
 from .cycle_model import predict as predict_linear
 from .host import GoldenEngine
 from .layer_io import pack_named
@@ -210,24 +210,32 @@ def _refusal(rng, man, cfg, reason) -> tuple[int, str]:
     stream it would have used (``load``, ``read`` or ``run``)."""
     mems, lin = man["memories"], _geometry(cfg)
     depth = {name: mm["depth"] for name, mm in mems.items()}
-    writable = [n for n, mm in mems.items() if "w" in mm["access"]]
-    readable = [n for n, mm in mems.items() if "r" in mm["access"]]
+    # (FMDQ's TARGET and STATE have no words: their LOAD and READ are ``stream_mem``.)
+    writable = [n for n, mm in mems.items() if "w" in mm["access"] and mm["depth"]]
+    readable = [n for n, mm in mems.items() if "r" in mm["access"] and mm["depth"]]
     lay = man["layouts"]["command"]
+    fmdq = is_fmdq(cfg)
 
     def mem_cmd(op, mem, addr, count):
         mid = mems[mem]["id"] if isinstance(mem, str) else mem
         return pack_named({"op": man["opcodes"][op], "args.mem.mem": mid, "args.mem.addr": addr,
                            "args.mem.count": count}, lay)
 
-    def lin_cmd(n_tokens=1, n_kt=1, n_mt=1, w_base=0):
-        return command(man, "RUN_LINEAR", n_tokens=n_tokens, n_kt=n_kt, n_mt=n_mt,
-                       key=int(rng.integers(0, 2)), w_base=w_base)
+    def lin_cmd(n_tokens=1, n_mt=1, w_base=0, **tiles):
+        return command(man, "RUN_LINEAR", n_tokens=n_tokens, n_mt=n_mt,
+                       key=int(rng.integers(0, 2)), w_base=w_base, **(tiles or {"n_kt": 1}))
 
     def att_cmd(slot=0, n_tokens=1):
         return command(man, "RUN_ATTENTION", slot=slot, n_tokens=n_tokens,
                        theta_q=theta_fixed(0.5), refresh=1)
 
     field = {f["name"]: f["width"] for f in lay["fields"]}
+    if fmdq:
+        from .fmdq_regress import refusal
+
+        own = refusal(rng, man, cfg, reason, lin_cmd)
+        if own is not None:
+            return own
     if reason == "opcode":                 # junk in the argument bits too
         bits = max(f["offset"] + f["width"] for f in lay["fields"])
         junk = int(rng.integers(0, 1 << min(bits, 62))) & ~0xF
@@ -280,6 +288,9 @@ class _CaseBuilder:
         self.ops: list[dict] = []
         self.last = None              # the last step run: ("lin", layer) or ("att", head)
 
+    def refusals(self, p) -> list:
+        return _refusals(self.rng, self.man, self.cfg, p)
+
     def extras(self):
         """Between steps: refused commands, NOP, ACK_ERROR, CLEAR_SLOTS (the last handled by
         the caller, which knows the slots)."""
@@ -293,7 +304,12 @@ class _CaseBuilder:
             self.ops.append({"kind": "ack"})
 
     def linear(self, layer: dict):
-        """Layer ``layer``'s next step."""
+        """Layer ``layer``'s next step (FMDQ: ``fmdq_regress.build_linear``)."""
+        if is_fmdq(self.cfg):
+            from .fmdq_regress import build_linear
+
+            build_linear(self, layer)
+            return
         cfg, rng = self.cfg, self.rng
         key = layer["xs"] is None or rng.random() < 0.15
         mode = _pick(rng, _DATA_MODES, p=_DATA_P)
@@ -400,9 +416,16 @@ def make_case(cfg, man: dict, seed: int, index: int) -> dict:
     rng = np.random.default_rng(case_seed(seed, index))
     b = _CaseBuilder(cfg, man, rng)
     n_layers, n_heads = _pick(rng, [(1, 0), (0, 1), (1, 1), (2, 0), (1, 2), (2, 1), (0, 2)])
-    shapes, spans = _layer_shapes(rng, cfg, b.lin, n_layers) if n_layers else ([], [])
-    bases = _bases(rng, spans, b.lin.weight_depth)
-    layers = [{"id": i, "k": k, "m": m, "n": n, "base": base, "w": _weights(rng, k, m),
+    if is_fmdq(cfg):
+        from . import fmdq_regress as fq
+
+        shapes, spans = fq.layer_shapes(rng, cfg, n_layers) if n_layers else ([], [])
+        depth, weights = fq._geometry(cfg).weight_depth, fq.weights
+    else:
+        shapes, spans = _layer_shapes(rng, cfg, b.lin, n_layers) if n_layers else ([], [])
+        depth, weights = b.lin.weight_depth, _weights
+    bases = _bases(rng, spans, depth)
+    layers = [{"id": i, "k": k, "m": m, "n": n, "base": base, "w": weights(rng, k, m),
                "xs": None, "y": None, "raw": None, "loaded": False}
               for i, ((k, m, n), base) in enumerate(zip(shapes, bases, strict=True))]
     theta = float(_pick(rng, [1.0, 0.5, 0.9, float(rng.uniform(0.05, 1.0))]))
@@ -611,6 +634,11 @@ class Driver:
         await self.command(command(self.man, "CLEAR_SLOTS"), "CLEAR_SLOTS")
 
     async def _linear(self, op) -> None:
+        if is_fmdq(self.cfg):
+            from .fmdq_regress import drive_linear
+
+            await drive_linear(self, op)
+            return
         step = LinearStep(self.man, op["k"], op["m"], op["n"])
         img = step.img
         if op["w"] is not None:
