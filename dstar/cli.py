@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from .config import PRESETS, ConfigError, Datapath, Encoding, Packing, Workload, load_config
+from .config import PRESETS, Attention, ConfigError, Datapath, Packing, Workload, load_config
 from .paths import BUILD_DIR_ENV
 
 __all__ = ["main"]
@@ -445,15 +445,12 @@ def cmd_regress(args) -> int:
         raise UserError(f"--case {args.case} needs the --seed of the run it comes from")
     if args.preset is None and args.config is None:
         args.preset = "tiny"
-        if "encoding" not in _set_overrides(args.set):      # the one top the cases drive
-            args.set = [*args.set, "encoding=nibble"]
     cfg = _config(args)
     if cfg.datapath != Datapath.DSTAR:
         raise UserError(f"dstar regress needs datapath=dstar, not {cfg.datapath}")
-    if cfg.encoding is not Encoding.NIBBLE:
-        raise UserError(f"dstar regress drives v1's accelerator top (encoding = 'nibble') "
-                        f"only so far, not encoding = {cfg.encoding.value!r}: FMDQ's random "
-                        "cases are not built; add --set encoding=nibble")
+    if cfg.attention is not Attention.RESIDUAL:         # the cases save and restore RES
+        raise UserError(f"dstar regress drives attention = 'residual' only, not "
+                        f"{cfg.attention.value!r}: SAR's random cases are not built")
     if args.output is not None:
         check_output_file(args.output, "--output")
     seed = args.seed if args.seed is not None else time.time_ns() % (1 << 31)
@@ -813,7 +810,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("regress", help="constrained-random cases on the generated accelerator "
                        "top under Verilator, checked against the golden model, with coverage "
-                       "(v1's top, encoding = nibble; default: the tiny preset with it)")
+                       "(either encoding; default: the tiny preset, FMDQ; v1's top with --set "
+                       "encoding=nibble)")
     _add_config_args(p)
     p.add_argument("--seed", type=_nonneg_int, help="the cases' seed (default: from the clock; "
                    "printed, and in the report)")

@@ -25,7 +25,7 @@ groups, units, clipped and saturated sub-channels exactly and the cycles at leas
 
 import numpy as np
 
-from dstar.golden.fmdq import LANES, WIDTHS, schedule_tile
+from dstar.golden.fmdq import WIDTHS, schedule_tile
 from dstar.golden.fmdq_pe import linear_step, unit_bubbles
 
 from .accel_io import command
