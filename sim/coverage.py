@@ -82,24 +82,31 @@ def _v1_linear_bins(cfg) -> list[str]:
 
 
 def _fmdq_linear_bins(cfg) -> list[str]:
-    """FMDQ linear steps: kinds, shapes (windows, token tiles, column blocks, ragged ``K``, a
-    partial last tile), weights' place, the run's streams; the encoded data: sub-channels of
-    each width, the distinct widths of one unit (a tile's sort window), a SIMD-4 group of
-    slices of channels of different widths, every shift, clipped, saturated and skipped
-    sub-channels, a skipped token tile and a window with no group, Horner bubbles."""
+    """FMDQ linear steps: kinds (a first key step, a later one, a key step's junk old state,
+    ``Y`` kept, restored or consistent with a random state, a step after an attention step on
+    the shared arrays, junk in a partial tile's padding rows), shapes (windows, token tiles,
+    column blocks, ``K`` of 1, ``max_k``, ragged, a partial last tile), the weights' place, the
+    run's streams (full rate, ``din`` gaps, ``din`` held by the datapath, ``dout`` stalls, a run
+    the gaps or stalls made slower than the model's full-rate cycles); the encoded data:
+    sub-channels of each width, the distinct widths of one unit (a tile's sort window), a
+    SIMD-4 group of slices of channels of different widths and one with empty lanes, every
+    shift, clipped, saturated and skipped sub-channels, a skipped token tile and a window with
+    no group, Horner bubbles."""
     from dstar.hw.fmdq.geometry import FmdqGeometry
 
     geo = FmdqGeometry(cfg)
-    names = ["lin.key", "lin.key_junk_state", "lin.delta_kept", "lin.delta_restored",
-             "lin.delta_random_state", "lin.pad_junk"]
+    names = ["lin.key", "lin.rekey", "lin.key_junk_state", "lin.delta_kept",
+             "lin.delta_restored", "lin.delta_random_state", "lin.after_attention",
+             "lin.pad_junk"]
     names += [f"lin.n_win.{i}" for i in range(1, geo.n_win_max + 1)]
     names += [f"lin.n_tiles.{i}" for i in range(1, geo.n_tiles_max + 1)]
     names += [f"lin.n_mt.{i}" for i in range(1, geo.n_mt_max + 1)]
-    names += ["lin.k.ragged_window", "lin.k.whole_windows", "lin.tokens.1",
+    names += ["lin.k.1", "lin.k.max", "lin.k.ragged_window", "lin.k.whole_windows",
+              "lin.tokens.1",
               "lin.tokens.partial_tile", "lin.tokens.max", "lin.m_partial",
               "lin.w_base.0", "lin.w_base.mid", "lin.w_base.end",
               "lin.run.full_rate", "lin.run.din_gap", "lin.run.din_backpressure",
-              "lin.run.dout_backpressure"]
+              "lin.run.dout_backpressure", "lin.run.slowed"]
     names += [f"data.width.{b}" for b in FMDQ_WIDTHS]
     names += [f"data.unit_widths.{i}" for i in range(1, len(FMDQ_WIDTHS))]
     names += ["data.unit_widths.all", "data.simd_group.mixed_widths", "data.simd_group.padded"]

@@ -180,6 +180,10 @@ def build_linear(b, layer: dict) -> None:
     bins = [f"lin.n_win.{-(-k // geo.window)}", f"lin.n_tiles.{-(-n // geo.tokens)}",
             f"lin.n_mt.{n_mt}",
             "lin.k.ragged_window" if k % geo.window else "lin.k.whole_windows"]
+    if k in (1, cfg.max_k):
+        bins.append(f"lin.k.{'1' if k == 1 else 'max'}")
+    if b.last is not None and b.last[0] == "att":
+        bins.append("lin.after_attention")      # the arrays' accumulators were attention's
     if n == 1:
         bins.append("lin.tokens.1")
     if n == cfg.max_tokens:
@@ -193,7 +197,7 @@ def build_linear(b, layer: dict) -> None:
                                  if layer["base"] + span == geo.weight_depth else "mid"))
     if key:
         xs, y = None, None
-        bins.append("lin.key")
+        bins.append("lin.key" if layer["xs"] is None else "lin.rekey")
         state_in = np.zeros((n, k), np.int64)
         if rng.random() < 0.5:              # ignored on a key step
             state_in = _junk(rng, (n, k), cfg.state_max)
@@ -335,6 +339,8 @@ async def drive_linear(drv, op) -> None:
     else:
         bad = (any(cnt[c] != want[c] for c in EXACT_WHEN_STALLED)
                or cnt["linear_cycles"] < want["linear_cycles"])
+        if cnt["linear_cycles"] > want["linear_cycles"]:
+            drv.cov.hit("lin.run.slowed")           # the gaps or stalls reached the datapath
     if bad:
         drv.fail(f"counters {dict(zip(names, got, strict=True))}, cycle model {want}"
                  + ("" if full else " (stalled run: cycles at least the model's)"))

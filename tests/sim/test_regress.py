@@ -106,8 +106,8 @@ def test_bad_regress_arguments_are_one_line(capsys, argv, msg):
 def test_fmdq_cases_reach_every_width_shift_and_shape():
     """Twenty FMDQ cases' data and shapes: every sub-channel width, every shift, clipped,
     saturated and skipped sub-channels, a window with no group, ragged K, a partial last token
-    tile and more than one column block; each step's beats are the run's (a tile's channels of
-    each window)."""
+    tile, the widest M's column blocks, a re-key, junk the top must ignore; each step has a
+    beat per sub-channel."""
     cfg = preset("tiny")
     man = accelerator_manifest(cfg, Accelerator(cfg))
     cov = Coverage(bin_names(cfg))
@@ -122,5 +122,6 @@ def test_fmdq_cases_reach_every_width_shift_and_shape():
     want += [f"data.shift.{e}" for e in range(cfg.e_max + 1)]
     want += ["data.clipped", "data.saturated", "data.window_skipped", "data.unit_widths.all",
              "data.simd_group.mixed_widths", "lin.k.ragged_window", "lin.tokens.partial_tile",
-             "lin.n_mt.2", "lin.key_junk_state", "lin.pad_junk"]
+             f"lin.n_mt.{-(-cfg.max_m // (cfg.m_tile * cfg.n_arrays))}", "lin.key_junk_state",
+             "lin.pad_junk", "lin.rekey"]
     assert [w for w in want if not cov.hits[w]] == []
