@@ -1,20 +1,24 @@
-"""Constrained-random regression of the accelerator top (``dstar.v``): cases of linear and
-attention steps, refused commands and stream patterns, each checked bit for bit against the golden
-model (``golden.difflinear.encode_step`` with ``golden.quant.exact_matmul``, as the hardware
-tests' golden step; attention through ``dstar.sim.host.GoldenEngine``) and the cycle models
-(``sim.cycle_model``, ``sim.attention_cycles``), with functional coverage (``sim.coverage``).
+"""Constrained-random regression of the accelerator top (``dstar.v``) of either encoding: cases
+of linear and attention steps, refused commands and stream patterns, each checked bit for bit
+against the golden model (v1, ``encoding = "nibble"``: ``golden.difflinear.encode_step`` with
+``golden.quant.exact_matmul``, as the hardware tests' golden step; FMDQ, the default:
+``golden.fmdq_pe.linear_step``, its steps built and driven by ``sim.fmdq_regress``; attention
+through ``dstar.sim.host.GoldenEngine``) and the cycle models (``sim.cycle_model`` or
+``sim.fmdq_cycles.linear_cycles``, ``sim.attention_cycles``), with functional coverage
+(``sim.coverage``).
 
 A case is a script on a freshly reset design, drawn from ``(seed, index)`` alone
 (``make_case``): the same seed gives the same cases, and case ``i`` can be rerun by itself. It
 holds one or two linear layers (shapes within the manifest's limits, weights somewhere in the
 weight memory, a key step and delta steps from targets that drift, stay, jump, saturate, sit at
 the extremes or beyond ``target_max``, state and ``Y`` kept on chip, restored, or a random
-consistent state) and attention heads (random, sink-dominated, extreme or flat logits, key and
-reuse steps at a random ``theta`` and ``refresh``, heads sharing a slot saved and restored,
-``CLEAR_SLOTS``), interleaved, with refused commands (every reason the top has, also between a
-step's loads and its run: a refused command that did anything shows in that step's results),
-``NOP``, ``ACK_ERROR`` and a stream profile (idle cycles before commands, ``din`` gaps, ``din``
-offered before its ``LOAD`` is taken, ``dout`` stalls, a command offered while a run is busy).
+consistent state; FMDQ's: ``sim.fmdq_regress``) and attention heads (random, sink-dominated,
+extreme or flat logits, key and reuse steps at a random ``theta`` and ``refresh``, heads sharing
+a slot saved and restored, ``CLEAR_SLOTS``), interleaved, with refused commands (every reason
+the top has, also between a step's loads and its run: a refused command that did anything shows
+in that step's results), ``NOP``, ``ACK_ERROR`` and a stream profile (idle cycles before
+commands, ``din`` gaps, ``din`` offered before its ``LOAD`` is taken, ``dout`` stalls, a command
+offered while a run is busy; FMDQ's runs stream their own ``din`` and ``dout`` too).
 Every step's integers and counters are compared; ``commands``, ``errors`` and
 ``target_clipped`` are predicted from the script; the ``error`` flag is checked after every
 command.
