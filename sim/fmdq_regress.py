@@ -348,6 +348,11 @@ async def drive_linear(drv, op) -> None:
         drv.cov.hit(name)
 
 
+def _field(man, name: str) -> int:
+    """The width of the command word's field ``name``."""
+    return next(f["width"] for f in man["layouts"]["command"]["fields"] if f["name"] == name)
+
+
 def refusal(rng, man, cfg, reason, lin_cmd) -> tuple[int, str] | None:
     """A command the FMDQ top refuses for its own ``reason`` (``coverage.FMDQ_REFUSALS``:
     ``stream_mem``, ``lin_k``, ``lin_mt``, ``lin_weights``) and the stream it would have used
@@ -361,15 +366,17 @@ def refusal(rng, man, cfg, reason, lin_cmd) -> tuple[int, str] | None:
                        count=int(rng.integers(1, 5)))
         return word, op.lower()
     if reason == "lin_k":
-        lay = {f["name"]: f["width"] for f in man["layouts"]["command"]["fields"]}
-        n_k = int(rng.integers(cfg.max_k + 1, 1 << lay["args.linear.n_k"]))
+        n_k = int(rng.integers(cfg.max_k + 1, 1 << _field(man, "args.linear.n_k")))
         return lin_cmd(n_k=n_k, n_mt=1), "load"
     if reason == "lin_mt":
         return lin_cmd(n_k=1, n_mt=geo.n_mt_max + 1), "load"
     if reason == "lin_weights":
-        n_k, n_mt = int(rng.integers(1, cfg.max_k + 1)), int(rng.integers(1, geo.n_mt_max + 1))
+        # span >= 2: w_base = weight_depth - 1 (the field's largest value, at a power of two)
+        # still overflows.
+        n_k, n_mt = int(rng.integers(2, cfg.max_k + 1)), int(rng.integers(1, geo.n_mt_max + 1))
         span = n_k * n_mt
-        w_base = int(rng.integers(geo.weight_depth - span + 1, geo.weight_depth + 1))
+        top = min(geo.weight_depth, (1 << _field(man, "args.linear.w_base")) - 1)
+        w_base = int(rng.integers(geo.weight_depth - span + 1, top + 1))
         return lin_cmd(n_k=n_k, n_mt=n_mt, w_base=w_base), "load"
     if reason == "lin_tokens":
         return lin_cmd(n_tokens=_pick(rng, [0, cfg.max_tokens + 1]), n_k=1, n_mt=1), "load"

@@ -254,7 +254,8 @@ def _refusal(rng, man, cfg, reason) -> tuple[int, str]:
         mem = _pick(rng, writable if op == "LOAD" else readable)
         if reason == "count0":
             return mem_cmd(op, mem, int(rng.integers(0, depth[mem])), 0), op.lower()
-        addr = int(rng.integers(0, depth[mem] + 1))
+        # (The address field holds the deepest memory's last address, not its depth.)
+        addr = int(rng.integers(0, min(depth[mem], (1 << field["args.mem.addr"]) - 1) + 1))
         count = depth[mem] - addr + int(rng.integers(1, 4))
         return mem_cmd(op, mem, addr, count), op.lower()
     if reason == "lin_tokens":
@@ -266,7 +267,8 @@ def _refusal(rng, man, cfg, reason) -> tuple[int, str]:
     if reason == "lin_weights":
         n_kt, n_mt = int(rng.integers(1, lin.n_kt_max + 1)), int(rng.integers(1, lin.n_mt_max + 1))
         span = n_kt * n_mt * cfg.k_tile
-        w_base = int(rng.integers(lin.weight_depth - span + 1, lin.weight_depth + 1))
+        top = min(lin.weight_depth, (1 << field["args.linear.w_base"]) - 1)    # the field's
+        w_base = int(rng.integers(lin.weight_depth - span + 1, top + 1))
         return lin_cmd(n_kt=n_kt, n_mt=n_mt, w_base=w_base), "run"
     if reason == "att_tokens":
         return att_cmd(n_tokens=_pick(rng, [0, cfg.max_tokens + 1])), "run"
@@ -769,15 +771,19 @@ async def run_cases(io, man: dict, cfg, *, seed: int, first: int = 0, count: int
            "failures": [], "hits": cov.hits, "seconds": 0.0}
     i = first
     while True:
-        case = make_case(cfg, man, seed, i)
-        if inject == i:
-            inject_mismatch(case)
-        await reset()
-        drv = Driver(io, man, cfg, case, cov)
         try:
-            fails = await (drv.run() if guard is None else guard(drv.run()))
-        except Exception as e:                      # a hang (the guard's timeout) or a crash
-            fails = [*drv.fails, f"{drv.where}: {type(e).__name__}: {e}"]
+            case = make_case(cfg, man, seed, i)
+        except Exception as e:                      # the generator's bug: this case's failure
+            case, fails = None, [f"making the case: {type(e).__name__}: {e}"]
+        if case is not None:
+            if inject == i:
+                inject_mismatch(case)
+            await reset()
+            drv = Driver(io, man, cfg, case, cov)
+            try:
+                fails = await (drv.run() if guard is None else guard(drv.run()))
+            except Exception as e:                  # a hang (the guard's timeout) or a crash
+                fails = [*drv.fails, f"{drv.where}: {type(e).__name__}: {e}"]
         res["cases"] += 1
         if fails:
             res["failed_cases"].append(i)

@@ -125,3 +125,16 @@ def test_fmdq_cases_reach_every_width_shift_and_shape():
              f"lin.n_mt.{-(-cfg.max_m // (cfg.m_tile * cfg.n_arrays))}", "lin.key_junk_state",
              "lin.pad_junk", "lin.rekey"]
     assert [w for w in want if not cov.hits[w]] == []
+
+
+def test_every_refusal_fits_the_command_word(setup):
+    """Refused commands at the edges of their fields (a ``w_base`` or an address past a memory
+    of a power-of-two depth) are drawn many times: each one fits the command word."""
+    from dstar.sim.regress import _refusal
+
+    cfg, man = setup
+    rng = np.random.default_rng(0)
+    for reason in refusals(cfg):
+        for _ in range(300):
+            word, stream = _refusal(rng, man, cfg, reason)
+            assert word >= 0 and stream in ("load", "read", "run", "other")
