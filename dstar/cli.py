@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from .config import PRESETS, Attention, ConfigError, Datapath, Packing, Workload, load_config
+from .config import PRESETS, ConfigError, Datapath, Encoding, Packing, Workload, load_config
 from .paths import BUILD_DIR_ENV
 
 __all__ = ["main"]
@@ -448,9 +448,14 @@ def cmd_regress(args) -> int:
     cfg = _config(args)
     if cfg.datapath != Datapath.DSTAR:
         raise UserError(f"dstar regress needs datapath=dstar, not {cfg.datapath}")
+    from .config import Attention, FmdqRule
     if cfg.attention is not Attention.RESIDUAL:         # the cases save and restore RES
         raise UserError(f"dstar regress drives attention = 'residual' only, not "
                         f"{cfg.attention.value!r}: SAR's random cases are not built")
+    if cfg.encoding is Encoding.FMDQ and cfg.fmdq_rule is not FmdqRule.LOSSLESS:
+        # The generated top codes by the lossless rule whatever fmdq_rule says (hw.fmdq).
+        raise UserError(f"dstar regress checks fmdq_rule = 'lossless' only, the rule the FMDQ "
+                        f"top implements, not {cfg.fmdq_rule.value!r}")
     if args.output is not None:
         check_output_file(args.output, "--output")
     seed = args.seed if args.seed is not None else time.time_ns() % (1 << 31)
