@@ -102,17 +102,15 @@ def targets(rng, cfg, prev, n, k, mode):
         edge = rng.random((n, k)) < 0.3            # the width's extremes, so it is the one
         d = np.where(edge, np.where(rng.random((n, k)) < 0.5, lo, hi), d)
         return np.clip(base + d, -top - 1, top)
-    if mode == "zero_tiles":                # some tiles (or windows of them) unchanged
+    if mode == "zero_tiles":                # some token tiles, or one window, unchanged
         out = _targets(rng, cfg, prev, n, k, "drift")
-        keep = rng.random(n_tiles) < 0.5
+        tiles = rng.random(n_tiles) < 0.5
         if rng.random() < 0.5:
-            keep[:] = True
             w = cfg.sort_window
             j = int(rng.integers(0, -(-k // w)))
-            cols = slice(j * w, (j + 1) * w)
-            out[:, cols] = base[:, cols]
+            out[:, j * w:(j + 1) * w] = base[:, j * w:(j + 1) * w]
             return out
-        rows = np.repeat(keep, t)[:n]
+        rows = np.repeat(tiles, t)[:n]
         return np.where(rows[:, None], base, out)
     return _targets(rng, cfg, prev, n, k, mode)
 
