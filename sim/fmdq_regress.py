@@ -269,9 +269,10 @@ async def _stream_run(drv, beats, gap: float, stall: float) -> tuple[list[int], 
                                f"{len(got)} dout words after {MAX_WAIT} cycles without one")
         if offer and d_ready:
             i += 1
+            # (A gap after the last beat is drawn but delays nothing: not a gap.)
             if gap and rng.random() < gap:
                 idle = int(rng.integers(1, 4))
-                seen["din_gap"] = True
+                seen["din_gap"] |= i < len(beats)
         elif idle:
             idle -= 1
         if valid and ready:
