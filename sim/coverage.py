@@ -9,7 +9,8 @@ on the encoding: v1's (``encoding = "nibble"``) record its groups' classes, FMDQ
 """
 
 __all__ = ["OPCODES", "REFUSALS", "FMDQ_REFUSALS", "WRITABLE", "READABLE", "STREAM_BINS",
-           "FMDQ_WIDTHS", "bin_names", "refusals", "writable", "readable", "is_fmdq", "Coverage"]
+           "FMDQ_WIDTHS", "fmdq_widths", "bin_names", "refusals", "writable", "readable",
+           "is_fmdq", "Coverage"]
 
 #: The opcodes of the top (``dstar.hw.accelerator.Opcode``), each a bin ``op.<name>``.
 OPCODES = ("NOP", "LOAD", "READ", "RUN_LINEAR", "RUN_ATTENTION", "CLEAR_SLOTS", "READ_COUNTERS",
@@ -52,6 +53,14 @@ def writable(cfg) -> tuple[str, ...]:
 
 def readable(cfg) -> tuple[str, ...]:
     return tuple(m for m in READABLE if not (is_fmdq(cfg) and m == "STATE"))
+
+
+def fmdq_widths(cfg) -> tuple[int, ...]:
+    """The sub-channel widths ``cfg``'s lossless rule can give: 0, 8 and each narrower width
+    ``b`` whose most negative code ``-2**(b-1)`` lies outside the dead zone ``|D| <= tau`` (a
+    narrow code is a shift-0 code: a sub-channel shifted by ``p > 0`` has a code of at least
+    64 in magnitude, else ``p - 1`` would have fitted INT8)."""
+    return tuple(b for b in FMDQ_WIDTHS if b in (0, 8) or (1 << (b - 1)) > cfg.tau)
 
 
 def refusals(cfg) -> tuple[str, ...]:
@@ -107,9 +116,12 @@ def _fmdq_linear_bins(cfg) -> list[str]:
               "lin.w_base.0", "lin.w_base.mid", "lin.w_base.end",
               "lin.run.full_rate", "lin.run.din_gap", "lin.run.din_backpressure",
               "lin.run.dout_backpressure", "lin.run.slowed"]
-    names += [f"data.width.{b}" for b in FMDQ_WIDTHS]
-    names += [f"data.unit_widths.{i}" for i in range(1, len(FMDQ_WIDTHS))]
-    names += ["data.unit_widths.all", "data.simd_group.mixed_widths", "data.simd_group.padded"]
+    widths = fmdq_widths(cfg)
+    names += [f"data.width.{b}" for b in widths]
+    names += [f"data.unit_widths.{i}" for i in range(1, len(widths))]
+    if widths == FMDQ_WIDTHS:
+        names.append("data.unit_widths.all")
+    names += ["data.simd_group.mixed_widths", "data.simd_group.padded"]
     names += [f"data.shift.{e}" for e in range(cfg.e_max + 1)]
     names += ["data.clipped", "data.saturated", "data.target_clipped", "data.tile_skipped",
               "data.window_skipped", "data.bubbles"]

@@ -139,3 +139,20 @@ def test_every_refusal_fits_the_command_word(setup):
         for _ in range(300):
             word, stream = _refusal(rng, man, cfg, reason)
             assert word >= 0 and stream in ("load", "read", "run", "other")
+
+
+@pytest.mark.parametrize("tau", [0, 2, 7, 8, 40])
+def test_fmdq_width_bins_are_the_widths_the_rule_can_give(tau):
+    """``fmdq_widths``: every width it lists is given to some sub-channel of random
+    differences of every size, and none it leaves out (the dead zone removes the narrow codes
+    whose most negative value lies inside it)."""
+    from dstar.golden.fmdq import fmdq_encode
+    from dstar.sim.coverage import fmdq_widths
+
+    cfg = preset("tiny", tau=tau)
+    rng = np.random.default_rng(tau)
+    seen = set()
+    for mag in (0, 1, 2, 3, 8, 9, 32, 33, 128, 129, 3000, 40000):
+        d = rng.integers(-mag, mag + 1, size=(64, 64))
+        seen |= set(fmdq_encode(d, cfg.token_tile, cfg.e_max, tau).width.ravel().tolist())
+    assert tuple(sorted(seen)) == fmdq_widths(cfg)
