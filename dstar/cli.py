@@ -445,15 +445,17 @@ def cmd_regress(args) -> int:
         raise UserError(f"--case {args.case} needs the --seed of the run it comes from")
     if args.preset is None and args.config is None:
         args.preset = "tiny"
-        if "encoding" not in _set_overrides(args.set):      # the one top the cases drive
-            args.set = [*args.set, "encoding=nibble"]
     cfg = _config(args)
     if cfg.datapath != Datapath.DSTAR:
         raise UserError(f"dstar regress needs datapath=dstar, not {cfg.datapath}")
-    if cfg.encoding is not Encoding.NIBBLE:
-        raise UserError(f"dstar regress drives v1's accelerator top (encoding = 'nibble') "
-                        f"only so far, not encoding = {cfg.encoding.value!r}: FMDQ's random "
-                        "cases are not built; add --set encoding=nibble")
+    from .config import Attention, FmdqRule
+    if cfg.attention is not Attention.RESIDUAL:         # the cases save and restore RES
+        raise UserError(f"dstar regress drives attention = 'residual' only, not "
+                        f"{cfg.attention.value!r}: SAR's random cases are not built")
+    if cfg.encoding is Encoding.FMDQ and cfg.fmdq_rule is not FmdqRule.LOSSLESS:
+        # The generated top codes by the lossless rule whatever fmdq_rule says (hw.fmdq).
+        raise UserError(f"dstar regress checks fmdq_rule = 'lossless' only, the rule the FMDQ "
+                        f"top implements, not {cfg.fmdq_rule.value!r}")
     if args.output is not None:
         check_output_file(args.output, "--output")
     seed = args.seed if args.seed is not None else time.time_ns() % (1 << 31)
@@ -813,7 +815,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("regress", help="constrained-random cases on the generated accelerator "
                        "top under Verilator, checked against the golden model, with coverage "
-                       "(v1's top, encoding = nibble; default: the tiny preset with it)")
+                       "(either encoding; default: the tiny preset, FMDQ; v1's top with --set "
+                       "encoding=nibble)")
     _add_config_args(p)
     p.add_argument("--seed", type=_nonneg_int, help="the cases' seed (default: from the clock; "
                    "printed, and in the report)")

@@ -44,7 +44,7 @@ class FmdqLinearStep:
         """Load (weights at ``w_base`` and ``Y`` if given), run the step with the target and
         the old ``state`` (None: zeros) streamed in and the new state streamed out, read ``Y``
         back; returns ``(y, state)``."""
-        img, man, g = self.img, self.man, self.img.geo
+        img, man = self.img, self.man
         if w_q is not None:
             await load(io, man, "WEIGHTS", img.weight_words(w_q, w_base))
         if y is not None:
@@ -57,14 +57,18 @@ class FmdqLinearStep:
             raise ValueError(f"RUN_LINEAR {args}: refused by the top (error set)")
         beats = img.sub_beats(target, state)
         s_words = await stream_step(io, beats, len(beats), "din", "dout", lambda: get("busy"))
-        y_words = await read(io, man, "Y", self.y_addrs())
+        return self.y_from(await read(io, man, "Y", self.y_addrs())), img.state_from(s_words)
+
+    def y_from(self, words: dict[int, int]) -> np.ndarray:
+        """``Y`` ``(N, M)`` from the words of ``y_addrs`` ({address: word})."""
+        img, g = self.img, self.img.geo
         bc = g["block_cols"]
-        y_out = np.zeros((img.n, img.n_mt * bc), np.int64)
+        y = np.zeros((img.n, img.n_mt * bc), np.int64)
         for r in range(img.n):
             for mt in range(img.n_mt):
-                y_out[r, mt * bc:(mt + 1) * bc] = _unpack(y_words[r * g["n_mt_max"] + mt], bc,
-                                                          g["y_bits"])
-        return y_out[:, :img.m], img.state_from(s_words)
+                y[r, mt * bc:(mt + 1) * bc] = _unpack(words[r * g["n_mt_max"] + mt], bc,
+                                                      g["y_bits"])
+        return y[:, :img.m]
 
 
 def linear_step_of(man: dict):

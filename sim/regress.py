@@ -1,20 +1,24 @@
-"""Constrained-random regression of the accelerator top (``dstar.v``): cases of linear and
-attention steps, refused commands and stream patterns, each checked bit for bit against the golden
-model (``golden.difflinear.encode_step`` with ``golden.quant.exact_matmul``, as the hardware
-tests' golden step; attention through ``dstar.sim.host.GoldenEngine``) and the cycle models
-(``sim.cycle_model``, ``sim.attention_cycles``), with functional coverage (``sim.coverage``).
+"""Constrained-random regression of the accelerator top (``dstar.v``) of either encoding: cases
+of linear and attention steps, refused commands and stream patterns, each checked bit for bit
+against the golden model (v1, ``encoding = "nibble"``: ``golden.difflinear.encode_step`` with
+``golden.quant.exact_matmul``, as the hardware tests' golden step; FMDQ, the default:
+``golden.fmdq_pe.linear_step``, its steps built and driven by ``sim.fmdq_regress``; attention
+through ``dstar.sim.host.GoldenEngine``) and the cycle models (``sim.cycle_model`` or
+``sim.fmdq_cycles.linear_cycles``, ``sim.attention_cycles``), with functional coverage
+(``sim.coverage``).
 
 A case is a script on a freshly reset design, drawn from ``(seed, index)`` alone
 (``make_case``): the same seed gives the same cases, and case ``i`` can be rerun by itself. It
 holds one or two linear layers (shapes within the manifest's limits, weights somewhere in the
 weight memory, a key step and delta steps from targets that drift, stay, jump, saturate, sit at
 the extremes or beyond ``target_max``, state and ``Y`` kept on chip, restored, or a random
-consistent state) and attention heads (random, sink-dominated, extreme or flat logits, key and
-reuse steps at a random ``theta`` and ``refresh``, heads sharing a slot saved and restored,
-``CLEAR_SLOTS``), interleaved, with refused commands (every reason the top has, also between a
-step's loads and its run: a refused command that did anything shows in that step's results),
-``NOP``, ``ACK_ERROR`` and a stream profile (idle cycles before commands, ``din`` gaps, ``din``
-offered before its ``LOAD`` is taken, ``dout`` stalls, a command offered while a run is busy).
+consistent state; FMDQ's: ``sim.fmdq_regress``) and attention heads (random, sink-dominated,
+extreme or flat logits, key and reuse steps at a random ``theta`` and ``refresh``, heads sharing
+a slot saved and restored, ``CLEAR_SLOTS``), interleaved, with refused commands (every reason
+the top has, also between a step's loads and its run: a refused command that did anything shows
+in that step's results), ``NOP``, ``ACK_ERROR`` and a stream profile (idle cycles before
+commands, ``din`` gaps, ``din`` offered before its ``LOAD`` is taken, ``dout`` stalls, a command
+offered while a run is busy; FMDQ's runs stream their own ``din`` and ``dout`` too).
 Every step's integers and counters are compared; ``commands``, ``errors`` and
 ``target_clipped`` are predicted from the script; the ``error`` flag is checked after every
 command.
@@ -40,7 +44,7 @@ from dstar.golden.softmax import logit_multiplier
 
 from .accel_io import AttentionStep, LinearStep, command
 from .attention_cycles import predict as predict_attention
-from .coverage import OPCODES, Coverage, bin_names, refusals
+from .coverage import OPCODES, Coverage, bin_names, is_fmdq, refusals
 from .cycle_model import predict as predict_linear
 from .host import GoldenEngine
 from .layer_io import pack_named
@@ -210,24 +214,32 @@ def _refusal(rng, man, cfg, reason) -> tuple[int, str]:
     stream it would have used (``load``, ``read`` or ``run``)."""
     mems, lin = man["memories"], _geometry(cfg)
     depth = {name: mm["depth"] for name, mm in mems.items()}
-    writable = [n for n, mm in mems.items() if "w" in mm["access"]]
-    readable = [n for n, mm in mems.items() if "r" in mm["access"]]
+    # (FMDQ's TARGET and STATE have no words: their LOAD and READ are ``stream_mem``.)
+    writable = [n for n, mm in mems.items() if "w" in mm["access"] and mm["depth"]]
+    readable = [n for n, mm in mems.items() if "r" in mm["access"] and mm["depth"]]
     lay = man["layouts"]["command"]
+    fmdq = is_fmdq(cfg)
 
     def mem_cmd(op, mem, addr, count):
         mid = mems[mem]["id"] if isinstance(mem, str) else mem
         return pack_named({"op": man["opcodes"][op], "args.mem.mem": mid, "args.mem.addr": addr,
                            "args.mem.count": count}, lay)
 
-    def lin_cmd(n_tokens=1, n_kt=1, n_mt=1, w_base=0):
-        return command(man, "RUN_LINEAR", n_tokens=n_tokens, n_kt=n_kt, n_mt=n_mt,
-                       key=int(rng.integers(0, 2)), w_base=w_base)
+    def lin_cmd(n_tokens=1, n_mt=1, w_base=0, **tiles):
+        return command(man, "RUN_LINEAR", n_tokens=n_tokens, n_mt=n_mt,
+                       key=int(rng.integers(0, 2)), w_base=w_base, **(tiles or {"n_kt": 1}))
 
     def att_cmd(slot=0, n_tokens=1):
         return command(man, "RUN_ATTENTION", slot=slot, n_tokens=n_tokens,
                        theta_q=theta_fixed(0.5), refresh=1)
 
     field = {f["name"]: f["width"] for f in lay["fields"]}
+    if fmdq:
+        from .fmdq_regress import refusal
+
+        own = refusal(rng, man, cfg, reason, lin_cmd)
+        if own is not None:
+            return own
     if reason == "opcode":                 # junk in the argument bits too
         bits = max(f["offset"] + f["width"] for f in lay["fields"])
         junk = int(rng.integers(0, 1 << min(bits, 62))) & ~0xF
@@ -242,7 +254,8 @@ def _refusal(rng, man, cfg, reason) -> tuple[int, str]:
         mem = _pick(rng, writable if op == "LOAD" else readable)
         if reason == "count0":
             return mem_cmd(op, mem, int(rng.integers(0, depth[mem])), 0), op.lower()
-        addr = int(rng.integers(0, depth[mem] + 1))
+        # (The address field holds the deepest memory's last address, not its depth.)
+        addr = int(rng.integers(0, min(depth[mem], (1 << field["args.mem.addr"]) - 1) + 1))
         count = depth[mem] - addr + int(rng.integers(1, 4))
         return mem_cmd(op, mem, addr, count), op.lower()
     if reason == "lin_tokens":
@@ -254,7 +267,8 @@ def _refusal(rng, man, cfg, reason) -> tuple[int, str]:
     if reason == "lin_weights":
         n_kt, n_mt = int(rng.integers(1, lin.n_kt_max + 1)), int(rng.integers(1, lin.n_mt_max + 1))
         span = n_kt * n_mt * cfg.k_tile
-        w_base = int(rng.integers(lin.weight_depth - span + 1, lin.weight_depth + 1))
+        top = min(lin.weight_depth, (1 << field["args.linear.w_base"]) - 1)    # the field's
+        w_base = int(rng.integers(lin.weight_depth - span + 1, top + 1))
         return lin_cmd(n_kt=n_kt, n_mt=n_mt, w_base=w_base), "run"
     if reason == "att_tokens":
         return att_cmd(n_tokens=_pick(rng, [0, cfg.max_tokens + 1])), "run"
@@ -280,6 +294,9 @@ class _CaseBuilder:
         self.ops: list[dict] = []
         self.last = None              # the last step run: ("lin", layer) or ("att", head)
 
+    def refusals(self, p) -> list:
+        return _refusals(self.rng, self.man, self.cfg, p)
+
     def extras(self):
         """Between steps: refused commands, NOP, ACK_ERROR, CLEAR_SLOTS (the last handled by
         the caller, which knows the slots)."""
@@ -293,7 +310,12 @@ class _CaseBuilder:
             self.ops.append({"kind": "ack"})
 
     def linear(self, layer: dict):
-        """Layer ``layer``'s next step."""
+        """Layer ``layer``'s next step (FMDQ: ``fmdq_regress.build_linear``)."""
+        if is_fmdq(self.cfg):
+            from .fmdq_regress import build_linear
+
+            build_linear(self, layer)
+            return
         cfg, rng = self.cfg, self.rng
         key = layer["xs"] is None or rng.random() < 0.15
         mode = _pick(rng, _DATA_MODES, p=_DATA_P)
@@ -400,9 +422,16 @@ def make_case(cfg, man: dict, seed: int, index: int) -> dict:
     rng = np.random.default_rng(case_seed(seed, index))
     b = _CaseBuilder(cfg, man, rng)
     n_layers, n_heads = _pick(rng, [(1, 0), (0, 1), (1, 1), (2, 0), (1, 2), (2, 1), (0, 2)])
-    shapes, spans = _layer_shapes(rng, cfg, b.lin, n_layers) if n_layers else ([], [])
-    bases = _bases(rng, spans, b.lin.weight_depth)
-    layers = [{"id": i, "k": k, "m": m, "n": n, "base": base, "w": _weights(rng, k, m),
+    if is_fmdq(cfg):
+        from . import fmdq_regress as fq
+
+        shapes, spans = fq.layer_shapes(rng, cfg, n_layers) if n_layers else ([], [])
+        depth, weights = fq._geometry(cfg).weight_depth, fq.weights
+    else:
+        shapes, spans = _layer_shapes(rng, cfg, b.lin, n_layers) if n_layers else ([], [])
+        depth, weights = b.lin.weight_depth, _weights
+    bases = _bases(rng, spans, depth)
+    layers = [{"id": i, "k": k, "m": m, "n": n, "base": base, "w": weights(rng, k, m),
                "xs": None, "y": None, "raw": None, "loaded": False}
               for i, ((k, m, n), base) in enumerate(zip(shapes, bases, strict=True))]
     theta = float(_pick(rng, [1.0, 0.5, 0.9, float(rng.uniform(0.05, 1.0))]))
@@ -611,6 +640,11 @@ class Driver:
         await self.command(command(self.man, "CLEAR_SLOTS"), "CLEAR_SLOTS")
 
     async def _linear(self, op) -> None:
+        if is_fmdq(self.cfg):
+            from .fmdq_regress import drive_linear
+
+            await drive_linear(self, op)
+            return
         step = LinearStep(self.man, op["k"], op["m"], op["n"])
         img = step.img
         if op["w"] is not None:
@@ -737,15 +771,19 @@ async def run_cases(io, man: dict, cfg, *, seed: int, first: int = 0, count: int
            "failures": [], "hits": cov.hits, "seconds": 0.0}
     i = first
     while True:
-        case = make_case(cfg, man, seed, i)
-        if inject == i:
-            inject_mismatch(case)
-        await reset()
-        drv = Driver(io, man, cfg, case, cov)
         try:
-            fails = await (drv.run() if guard is None else guard(drv.run()))
-        except Exception as e:                      # a hang (the guard's timeout) or a crash
-            fails = [*drv.fails, f"{drv.where}: {type(e).__name__}: {e}"]
+            case = make_case(cfg, man, seed, i)
+        except Exception as e:                      # the generator's bug: this case's failure
+            case, fails = None, [f"making the case: {type(e).__name__}: {e}"]
+        if case is not None:
+            if inject == i:
+                inject_mismatch(case)
+            await reset()
+            drv = Driver(io, man, cfg, case, cov)
+            try:
+                fails = await (drv.run() if guard is None else guard(drv.run()))
+            except Exception as e:                  # a hang (the guard's timeout) or a crash
+                fails = [*drv.fails, f"{drv.where}: {type(e).__name__}: {e}"]
         res["cases"] += 1
         if fails:
             res["failed_cases"].append(i)
