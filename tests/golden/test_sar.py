@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dstar.config import Config
+from dstar.config import Config, ConfigError
 from dstar.golden.attention import (
     attention_head,
     expand_mask,
@@ -209,6 +209,28 @@ def test_reuse_step_never_reads_q_or_k():
     assert np.array_equal(out, ref.astype(np.float32))
     assert [r["cache"] for r in a.records] == [True, False]
     assert a.records[1]["qk"] == 0 and a.records[1]["softmax"] == 0
+
+
+def test_reuse_starts_at_sar_reuse_from():
+    """Every step before ``sar_reuse_from`` is a cache step (fresh Q and K: the outputs equal a
+    refresh-1 run's); from it on the cadence is ``refresh_attn``'s, and the work counts it."""
+    rng = np.random.default_rng(12)
+    masks = _maskset(13).mask
+    late, fresh = _hook(2, masks, sar_reuse_from=3), _hook(1, masks)
+    lin = QKSkip(lambda name, x, w, b, step: x @ w.T, late)
+    x, w = rng.standard_normal((5, 6)), rng.standard_normal((9, 6))
+    for step in range(6):
+        q, k, v = _qkv(rng)
+        qkv = lin("blocks.0.attn.qkv", x, w, None, step)
+        out = late(NAMES[0], q, k, v, step)
+        ref = fresh(NAMES[0], q, k, v, step)
+        assert np.array_equal(out, ref) == late.records[-1]["cache"]
+        assert np.isnan(qkv[:, :6]).all() != late.records[-1]["cache"]
+    assert [r["cache"] for r in late.records] == [True, True, True, False, True, False]
+    kept = masks[0].mean()
+    assert late.stats()["work_vs_dense"] == pytest.approx(kept * (4 + 2 * 0.5) / 6)
+    with pytest.raises(ConfigError, match=r"^sar_reuse_from must be \[0, 1000\], got -1$"):
+        Config(sar_reuse_from=-1)
 
 
 def test_work_and_score_cache_counts():
