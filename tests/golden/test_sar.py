@@ -307,3 +307,14 @@ def test_qk_skip_counts_dstar_passes_and_the_catch_up():
     reuse_passes = dl.stats.total(step=1)["passes"]
     assert s["skipped_qk_pass_work"] == reuse_passes * 32
     assert s["catchup_qk_pass_work"] == encode(xs[2] - xs[0], 16, 7, 0).passes() * 32
+
+
+def test_dstar_run_refuses_sar_reuse_from(capsys):
+    """The engine's cache steps follow ``refresh_attn`` alone: a run that the golden reference
+    would cache differently is refused in one line, before anything is built."""
+    from dstar.cli import main
+
+    assert main(["run", "--set", "attention=sar", "--set", "sar_reuse_from=3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("dstar: error: sar_reuse_from=3 is the golden model's only (the engine's "
+                   "cache steps follow refresh_attn): dstar run needs 0")
