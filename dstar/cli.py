@@ -403,6 +403,9 @@ def cmd_run(args) -> int:
     cfg = _config(args)
     if cfg.datapath != Datapath.DSTAR:
         raise UserError(f"dstar run needs datapath=dstar, not {cfg.datapath}")
+    if cfg.sar_reuse_from:      # the engine's cache steps follow refresh_attn alone
+        raise UserError(f"sar_reuse_from={cfg.sar_reuse_from} is the golden model's only (the "
+                        "engine's cache steps follow refresh_attn): dstar run needs 0")
     _sar_masks(cfg)
 
     def say(line):

@@ -181,6 +181,9 @@ class Config:
     block_k: int = _hw(16)
     theta: float = 0.6          # cumulative block mass a query block's mask must reach
     refresh_attn: int = 2       # attention key step every N steps (0: only the first)
+    # SAR only (golden model only so far): every step before this one is a cache step, so
+    # reuse starts in the later, low-noise steps; from it on refresh_attn's cadence holds.
+    sar_reuse_from: int = 0
     attn_frac_bits: int = _hw(6)  # softmax exp2 LUT has 2**attn_frac_bits entries
     attn_out_frac_bits: int = _hw(8)  # fraction bits of the integer attention output
     head_dim: int = _hw(32)     # Dh of the attention engine (the bundled DiT: 128 hidden / 4 heads)
@@ -269,6 +272,7 @@ class Config:
         if not 0.0 < self.theta <= 1.0:
             raise ConfigError(f"theta must be in (0, 1], got {self.theta!r}")
         self._range("refresh_attn", 0)
+        self._range("sar_reuse_from", 0, 1000)
         self._range("attn_frac_bits", 1, 8)
         self._range("attn_out_frac_bits", 0, 8)
         self._range("head_dim", 1, 128)      # the 23-bit logit / 24-bit PV widths assume <= 128

@@ -11,10 +11,11 @@ contract is ``golden/ATTENTION.md`` (section "SAR"); v1 (dynamic masks, a cached
   the masses as 16-bit fractions); the row's largest block always comes first. A ``MaskSet``
   keeps both the masks and the masses (other ``theta`` re-select from the same masses) and
   what it was profiled on; ``to_bytes`` / ``load_masks`` are its ``.npz`` file.
-* Cache step (the first step and every ``refresh_attn`` steps): Q, K, V quantized as v1, logits
-  and the fixed-point softmax on the kept blocks only (the row max and the row sum over the kept
-  keys); the applied weights ``w = p << shift`` and the row sums ``l`` are the score cache;
-  ``O = normalize(w V, l)``.
+* Cache step (the first step, every ``refresh_attn`` steps, and every step before
+  ``sar_reuse_from``, which keeps reuse to the later, low-noise steps): Q, K, V quantized as
+  v1, logits and the fixed-point softmax on the kept blocks only (the row max and the row sum
+  over the kept keys); the applied weights ``w = p << shift`` and the row sums ``l`` are the
+  score cache; ``O = normalize(w V, l)``.
 * Reuse step: no Q, K, logits or softmax; V quantized afresh (per head), ``O = normalize(
   w_cached V, l_cached)`` on the kept blocks.
 """
@@ -296,6 +297,7 @@ class SparseAttentionReuse:
                             "attention layers")
         self.cfg = cfg
         self.block_q, self.block_k, self.refresh = cfg.block_q, cfg.block_k, cfg.refresh_attn
+        self.reuse_from = cfg.sar_reuse_from
         self.kw = dict(block_q=cfg.block_q, block_k=cfg.block_k, frac_bits=cfg.attn_frac_bits,
                        out_frac_bits=cfg.attn_out_frac_bits, group=cfg.group, e_max=cfg.e_max)
         self.masks = dict(zip(layer_names, masks, strict=True))
@@ -306,7 +308,8 @@ class SparseAttentionReuse:
 
     def is_cache(self, name: str, step: int) -> bool:
         r = self.refresh
-        return name not in self.state or step == 0 or (r > 0 and step % r == 0)
+        return (name not in self.state or step == 0 or step < self.reuse_from
+                or (r > 0 and step % r == 0))
 
     def __call__(self, name: str, q, k, v, step: int):
         v = np.asarray(v)

@@ -136,8 +136,8 @@ def test_hardware_fields_exclude_the_run():
     cfg = preset("default")
     hw, run = cfg.hardware(), cfg.run_params()
     assert set(run) == {"refresh_linear", "lattice_bits", "refine_max", "refine_at", "theta",
-                        "refresh_attn", "steps", "fmdq_lattice", "attention", "masks",
-                        "samples", "cfg_scale", "seed", "workload"}
+                        "refresh_attn", "sar_reuse_from", "steps", "fmdq_lattice", "attention",
+                        "masks", "samples", "cfg_scale", "seed", "workload"}
     assert {"group", "k_tile", "packing", "datapath", "weight_store", "head_dim"} <= set(hw)
     # FMDQ's hardware fields join hardware() only with encoding = "fmdq" (test_fmdq.py).
     assert not set(hw) & set(run) and {**hw, **run, **cfg.unused()} == cfg.to_dict()

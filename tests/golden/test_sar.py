@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dstar.config import Config
+from dstar.config import Config, ConfigError
 from dstar.golden.attention import (
     attention_head,
     expand_mask,
@@ -211,6 +211,28 @@ def test_reuse_step_never_reads_q_or_k():
     assert a.records[1]["qk"] == 0 and a.records[1]["softmax"] == 0
 
 
+def test_reuse_starts_at_sar_reuse_from():
+    """Every step before ``sar_reuse_from`` is a cache step (fresh Q and K: the outputs equal a
+    refresh-1 run's); from it on the cadence is ``refresh_attn``'s, and the work counts it."""
+    rng = np.random.default_rng(12)
+    masks = _maskset(13).mask
+    late, fresh = _hook(2, masks, sar_reuse_from=3), _hook(1, masks)
+    lin = QKSkip(lambda name, x, w, b, step: x @ w.T, late)
+    x, w = rng.standard_normal((5, 6)), rng.standard_normal((9, 6))
+    for step in range(6):
+        q, k, v = _qkv(rng)
+        qkv = lin("blocks.0.attn.qkv", x, w, None, step)
+        out = late(NAMES[0], q, k, v, step)
+        ref = fresh(NAMES[0], q, k, v, step)
+        assert np.array_equal(out, ref) == late.records[-1]["cache"]
+        assert np.isnan(qkv[:, :6]).all() != late.records[-1]["cache"]
+    assert [r["cache"] for r in late.records] == [True, True, True, False, True, False]
+    kept = masks[0].mean()
+    assert late.stats()["work_vs_dense"] == pytest.approx(kept * (4 + 2 * 0.5) / 6)
+    with pytest.raises(ConfigError, match=r"^sar_reuse_from must be \[0, 1000\], got -1$"):
+        Config(sar_reuse_from=-1)
+
+
 def test_work_and_score_cache_counts():
     masks = _maskset(8).mask
     hook = _hook(2, masks)
@@ -285,3 +307,14 @@ def test_qk_skip_counts_dstar_passes_and_the_catch_up():
     reuse_passes = dl.stats.total(step=1)["passes"]
     assert s["skipped_qk_pass_work"] == reuse_passes * 32
     assert s["catchup_qk_pass_work"] == encode(xs[2] - xs[0], 16, 7, 0).passes() * 32
+
+
+def test_dstar_run_refuses_sar_reuse_from(capsys):
+    """The engine's cache steps follow ``refresh_attn`` alone: a run that the golden reference
+    would cache differently is refused in one line, before anything is built."""
+    from dstar.cli import main
+
+    assert main(["run", "--set", "attention=sar", "--set", "sar_reuse_from=3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("dstar: error: sar_reuse_from=3 is the golden model's only (the engine's "
+                   "cache steps follow refresh_attn): dstar run needs 0")
