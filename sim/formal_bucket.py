@@ -24,7 +24,7 @@ Cover: the followed window (not the first) leaves after a stall, with two groups
 
 Mutations: ``drop_ready`` hides ``o.ready`` from the stage (it sees it high: groups are lost);
 ``reverse_levels`` makes it pick the highest non-empty level instead of the lowest (its
-``first_level`` pick). The proof must fail on each.
+``first_level`` picks: a window's first level and the next one). The proof must fail on each.
 """
 
 from amaranth import Cat, Elaboratable, Module, Signal
@@ -169,10 +169,22 @@ class BucketHarness(Elaboratable):
             m.d.sync += issued.eq(0)
 
         # Invariants on the stage's state (checked, then assumed at later steps by the solver,
-        # which keeps the depth reachable): the window in the working register is the
-        # ``ended``-th; the followed one there holds exactly its entries not issued yet.
-        fv, work, tag = (_driven(body, n) for n in ("fv", "work", "tag"))
+        # which keeps the depth reachable): the window in the working registers is the
+        # ``ended``-th; the followed one there holds exactly its entries not issued yet (its
+        # current level's and its later levels'); no later level is below the current one, and
+        # the current level is empty only in an empty window.
+        fv, cur, lvl, rest, tag = (_driven(body, n) for n in ("fv", "cur", "lvl", "rest", "tag"))
         fifo = body._named_submodules["fifo"][0]
+        work = Signal(C * L)
+        m.d.comb += work.eq(Cat(*[rest[lv * C:(lv + 1) * C]
+                                  | (cur & (lvl == lv).replicate(C)) for lv in range(L)]))
+        with m.If(fv):
+            m.d.comb += Assert(lvl < L, "the current level beyond the last")
+            for lv in range(L):
+                m.d.comb += Assert((lvl < lv) | (rest[lv * C:(lv + 1) * C] == 0),
+                                   f"level {lv} left behind the current one")
+            m.d.comb += Assert((cur != 0) | (rest == 0),
+                               "the current level empty while later ones are not")
         with m.If(fv & (ended == sym)):
             m.d.comb += Assert(got, "the followed window loaded before it was taken")
             m.d.comb += Assert(work == (rec & ~issued), "working masks are not the "

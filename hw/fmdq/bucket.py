@@ -61,11 +61,14 @@ class BucketOrder(wiring.Component):
     issues one group with ``empty`` (and ``last``) set; the caller may drop it.
 
     The windows wait in a FIFO of ``depth`` (their masks and tags, ``channels x levels`` bits
-    and the tag each); the window being issued is copied into a working register whose current
-    level's bits are cleared as they leave. Per cycle: the lowest non-empty level (a priority
-    pick over the levels' OR), its lowest ``lanes`` set bits (clear-lowest-bit ``lanes``
-    times), and the remaining bits and levels decide ``last``. This is a parallel counting
-    sort: the same order as a sort network on (level, channel) keys, without comparators.
+    and the tag each); the window being issued is copied into working registers: its current
+    level's channels (cleared as they leave) apart from its later levels. Per cycle: the
+    current level's lowest ``lanes`` set bits (clear-lowest-bit ``lanes`` times) and, beside
+    them, the lowest non-empty later level (a priority pick over the levels' OR), which the
+    current level's register loads once it is used up; what remains of both decides ``last``.
+    A window is loaded with its lowest non-empty level picked out the same way. This is a
+    parallel counting sort: the same order as a sort network on (level, channel) keys, without
+    comparators.
 
     Latency: a window taken at cycle ``t`` can be loaded at ``t + 1`` and its first group is
     offered at ``t + 2`` at the earliest (when the previous window has left: the next one loads
@@ -100,40 +103,59 @@ class BucketOrder(wiring.Component):
                      self.i.ready.eq(fifo.w_rdy)]
         head = data.View(in_l, fifo.r_data)
 
-        # The window being issued: a copy, since its bits are cleared as they leave (the FIFO's
-        # words are read, not rewritten).
+        # The window being issued: its current level's channels still to issue (``cur``, at
+        # level ``lvl``) apart from its later levels (``rest``), so that a cycle's pick and the
+        # decision what comes next start from registers: the next level is picked from
+        # ``rest`` beside the lanes' pick from ``cur``, not after it.
         fv = Signal()
-        work = Signal(data.ArrayLayout(unsigned(C), L))
-        tag = Signal(self.tag_layout)
-        nz = Signal(L)
-        m.d.comb += nz.eq(Cat(*[work[lv].any() for lv in range(L)]))
-        first = _lowest(m, nz, "first_level")          # the current level, one-hot
         cur = Signal(C)
-        m.d.comb += cur.eq(_or(work[lv] & first[lv].replicate(C) for lv in range(L)))
+        lvl = Signal(uwidth(L))
+        rest = Signal(data.ArrayLayout(unsigned(C), L))
+        tag = Signal(self.tag_layout)
         o = self.o.payload
         rem = cur
         for k in range(self.lanes):                     # find-first-``lanes``
             low = _lowest(m, rem, f"pick{k}")
             m.d.comb += [o.lane[k].valid.eq(rem.any()),
                          o.lane[k].ch.eq(_encode(low, len(o.lane[k].ch)))]
-            nxt = Signal(C, name=f"rest{k}")
+            nxt = Signal(C, name=f"left{k}")
             m.d.comb += nxt.eq(rem & ~low)
             rem = nxt
+        nz, nfirst, nbits = _first_level(m, rest, C, L, "next")
         more = Signal()                                 # a later level holds entries
-        m.d.comb += more.eq((nz & ~first).any())
-        m.d.comb += [o.level.eq(_encode(first, len(o.level))), o.last.eq(~rem.any() & ~more),
-                     o.empty.eq(~nz.any()), o.tag.eq(tag), self.o.valid.eq(fv)]
+        m.d.comb += more.eq(nz.any())
+        m.d.comb += [o.level.eq(lvl), o.last.eq(~rem.any() & ~more), o.empty.eq(~cur.any()),
+                     o.tag.eq(tag), self.o.valid.eq(fv)]
 
         # The next window loads in the cycle the last group is taken: no bubble between windows.
+        _, hfirst, hbits = _first_level(m, head.masks, C, L, "head")
         load = Signal()
         m.d.comb += [load.eq(~fv | (self.o.ready & o.last)), fifo.r_en.eq(load)]
         with m.If(load):
-            m.d.sync += [fv.eq(fifo.r_rdy), work.eq(head.masks), tag.eq(head.tag)]
+            m.d.sync += [fv.eq(fifo.r_rdy), cur.eq(hbits), lvl.eq(_encode(hfirst, len(lvl))),
+                         tag.eq(head.tag)]
+            m.d.sync += [rest[lv].eq(head.masks[lv] & ~hfirst[lv].replicate(C))
+                         for lv in range(L)]
         with m.Elif(self.o.ready):
-            for lv in range(L):
-                with m.If(first[lv]):
-                    m.d.sync += work[lv].eq(rem)
+            with m.If(rem.any()):
+                m.d.sync += cur.eq(rem)
+            with m.Else():                              # on to the next level
+                m.d.sync += [cur.eq(nbits), lvl.eq(_encode(nfirst, len(lvl)))]
+                for lv in range(L):
+                    with m.If(nfirst[lv]):
+                        m.d.sync += rest[lv].eq(0)
         return m
+
+
+def _first_level(m: Module, masks, channels: int, levels: int, name: str):
+    """The levels of ``masks`` that hold entries, the lowest of them one-hot (0 if none; the
+    pick is named ``first_level``) and its channels."""
+    nz = Signal(levels, name=f"{name}_nz")
+    m.d.comb += nz.eq(Cat(*[masks[lv].any() for lv in range(levels)]))
+    first = _lowest(m, nz, "first_level")
+    bits = Signal(channels, name=f"{name}_bits")
+    m.d.comb += bits.eq(_or(masks[lv] & first[lv].replicate(channels) for lv in range(levels)))
+    return nz, first, bits
 
 
 def _or(values):
