@@ -30,7 +30,6 @@ Mutations: ``drop_ready`` hides ``o.ready`` from the stage (it sees it high: gro
 from amaranth import Cat, Elaboratable, Module, Signal
 from amaranth.asserts import AnyConst, AnySeq
 from amaranth.hdl import Assert, Assume, Cover
-from amaranth.lib import data
 
 import dstar.hw.fmdq.bucket as bucket_mod
 from dstar.hw.fmdq.bucket import BucketOrder, _or
@@ -168,37 +167,16 @@ class BucketHarness(Elaboratable):
         with m.If(out & o.last & (ended == sym)):
             m.d.sync += issued.eq(0)
 
-        # Invariants on the stage's state (checked, then assumed at later steps by the solver,
-        # which keeps the depth reachable): the window in the working registers is the
-        # ``ended``-th; the followed one there holds exactly its entries not issued yet (its
-        # current level's and its later levels'); no later level is below the current one, and
-        # the current level is empty only in an empty window.
-        fv, cur, lvl, rest, tag = (_driven(body, n) for n in ("fv", "cur", "lvl", "rest", "tag"))
-        fifo = body._named_submodules["fifo"][0]
-        work = Signal(C * L)
-        m.d.comb += work.eq(Cat(*[rest[lv * C:(lv + 1) * C]
-                                  | (cur & (lvl == lv).replicate(C)) for lv in range(L)]))
-        with m.If(fv):
-            m.d.comb += Assert(lvl < L, "the current level beyond the last")
-            for lv in range(L):
-                m.d.comb += Assert((lvl < lv) | (rest[lv * C:(lv + 1) * C] == 0),
-                                   f"level {lv} left behind the current one")
-            m.d.comb += Assert((cur != 0) | (rest == 0),
-                               "the current level empty while later ones are not")
-        with m.If(fv & (ended == sym)):
-            m.d.comb += Assert(got, "the followed window loaded before it was taken")
-            m.d.comb += Assert(work == (rec & ~issued), "working masks are not the "
-                                                                   "entries left to issue")
-            m.d.comb += Assert(tag == rec_tag, "working tag changed")
-        m.d.comb += Assert((issued & ~rec) == 0, "an entry issued twice or invented")
-        with m.If(~(fv & (ended == sym))):
-            m.d.comb += Assert(issued == 0, "entries issued outside the followed window")
-        head = data.View(dut.i.payload.shape(), fifo.r_data)
-        nxt = Signal(_COUNT_BITS)
-        m.d.comb += nxt.eq(ended + (fv & ready & o.last))
-        with m.If(fifo.r_en & fifo.r_rdy & (nxt == sym)):
+        # The FIFO and its head register: the ``sym``-th window the extraction takes is the
+        # followed one, unchanged.
+        hv, head, pop = (_driven(body, n) for n in ("hv", "head", "pop"))
+        popped = Signal(_COUNT_BITS)
+        m.d.sync += popped.eq(popped + pop)
+        with m.If(pop & (popped == sym)):
+            m.d.comb += Assert(hv, "the extraction took an empty head")
             m.d.comb += Assert(got, "the followed window left the FIFO before it was taken")
-            m.d.comb += Assert(head.as_value() == Cat(rec, rec_tag), "the FIFO changed a window")
+            m.d.comb += Assert(head == Cat(rec, rec_tag), "the FIFO changed a window")
+        m.d.comb += Assert((issued & ~rec) == 0, "an entry issued twice or invented")
 
         stall, two = Signal(), Signal()
         m.d.sync += stall.eq(stall | (dut.o.valid & ~ready & (ended == sym) & got))

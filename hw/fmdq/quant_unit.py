@@ -91,10 +91,11 @@ def code_word_layout(tokens: int, per_beat: int, e_max: int) -> data.ArrayLayout
 
 def sort_latency(window: int, reg_every: int = 1, network: SortNetwork | None = None) -> int:
     """Cycles from a window's last beat entering the ordering stage to the packer being able to
-    load it: the network's registers (``register_stages``), or 1 for ``SortNetwork.BUCKET``
-    (its masks are written into a FIFO as the last beat passes)."""
+    load it: the network's registers (``register_stages``), or 2 for ``SortNetwork.BUCKET``
+    (its masks are written into a FIFO as the last beat passes, then its first level is
+    extracted into a register, ``BucketOrder``)."""
     if not SortNetwork(DEFAULT_ORDER if network is None else network).is_network:
-        return 1
+        return 2
     return register_stages(window * MAX_SLICES, reg_every, MAX_SLICES)
 
 
@@ -142,8 +143,10 @@ class QuantUnit(wiring.Component):
     one group; with ``SortNetwork.BUCKET`` the window's entries are instead one bit mask of its
     channels per total-shift key (channel ``c``'s bits: ``p_c + 2j`` for ``j < width_c / 2``,
     a constant pattern shifted by ``p_c``), queued in ``BucketOrder``'s FIFO (one slot per code
-    buffer, 1 cycle) and (5) issued key by key, each cycle the lowest up to 4 channels of the
-    current key's remaining mask: the same groups in the same order. Either way a skid
+    buffer, 1 cycle, then its first key extracted into a register, 1 cycle) and (5) issued key
+    by key, each cycle the next up to 4 channels of the current key's mask by their ranks
+    (counted as the key enters ``BucketOrder``'s issue stage): the same groups in the same
+    order. Either way a skid
     register (a register stage with a registered ``ready``, for the ECP5 Fmax:
     docs/design/fmdq-hw.md) passes the group on, and the next cycle its
     codes, shifts and widths are read from the code buffer (one read port per lane; a buffer is
@@ -159,7 +162,7 @@ class QuantUnit(wiring.Component):
     Latency: an input beat's update leaves ``FRONT_STAGES`` cycles after the beat is accepted
     (when ``u`` is ready and the collector has room); a window's first group is offered
     ``sort_latency + 3`` cycles after its last beat's update at the earliest, when the packer
-    is free (``sort_latency``: the network's registers, 1 for the bucket stage);
+    is free (``sort_latency``: the network's registers, 2 for the bucket stage);
     ``dstar.sim.fmdq_qu_cycles`` gives every cycle with both outputs always ready (its
     ``capacity``: ``order_capacity``, the windows the ordering stage holds).
     Throughput: one input beat per cycle and one group per cycle; a window takes ``window /
