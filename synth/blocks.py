@@ -174,7 +174,7 @@ def synth_blocks(cfg: Config, targets: tuple, fmax: tuple, outdir: Path, jobs: i
         t, b, net = job
         s = time.monotonic()
         res = synth_module(b.get("verilog", verilog), b["module"], t,
-                           fdir if b["kind"] == "top" else outdir / t,
+                           fdir if b["kind"] in fmax_runs.FMAX_TOPS else outdir / t,
                            blackbox=b.get("blackbox", ()), netlist=net, reuse=reuse)
         res["seconds"] = round(time.monotonic() - s, 1)
         return job, res

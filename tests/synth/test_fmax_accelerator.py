@@ -19,7 +19,7 @@ def _stub(monkeypatch, dsps: int):
     synths, routes = [], []
 
     def fake_synth(verilog, module, target, builddir, blackbox=(), netlist=False, reuse=False):
-        synths.append((Path(verilog).name, module, target, netlist))
+        synths.append((Path(verilog).name, module, target, netlist, Path(builddir).name))
         return {"cells": 1, "dsps": dsps}
 
     def fake_route(net, fdir, **kw):
@@ -43,7 +43,8 @@ def test_fmax_accelerator_places_the_accelerator_top(tmp_path, monkeypatch):
               outdir=tmp_path, dense=False)
     assert list(rep["fmax"]) == ["accelerator"]
     assert routes == [f"dstar.{TOP_FLOW}.json"]
-    assert ("dstar.v", "dstar", TOP_FLOW, True) in synths
+    # Its netlist where the place and route reads it (beside the linear top's).
+    assert ("dstar.v", "dstar", TOP_FLOW, True, "fmax") in synths
     # The linear top is not synthesized for nextpnr; a PE array is, for the fit check.
     assert not [s for s in synths if s[2] == TOP_FLOW and s[1] != "dstar"]
     assert any(s[2] == "ecp5_dsp" and ".array" in s[1] for s in synths)
