@@ -842,7 +842,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fmax", nargs="?", const="all", choices=FMAX_CHOICES,
                    help="also place and route for Fmax (ECP5, out of context): the PE array "
                    "and the whole top (default), each block of the linear datapath alone "
-                   "(blocks: PE array, encoder, dispatcher), or one of them")
+                   "(blocks: PE array, encoder, dispatcher), or one of them; accelerator: the "
+                   "accelerator top (dstar.v) whole")
     p.add_argument("--fmax-timeout", type=float, metavar="MIN",
                    help="stop each nextpnr run after MIN minutes and report its placement "
                    "estimate instead (the tiny top with weight_store = lane_ram routes in "

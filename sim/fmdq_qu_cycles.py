@@ -11,10 +11,12 @@ It follows the unit's structure window by window:
   stage's FIFO), whose output they reach ``sort_latency`` cycles later; the packer loads a
   window when it has finished the previous one (in the same cycle) and spends
   ``max(groups, 1)`` cycles on it, one group per cycle;
-* a group is offered the cycle after the packer forms it (its buffer read); an empty window
-  offers nothing, except a tile's first, which offers one empty group;
+* a group is offered ``PACK_STAGES + 1`` cycles after the packer forms it (the skid register,
+  then its buffer read); an empty window offers nothing, except a tile's first, which offers
+  one empty group;
 * a buffer is free again the cycle after its window's last group is read (the cycle it is
-  offered), or the cycle after the packer drops an empty window.
+  offered), or the cycle after the packer drops an empty window or passes on its one empty
+  group (which reads no buffer).
 
 Exact while the ordering stage never back-pressures the input, which the unit guarantees when
 ``buffers <= capacity``, the windows the stage holds (every window in it holds a buffer): a
@@ -31,6 +33,8 @@ from dstar.golden.fmdq import fmdq_encode, schedule_tile
 __all__ = ["Window", "windows_of", "predict", "Prediction"]
 
 FRONT_STAGES = 3
+#: Registers between the packer and the code buffer's read (``QuantUnit._skid``).
+PACK_STAGES = 1
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,9 @@ def predict(tiles: list[list[Window]], sort_latency: int, buffers: int,
             load = max(ready, done_prev)
             start = load + 1
             load_prev, done_prev = load, start + max(win.groups, 1) - 1
-            groups += [start + g + 1 for g in range(win.groups or int(win.first))]
-            clears[me] = start + max(win.groups, 1)   # after the last read, or the drop
+            groups += [start + g + 1 + PACK_STAGES
+                       for g in range(win.groups or int(win.first))]
+            # Free after the last group's read, or (no group but a tile's first window's
+            # empty one, which reads nothing) as the packer drops or passes the window.
+            clears[me] = start + (win.groups + PACK_STAGES if win.groups else 1)
     return Prediction(updates, groups, (max(groups) + 1) if groups else 0, waits)

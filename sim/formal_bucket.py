@@ -24,13 +24,12 @@ Cover: the followed window (not the first) leaves after a stall, with two groups
 
 Mutations: ``drop_ready`` hides ``o.ready`` from the stage (it sees it high: groups are lost);
 ``reverse_levels`` makes it pick the highest non-empty level instead of the lowest (its
-``first_level`` pick). The proof must fail on each.
+``first_level`` picks: a window's first level and the next one). The proof must fail on each.
 """
 
 from amaranth import Cat, Elaboratable, Module, Signal
 from amaranth.asserts import AnyConst, AnySeq
 from amaranth.hdl import Assert, Assume, Cover
-from amaranth.lib import data
 
 import dstar.hw.fmdq.bucket as bucket_mod
 from dstar.hw.fmdq.bucket import BucketOrder, _or
@@ -168,25 +167,16 @@ class BucketHarness(Elaboratable):
         with m.If(out & o.last & (ended == sym)):
             m.d.sync += issued.eq(0)
 
-        # Invariants on the stage's state (checked, then assumed at later steps by the solver,
-        # which keeps the depth reachable): the window in the working register is the
-        # ``ended``-th; the followed one there holds exactly its entries not issued yet.
-        fv, work, tag = (_driven(body, n) for n in ("fv", "work", "tag"))
-        fifo = body._named_submodules["fifo"][0]
-        with m.If(fv & (ended == sym)):
-            m.d.comb += Assert(got, "the followed window loaded before it was taken")
-            m.d.comb += Assert(work == (rec & ~issued), "working masks are not the "
-                                                                   "entries left to issue")
-            m.d.comb += Assert(tag == rec_tag, "working tag changed")
-        m.d.comb += Assert((issued & ~rec) == 0, "an entry issued twice or invented")
-        with m.If(~(fv & (ended == sym))):
-            m.d.comb += Assert(issued == 0, "entries issued outside the followed window")
-        head = data.View(dut.i.payload.shape(), fifo.r_data)
-        nxt = Signal(_COUNT_BITS)
-        m.d.comb += nxt.eq(ended + (fv & ready & o.last))
-        with m.If(fifo.r_en & fifo.r_rdy & (nxt == sym)):
+        # The FIFO and its head register: the ``sym``-th window the extraction takes is the
+        # followed one, unchanged.
+        hv, head, pop = (_driven(body, n) for n in ("hv", "head", "pop"))
+        popped = Signal(_COUNT_BITS)
+        m.d.sync += popped.eq(popped + pop)
+        with m.If(pop & (popped == sym)):
+            m.d.comb += Assert(hv, "the extraction took an empty head")
             m.d.comb += Assert(got, "the followed window left the FIFO before it was taken")
-            m.d.comb += Assert(head.as_value() == Cat(rec, rec_tag), "the FIFO changed a window")
+            m.d.comb += Assert(head == Cat(rec, rec_tag), "the FIFO changed a window")
+        m.d.comb += Assert((issued & ~rec) == 0, "an entry issued twice or invented")
 
         stall, two = Signal(), Signal()
         m.d.sync += stall.eq(stall | (dut.o.valid & ~ready & (ended == sym) & got))

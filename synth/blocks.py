@@ -174,7 +174,7 @@ def synth_blocks(cfg: Config, targets: tuple, fmax: tuple, outdir: Path, jobs: i
         t, b, net = job
         s = time.monotonic()
         res = synth_module(b.get("verilog", verilog), b["module"], t,
-                           fdir if b["kind"] == "top" else outdir / t,
+                           fdir if b["kind"] in fmax_runs.FMAX_TOPS else outdir / t,
                            blackbox=b.get("blackbox", ()), netlist=net, reuse=reuse)
         res["seconds"] = round(time.monotonic() - s, 1)
         return job, res
@@ -187,6 +187,17 @@ def synth_blocks(cfg: Config, targets: tuple, fmax: tuple, outdir: Path, jobs: i
             skipped["top"] = why
         else:
             work((fmax_runs.TOP_FLOW, {"kind": "top", "module": top}, True))
+    if "accelerator" in fmax:   # the accelerator top whole, as the linear top above
+        if "accelerator" not in man:
+            raise ValueError("--fmax accelerator: this configuration has no accelerator top "
+                             "(dstar.v)")
+        why = fmax_runs.top_misfit(results)
+        if why:
+            skipped["accelerator"] = why
+        else:
+            work((fmax_runs.TOP_FLOW, {"kind": "accelerator", "module": man["accelerator"]["top"],
+                                       "verilog": verilog.parent / man["accelerator"]["verilog"]},
+                  True))
 
     modules: dict = {b["kind"]: {"module": b["module"], "instances": b["instances"],
                                  "part": b.get("part", "linear"), "targets": {}}

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from . import fmax as _fmax
 
-__all__ = ["FMAX_BLOCKS", "FMAX_KINDS", "FMAX_CHOICES", "TOP_FLOW", "FMAX_FLOW",
+__all__ = ["FMAX_BLOCKS", "FMAX_KINDS", "FMAX_CHOICES", "FMAX_TOPS", "TOP_FLOW", "FMAX_FLOW",
            "fmax_selection", "synth_jobs", "top_misfit", "run_fmax"]
 
 #: What ``fmax=True`` places and routes.
@@ -31,8 +31,11 @@ FMAX_BLOCKS = ("pe_array", "top")
 #: Blocks of the linear datapath that nextpnr can place and route alone (``fmax`` may name
 #: them; the sequencer holds the others as black boxes, so it cannot).
 FMAX_KINDS = ("pe_array", "encoder", "dispatcher")
-#: ``dstar synth --fmax`` choices.
-FMAX_CHOICES = ("all", "blocks", *FMAX_KINDS, "top")
+#: ``dstar synth --fmax`` choices (``accelerator``: the accelerator top, ``dstar.v``, whole,
+#: by ``TOP_FLOW`` as the linear top; not part of ``all``).
+FMAX_CHOICES = ("all", "blocks", *FMAX_KINDS, "top", "accelerator")
+#: Report names of the tops placed whole, in report order after the blocks.
+FMAX_TOPS = ("top", "accelerator")
 #: The flow of the whole top for nextpnr: hierarchical ECP5 synthesis, flattened after the
 #: coarse passes (``dstar.synth.flows``), since a flat synth_ecp5 of the top stalls in ``share``.
 TOP_FLOW = "ecp5_dsp_top"
@@ -60,7 +63,7 @@ def synth_jobs(blks: list, targets: tuple, fmax: tuple) -> list:
     jobs = [(t, b, t == FMAX_FLOW and _placed_alone(b, fmax)) for t in targets for b in blks]
     if FMAX_FLOW not in targets:
         jobs += [(FMAX_FLOW, b, _placed_alone(b, fmax)) for b in blks if _placed_alone(b, fmax)
-                 or (b["kind"] == "pe_array" and "top" in fmax)]
+                 or (b["kind"] == "pe_array" and set(FMAX_TOPS) & set(fmax))]
     return jobs
 
 
@@ -83,12 +86,16 @@ def run_fmax(which, top: str, kinds: dict, fdir: Path, netdir: Path,
              skipped: dict | None = None) -> dict:
     """nextpnr on the netlists (``FMAX_FLOW``, per-block run) of the blocks ``which`` names
     (``kinds``: block kind -> module) and on the whole top (``TOP_FLOW``, flattened), unless
-    ``skipped`` gives the reason it cannot fit."""
+    ``skipped`` gives the reason it cannot fit; the same for the accelerator top (``dstar.v``,
+    its netlist written by ``dstar.synth.blocks.synth_blocks``)."""
+    from dstar.hw.generate import ACCEL_TOP_NAME
     skipped = skipped or {}
     runs = {k: netdir / f"{kinds[k]}.{FMAX_FLOW}.json" for k in FMAX_KINDS
             if k in which and k in kinds}
     if "top" in which:
         runs["top"] = fdir / f"{top}.{TOP_FLOW}.json"
+    if "accelerator" in which:
+        runs["accelerator"] = fdir / f"{ACCEL_TOP_NAME}.{TOP_FLOW}.json"
     out = {k: {"status": "does not fit", "fmax_mhz": None, "placed_estimate_mhz": None,
                "reason": why, "device": _fmax.DEVICE} for k, why in skipped.items()}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -96,5 +103,5 @@ def run_fmax(which, top: str, kinds: dict, fdir: Path, netdir: Path,
                                timeout_min=timeout_min)
                 for k, net in runs.items() if k not in skipped}
         out.update({k: f.result() for k, f in futs.items()})
-    order = (*FMAX_KINDS, "top")
+    order = (*FMAX_KINDS, *FMAX_TOPS)
     return {k: out[k] for k in sorted(out, key=order.index)}

@@ -10,6 +10,10 @@ the unit's against ``tokens x 64`` lean INT8 MACs (the SIMD-4 array the unit fee
 ``tokens`` columns of 64 PEs, one 8x8 product per PE and cycle at dense INT8), priced at the
 lean INT8 datapath's area per MAC (``INT8_MAC_UM2``, from ``docs/results/efficiency_tiny.json``).
 Builds in ``build/fmdq_qu/<name>``.
+
+``python -m dstar.synth.fmdq_qu_area --fmax [preset]`` instead places and routes the unit
+``FmdqLinear`` builds for ``preset`` (default ``tiny``) alone on the ECP5 (``fmax``): a few
+minutes against the whole datapath's quarter of an hour, to iterate on the unit's critical path.
 """
 
 import json
@@ -110,8 +114,33 @@ def run(name: str, sorter: bool = True, rest: bool = False, keep_verilog: bool =
     return out
 
 
+def fmax(preset_name: str = "tiny", timeout_min: float = 30) -> dict:
+    """The quantization unit of ``FmdqLinear`` at ``preset_name`` (``encoding = fmdq``)
+    synthesized for the ECP5 with DSPs and placed and routed out of context
+    (``dstar.synth.fmax.place_and_route``), in ``build/fmdq_qu/fmax_<preset>``."""
+    from dstar.config import preset
+    from dstar.hw.fmdq.linear import FmdqLinear
+
+    from . import fmax as _fmax
+    qu = FmdqLinear(preset(preset_name, encoding="fmdq")).quant_unit()
+    top = "qu"
+    d = build_dir("fmdq_qu", f"fmax_{preset_name}")
+    d.mkdir(parents=True, exist_ok=True)
+    v = d / f"{top}.v"
+    text = verilog.convert(qu, name=top)
+    if not v.exists() or v.read_text() != text:
+        v.write_text(text)
+    syn = synth_module(v, top, SynthTarget.ECP5_DSP, d, netlist=True, reuse=True)
+    pnr = _fmax.place_and_route(d / f"{top}.{SynthTarget.ECP5_DSP}.json", d, reuse=True,
+                                timeout_min=timeout_min)
+    return {"preset": preset_name, "luts": syn.get("luts"), "ffs": syn.get("ffs"), **pnr}
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if "--fmax" in args:
+        print(json.dumps(fmax(*[a for a in args if not a.startswith("--")][:1]), indent=1))
+        sys.exit()
     for n in [a for a in args if not a.startswith("--")] or ["tiny"]:
         print(json.dumps({n: run(n, "--no-sorter" not in args, "--rest" in args,
                                  "--keep-verilog" in args)}), flush=True)

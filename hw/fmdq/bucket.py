@@ -9,7 +9,7 @@ order, channels ascending within a level, up to ``lanes`` entries of one level p
 Design notes: docs/design/fmdq-qu.md, "Bucket ordering".
 """
 
-from amaranth import Cat, Module, Signal, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -61,18 +61,24 @@ class BucketOrder(wiring.Component):
     issues one group with ``empty`` (and ``last``) set; the caller may drop it.
 
     The windows wait in a FIFO of ``depth`` (their masks and tags, ``channels x levels`` bits
-    and the tag each); the window being issued is copied into a working register whose current
-    level's bits are cleared as they leave. Per cycle: the lowest non-empty level (a priority
-    pick over the levels' OR), its lowest ``lanes`` set bits (clear-lowest-bit ``lanes``
-    times), and the remaining bits and levels decide ``last``. This is a parallel counting
-    sort: the same order as a sort network on (level, channel) keys, without comparators.
+    and the tag each; its head in a register, the others in a ``SyncFIFO`` of ``depth - 1``).
+    Three stages, each from registers, so that no cycle's work runs through the next one's (the
+    ECP5 Fmax, docs/design/fmdq-hw.md): (1) extraction passes one level a cycle, the lowest
+    non-empty one (a priority pick over the levels' OR), of the window being taken apart (its
+    later levels in a register) or of the FIFO's head; (2) R holds that level's channels while
+    their ranks (set bits below each one) are counted, a prefix-sum tree; (3) G issues the
+    level: lane ``k`` of a group takes the channel of rank ``base + k``, ``base`` stepping by
+    ``lanes``, and a counter of the entries left decides the lanes' ``valid``, the level's end
+    and, on the window's last level, ``last``. This is a parallel counting sort: the same order
+    as a sort network on (level, channel) keys, without comparators.
 
-    Latency: a window taken at cycle ``t`` can be loaded at ``t + 1`` and its first group is
-    offered at ``t + 2`` at the earliest (when the previous window has left: the next one loads
-    in the cycle its last group is taken). Throughput: one group per cycle, a window taking
-    ``max(groups, 1)`` cycles. Back-pressure: a group is held (payload unchanged) until taken;
-    ``i.ready`` is low only when the FIFO is full. Reset empties the FIFO and the working
-    register.
+    Latency: a window taken at cycle ``t`` is at the FIFO's head at ``t + 1`` and its first
+    group is offered at ``t + 3`` at the earliest (extraction, R, G), or in the cycle after the
+    previous window's last group is taken if that is later: extraction and R run ahead of G, so
+    windows and levels follow each other without a bubble. Throughput: one group per cycle, a
+    window taking ``max(groups, 1)`` cycles of G. Back-pressure: a group is held (payload
+    unchanged) until taken; ``i.ready`` is low only when the FIFO is full. Reset empties the
+    FIFO and the stages.
 
     Members
     -------
@@ -95,45 +101,120 @@ class BucketOrder(wiring.Component):
         m = Module()
         C, L = self.channels, self.levels
         in_l = bucket_input_layout(C, L, self.tag_layout)
-        m.submodules.fifo = fifo = SyncFIFO(width=in_l.size, depth=self.depth)
-        m.d.comb += [fifo.w_data.eq(self.i.payload.as_value()), fifo.w_en.eq(self.i.valid),
-                     self.i.ready.eq(fifo.w_rdy)]
-        head = data.View(in_l, fifo.r_data)
+        # The head in a register (``hv``, ``head``), the rest in a FIFO of ``depth - 1``: the
+        # extraction starts from a register, not from the storage's read. The head is loaded
+        # from the FIFO or, when that is empty, straight from the input, so a window taken at
+        # ``t`` is the head at ``t + 1`` and the head is empty only when the FIFO is too.
+        m.submodules.fifo = fifo = SyncFIFO(width=in_l.size, depth=self.depth - 1)
+        hv = Signal()
+        head = Signal(in_l)
+        pop = Signal()                                  # the extraction takes the head
+        hfree = Signal()
+        bypass = Signal()
+        m.d.comb += [hfree.eq(~hv | pop), bypass.eq(hfree & ~fifo.r_rdy),
+                     fifo.w_data.eq(self.i.payload.as_value()),
+                     fifo.w_en.eq(self.i.valid & ~bypass),
+                     self.i.ready.eq(bypass | fifo.w_rdy),
+                     fifo.r_en.eq(hfree)]
+        with m.If(hfree):
+            with m.If(fifo.r_rdy):
+                m.d.sync += [head.eq(fifo.r_data), hv.eq(1)]
+            with m.Else():
+                m.d.sync += [head.eq(self.i.payload), hv.eq(self.i.valid)]
+        cb = uwidth(C + 1)                              # holds a count of 0 .. C entries
 
-        # The window being issued: a copy, since its bits are cleared as they leave (the FIFO's
-        # words are read, not rewritten).
+        # (1) Extraction, one level a cycle: the lowest non-empty level of the window in
+        # ``rest`` or, when none is there, of the FIFO's head (then popped), on to R. The only
+        # loop is the level pick and its clearing; the lanes' work is in the stages after it.
         fv = Signal()
-        work = Signal(data.ArrayLayout(unsigned(C), L))
+        rest = Signal(data.ArrayLayout(unsigned(C), L))
         tag = Signal(self.tag_layout)
-        nz = Signal(L)
-        m.d.comb += nz.eq(Cat(*[work[lv].any() for lv in range(L)]))
-        first = _lowest(m, nz, "first_level")          # the current level, one-hot
-        cur = Signal(C)
-        m.d.comb += cur.eq(_or(work[lv] & first[lv].replicate(C) for lv in range(L)))
-        o = self.o.payload
-        rem = cur
-        for k in range(self.lanes):                     # find-first-``lanes``
-            low = _lowest(m, rem, f"pick{k}")
-            m.d.comb += [o.lane[k].valid.eq(rem.any()),
-                         o.lane[k].ch.eq(_encode(low, len(o.lane[k].ch)))]
-            nxt = Signal(C, name=f"rest{k}")
-            m.d.comb += nxt.eq(rem & ~low)
-            rem = nxt
+        src = Signal(data.ArrayLayout(unsigned(C), L))
+        stag = Signal(self.tag_layout)
+        m.d.comb += [src.eq(Mux(fv, rest, head.masks)), stag.eq(Mux(fv, tag, head.tag))]
+        nz, first, bits = _first_level(m, src, C, L, "next")
         more = Signal()                                 # a later level holds entries
         m.d.comb += more.eq((nz & ~first).any())
-        m.d.comb += [o.level.eq(_encode(first, len(o.level))), o.last.eq(~rem.any() & ~more),
-                     o.empty.eq(~nz.any()), o.tag.eq(tag), self.o.valid.eq(fv)]
 
-        # The next window loads in the cycle the last group is taken: no bubble between windows.
-        load = Signal()
-        m.d.comb += [load.eq(~fv | (self.o.ready & o.last)), fifo.r_en.eq(load)]
-        with m.If(load):
-            m.d.sync += [fv.eq(fifo.r_rdy), work.eq(head.masks), tag.eq(head.tag)]
-        with m.Elif(self.o.ready):
-            for lv in range(L):
-                with m.If(first[lv]):
-                    m.d.sync += work[lv].eq(rem)
+        # (2) R: one level's channels, its level, ``last`` (the window's last level), ``empty``
+        # (a window without entries); its ranks are counted on the way to G.
+        r_v, r_bits, r_lvl = Signal(), Signal(C), Signal(uwidth(L))
+        r_last, r_empty, r_tag = Signal(), Signal(), Signal(self.tag_layout)
+        # (3) G: the level being issued, per channel its rank among the level's channels;
+        # ``want[k]``: the rank lane k takes in this group, ``left``: entries still to issue.
+        g_v, g_bits, g_lvl = Signal(), Signal(C), Signal(uwidth(L))
+        g_last, g_empty, g_tag = Signal(), Signal(), Signal(self.tag_layout)
+        g_rank = Signal(data.ArrayLayout(unsigned(cb), C))
+        want = [Signal(cb, name=f"want{k}") for k in range(self.lanes)]
+        left = Signal(cb)
+
+        o = self.o.payload
+        level_end = Signal()
+        m.d.comb += level_end.eq(left <= self.lanes)
+        for k in range(self.lanes):
+            sel = Signal(C, name=f"sel{k}")
+            m.d.comb += sel.eq(Cat(*[g_bits[c] & (g_rank[c] == want[k]) for c in range(C)]))
+            m.d.comb += [o.lane[k].valid.eq(left > k),
+                         o.lane[k].ch.eq(_encode(sel, len(o.lane[k].ch)))]
+        m.d.comb += [o.level.eq(g_lvl), o.last.eq(g_last & level_end), o.empty.eq(g_empty),
+                     o.tag.eq(g_tag), self.o.valid.eq(g_v)]
+
+        step = Signal()                                 # G issues a group
+        take_r = Signal()                               # G loads R's level
+        ext = Signal()                                  # R loads the extracted level
+        m.d.comb += [step.eq(g_v & self.o.ready),
+                     take_r.eq(r_v & (~g_v | (step & level_end))),
+                     ext.eq((fv | hv) & (~r_v | take_r)),
+                     pop.eq(ext & ~fv)]
+        with m.If(ext):
+            m.d.sync += [fv.eq(more), tag.eq(stag), r_v.eq(1), r_bits.eq(bits),
+                         r_lvl.eq(_encode(first, len(r_lvl))), r_last.eq(~more),
+                         r_empty.eq(~nz.any()), r_tag.eq(stag)]
+            m.d.sync += [rest[lv].eq(src[lv] & ~first[lv].replicate(C)) for lv in range(L)]
+        with m.Elif(take_r):
+            m.d.sync += r_v.eq(0)
+
+        ranks, total = _prefix_counts(m, r_bits, cb)
+        with m.If(take_r):
+            m.d.sync += [g_v.eq(1), g_bits.eq(r_bits), g_lvl.eq(r_lvl), g_last.eq(r_last),
+                         g_empty.eq(r_empty), g_tag.eq(r_tag), left.eq(total)]
+            m.d.sync += [g_rank[c].eq(ranks[c]) for c in range(C)]
+            m.d.sync += [want[k].eq(k) for k in range(self.lanes)]
+        with m.Elif(step):
+            with m.If(level_end):
+                m.d.sync += g_v.eq(0)
+            m.d.sync += [left.eq(left - self.lanes)]
+            m.d.sync += [want[k].eq(want[k] + self.lanes) for k in range(self.lanes)]
         return m
+
+
+def _prefix_counts(m: Module, bits, width: int):
+    """Per bit of ``bits`` the number of set bits below it (its rank), and their total,
+    ``width`` bits each: inclusive prefix sums over a Sklansky tree (``log2 n`` adders deep),
+    on the way from one register to the next."""
+    n = len(bits)
+    p = [bits[c].as_unsigned() for c in range(n)]
+    span = 1
+    while span < n:
+        for c in range(n):
+            if c // span % 2:                           # upper half of a 2 * span block
+                s = Signal(width, name=f"psum{span}_{c}")
+                m.d.comb += s.eq(p[c] + p[c // span * span - 1])
+                p[c] = s
+        span *= 2
+    ranks = [Const(0, width)] + p[:-1]
+    return ranks, p[-1]
+
+
+def _first_level(m: Module, masks, channels: int, levels: int, name: str):
+    """The levels of ``masks`` that hold entries, the lowest of them one-hot (0 if none; the
+    pick is named ``first_level``) and its channels."""
+    nz = Signal(levels, name=f"{name}_nz")
+    m.d.comb += nz.eq(Cat(*[masks[lv].any() for lv in range(levels)]))
+    first = _lowest(m, nz, "first_level")
+    bits = Signal(channels, name=f"{name}_bits")
+    m.d.comb += bits.eq(_or(masks[lv] & first[lv].replicate(channels) for lv in range(levels)))
+    return nz, first, bits
 
 
 def _or(values):

@@ -91,19 +91,20 @@ def code_word_layout(tokens: int, per_beat: int, e_max: int) -> data.ArrayLayout
 
 def sort_latency(window: int, reg_every: int = 1, network: SortNetwork | None = None) -> int:
     """Cycles from a window's last beat entering the ordering stage to the packer being able to
-    load it: the network's registers (``register_stages``), or 1 for ``SortNetwork.BUCKET``
-    (its masks are written into a FIFO as the last beat passes)."""
+    load it: the network's registers (``register_stages``), or 2 for ``SortNetwork.BUCKET``
+    (its masks are written into a FIFO as the last beat passes, then its first level is
+    extracted into a register, ``BucketOrder``)."""
     if not SortNetwork(DEFAULT_ORDER if network is None else network).is_network:
-        return 1
+        return 2
     return register_stages(window * MAX_SLICES, reg_every, MAX_SLICES)
 
 
 def default_buffers(window: int, per_beat: int, sort_latency: int) -> int:
     """Code-buffer windows that keep the unit from waiting for a free buffer: one being
-    written, the ones in the ordering stage, one being packed (``dstar.sim.fmdq_qu_cycles``
-    checks that no window waits at any group count)."""
+    written, the ones in the ordering stage, one being packed and read out
+    (``dstar.sim.fmdq_qu_cycles`` checks that no window waits at any group count)."""
     beats = window // per_beat
-    return 2 + -(-(sort_latency + 2) // beats)
+    return 2 + -(-(sort_latency + 3) // beats)
 
 
 class QuantUnit(wiring.Component):
@@ -142,8 +143,12 @@ class QuantUnit(wiring.Component):
     one group; with ``SortNetwork.BUCKET`` the window's entries are instead one bit mask of its
     channels per total-shift key (channel ``c``'s bits: ``p_c + 2j`` for ``j < width_c / 2``,
     a constant pattern shifted by ``p_c``), queued in ``BucketOrder``'s FIFO (one slot per code
-    buffer, 1 cycle) and (5) issued key by key, each cycle the lowest up to 4 channels of the
-    current key's remaining mask: the same groups in the same order. Either way the group's
+    buffer, 1 cycle, then its first key extracted into a register, 1 cycle) and (5) issued key
+    by key, each cycle the next up to 4 channels of the current key's mask by their ranks
+    (counted as the key enters ``BucketOrder``'s issue stage): the same groups in the same
+    order. Either way a skid
+    register (a register stage with a registered ``ready``, for the ECP5 Fmax:
+    docs/design/fmdq-hw.md) passes the group on, and the next cycle its
     codes, shifts and widths are read from the code buffer (one read port per lane; a buffer is
     free once its window's last group is read); slice ``j = (total - p) / 2`` of each token's
     code is its bits ``2j, 2j + 1``, signed when ``j`` is the width's top slice.
@@ -156,8 +161,8 @@ class QuantUnit(wiring.Component):
 
     Latency: an input beat's update leaves ``FRONT_STAGES`` cycles after the beat is accepted
     (when ``u`` is ready and the collector has room); a window's first group is offered
-    ``sort_latency + 2`` cycles after its last beat's update at the earliest, when the packer
-    is free (``sort_latency``: the network's registers, 1 for the bucket stage);
+    ``sort_latency + 3`` cycles after its last beat's update at the earliest, when the packer
+    is free (``sort_latency``: the network's registers, 2 for the bucket stage);
     ``dstar.sim.fmdq_qu_cycles`` gives every cycle with both outputs always ready (its
     ``capacity``: ``order_capacity``, the windows the ordering stage holds).
     Throughput: one input beat per cycle and one group per cycle; a window takes ``window /
@@ -459,6 +464,7 @@ class QuantUnit(wiring.Component):
         else:
             cmd, cmd_valid, cmd_ready, free_a = self._pack_bucket(m, srt, cmd_l)
 
+        cmd, cmd_valid, cmd_ready = self._skid(m, cmd_l, cmd, cmd_valid, cmd_ready)
         free_b = self._read_out(m, rds, cmd_l, cmd, cmd_valid, cmd_ready, beats)
         m.d.sync += busy.eq((busy & ~free_a & ~free_b) | alloc)
         return m
@@ -535,6 +541,25 @@ class QuantUnit(wiring.Component):
         free_a = Signal(self.buffers)
         m.d.comb += free_a.eq(Mux(order.o.valid & order.o.ready & g.empty, 1 << g.tag.slot, 0))
         return cmd, cmd_valid, cmd_ready, free_a
+
+    def _skid(self, m, cmd_l, cmd, cmd_valid, cmd_ready):
+        """A register stage with a registered ``ready`` (a skid buffer) between the packer and
+        the read-out, so that neither the packer's pick nor ``o.ready`` reaches the other side
+        within a cycle: a group taken from the packer is offered to the read-out the next
+        cycle; while the read-out stalls, one more is held in the skid register and then
+        ``cmd_ready`` is low. Returns the command, its valid and ready towards the read-out."""
+        r, rv, s, sv = Signal(cmd_l), Signal(), Signal(cmd_l), Signal()
+        ready = Signal()
+        take = Signal()
+        m.d.comb += [cmd_ready.eq(~sv), take.eq(cmd_valid & ~sv)]
+        with m.If(ready | ~rv):
+            with m.If(sv):
+                m.d.sync += [r.eq(s), rv.eq(1), sv.eq(0)]
+            with m.Else():
+                m.d.sync += [r.eq(cmd), rv.eq(take)]
+        with m.Elif(take):
+            m.d.sync += [s.eq(cmd), sv.eq(1)]
+        return r, rv, ready
 
     def _count(self, m, x3, fire):
         """The clipped and saturated sub-channel counters (cleared by ``clear``)."""
