@@ -598,6 +598,14 @@ class RefusalHarness(Elaboratable):
         counters = a.geometry.counters
         count = Mux(payload.op == Opcode.READ, payload.args.mem.count,
                     Mux(payload.op == Opcode.READ_COUNTERS, len(counters), 0))
+        # FMDQ: a RUN_LINEAR's new-state words also leave on dout (no command is taken
+        # while a run lasts, so the two never add in one cycle).
+        run_word = Const(0)
+        if a.geometry.fmdq:
+            out_state = a.stubs[0].o_state
+            run_word = out_state.valid & out_state.ready
+        with m.If(run_word):
+            m.d.sync += owed.eq(owed + 1)
         with m.If(take_a):
             m.d.sync += owed.eq(owed + count)
             with m.If(payload.op == Opcode.READ_COUNTERS):
