@@ -337,7 +337,7 @@ def format_text(rep: dict) -> str:
             lines.append(f"           T={g['tokens']} x M={g['columns']} x {g['n_arrays']} arrays "
                          f"(equal peak INT8 throughput: {g['equal_peak']}), window "
                          f"{g['window']}, {s['mean_width_bits']:.2f} bits; FmdqLinear's cycles "
-                         f"(exact) with each window's encode before its replay; the unit's "
+                         f"(exact: the model at the commit measured); the unit's "
                          f"steady state {s['encode_cycles']}, the replay alone "
                          f"{s['replay_cycles']} (x{s['speedup_replay_only']:.3f})")
         if "fmax_mhz" in s:
