@@ -230,9 +230,11 @@ class FmdqLinear(wiring.Component):
         f_more = Signal()                       # beats left to take
         r_valid, r_last, r_k = Signal(), Signal(), Signal.like(k)
         r_tile = Signal.like(tile)
-        r_win, r_ntok = Signal(uwidth(geo.n_win_max)), Signal(range(T + 1))
-        r_sub = Signal(sub_pair_layout(geo))
+        r_win = Signal(uwidth(geo.n_win_max))
         beat, accept = qu.i.payload, Signal()
+        # ``D`` and the old state are computed before the beat's register, so the quantization
+        # unit's max extraction starts from flip-flops (the Fmax path).
+        r_d, r_old = Signal.like(beat.d[0]), Signal(sub_l)
         m.submodules.pending = pend = SyncFIFO(
             width=len(r_tile) + len(r_win) + sub_l.size, depth=4)
         advance = ~r_valid | accept
@@ -247,22 +249,23 @@ class FmdqLinear(wiring.Component):
             accept.eq(qu.i.valid & qu.i.ready),
             beat.channel.eq(r_k), beat.last.eq(r_last),
         ]
-        old = Signal(sub_l)
-        for t in range(T):
-            s_t = Mux(run["key"], 0, r_sub.state[t])
-            m.d.comb += [old[t].eq(s_t),
-                         beat.d[0][t].eq(Mux(t < r_ntok, r_sub.target[t] - s_t, 0))]
+        sub = self.i_sub.payload
+        n_tok = Signal(range(T + 1))            # the tile's tokens, the rest taken as 0
+        m.d.comb += [n_tok.eq(Mux(last_tile, run["n_tokens"] - tok0, T)), beat.d[0].eq(r_d)]
         with m.If(in_enc & advance):
             m.d.sync += [r_valid.eq(take), r_last.eq(last_k), r_k.eq(k), r_tile.eq(tile),
-                         r_win.eq(c0[W.bit_length() - 1:]), r_sub.eq(self.i_sub.payload),
-                         r_ntok.eq(Mux(last_tile, run["n_tokens"] - tok0, T))]
+                         r_win.eq(c0[W.bit_length() - 1:])]
+            for t in range(T):
+                s_t = Mux(run["key"], 0, sub.state[t])
+                m.d.sync += [r_old[t].eq(s_t),
+                             r_d[t].eq(Mux(t < n_tok, sub.target[t] - s_t, 0))]
             with m.If(take):
                 m.d.sync += k.eq(k + 1)
                 with m.If(last_k):
                     m.d.sync += [k.eq(c0), tile.eq(tile + 1), tok0.eq(tok0 + T)]
                     with m.If(last_tile):
                         m.d.sync += [tile.eq(0), tok0.eq(0), f_more.eq(0)]
-        m.d.comb += [pend.w_en.eq(accept), pend.w_data.eq(Cat(r_tile, r_win, old))]
+        m.d.comb += [pend.w_en.eq(accept), pend.w_data.eq(Cat(r_tile, r_win, r_old))]
 
         # --- new state out: Xs' = old + q << p, one update per beat, in beat order ---
         u = qu.u.payload
