@@ -99,6 +99,18 @@ def _config(args):
     return load_config(args.config, args.preset, **over)
 
 
+def _hardware_config(args, command: str):
+    """``_config`` for a command that builds or drives the generated hardware: a field the RTL
+    does not implement is refused here instead of built around silently."""
+    from .config import FmdqRule
+    cfg = _config(args)
+    if cfg.encoding is Encoding.FMDQ and cfg.fmdq_rule is not FmdqRule.LOSSLESS:
+        # The FMDQ top codes by the lossless rule (hw.fmdq); the magnitude rule is golden-only.
+        raise UserError(f"dstar {command} needs fmdq_rule = 'lossless', the rule the FMDQ "
+                        f"hardware implements, not {cfg.fmdq_rule.value!r} (golden model only)")
+    return cfg
+
+
 def _field_types() -> dict:
     """Config field name -> its type (``int``, ``float`` or ``str``)."""
     import typing
@@ -359,7 +371,7 @@ def cmd_generate(args) -> int:
     from dstar.hw.generate import LARGE_MEMORY_WORDS, OUTPUTS, build, check_buildable
 
     from .outputs import atomic_dir, check_output_dir
-    cfg = _config(args)
+    cfg = _hardware_config(args, "generate")
     _sar_masks(cfg)                 # the masks are loaded at run time, not built in
     out = check_output_dir(args.output)
     size = check_buildable(cfg)
@@ -387,7 +399,7 @@ def cmd_lint(args) -> int:
     reason = missing_verilator()
     if reason is not None:
         raise UserError(reason)
-    found = lint_config(_config(args))
+    found = lint_config(_hardware_config(args, "lint"))
     for top, warnings in found.items():
         for w in warnings:
             print(f"{top}: {w}")
@@ -400,7 +412,7 @@ def cmd_run(args) -> int:
     from dstar.sim.simulators import Simulator
 
     from .run import format_run, run_block
-    cfg = _config(args)
+    cfg = _hardware_config(args, "run")
     if cfg.datapath != Datapath.DSTAR:
         raise UserError(f"dstar run needs datapath=dstar, not {cfg.datapath}")
     if cfg.sar_reuse_from:      # the engine's cache steps follow refresh_attn alone
@@ -448,17 +460,13 @@ def cmd_regress(args) -> int:
         raise UserError(f"--case {args.case} needs the --seed of the run it comes from")
     if args.preset is None and args.config is None:
         args.preset = "tiny"
-    cfg = _config(args)
+    cfg = _hardware_config(args, "regress")
     if cfg.datapath != Datapath.DSTAR:
         raise UserError(f"dstar regress needs datapath=dstar, not {cfg.datapath}")
-    from .config import Attention, FmdqRule
+    from .config import Attention
     if cfg.attention is not Attention.RESIDUAL:         # the cases save and restore RES
         raise UserError(f"dstar regress drives attention = 'residual' only, not "
                         f"{cfg.attention.value!r}: SAR's random cases are not built")
-    if cfg.encoding is Encoding.FMDQ and cfg.fmdq_rule is not FmdqRule.LOSSLESS:
-        # The generated top codes by the lossless rule whatever fmdq_rule says (hw.fmdq).
-        raise UserError(f"dstar regress checks fmdq_rule = 'lossless' only, the rule the FMDQ "
-                        f"top implements, not {cfg.fmdq_rule.value!r}")
     if args.output is not None:
         check_output_file(args.output, "--output")
     seed = args.seed if args.seed is not None else time.time_ns() % (1 << 31)
@@ -492,7 +500,7 @@ def cmd_synth(args) -> int:
     from dstar.synth.fmax_runs import fmax_selection
     from dstar.synth.tables import SECTIONS, format_table
     targets = _synth_targets(args, synth_report.ALL_TARGETS)
-    cfg = _config(args)
+    cfg = _hardware_config(args, "synth")
     if args.write_baseline and not targets:
         raise UserError("--write-baseline needs area targets (a baseline holds areas)")
     if args.write_baseline and synth_report.preset_name(cfg) == "custom":

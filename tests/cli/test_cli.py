@@ -38,6 +38,19 @@ def test_bad_input_is_one_line(capsys, argv, msg):
     assert msg in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+@pytest.mark.parametrize("command", ["generate", "lint", "run", "regress", "synth"])
+def test_hardware_commands_refuse_the_rule_the_hardware_does_not_implement(capsys, tmp_path,
+                                                                           command):
+    # The FMDQ top codes by the lossless rule: a magnitude-rule top would be built silently.
+    extra = {"regress": ["--cases", "1"], "synth": ["--target", "cmos"],
+             "generate": ["-o", str(tmp_path / "gen")]}.get(command, [])
+    code, _, err = run(capsys, command, "--preset", "tiny", "--set", "fmdq_rule=magnitude",
+                       *extra)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert f"dstar {command} needs fmdq_rule = 'lossless'" in err and "'magnitude'" in err
+    assert not (tmp_path / "gen").exists()
+
+
 def test_dense_packing_points_to_the_datapath(capsys, tmp_path):
     f = tmp_path / "old.toml"
     f.write_text('preset = "tiny"\npacking = "dense"\n')

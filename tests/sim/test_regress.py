@@ -94,7 +94,7 @@ def test_the_report_names_failed_cases_and_how_to_rerun_them(setup):
     (("--cases", "1", "--set", "datapath=int8"), "needs datapath=dstar, not int8"),
     (("--cases", "1", "--set", "tau=x"), "tau expects an integer, got 'x'"),
     (("--cases", "1", "--set", "attention=sar"), "drives attention = 'residual' only, not 'sar'"),
-    (("--cases", "1", "--set", "fmdq_rule=magnitude"), "lossless' only, the rule the FMDQ top"),
+    (("--cases", "1", "--set", "fmdq_rule=magnitude"), "needs fmdq_rule = 'lossless', the rule"),
 ])
 def test_bad_regress_arguments_are_one_line(capsys, argv, msg):
     from dstar.cli import main
