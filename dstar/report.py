@@ -38,7 +38,7 @@ from dstar.golden.dit_models import (
 from .report_a100 import calibrate, run_a100
 from .report_cost import run_model
 from .report_designs import DESIGNS
-from .report_energy import AREA_PER_MAC, table
+from .report_energy import AREA_PER_MAC, area_per_mac, table
 from .report_machine import Machine, ReportError
 
 __all__ = ["run", "format_text", "format_md", "write_outputs", "resolve_models", "OURS",
@@ -189,7 +189,8 @@ def run(shapes, machine: Machine, mix, *, mix_note: str) -> dict:
                     "config": mix.rep["config"]},
             "a100": cal,
             "designs": {d: {"title": v.title, "how": v.how,
-                            "area_per_mac_vs_int8": AREA_PER_MAC[d].value}
+                            "area_per_mac_vs_int8": AREA_PER_MAC[d].value,
+                            "area_per_mac_vs_int8_cmos": area_per_mac(d, "cmos")}
                         for d, v in DESIGNS.items()},
             "models": models, "summary": summary, "paper": PAPER, "constants": table(),
             "notes": NOTES}
@@ -204,7 +205,8 @@ NOTES = [
     "token tile and sort window (mix.config), on arrays of the configuration's MACs; the paper's "
     "64 x 64 array's tile shape is not known, and the ratio is applied to it as measured.",
     "Every accelerator has the same peak INT8 throughput, HBM and scratchpad; equal area scales "
-    "each design's PE count by its PE-array area per MAC (report_energy.AREA_PER_MAC); energy "
+    "each design's PE count by its PE-array area per MAC on sky130 HD cells "
+    "(report_energy.AREA_PER_MAC; the CMOS transistor estimate's beside it in Designs); energy "
     "is the same at equal area (no leakage term).",
     "Not modelled: leakage, the NoC, the vector unit's time (overlapped), the text encoder and "
     "VAE, per-kernel launch costs on the A100 beyond its calibrated efficiency.",
@@ -265,9 +267,10 @@ def format_md(rep: dict) -> str:
     mix, the A100 calibration, the shapes and every constant with its source."""
     out = ["# dstar report", "", "```", format_text(rep), "```", "", "## Notes", ""]
     out += [f"- {n}" for n in rep["notes"]]
-    out += ["", "## Designs", "", "| design | what | PE area per MAC vs INT8 |", "|---|---|---|"]
-    out += [f"| `{d}` {v['title']} | {v['how']} | {v['area_per_mac_vs_int8']:.3f} |"
-            for d, v in rep["designs"].items()]
+    out += ["", "## Designs", "", "| design | what | PE area per MAC vs INT8, sky130 (used) | "
+            "the same, CMOS estimate |", "|---|---|---|---|"]
+    out += [f"| `{d}` {v['title']} | {v['how']} | {v['area_per_mac_vs_int8']:.3f} | "
+            f"{v['area_per_mac_vs_int8_cmos']:.3f} |" for d, v in rep["designs"].items()]
     designs = list(rep["designs"]) + ["a100"]
     out += ["", "## Latency (s per image) and energy (J per image)", "",
             "| model | " + " | ".join(designs) + " |", "|---|" + "---|" * len(designs)]

@@ -2,14 +2,16 @@
 
 Sources are ``shared/research/eval-anchors.md`` (section 4) and ``peers.md`` (section 4) with
 their evidence tags ([V] primary, [V2] secondary, [I] the research notes' arithmetic), the
-project's own synthesis (``docs/results/efficiency_tiny.json``, ``docs/design/fmdq-hw.md``), or
+project's own synthesis (``docs/results/efficiency_tiny.json``: sky130 HD cells, the CMOS estimate
+beside), or
 **ours**: an estimate of this model, said as such. Energies are pJ at 45 nm unless named
 otherwise; ``NODE_ENERGY`` scales logic and SRAM to another node (DRAM is not scaled).
 """
 
 from dataclasses import dataclass
 
-__all__ = ["Constant", "ENERGY", "NODE_ENERGY", "AREA_PER_MAC", "A100", "value", "table"]
+__all__ = ["Constant", "ENERGY", "NODE_ENERGY", "AREA_PER_MAC", "AREA_PER_MAC_CMOS",
+           "EFFICIENCY_JSON", "A100", "area_per_mac", "value", "table"]
 
 
 @dataclass(frozen=True)
@@ -63,24 +65,41 @@ NODE_ENERGY: dict[int, Constant] = {
                 "V_dd: ours is the conservative end), eval-anchors 4.4"),
 }
 
-_EFF = "docs/results/efficiency_tiny.json (CMOS flow, 45 nm, PE-array level)"
-#: PE-array area per 8-bit MAC of peak throughput, relative to the lean INT8 array (equal-area
-#: comparisons scale each design's PE count by the inverse).
+#: Where the measured areas come from: ``dstar results --run efficiency_tiny``'s PE arrays
+#: (each array with its Y memory; ``tests/cli/test_report.py`` checks these ratios against it).
+EFFICIENCY_JSON = "docs/results/efficiency_tiny.json"
+_SKY = f"{EFFICIENCY_JSON} (sky130 HD cells, PE-array level: logic, weights and Y memories)"
+_CMOS = f"{EFFICIENCY_JSON} (the CMOS transistor estimate at 45 nm, PE-array level)"
+#: PE-array area per 8-bit MAC of peak throughput, relative to the lean INT8 array, on sky130
+#: HD standard cells (equal-area comparisons scale each design's PE count by the inverse).
 AREA_PER_MAC: dict[str, Constant] = {
-    "int8_sa": Constant(1.0, "x", f"the lean INT8 array, 1434 um^2 per MAC with its Y share, "
-                        f"{_EFF}"),
-    "nibble": Constant(3.482, "x", f"v1 compact nibble-lane arrays 319,570 um^2 vs INT8 91,768, "
-                       f"{_EFF}"),
-    "fmdq": Constant(1.345, "x", "FMDQ SIMD-4 array T 8, M 8, W 32, logic and weight window "
-                     "79,647 vs INT8 59,216 um^2 (Y memories left out), docs/design/fmdq-hw.md"),
+    "int8_sa": Constant(1.0, "x", f"the lean INT8 array, 407,940 um^2 for its 64 MACs, {_SKY}"),
+    "nibble": Constant(3.589, "x", f"v1 compact nibble-lane arrays 1,464,167 um^2, {_SKY}"),
+    "fmdq": Constant(1.419, "x", f"FMDQ SIMD-4 arrays T 8, M 8 (PE logic, weight window, Y) "
+                     f"578,794 um^2, {_SKY}"),
     "ditto_like": Constant(1.291, "x", "the ceiling of any nibble-lane array (lone multipliers, "
-                           f"weights, column tree, no selection or control) 118,472 um^2, {_EFF}: "
-                           "a lower bound, in Ditto's favour"),
+                           f"weights, column tree, no selection or control) 118,472 vs 91,743 "
+                           f"um^2, {_CMOS}, not synthesized on sky130: a lower bound, in Ditto's "
+                           "favour"),
     "cambricon_d_like": Constant(1.291, "x", "ours: as the nibble-lane ceiling (INT3 x 8b "
                                  "inlier lanes plus outlier lanes), in its favour"),
     "exion_like": Constant(1.1, "x", "ours: an INT8 array plus the eager-prediction unit and "
                            "ConMerge (estimate)"),
 }
+#: The same on the CMOS transistor estimate, for continuity with earlier reports (the designs
+#: that have no measured area keep their sky130 row's value).
+AREA_PER_MAC_CMOS: dict[str, Constant] = {
+    "nibble": Constant(3.454, "x", f"316,849 vs 91,743 um^2, {_CMOS}"),
+    "fmdq": Constant(1.361, "x", f"124,868 vs 91,743 um^2, {_CMOS}"),
+}
+
+
+def area_per_mac(design: str, flow: str = "sky130") -> float:
+    """``AREA_PER_MAC``'s value, or with ``flow = "cmos"`` the transistor estimate's."""
+    if flow == "cmos":
+        return AREA_PER_MAC_CMOS.get(design, AREA_PER_MAC[design]).value
+    return AREA_PER_MAC[design].value
+
 
 #: The A100 (peers.md 3.2 [V], the datasheet) and its measured step times (eval-anchors 3.1).
 A100 = {
@@ -103,7 +122,7 @@ def table() -> list[dict]:
     """Every constant as ``{"name", "value", "unit", "source"}`` rows (the report's table)."""
     rows = []
     for group, d in (("energy", ENERGY), ("node", NODE_ENERGY), ("area", AREA_PER_MAC),
-                     ("a100", A100)):
+                     ("area_cmos", AREA_PER_MAC_CMOS), ("a100", A100)):
         for k, c in d.items():
             rows.append({"group": group, "name": str(k), "value": c.value, "unit": c.unit,
                          "source": c.source})

@@ -11,8 +11,8 @@ machine (``report_machine.Machine``'s fields, with ``array`` for its PE array ``
   ``build/report``, shared with ``dstar report``); the point's figures are geomeans over the
   models;
 * the machine's PE-array area in DSTAR v2's PEs: its MACs times the FMDQ PE array's area per
-  MAC at the configuration's tile (``AREA_PARTS`` of ``synth.fmdq_efficiency``, as
-  ``report_energy.AREA_PER_MAC`` counts it; 45 nm CMOS flow), estimated without synthesis
+  MAC at the configuration's tile (``AREA_PARTS`` of ``synth.fmdq_efficiency``; 45 nm CMOS
+  flow, since the estimate is fitted to it), estimated without synthesis
   (``estimate``) or, with ``synth``, synthesized with Yosys (``areas``, cached);
 * with ``accuracy``: PSNR vs FP32 of the configuration's final samples with FMDQ linears
   (``analyze.run_sweep``: an FP32, a dense W8A8 and the configuration's golden run, at the
@@ -74,8 +74,8 @@ MACHINE_AXES = ("array",) + _machine_fields()
 AXES = CONFIG_AXES + MACHINE_AXES
 #: The most points one sweep runs (each is at least a roofline over every model).
 MAX_POINTS = 10_000
-#: The FMDQ datapath's parts counted as the PE array's area (``report_energy.AREA_PER_MAC``'s
-#: ``fmdq``: logic and weight window, the Y memories left out).
+#: The FMDQ datapath's parts counted as the PE array's area: logic and weight window, the Y
+#: memories left out (they scale with the tokens held, not with the MACs).
 AREA_PARTS = ("pe_logic", "weight_window")
 ROWS, SUMMARY, PLOT = "rows.jsonl", "sweep.json", "pareto.png"
 FILES = (ROWS, SUMMARY, PLOT)

@@ -5,6 +5,7 @@ measured one takes minutes: the slow test)."""
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -191,6 +192,20 @@ def test_equal_area_gives_each_design_the_int8_arrays_area():
     for d in DESIGNS:
         area = peak_macs_per_cycle(d, m, equal_area=True) * AREA_PER_MAC[d].value
         assert area == pytest.approx(m.macs_per_cycle * AREA_PER_MAC["int8_sa"].value)
+
+
+@pytest.mark.parametrize("design,strategy", [("nibble", "compact"), ("fmdq", "fmdq")])
+def test_measured_areas_are_the_results_pages(design, strategy):
+    """The PE-array area ratios equal the committed efficiency measurement's, on sky130 and on
+    the CMOS estimate: re-measuring it without updating the constants fails here."""
+    from dstar.report_energy import EFFICIENCY_JSON, area_per_mac
+    root = Path(__file__).resolve().parents[2]
+    res = json.loads((root / EFFICIENCY_JSON).read_text())["result"]["strategies"]
+    sky = res[strategy]["asic"]["pe_area_um2"] / res["int8"]["asic"]["pe_area_um2"]
+    cmos = res[strategy]["pe_area_um2"] / res["int8"]["pe_area_um2"]
+    assert res[strategy]["asic"]["target"] == "sky130"
+    assert area_per_mac(design) == pytest.approx(sky, abs=5e-4)
+    assert area_per_mac(design, "cmos") == pytest.approx(cmos, abs=5e-4)
 
 
 def test_dense_work_takes_the_same_time_on_every_design():
