@@ -62,9 +62,15 @@ _ATTENTION_BLOCKS = ("softmax", "normalizer", "tile_runner", "softmax_feed", "ma
                      "accelerator.command_processor", "accelerator.out_q")
 
 
-def _sky130_argv(preset: str, blocks: tuple[str, ...], jobs: int, *extra: str) -> tuple:
-    """``dstar synth`` of ``blocks`` at ``preset`` on the CMOS estimate and sky130 HD."""
-    return ("synth", "--preset", preset, "--target", "cmos", "--target", "sky130",
+#: v1's linear datapath, whose blocks (``encoder``, ``dispatcher``) FMDQ's top does not have.
+_V1 = ("--set", "encoding=nibble")
+
+
+def _sky130_argv(preset: str, blocks: tuple[str, ...], jobs: int, *extra: str,
+                 pin: tuple[str, ...] = ()) -> tuple:
+    """``dstar synth`` of ``blocks`` at ``preset`` (``pin``: ``--set`` fields) on the CMOS
+    estimate and sky130 HD."""
+    return ("synth", "--preset", preset, *pin, "--target", "cmos", "--target", "sky130",
             *(a for b in blocks for a in ("--block", b)), *extra, "--reuse", "--jobs",
             str(jobs), "--json")
 
@@ -105,15 +111,17 @@ RESULTS: dict[str, Result] = {
         "(`dstar.synth.flows`; FPGA targets: `dstar synth --target ...`). `--reuse` reads a "
         "block's figures from an earlier run whose script and Verilog are unchanged."),
     "synth_tiny_sky130": Result(
-        "Standard-cell area per block (`tiny` preset): sky130 HD beside the transistor estimate",
+        "Standard-cell area per block (`tiny` preset, v1's `encoding = nibble`): sky130 HD beside "
+        "the transistor estimate",
         _sky130_argv("tiny", _LINEAR_BLOCKS, 3),
         _synth_text,
-        "The linear datapath's blocks of the `tiny` preset and of its lean dense INT8 baseline "
+        "v1's linear datapath's blocks of the `tiny` preset and of its lean dense INT8 baseline "
         "mapped onto SkyWater sky130_fd_sc_hd cells (areas from the cells' LEF footprints, "
         "`dstar.synth.liberty`; ABC maps for area, no timing), with the share of flip-flops, "
         "adder cells (XOR/XNOR/majority) and multiplexers, and `vs cmos`: the logic's NAND2 "
         "equivalents over the 45 nm transistor estimate's (`dstar.synth.flows`). SRAM macros "
-        "are the estimate scaled by NAND2 area."),
+        "are the estimate scaled by NAND2 area. FMDQ's datapath (the default) on the same cells, "
+        "by part, is in the throughput-per-area tables below."),
     "synth_tiny_sky130_attention": Result(
         "Standard-cell area per block (`tiny` preset): the attention engine and the "
         "accelerator top's own blocks on sky130 HD",
@@ -123,11 +131,11 @@ RESULTS: dict[str, Result] = {
         "and the accelerator top's own: its command processor and output queue (the top's "
         "other blocks are the kinds above again)."),
     "synth_default_sky130": Result(
-        "Standard-cell area per block (`default` preset): sky130 HD beside the transistor "
-        "estimate",
-        _sky130_argv("default", _LINEAR_BLOCKS, 1),
+        "Standard-cell area per block (`default` preset, v1's `encoding = nibble`): sky130 HD "
+        "beside the transistor estimate",
+        _sky130_argv("default", _LINEAR_BLOCKS, 1, pin=_V1),
         _synth_text,
-        "The same as for `tiny`, at the `default` preset: the linear datapath's blocks and its "
+        "The same as for `tiny`, at the `default` preset: v1's linear datapath's blocks and its "
         "lean dense INT8 baseline's on sky130 HD cells, with `vs cmos`, the logic's NAND2 "
         "equivalents over the 45 nm transistor estimate's."),
     "synth_default_sky130_attention": Result(
@@ -138,8 +146,8 @@ RESULTS: dict[str, Result] = {
         "The same for the `default` preset's attention engine and the accelerator top's own "
         "blocks."),
     "synth_tiny_osu018": Result(
-        "Standard-cell timing (`tiny` preset): OSU 0.18 um Fmax of the PE array, the "
-        "dispatcher and the accelerator top's own logic",
+        "Standard-cell timing (`tiny` preset, v1's `encoding = nibble`): OSU 0.18 um Fmax of the "
+        "PE array, the dispatcher and the accelerator top's own logic",
         ("synth", "--preset", "tiny", "--target", "cmos", "--target", "osu018", "--block",
          "pe_array", "--block", "dispatcher", "--block", "accelerator.command_processor",
          "--no-dense", "--reuse", "--jobs", "2", "--json"),
@@ -150,6 +158,17 @@ RESULTS: dict[str, Result] = {
         "register to register, its start and end by RTL name. The accelerator top's own "
         "logic is its command processor (`dstar.v` with the datapath blocks blackboxed). "
         "Totals cover these blocks only."),
+    "synth_tiny_osu018_fmdq": Result(
+        "Standard-cell timing (`tiny` preset, `encoding = fmdq`): OSU 0.18 um Fmax of the SIMD-4 "
+        "PE array and the quantization unit",
+        ("synth", "--preset", "tiny", "--set", "encoding=fmdq", "--target", "cmos", "--target",
+         "osu018", "--block", "pe_array", "--block", "qu", "--no-dense", "--reuse", "--jobs",
+         "1", "--json"),
+        _synth_text,
+        "The same for FMDQ's datapath (the default): `FmdqLinear`'s SIMD-4 PE array "
+        "(`hw/fmdq/pe_array.py`) and its quantization unit (`hw/fmdq/quant_unit.py`), each "
+        "synthesized alone onto OSU 0.18 um cells and timed by OpenSTA (pre-layout, optimistic "
+        "as above)."),
     "synth_tiny_osu018_top": Result(
         "Standard-cell timing (`tiny` preset): OSU 0.18 um Fmax of the whole accelerator top",
         ("synth", "--preset", "tiny", "--target", "osu018", "--block",
