@@ -4,7 +4,7 @@ accumulators into ``SoftmaxUnit``, and its outputs into P words, block sums and 
 Ref: ``golden/ATTENTION.md`` (group format, block mass); ``dstar.hw.softmax.SoftmaxUnit``.
 """
 
-from amaranth import Array, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -44,7 +44,8 @@ class SoftmaxFeed(wiring.Component):
     no ``(r, L)`` tables (no ``norm_*``).
 
     ``start`` (a pulse) begins a query block (the masses restart at zero when ``full``);
-    ``done`` is high once every row's ``(r, L)`` has arrived and the feeder is idle. ``i_p``
+    ``done`` is high once every row's ``(r, L)`` has arrived, the feeder is idle and every
+    row's ``max_block`` is written (two cycles after its last logit was taken). ``i_p``
     and ``i_sum`` are always ready; ``o_row`` / ``o_logit`` follow the unit's ready. Reset
     stops a block.
 
@@ -130,7 +131,8 @@ class SoftmaxFeed(wiring.Component):
         s_row = self._collect(m)
         with m.If(self.start):
             m.d.sync += f_start
-        m.d.comb += self.done.eq((s_row == self.rows) & ~self._f_on)
+        busy = self._max_busy if self._select else 0
+        m.d.comb += self.done.eq((s_row == self.rows) & ~self._f_on & ~busy)
         return m
 
     def _feed(self, m) -> list:
@@ -202,33 +204,44 @@ class SoftmaxFeed(wiring.Component):
 
     def _max_flags(self, m, take, row_end, f_row, f_li, f_off, f_len):
         """``max_block``: per row the block where its running maximum was first attained (a
-        beat's keys share one block; keys stream in ascending order)."""
+        beat's keys share one block; keys stream in ascending order). Off the stream's path:
+        a taken beat is registered (stage a), its largest valid logit registered (stage b),
+        then compared with the row's running maximum, so the accumulators' read feeds one
+        register (the Fmax path); ``done`` waits for the two stages to drain."""
         ag = self._ag
-        nkb = ag.nkb
-        s = self._beat_max(m, f_off, f_len)
-        cur_max = Signal.like(s)
+        nkb, lanes = ag.nkb, ag.softmax.lanes
+        lg = self.o_logit.payload.s
+        a_v, a_first, a_end = Signal(), Signal(), Signal()
+        a_lg, a_ok = Signal(lg.shape()), Signal(lanes)
+        a_here, a_row = Signal(nkb), Signal.like(f_row)
+        m.d.sync += a_v.eq(take)
+        with m.If(take):
+            m.d.sync += [a_lg.eq(lg), a_ok.eq(Cat(f_off + lane < f_len for lane in range(lanes))),
+                         a_first.eq((f_li == 0) & (f_off == 0)), a_end.eq(row_end),
+                         a_here.eq(Const(1, nkb) << self.sel_j[f_li]), a_row.eq(f_row)]
+        b_v, b_first, b_end = Signal(), Signal(), Signal()
+        b_s, b_here, b_row = Signal.like(lg[0]), Signal(nkb), Signal.like(f_row)
+        m.d.sync += b_v.eq(a_v)
+        with m.If(a_v):
+            m.d.sync += [b_s.eq(self._beat_max(m, a_lg, a_ok)), b_first.eq(a_first),
+                         b_end.eq(a_end), b_here.eq(a_here), b_row.eq(a_row)]
+        self._max_busy = a_v | b_v
+        cur_max = Signal.like(b_s)
         cur = Signal(nkb)
         nxt = Signal(nkb)
-        here = Signal(nkb)
-        m.d.comb += here.eq(Const(1, nkb) << self.sel_j[f_li])
-        first = (f_li == 0) & (f_off == 0)
-        with m.If(first | (s > cur_max)):
-            m.d.comb += nxt.eq(here)
-        with m.Else():
-            m.d.comb += nxt.eq(cur)
-        with m.If(take):
-            m.d.sync += [cur.eq(nxt), cur_max.eq(Mux(first | (s > cur_max), s, cur_max))]
-            with m.If(row_end):
-                with m.Switch(f_row):
+        new_max = b_first | (b_s > cur_max)
+        m.d.comb += nxt.eq(Mux(new_max, b_here, cur))
+        with m.If(b_v):
+            m.d.sync += [cur.eq(nxt), cur_max.eq(Mux(new_max, b_s, cur_max))]
+            with m.If(b_end):
+                with m.Switch(b_row):
                     for i in range(self._ag.cfg.block_q):
                         with m.Case(i):
                             m.d.sync += self.max_block[i].eq(nxt)
 
-    def _beat_max(self, m, f_off, f_len):
-        """The largest logit of the beat's valid lanes (lane 0 always is)."""
-        lg = self.o_logit.payload.s
-        vals = [lg[0]] + [Mux(f_off + lane < f_len, lg[lane], lg[0])
-                          for lane in range(1, len(lg))]
+    def _beat_max(self, m, lg, ok):
+        """The largest logit of the beat ``lg``'s lanes that ``ok`` marks (lane 0 always is)."""
+        vals = [lg[0]] + [Mux(ok[lane], lg[lane], lg[0]) for lane in range(1, len(lg))]
         while len(vals) > 1:
             nxt = []
             for i in range(0, len(vals) - 1, 2):
