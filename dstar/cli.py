@@ -1056,7 +1056,7 @@ def main(argv=None) -> int:
         return 2
     if extra:
         if not hasattr(args, "rest"):
-            ap.error(f"unrecognized arguments: {' '.join(extra)}")
+            _innermost(ap, args).error(f"unrecognized arguments: {' '.join(extra)}")
         args.rest = extra + list(args.rest)
     if args.build_dir is not None and str(args.build_dir) in ("", "."):
         # Path('') is '.': the working folder itself would take build/'s folders.
@@ -1103,6 +1103,18 @@ def main(argv=None) -> int:
             os.environ.pop(BUILD_DIR_ENV, None)
         else:
             os.environ[BUILD_DIR_ENV] = saved
+
+
+def _innermost(ap: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    """The (sub)parser of the command ``args`` names (``dstar bench cycles``): its usage line
+    and name go with an error about that command's arguments, not the top level's."""
+    parser = ap
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if name is None:
+            return parser
+        parser = subs[0].choices[name]
 
 
 class Terminated(BaseException):

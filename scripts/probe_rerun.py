@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+BEGIN, END = "<!-- probe_rerun.py: begin -->", "<!-- probe_rerun.py: end -->"
 T = "--preset tiny --set max_k=512 --set max_m=512"        # the smallest `dstar run` accepts
 RUN = f"{T} --sim icarus --tokens 1 --steps 1"
 A = "dstar analyze --preset tiny --samples 1 --steps 2 --quiet"
@@ -278,7 +279,7 @@ def cli_cases() -> list[Case]:
              "setpriv --reuid=65534 --regid=65534 --clear-groups dstar config --config f000.toml",
              "untested", err("f000.toml")),
         case("O20", "unknown subcommand flag", "dstar config --bogus", "clear (cosmetic)",
-             err("--bogus")),
+             err("dstar config: error: unrecognized arguments: --bogus")),
         case("O22", "train --help names itself", "dstar train --help | head -1",
              "unclear (cosmetic)", ok(lambda r: r.out.startswith("usage: dstar train"))),
         case("O29", "-o ''", "dstar generate --preset tiny -o ''", "unclear", err("''")),
@@ -749,6 +750,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="comma-separated case ids")
     ap.add_argument("--md", type=Path, help="also write the table to this file")
+    ap.add_argument("--doc", type=Path, help="put the table in this Markdown file, between "
+                    f"the lines {BEGIN!r} and {END!r}")
     args = ap.parse_args(argv)
     cases = cli_cases() + api_cases()
     if args.only:
@@ -797,6 +800,9 @@ def main(argv=None) -> int:
     print(out)
     if args.md:
         args.md.write_text(out)
+    if args.doc:
+        head, rest = args.doc.read_text().split(BEGIN + "\n", 1)
+        args.doc.write_text(f"{head}{BEGIN}\n{out}{END}\n{rest.split(END + chr(10), 1)[1]}")
     return 0
 
 
