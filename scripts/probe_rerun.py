@@ -265,6 +265,80 @@ def j(r: Result) -> dict:
     return json.loads(r.out)
 
 
+#: A sample of probe 3's clear errors, rerun to show they still hold: (id, what, command, the
+#: bad value the line must name).
+CLEAR_SAMPLE = [
+    ("O12", "config is a folder", "mkdir -p adir.toml && dstar config --config adir.toml",
+     "adir.toml"),
+    ("O14", "binary config", "printf '\\x86\\x00' > bin.toml && dstar config --config bin.toml",
+     "bin.toml"),
+    ("O17", "preset = [\"tiny\"]", "echo 'preset = [\"tiny\"]' > pl.toml && "
+     "dstar config --config pl.toml", "['tiny']"),
+    ("O19", "--preset ''", "dstar config --preset ''", "''"),
+    ("O24", "-o /proc/x", "dstar generate --preset tiny -o /proc/x", "/proc"),
+    ("O26", "-o /dev/null", "dstar generate --preset tiny -o /dev/null", "/dev/null"),
+    ("O27", "-o under a file", "dstar generate --preset tiny -o f/sub", "'f'"),
+    ("O35", "analyze --output a folder", f"mkdir -p od && {A} --output od", "'od'"),
+    ("O36", "--png in a missing folder", f"{A} --png /nonexistent/p.png", "/nonexistent"),
+    ("O42", "trace steps 3.9", "python -c 'import numpy as np; "
+     "z = dict(np.load(\"tr/valid.npz\")); z[\"steps\"] = np.array(3.9); np.savez(\"tr/s39.npz\", **z)' && "
+     "dstar analyze --preset tiny --trace tr/s39.npz", "float64"),
+    ("O63", "--layers nosuch.layer", "dstar trace --preset tiny --samples 1 --steps 1 "
+     "--layers nosuch.layer -o t.npz", "nosuch.layer"),
+    ("O65", "trace -o under a file", "dstar trace --preset tiny --samples 1 --steps 1 -o f/x.npz",
+     "'f'"),
+    ("R3", "--tokens 100000", f"dstar run {T} --tokens 100000", "100000"),
+    ("R5", "--block 6", f"dstar run {T} --block 6", "6"),
+    ("R9", "--steps 21", f"dstar run {T} --steps 21", "21"),
+    ("R11", "--sim bogus", f"dstar run {T} --sim bogus", "'bogus'"),
+    ("R13", "wrong head size", f"dstar run {T} --set head_dim=16", "head_dim = 16"),
+    ("R15", "int8 datapath", f"dstar run {T} --set datapath=int8", "int8"),
+    ("S1", "results --run bogus", "dstar results --run bogus", "'bogus'"),
+    ("W3", "--sweep nope=1,2", f"{A} --sweep nope=1,2", "'nope'"),
+    ("W4", "--sweep field twice", f"{A} --sweep theta=0.5 --sweep theta=0.7", "'theta'"),
+    ("W11", "--sweep tau=-1", f"{A} --sweep tau=-1", "-1"),
+    ("W16", "--sweep refine_at=0", f"{A} --sweep refine_at=0", "0"),
+    ("W17", "--sweep linears=foo", f"{A} --sweep linears=foo", "'foo'"),
+    ("W21", "--plot without --sweep", f"{A} --plot p.png", "--plot"),
+    ("W22", "--sweep with --trace", f"{A} --sweep theta=0.5 --trace tr/valid.npz", "--trace"),
+    ("W27", "--plot ''", f"{A} --sweep theta=0.5 --plot ''", "''"),
+    ("L7", "--set workload=bogus", "dstar config --set workload=bogus", "'bogus'"),
+    ("L9", "--set and --workload", "dstar config --set workload=photos --workload digits",
+     "workload"),
+    ("L11", "--workload with --trace",
+     "dstar analyze --workload photos --trace tr/valid.npz", "--workload"),
+    ("G2", "head_dim 31", "dstar generate --preset tiny --accelerator --set head_dim=31 -o x",
+     "head_dim=31"),
+    ("G4", "softmax_lanes 3", "dstar generate --preset tiny --accelerator --set softmax_lanes=3 "
+     "-o x", "3"),
+    ("G8", "--datapath dense --accelerator", "dstar generate --preset tiny --set datapath=dense "
+     "--accelerator -o x", "dense"),
+    ("G10", "refine_max 2", "dstar generate --preset tiny --set refine_max=2 -o x",
+     "refine_max=2"),
+    ("B1", "bench golden --preset bogus", "dstar bench golden --preset bogus", "'bogus'"),
+    ("B9", "cycles --layers bogus", "dstar bench cycles --preset tiny --layers bogus", "'bogus'"),
+    ("B11", "cycles --lane-rotation 3", "dstar bench cycles --preset tiny --lane-rotation 3",
+     "3"),
+    ("B14", "cycles --steps 1000000", "dstar bench cycles --preset tiny --steps 1000000",
+     "1000000"),
+    ("B16", "attention --heads 9", "dstar bench attention --preset tiny --heads 9", "9"),
+    ("B18", "attention --theta 2", "dstar bench attention --preset tiny --theta 2", "2.0"),
+    ("B19", "attention --theta nan", "dstar bench attention --preset tiny --theta nan", "nan"),
+    ("C1", "--set tau", "dstar config --set tau", "'tau'"),
+    ("C4", "--set tau=1e3", "dstar config --set tau=1e3", "'1e3'"),
+    ("C7", "--set packing=dense", "dstar config --set packing=dense", "dense"),
+    ("C9", "--set tau twice", "dstar config --set tau=1 --set tau=2", "'tau'"),
+    ("C12", "--set theta=-0.0", "dstar config --set theta=-0.0", "-0.0"),
+    ("C17", "--set preset=tiny", "dstar config --set preset=tiny", "'preset'"),
+    ("C24", "--set theta=1/2", "dstar config --set theta=1/2", "'1/2'"),
+    ("T5", "empty trace file", ": > tr/zero.npz && dstar analyze --preset tiny --trace tr/zero.npz",
+     "zero.npz"),
+    ("T30", "extra readme.txt member", "cp tr/valid.npz tr/extra.npz && python -c 'import "
+     "zipfile; z = zipfile.ZipFile(\"tr/extra.npz\", \"a\"); z.writestr(\"readme.txt\", "
+     "\"hi\"); z.close()' && dstar analyze --preset tiny --trace tr/extra.npz", "readme.txt"),
+]
+
+
 def cli_cases() -> list[Case]:
     exists = os.path.exists
     return [
@@ -447,6 +521,8 @@ def cli_cases() -> list[Case]:
              "traceback", err("attn/blk.attn/")),
         case("T28", "x member not an .npy", "dstar analyze --preset tiny --trace "
              "tr/nonnpy_x.npz", "traceback", err("linear/blk.fc1/x")),
+        *(case(id, what + " (a sample of the clear errors)", cmd, "clear error", err(name))
+          for id, what, cmd, name in CLEAR_SAMPLE),
         case("T29", "steps member not an .npy", "dstar analyze --preset tiny --trace "
              "tr/nonnpy_steps.npz", "traceback", err("steps")),
     ]
