@@ -281,7 +281,8 @@ CLEAR_SAMPLE = [
     ("O35", "analyze --output a folder", f"mkdir -p od && {A} --output od", "'od'"),
     ("O36", "--png in a missing folder", f"{A} --png /nonexistent/p.png", "/nonexistent"),
     ("O42", "trace steps 3.9", "python -c 'import numpy as np; "
-     "z = dict(np.load(\"tr/valid.npz\")); z[\"steps\"] = np.array(3.9); np.savez(\"tr/s39.npz\", **z)' && "
+     "z = dict(np.load(\"tr/valid.npz\")); z[\"steps\"] = np.array(3.9); "
+     "np.savez(\"tr/s39.npz\", **z)' && "
      "dstar analyze --preset tiny --trace tr/s39.npz", "float64"),
     ("O63", "--layers nosuch.layer", "dstar trace --preset tiny --samples 1 --steps 1 "
      "--layers nosuch.layer -o t.npz", "nosuch.layer"),
