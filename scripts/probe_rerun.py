@@ -512,6 +512,18 @@ def cli_cases() -> list[Case]:
              "--json --quiet >/dev/null", "OK", ok(lambda r: r.rc == 0)),
         case("C14", "--set tau=1_0", "dstar config --preset tiny --set tau=1_0 | grep -w tau",
              "OK", ok(lambda r: "10" in r.out)),
+        case("C13", "--set tau=\u0663 (Arabic-Indic 3)", "dstar config --preset tiny "
+             "--set tau=\u0663 | grep -w tau", "OK", ok(lambda r: '"tau": 3,' in r.out)),
+        case("C20", "--set k-tile=32", "dstar config --preset tiny --set k-tile=32 | "
+             "grep -w k_tile", "OK", ok(lambda r: '"k_tile": 32' in r.out)),
+        case("C22", "--set steps=+5", "dstar config --preset tiny --set steps=+5 | grep -w steps",
+             "OK", ok(lambda r: '"steps": 5' in r.out)),
+        case("O40", "stdout to a closed pipe", "dstar config --preset tiny | head -1", "OK",
+             ok(lambda r: r.rc == 0 and r.out.strip() == "{" and r.err == "")),
+        case("E9", "--help with stdout closed (was: the help on stderr)", "dstar --help >&-",
+             "OK", err("standard output is closed")),
+        case("E12", "stdin closed", "dstar config --preset tiny <&- >/dev/null", "OK",
+             ok(lambda r: r.rc == 0 and r.err == "")),
         case("T12", "NaN in x", "dstar analyze --preset tiny --trace tr/x_nan.npz",
              "clear error", err("linear/blk.fc1/x")),
         case("T17", "attention N = 0", "dstar analyze --preset tiny --trace tr/attn_n0.npz",
@@ -629,6 +641,10 @@ def api_cases() -> list[Case]:
     lin = 'A.command(man, "RUN_LINEAR", '
     load = 'A.command(man, "LOAD", mem="WEIGHTS", count=1, '
     return [
+        api("P1", "encode of an empty difference", "encode(np.zeros((0, 16), np.int64), 16, 7, "
+            "0) is not None", "OK", TRUE, g),
+        api("P15", "quantize_weights of +-1e308", "quantize_weights(np.array([[1e308, -1e308, "
+            "1.0]]))[0].ravel().tolist() == [127, -127, 0]", "OK", TRUE, g),
         api("P2", "encode of floats", "encode(np.zeros(16), 16, 7, 0)", "clear error",
             err("float64"), g),
         api("P12", "token_lattice extra_bits -1", "token_lattice(np.ones((1, 2)), -1)",
