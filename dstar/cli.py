@@ -28,14 +28,18 @@ class UserError(Exception):
     """Bad input from the command line: reported in one line, exit status 2."""
 
 
-def _nonneg_int(s: str) -> int:
+def _int_at_least(s: str, least: int) -> int:
     try:
         v = int(s)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    if v < least:
+        raise argparse.ArgumentTypeError(f"expected an integer >= {least}, got {v}")
     return v
+
+
+def _nonneg_int(s: str) -> int:
+    return _int_at_least(s, 0)
 
 
 def _path(s: str) -> Path:
@@ -47,10 +51,7 @@ def _path(s: str) -> Path:
 
 
 def _pos_int(s: str) -> int:
-    v = _nonneg_int(s)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
-    return v
+    return _int_at_least(s, 1)      # -1 is told the minimum, 1 (not 0)
 
 
 def _add_config_args(p: argparse.ArgumentParser, workload: bool = False) -> None:
@@ -271,9 +272,10 @@ def cmd_analyze(args) -> int:
         if args.plot is not None:
             from .plot import sweep_png
             # Drawn from the JSON as printed, so that the stored report redraws the same file.
-            write_atomic(args.plot, sweep_png(json.loads(_dump(rep))))
+            _write_report_then(args.output, rep, args.plot, sweep_png(json.loads(_dump(rep))))
             if not args.json:
                 print(f"PSNR vs work plot (points by row number): {args.plot}")
+            return 0
     elif args.trace is not None:
         from dstar.golden.trace import load_trace
         # The trace fixes the run: options of the bundled run would be silently ignored.
@@ -293,13 +295,28 @@ def cmd_analyze(args) -> int:
             rep["png"] = str(png)
         print(_dump(rep) if args.json else analyze.format_table(rep), flush=True)
         if png:
-            write_atomic(png, png_bytes(image_grid([samples[k] for k in
-                                                    ("fp32", "w8a8", "dstar")])))
+            _write_report_then(args.output, rep, png, png_bytes(image_grid(
+                [samples[k] for k in ("fp32", "w8a8", "dstar")])))
             if not args.json:
                 print(f"sample grid (rows: FP32, W8A8, DSTAR): {png}")
+            return 0
     if args.output:
         write_atomic(args.output, _dump(rep) + "\n")
     return 0
+
+
+def _write_report_then(output: Path | None, rep: dict, picture: Path, data: bytes) -> None:
+    """The report ``rep`` to ``output`` (if any), then its ``picture``: a picture that cannot
+    be written (a full disk) does not lose the report, and its error line says it is there."""
+    from .outputs import OutputError, write_atomic
+    if output:
+        write_atomic(output, _dump(rep) + "\n")
+    try:
+        write_atomic(picture, data)
+    except OutputError as e:
+        if output:
+            raise OutputError(f"{e} (the report is written: {str(output)!r})") from None
+        raise
 
 
 def _sar_masks(cfg):
@@ -419,6 +436,8 @@ def cmd_run(args) -> int:
         raise UserError(f"sar_reuse_from={cfg.sar_reuse_from} is the golden model's only (the "
                         "engine's cache steps follow refresh_attn): dstar run needs 0")
     _sar_masks(cfg)
+    from dstar.hw.generate import check_buildable
+    check_buildable(cfg)            # before the block's inputs and a "generating" line
 
     def say(line):
         if not args.quiet:
@@ -1045,7 +1064,7 @@ def main(argv=None) -> int:
         return 2
     if extra:
         if not hasattr(args, "rest"):
-            ap.error(f"unrecognized arguments: {' '.join(extra)}")
+            _innermost(ap, args).error(f"unrecognized arguments: {' '.join(extra)}")
         args.rest = extra + list(args.rest)
     if args.build_dir is not None and str(args.build_dir) in ("", "."):
         # Path('') is '.': the working folder itself would take build/'s folders.
@@ -1092,6 +1111,18 @@ def main(argv=None) -> int:
             os.environ.pop(BUILD_DIR_ENV, None)
         else:
             os.environ[BUILD_DIR_ENV] = saved
+
+
+def _innermost(ap: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    """The (sub)parser of the command ``args`` names (``dstar bench cycles``): its usage line
+    and name go with an error about that command's arguments, not the top level's."""
+    parser = ap
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if name is None:
+            return parser
+        parser = subs[0].choices[name]
 
 
 class Terminated(BaseException):
