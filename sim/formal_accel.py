@@ -28,7 +28,9 @@ refused by the rules of the ``Accelerator`` docstring (restated here, independen
 (the refusal's cycle included) every input of the datapath stubs is the same in both (no
 memory write, no run, no slot clearing), and both behave alike: same ``busy``, ``cmd.ready``,
 ``din.ready``, ``done`` and ``dout`` (every word but the ``commands`` and ``errors`` words of
-a ``READ_COUNTERS``, where ``a`` is one ahead of ``b``).
+a ``READ_COUNTERS``, where ``a`` is one ahead of ``b``). Proved by k-induction: the harness
+also asserts the two copies' state equal (but those two counters, the flag and their queued
+words), which makes the property inductive.
 
 Mutations: ``ReadOrderHarness(drop_ready=True)`` (the processor sees ``dout.ready`` high while
 the consumer stalls: words lost); ``RefusalHarness(refused_writes=True)`` (copy ``a``
@@ -41,21 +43,21 @@ never pushes into a full queue (so a stalled ``dout`` cannot make it drop a word
 ``late_reads`` (the attention stub answers a cycle late) fails within seconds.
 
 Status (smallest accelerator of ``tests/hw/test_formal.py``, loaded 2-core machine, yices):
-the stream proof passes at depth 20 in 73 s (slow tier). ``ReadOrderHarness``
-at the queue side (``side="queue"``) passes at depth 20 in 351 s (slow tier); at the ``dout``
-side it has not finished (step 15 after 6 min with 1-bit contents; full-width contents stalled
-at step 11, an ``owed`` counting invariant and ``--nounroll`` did not help), nor has
-``RefusalHarness`` (step 12 after 5 min). ``READ`` order at ``dout`` is proved in two parts
-instead: the queue side above, and ``OutQueueHarness`` (the ``dout`` queue as the accelerator
-wires it hands out every word pushed, once and in order, whatever ``dout.ready`` does, given
-that no word is pushed into a full queue: what the queue side proves; depth 20 in seconds, in
-the default tests). All covers and mutants are in the default tests.
+the stream proof passes at depth 20 in 73 s (slow tier). ``ReadOrderHarness`` and
+``RefusalHarness`` pass by k-induction with their invariants (``invariant``; k = 4, seconds;
+docs/design/formal.md has the figures), ``READ`` order both at the queue side and at ``dout``
+(there with the queue a ``RegisterFIFO``); plain bmc of them did not reach depth 20 but at
+the queue side (351 s). ``OutQueueHarness`` (the ``dout`` queue, the real ``SyncFIFO`` as the
+accelerator wires it, hands out every word pushed, once and in order, whatever ``dout.ready``
+does, given that no word is pushed into a full queue: what the queue side proves) passes bmc
+to depth 20 (slow tier). All covers and mutants are in the default tests.
 """
 
 from types import SimpleNamespace
+from unittest import mock
 
 from amaranth import Cat, Const, Elaboratable, Module, Mux, Shape, Signal, Value
-from amaranth.asserts import AnyConst, AnySeq, Initial
+from amaranth.asserts import AnyConst, AnySeq
 from amaranth.hdl import Assert, Assume, Cover
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
@@ -73,6 +75,7 @@ from dstar.hw.accelerator import (
 from dstar.hw.geometry import COUNTER_BITS, uwidth
 
 from .formal import reset_first
+from .formal_fifo import RegisterFIFO
 
 __all__ = ["CommandProcessor", "OutQueueHarness", "ReadOrderHarness", "RefusalHarness",
            "command_valid", "drive_free"]
@@ -97,6 +100,8 @@ class _Stub(wiring.Component):
         self._rom = rom
         real._MustUse__silence = True
         super().__init__(real.signature)
+        #: The runs started (every counter output shows it): a register harnesses can name.
+        self.starts = Signal(COUNTER_BITS)
 
     def elaborate(self, platform):
         m = Module()
@@ -107,7 +112,7 @@ class _Stub(wiring.Component):
             m.d.sync += self.busy.eq(1)
         with m.Elif(self.busy & finish):
             m.d.sync += self.busy.eq(0)
-        starts = Signal(COUNTER_BITS)
+        starts = self.starts
         with m.If(self.start & ~self.busy):
             m.d.sync += starts.eq(starts + 1)
         for name, member in self.signature.members.items():
@@ -387,11 +392,12 @@ class ReadOrderHarness(Elaboratable):
 
     ``side``: ``"dout"`` (the words taken from ``dout``) or ``"queue"`` (the words pushed into
     the ``dout`` queue; see the module docstring); ``ops``: if given, the only opcodes offered;
-    ``rom_bits``: the width of the memories' free words; ``invariant`` (``dout`` side): also
-    assert that every word owed is taken, queued, being read or still to be issued (reads the
-    processor's state, so the harness elaborates it itself). Mutants: ``drop_ready`` (the
-    processor sees ``dout.ready`` high while the consumer stalls), ``late_reads`` (see
-    ``CommandProcessor``)."""
+    ``rom_bits``: the width of the memories' free words; ``invariant``: also assert what
+    makes the property inductive, so that ``mode="prove"`` proves it for every depth
+    (``_queue_invariant``, on the processor's state, so the harness elaborates it itself; on
+    the ``dout`` side the queue is then a ``RegisterFIFO`` and the invariant also says which
+    word each queue entry holds). Mutants: ``drop_ready`` (the processor sees ``dout.ready``
+    high while the consumer stalls), ``late_reads`` (see ``CommandProcessor``)."""
 
     def __init__(self, cfg, *, drop_ready: bool = False, ops=None, rom_bits: int | None = 1,
                  invariant: bool = True, side: str = "dout", late_reads: bool = False):
@@ -411,7 +417,12 @@ class ReadOrderHarness(Elaboratable):
         dut = CommandProcessor(cfg, rom=True, rom_bits=self.rom_bits,
                                late_reads=self.late_reads)
         dut._MustUse__silence = True
-        m.submodules.dut = dut.elaborate(platform)    # now: its state, for the invariant
+        if self.side == "dout" and self.invariant:
+            # The dout queue as a RegisterFIFO, so that the invariant can name its words.
+            with mock.patch.object(acc, "SyncFIFO", RegisterFIFO):
+                m.submodules.dut = dut.elaborate(platform)
+        else:
+            m.submodules.dut = dut.elaborate(platform)    # now: its state, for the invariant
         reset_first(m)
         cmd, din, dout = dut.cmd, dut.din, dut.dout
         width = len(dout.payload)
@@ -440,6 +451,9 @@ class ReadOrderHarness(Elaboratable):
         n_counters = len(dut.geometry.counters)
         count = Mux(~ok, 0, Mux(p.op == Opcode.READ, ma.count,
                                 Mux(p.op == Opcode.READ_COUNTERS, n_counters, 0)))
+        # At most 2**_COUNT_BITS - 1 words owed in all (the position counters never wrap; a
+        # bound on words, not on cycles: within 20 cycles it restricts nothing).
+        m.d.comb += Assume(~take | (owed + count < 2 ** _COUNT_BITS))
         with m.If(take):
             m.d.sync += owed.eq(owed + count)
             with m.If(ok & (p.op == Opcode.READ) & (owed <= x) & (x < owed + count)):
@@ -456,6 +470,8 @@ class ReadOrderHarness(Elaboratable):
                          Assert(~push | (pushed < owed), "a word nobody asked for")]
             with m.If(push & armed & (pushed == x)):
                 m.d.comb += Assert(q.w_data == expect, "word lost, repeated or moved")
+            if self.invariant:
+                self._queue_invariant(m, dut, owed, pushed, x, expect, armed)
             stalled = Signal()
             m.d.sync += stalled.eq(stalled | (dout.valid & ~ready))
             m.d.comb += Cover(push & armed & (pushed == x) & stalled & (x > 0),
@@ -465,15 +481,17 @@ class ReadOrderHarness(Elaboratable):
         m.d.sync += out.eq(out + taken)
         m.d.comb += Assert(~taken | (out < owed), "a word nobody asked for")
         if self.invariant:
-            # Every word owed is taken, queued, being read or still to be issued (a lemma the
-            # solver reuses at later steps).
-            st, q = dut.state, dut.out_q
-            inflight = q.w_en & (st.state == acc._READ)
-            left = Mux((st.state == acc._READ) | (st.state == acc._COUNT), st.left, 0)
-            total = Signal(_COUNT_BITS + 2)
-            m.d.comb += total.eq(out + q.level + inflight + left)
-            with m.If(~Initial()):
-                m.d.comb += Assert(total == owed, "words owed differ from words on their way")
+            # The queue side's invariant, the words pushed being those taken and those
+            # queued; and the queue holds them in order: word X, once queued, is the one owed.
+            q = dut.out_q
+            pushed = Signal(_COUNT_BITS + 1)
+            m.d.comb += [pushed.eq(out + q.level),
+                         Assert(q.consistent(), "queue pointers and level disagree")]
+            self._queue_invariant(m, dut, owed, pushed, x, expect, armed)
+            for k, word in enumerate(q.words):
+                off = Mux(q.consume <= k, k - q.consume, k + q.depth - q.consume)
+                with m.If(armed & (off < q.level) & (out + off == x)):
+                    m.d.comb += Assert(word == expect, "a queued word X not the one owed")
         with m.If(taken & armed & (out == x)):
             m.d.comb += Assert(dout.payload == expect, "word lost, repeated or moved")
         stalled = Signal()
@@ -481,6 +499,37 @@ class ReadOrderHarness(Elaboratable):
         m.d.comb += Cover(taken & armed & (out == x) & stalled & (x > 0),
                           "a word read back at position X > 0 after a stall")
         return m
+
+
+    @staticmethod
+    def _queue_invariant(m, dut, owed, pushed, x, expect, armed):
+        """What makes the queue side inductive (``mode="prove"``): no run is under way; a
+        ``READ`` under way stays within its memory (``addr + left <= depth``); every
+        word owed is pushed, being read (``inflight``: the read issued last cycle, pushed
+        now) or still to be issued (``left`` of a ``READ`` / ``READ_COUNTERS``); and while
+        the followed word ``X`` is owed by a ``READ`` but not yet pushed, that ``READ`` is the
+        one being executed and ``X`` is the word of the address that the read of ``X`` gets:
+        ``addr - inflight + (X - pushed)`` (modulo the address register's width)."""
+        st, q = dut.state, dut.out_q
+        reading = st.state == acc._READ
+        inflight = q.w_en & reading
+        left = Mux(reading | (st.state == acc._COUNT), st.left, 0)
+        total = Signal(_COUNT_BITS + 2)
+        depths = dut.geometry.depths
+        fits = Cat(*[(st.mem == mm) & (st.addr + st.left <= depths[mm.name])
+                     for mm in _READABLE if depths.get(mm.name, 0) > 0]).any()
+        m.d.comb += [
+            total.eq(pushed + inflight + left),
+            Assert((st.state != acc._START) & (st.state != acc._RUN), "a run under way"),
+            Assert(~reading | fits, "a READ under way beyond its memory"),
+            Assert(total == owed, "words owed differ from words on their way"),
+        ]
+        with m.If(armed & (pushed <= x)):
+            # (the address register wraps after the last word of the memory's range)
+            addr = (st.addr - inflight + (x - pushed))[:len(st.addr)]
+            m.d.comb += [Assert(reading & (x < owed), "word X owed by no READ under way"),
+                         Assert(expect == _rom_word(dut, st.mem, addr),
+                                "word X not the one the READ under way will read")]
 
 
 class OutQueueHarness(Elaboratable):
@@ -534,34 +583,64 @@ def _rom_word(dut, mem, addr):
     return out
 
 
-class RefusalHarness(Elaboratable):
-    """A refused command changes nothing but the error flag and counters (the module
-    docstring). ``abstract``: two ``CommandProcessor(cfg, rom=True, rom_bits=rom_bits)``
-    (else two whole ``Accelerator`` s, too slow for the solver); ``refused_writes``: the
-    mutant."""
+def _processor_registers(dut: "CommandProcessor"):
+    """The registers of an elaborated ``dut`` that hold state for more than a cycle and must
+    be equal in two copies after a refusal: the command processor's own (but the ``commands``
+    and ``errors`` counters and the ``error`` flag), its ``dout`` queue's pointers and level,
+    the stubs' run state. (The rest are a cycle's delay of these, or of the queue's words.)"""
+    st, q = dut.state, dut.out_q
+    lin, att, _ = dut.stubs
+    regs = [st.mode_att, st.state, st.mem, st.addr, st.left, st.l_args.as_value(),
+            st.a_args.as_value(), st.is_att, st.counters["target_clipped"],
+            q.level, q.produce, q.consume, lin.busy, att.busy, lin.starts, att.starts]
+    if dut.geometry.fmdq:
+        regs += [lin.o_state.valid, lin.o_state.payload.as_value()]
+    return regs
 
-    def __init__(self, cfg, *, refused_writes: bool = False, abstract: bool = True,
-                 rom_bits: int | None = 1):
+
+def _plus(word, one):
+    """``word`` with ``one`` (0 or 1) added to its low ``COUNTER_BITS`` bits, wrapping as a
+    counter does (a counter word one ahead)."""
+    n = min(COUNTER_BITS, len(word))
+    return Cat((word[:n] + one)[:n], word[n:])
+
+
+class RefusalHarness(Elaboratable):
+    """A refused command changes nothing but the error flag and the ``commands`` and ``errors``
+    counters (the module docstring), on two ``CommandProcessor(cfg, rom=True,
+    rom_bits=rom_bits)``, proved by k-induction (``mode="prove"``: for every depth).
+
+    Besides the outputs, it asserts what makes the property inductive: before the refusal the
+    two copies' registers (``_processor_registers``), counters, flag and queued words are
+    equal; from it on they are equal but for ``commands`` and ``errors`` (``a``'s one ahead),
+    ``error`` (``a``'s set if ``b``'s is) and the queued counter words of those two (one
+    ahead). For that the ``dout`` queue is a ``RegisterFIFO`` (``SyncFIFO``'s logic with
+    nameable words, ``FifoMatchHarness``), and a flag per queue entry follows whether the word
+    written there was ``commands`` or ``errors`` of a ``READ_COUNTERS`` after the refusal.
+    ``READ_COUNTERS`` may come any number of times, before and after the refusal.
+
+    ``refused_writes``: the mutant (see the module docstring)."""
+
+    def __init__(self, cfg, *, refused_writes: bool = False, rom_bits: int | None = 1):
         self.cfg = cfg
         self.refused_writes = refused_writes
-        self.abstract = abstract
         self.rom_bits = rom_bits
 
     def elaborate(self, platform):
         cfg = self.cfg
         m = Module()
-        if self.abstract:
-            # The same free run lengths and streams in both copies.
-            finish = Signal()
-            a = CommandProcessor(cfg, finish, rom=True, rom_bits=self.rom_bits)
-            b = CommandProcessor(cfg, finish, rom=True, rom_bits=self.rom_bits, free=a.free)
-            drive_free(m, a)
-            # The same memory contents in both copies.
-            for wa, wb in zip(a._rom_words, b._rom_words, strict=True):
-                m.d.comb += Assume(wa == wb)
-        else:
-            a, b = Accelerator(cfg), Accelerator(cfg)
-        m.submodules.a, m.submodules.b = a, b
+        # The same free run lengths and streams in both copies.
+        finish = Signal()
+        a = CommandProcessor(cfg, finish, rom=True, rom_bits=self.rom_bits)
+        b = CommandProcessor(cfg, finish, rom=True, rom_bits=self.rom_bits, free=a.free)
+        drive_free(m, a)
+        with mock.patch.object(acc, "SyncFIFO", RegisterFIFO):
+            for name, dut in (("a", a), ("b", b)):
+                dut._MustUse__silence = True
+                m.submodules[name] = dut.elaborate(platform)   # now: their state, to name
+        # The same memory contents in both copies.
+        for wa, wb in zip(a._rom_words, b._rom_words, strict=True):
+            m.d.comb += Assume(wa == wb)
         reset_first(m)
         width = len(a.dout.payload)
         valid, payload = Signal(), Signal(a.cmd.payload.shape())
@@ -588,53 +667,49 @@ class RefusalHarness(Elaboratable):
                 ma = a.cmd.payload.args.mem
                 m.d.comb += [a.cmd.payload.op.eq(Opcode.LOAD), ma.mem.eq(mem),
                              ma.addr.eq(depths[mem.name] - 1), ma.count.eq(1)]
-        # Only commands after the refusal may read the counters (at most one burst).
-        counters_taken = Signal()
-        rc = valid & a.cmd.ready & (payload.op == Opcode.READ_COUNTERS)
-        m.d.comb += Assume(~rc | (after & ~counters_taken))
-        # The position of the burst's commands/errors words in dout, counted in a's words.
-        owed, out, burst = Signal(_COUNT_BITS), Signal(_COUNT_BITS), Signal(_COUNT_BITS)
-        take_a = valid & a.cmd.ready & ok
+        # Which queue entries hold a commands or errors word read after the refusal (a's one
+        # ahead): the word a READ_COUNTERS pushes is the counter at the processor's address.
+        sa, qa, qb = a.state, a.out_q, b.out_q
         counters = a.geometry.counters
-        count = Mux(payload.op == Opcode.READ, payload.args.mem.count,
-                    Mux(payload.op == Opcode.READ_COUNTERS, len(counters), 0))
-        # FMDQ: a RUN_LINEAR's new-state words also leave on dout (no command is taken
-        # while a run lasts, so the two never add in one cycle).
-        run_word = Const(0)
-        if a.geometry.fmdq:
-            out_state = a.stubs[0].o_state
-            run_word = out_state.valid & out_state.ready
-        with m.If(run_word):
-            m.d.sync += owed.eq(owed + 1)
-        with m.If(take_a):
-            m.d.sync += owed.eq(owed + count)
-            with m.If(payload.op == Opcode.READ_COUNTERS):
-                m.d.sync += [burst.eq(owed), counters_taken.eq(1)]
-        m.d.sync += out.eq(out + (a.dout.valid & ready))
-        idx = out - burst
-        counter_word = counters_taken & (out >= burst) & (
-            (idx == counters.index("commands")) | (idx == counters.index("errors")))
-        with m.If(after):
-            m.d.comb += [
-                Assert(a.busy == b.busy, "busy differs after a refusal"),
-                Assert(a.cmd.ready == b.cmd.ready, "cmd.ready differs after a refusal"),
-                Assert(a.din.ready == b.din.ready, "din.ready differs after a refusal"),
-                Assert(a.done == b.done, "done differs after a refusal"),
-                Assert(a.dout.valid == b.dout.valid, "dout.valid differs after a refusal"),
-            ]
-            with m.If(a.dout.valid & ~counter_word):
-                m.d.comb += Assert(a.dout.payload == b.dout.payload,
-                                   "a word differs after a refusal")
-            with m.If(a.dout.valid & counter_word):
-                m.d.comb += Assert(a.dout.payload == b.dout.payload + 1,
-                                   "commands/errors not one ahead after a refusal")
-        if self.abstract:
-            # The datapath sees the same from the refused command on: no write of any memory,
-            # no run, no slot clearing (every input of every stub, the refusal's cycle too).
-            for sa, sb in zip(_stub_inputs(a), _stub_inputs(b), strict=True):
-                with m.If(after | now):
-                    m.d.comb += Assert(sa == sb, "the datapath sees a refused command")
-        # Reachable: a refusal, then its counters read back.
-        m.d.comb += Cover(after & a.error & ~b.error & a.dout.valid & ready & counter_word,
-                          "refused, then the errors counter read")
+        ahead = Signal(qa.depth)
+        counter_push = (sa.state == acc._COUNT) & (sa.left != 0)
+        pick = (sa.addr == counters.index("commands")) | (sa.addr == counters.index("errors"))
+        with m.If(qa.w_en & qa.w_rdy):
+            m.d.sync += ahead.bit_select(qa.produce, 1).eq(after & counter_push & pick)
+        head_ahead = ahead.bit_select(qa.consume, 1)
+        # The invariant: the two copies' state.
+        sb = b.state
+        for ra, rb in zip(_processor_registers(a), _processor_registers(b), strict=True):
+            m.d.comb += Assert(ra == rb, "a register differs")
+        for i, (wa, wb) in enumerate(zip(qa.words, qb.words, strict=True)):
+            m.d.comb += Assert(wa == _plus(wb, ahead[i]), "a queued word differs")
+        c_a, c_b = sa.counters, sb.counters
+        one = after.as_unsigned()
+        m.d.comb += [
+            Assert(c_a["commands"] == (c_b["commands"] + one)[:COUNTER_BITS],
+                   "commands not one ahead after a refusal, or differs before"),
+            Assert(c_a["errors"] == (c_b["errors"] + one)[:COUNTER_BITS],
+                   "errors not one ahead after a refusal, or differs before"),
+            Assert(Mux(after, a.error | ~b.error, a.error == b.error),
+                   "error flag cleared by a refusal"),
+            Assert(after | (ahead == 0), "a counter word ahead before the refusal"),
+        ]
+        # The property: the same outputs (but a counter word ahead), the same datapath inputs.
+        m.d.comb += [
+            Assert(a.busy == b.busy, "busy differs after a refusal"),
+            Assert(a.cmd.ready == b.cmd.ready, "cmd.ready differs after a refusal"),
+            Assert(a.din.ready == b.din.ready, "din.ready differs after a refusal"),
+            Assert(a.done == b.done, "done differs after a refusal"),
+            Assert(a.dout.valid == b.dout.valid, "dout.valid differs after a refusal"),
+        ]
+        with m.If(a.dout.valid):
+            m.d.comb += Assert(a.dout.payload == _plus(b.dout.payload, head_ahead),
+                               "a word differs after a refusal")
+        # The datapath sees the same from the refused command on: no write of any memory, no
+        # run, no slot clearing (every input of every stub, the refusal's cycle too).
+        for ia, ib in zip(_stub_inputs(a), _stub_inputs(b), strict=True):
+            m.d.comb += Assert(ia == ib, "the datapath sees a refused command")
+        # Reachable: a refusal, then its errors counter read back, one ahead.
+        m.d.comb += Cover(after & a.error & ~b.error & a.dout.valid & ready & head_ahead
+                          & (a.dout.payload != b.dout.payload))
         return m

@@ -24,7 +24,7 @@ from dstar.sim.formal_accel import (
 )
 from dstar.sim.formal_streams import StreamHarness
 
-from .test_formal import check, fmdq_attention_cfg
+from .test_formal import PROCESSOR_K, check, fmdq_attention_cfg
 
 pytestmark = pytest.mark.formal
 
@@ -92,14 +92,24 @@ def test_fmdq_streams_mutant_ignoring_ready_fails(name, output):
 
 # The FMDQ command processor's READ order (queue side; the dout queue's own order is
 # test_formal's OutQueueHarness proof) and refusals.
-@pytest.mark.slow
 def test_fmdq_accelerator_reads_every_word_once_in_order():
-    res = check(ReadOrderHarness(fmdq_attention_cfg(), side="queue"), "fmdq_accel_read_queue")
+    """Queue side, k-induction (k = 4, yices, at load 7: 7 s; k = 20: 22 s; plain bmc did
+    not finish depth 20: step 18 after 7 min), for every depth (at most 127 words owed)."""
+    res = check(ReadOrderHarness(fmdq_attention_cfg(), side="queue"), "fmdq_accel_read_queue",
+                mode="prove", depth=PROCESSOR_K)
     assert res.passed, f"{res}\n{res.summary}"
 
 
-def test_fmdq_accelerator_read_after_stall_is_reachable():
-    res = check(ReadOrderHarness(fmdq_attention_cfg(), side="queue"), "fmdq_accel_read_queue",
+def test_fmdq_accelerator_reads_every_word_once_in_order_at_dout():
+    """As test_formal's v1 proof at dout: k-induction (k = 4, at load 8: 5 s; k = 20: 57 s)."""
+    res = check(ReadOrderHarness(fmdq_attention_cfg(), side="dout"), "fmdq_accel_read_dout",
+                mode="prove", depth=PROCESSOR_K)
+    assert res.passed, f"{res}\n{res.summary}"
+
+
+@pytest.mark.parametrize("side", ["dout", "queue"])
+def test_fmdq_accelerator_read_after_stall_is_reachable(side):
+    res = check(ReadOrderHarness(fmdq_attention_cfg(), side=side), f"fmdq_accel_read_{side}",
                 mode="cover")
     assert res.passed, f"{res}\n{res.summary}"
 
@@ -116,12 +126,21 @@ def test_fmdq_accelerator_mutant_ignoring_dout_ready_loses_words():
     assert not res.passed and res.trace is not None, str(res)
 
 
+@pytest.mark.slow
+def test_fmdq_accelerator_refused_command_changes_nothing():
+    """k-induction (k = 4, yices, at load 7: 20 s; k = 20: 235 s): as test_formal's v1 proof,
+    a linear run's new-state beats on dout included, for every depth."""
+    res = check(RefusalHarness(fmdq_attention_cfg()), "fmdq_accel_refusal", mode="prove",
+                depth=PROCESSOR_K)
+    assert res.passed, f"{res}\n{res.summary}"
+
+
 def test_fmdq_accelerator_refusal_then_counters_is_reachable():
     res = check(RefusalHarness(fmdq_attention_cfg()), "fmdq_accel_refusal", mode="cover")
-    assert res.passed, f"{res}\n{res.summary}"      # 4 s
+    assert res.passed, f"{res}\n{res.summary}"      # 6 s
 
 
 def test_fmdq_accelerator_mutant_executing_refused_command_fails():
     res = check(RefusalHarness(fmdq_attention_cfg(), refused_writes=True),
-                "fmdq_accel_refusal_mutant")          # 4 s
+                "fmdq_accel_refusal_mutant")
     assert not res.passed and res.trace is not None, str(res)
