@@ -109,12 +109,12 @@ def _rtl_check(cfg, steps, theta, refresh):
     mismatch with the golden output or the model."""
 
     from dstar.hw.attention import AttentionEngine
-    from dstar.hw.generate import attention_manifest
+    from dstar.hw.generate import manifest
     from dstar.sim.pysim_driver import simulate
     from dstar.sim.tb_attention import HeadImage, run_head
 
     dut = AttentionEngine(cfg)
-    img = HeadImage(attention_manifest(cfg, dut), steps[0]["q"].shape[0])
+    img = HeadImage(manifest(dut), steps[0]["q"].shape[0])
     outs = []
 
     async def bench(ctx):

@@ -12,7 +12,7 @@ from dstar.config import preset
 from dstar.golden.sar import sar_cache_step, sar_reuse_step, score_cache_bits
 from dstar.golden.softmax import reciprocal
 from dstar.hw.attention import AttentionEngine, AttentionGeometry
-from dstar.hw.generate import ATTN_TOP_NAME, attention_manifest
+from dstar.hw.generate import ATTN_TOP_NAME, manifest
 from dstar.paths import build_dir
 from dstar.sim.attention_cycles import dense_cycles, predict
 from dstar.sim.layer_io import pack_named, unpack_named
@@ -59,7 +59,7 @@ def run_sar(cfg, script, zero=None):
     gave (``HeadOutcome``, the saved state, ``(sc, rl)`` words). ``zero = (slot, kg)``: the
     restored P word of the slot's row 0, key group ``kg``, has its ``p`` zeroed."""
     dut = AttentionEngine(cfg)
-    man = attention_manifest(cfg, dut)
+    man = manifest(dut)
     outs, saved = [], {}
 
     async def bench(ctx):
@@ -188,7 +188,7 @@ def test_score_cache_size_ports_and_model(encoding):
     dense = score_cache_bits(np.ones((ag.nqb, ag.nkb), dtype=bool), n, cfg.block_q,
                              cfg.block_k, cfg.group, cfg.e_max)
     assert ag.score_cache_bits() == cfg.attn_slots * dense
-    man = attention_manifest(cfg, _unelaborated(cfg))
+    man = manifest(_unelaborated(cfg))
     assert {"sc_word", "rl_word"} <= set(man["layouts"]) and "res_word" not in man["layouts"]
     names = set(man["ports"])
     assert {"host_sc_we", "host_sc_addr", "host_rl_we", "host_rl_addr"} <= names

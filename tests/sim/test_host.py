@@ -13,7 +13,7 @@ from dstar.golden.dit import BLOCK_OPS, LINEAR_TYPES, DiT, DiTShape
 from dstar.golden.hooks import DStarLinears
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
 from dstar.hw.accelerator import Accelerator
-from dstar.hw.generate import accelerator_manifest
+from dstar.hw.generate import manifest
 from dstar.sim.block_run import (
     CheckedEngine,
     block_inputs,
@@ -146,7 +146,7 @@ def test_a_whole_block_on_the_accelerator_equals_the_golden_block(small_cfg):
     recs = golden_records(cfg, model, 0, steps=3, samples=1)   # CFG: batch 2, 32 rows
     assert recs[0][0].shape == (2, 16, 32)
     dut = Accelerator(cfg)
-    man = accelerator_manifest(cfg, dut)
+    man = manifest(dut)
     got = []
 
     engine = None
