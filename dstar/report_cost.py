@@ -28,6 +28,7 @@ import math
 from collections import Counter
 
 from dstar.golden.dit_models import operations
+from dstar.golden.schedule import is_key_step
 
 from .report_designs import (
     DESIGNS,
@@ -62,7 +63,7 @@ def step_contexts(steps: int, refresh_attn: int) -> Counter:
     """``{(phase, attention key step, EXION dense FFN step, first step): count}`` over a run."""
     out = Counter()
     for i in range(steps):
-        key = i == 0 or (refresh_attn > 0 and i % refresh_attn == 0)
+        key = is_key_step(i, refresh_attn)
         out[(phase_of(i, steps), key, i % EXION_FFN_INTERVAL == 0, i == 0)] += 1
     return out
 

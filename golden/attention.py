@@ -43,6 +43,7 @@ import math
 import numpy as np
 
 from .quant import exact_matmul, exact_matmul_float
+from .schedule import is_key_step
 from .softmax import (
     DEFAULT_E_MAX,
     DEFAULT_FRAC_BITS,
@@ -372,8 +373,7 @@ class AttentionReuse:
         self.records.clear()
 
     def is_key(self, name: str, step: int) -> bool:
-        r = self.refresh
-        return name not in self.state or step == 0 or (r > 0 and step % r == 0)
+        return name not in self.state or is_key_step(step, self.refresh)
 
     def _kw(self):
         return dict(block_q=self.block_q, block_k=self.block_k, frac_bits=self.frac_bits,

@@ -41,6 +41,7 @@ from .quant import (
     to_lattice_float,
     token_lattice,
 )
+from .schedule import is_key_step
 from .stats import OpStats, count_encoded
 
 __all__ = ["DiffLinear", "InvariantError", "StepResult", "encode_step", "lattice_refinements",
@@ -197,8 +198,7 @@ class DiffLinear:
         self._y = np.asarray(value, dtype=np.int64).astype(np.float64)
 
     def is_key(self, step: int) -> bool:
-        r = self.cfg.refresh_linear
-        return self.xs is None or step == 0 or (r > 0 and step % r == 0)
+        return self.xs is None or is_key_step(step, self.cfg.refresh_linear)
 
     def __call__(self, x, step: int, dtype=np.float64) -> StepResult:
         """One step on the rows ``x`` ``(N, K)``; the result's ``y`` is ``dtype`` (computed in

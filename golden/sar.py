@@ -39,6 +39,7 @@ from .attention import (
     theta_fixed,
 )
 from .quant import exact_matmul
+from .schedule import is_key_step
 from .softmax import (
     DEFAULT_E_MAX,
     DEFAULT_FRAC_BITS,
@@ -307,9 +308,8 @@ class SparseAttentionReuse:
         self.masks_meta: dict = {}          # what the masks were profiled on (sar_hooks)
 
     def is_cache(self, name: str, step: int) -> bool:
-        r = self.refresh
-        return (name not in self.state or step == 0 or step < self.reuse_from
-                or (r > 0 and step % r == 0))
+        return (name not in self.state or step < self.reuse_from
+                or is_key_step(step, self.refresh))
 
     def __call__(self, name: str, q, k, v, step: int):
         v = np.asarray(v)

@@ -33,6 +33,7 @@ from dstar.golden.attention import (
     theta_fixed,
 )
 from dstar.golden.dit import bundled_weights_path, float_attention, load_weights
+from dstar.golden.schedule import is_key_step
 from dstar.golden.softmax import logit_multiplier
 from dstar.outputs import check_work_dir
 from dstar.sim.attention_cycles import dense_cycles, predict
@@ -85,7 +86,7 @@ class HeadSteps:
 
     def step(self, q, k, v) -> dict:
         q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
-        key = self.calls == 0 or (self.refresh > 0 and self.calls % self.refresh == 0)
+        key = is_key_step(self.calls, self.refresh)
         self.calls += 1
         q_int, s_q = quantize_per_token(q)
         k_int, s_k = quantize_per_head(k)

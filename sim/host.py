@@ -46,6 +46,7 @@ from dstar.golden.difflinear import encode_step
 from dstar.golden.fmdq_pe import linear_step
 from dstar.golden.quant import exact_matmul, quantize_weights, to_lattice_float, token_lattice
 from dstar.golden.sar import sar_cache_step, sar_reuse_step
+from dstar.golden.schedule import is_key_step
 from dstar.golden.softmax import logit_multiplier
 
 from .accel_io import AttentionStep, counters
@@ -127,8 +128,7 @@ class GoldenEngine:
         kw = dict(block_q=cfg.block_q, block_k=cfg.block_k, frac_bits=cfg.attn_frac_bits,
                   group=cfg.group, e_max=cfg.e_max)
         st = self.slots.setdefault(slot, {"calls": 0})
-        r = cfg.refresh_attn
-        key = st["calls"] == 0 or (r > 0 and st["calls"] % r == 0)
+        key = is_key_step(st["calls"], cfg.refresh_attn)
         st["calls"] += 1
         if cfg.attention is Attention.SAR:
             if not key:
@@ -222,8 +222,7 @@ class AcceleratorEngine:
         return o, bool(cnt["attention_key"])
 
     def _next_is_key(self, slot: int) -> bool:
-        r, c = self.cfg.refresh_attn, self.calls.get(slot, 0)
-        return c == 0 or (r > 0 and c % r == 0)
+        return is_key_step(self.calls.get(slot, 0), self.cfg.refresh_attn)
 
 
 class BlockHost:
@@ -265,7 +264,7 @@ class BlockHost:
             return done.value
 
     def _is_key(self, st, step: int, refresh: int) -> bool:
-        return st.get("d") is None or step == 0 or (refresh > 0 and step % refresh == 0)
+        return st.get("d") is None or is_key_step(step, refresh)
 
     async def _linear(self, name, x, w, b, step):
         cfg = self.cfg
@@ -290,8 +289,7 @@ class BlockHost:
         sar = self.masks is not None
         v = np.asarray(v)
         st = self.att.setdefault(name, {"slot0": len(self.att) * v.shape[0] * v.shape[1]})
-        key = "s_v" not in st or step == 0 or (cfg.refresh_attn > 0
-                                               and step % cfg.refresh_attn == 0)
+        key = "s_v" not in st or is_key_step(step, cfg.refresh_attn)
         nb, nh, _, dh = v.shape
         q_int = k_int = m = sh = masks = None
         if key or not sar:                  # SAR's reuse steps read no Q or K

@@ -10,6 +10,7 @@ import pytest
 
 from dstar.config import preset
 from dstar.golden.sar import sar_cache_step, sar_reuse_step, score_cache_bits
+from dstar.golden.schedule import is_key_step
 from dstar.golden.softmax import reciprocal
 from dstar.hw.attention import AttentionEngine, AttentionGeometry
 from dstar.hw.generate import ATTN_TOP_NAME, manifest
@@ -34,7 +35,7 @@ def golden_steps(cfg, steps, mask, refresh):
               out_frac_bits=cfg.attn_out_frac_bits, group=cfg.group, e_max=cfg.e_max)
     out, w, lsum = [], None, None
     for i, (q, k, v, m, sh) in enumerate(steps):
-        cache = i == 0 or (refresh > 0 and i % refresh == 0)
+        cache = is_key_step(i, refresh)
         if cache:
             o, w, lsum = sar_cache_step(q, k, v, m, sh, mask, **kw)
         else:
