@@ -43,6 +43,7 @@ from dstar.golden.attention import (
     theta_fixed,
 )
 from dstar.golden.difflinear import encode_step
+from dstar.golden.dit import apply
 from dstar.golden.fmdq_pe import linear_step
 from dstar.golden.quant import exact_matmul, quantize_weights, to_lattice_float, token_lattice
 from dstar.golden.sar import sar_cache_step, sar_reuse_step
@@ -255,11 +256,7 @@ class BlockHost:
             op = next(ops)
             self.rows = rows
             while True:
-                if op[0] == "linear":
-                    res = await self._linear(*op[1:], step)
-                else:
-                    res = await self._attention(*op[1:], step)
-                op = ops.send(res)
+                op = ops.send(await apply(op, self._linear, self._attention, step))
         except StopIteration as done:
             return done.value
 
