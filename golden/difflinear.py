@@ -45,7 +45,7 @@ from .schedule import is_key_step
 from .stats import OpStats, count_encoded
 
 __all__ = ["DiffLinear", "InvariantError", "StepResult", "encode_step", "lattice_refinements",
-           "CHECK_VECTORS", "ENCODINGS", "Coding", "LATTICES"]
+           "CHECK_VECTORS", "ENCODINGS", "Coding", "LATTICES", "key_lattice"]
 
 #: Random sign vectors of the invariant check.
 CHECK_VECTORS = 4
@@ -132,6 +132,14 @@ ENCODINGS = {
 LATTICES = {FmdqLattice.TOKEN: token_lattice, FmdqLattice.LAYER: layer_lattice}
 
 
+def key_lattice(x, cfg):
+    """The lattice ``d`` (float64 ``(N,)``) a key step fixes for the rows ``x``: per token
+    (``token_lattice``), or with ``encoding = "fmdq"`` ``fmdq_lattice``'s (``LATTICES``). The
+    one choice of it, for ``DiffLinear`` and the accelerator's host (``dstar.sim.host``)."""
+    lattice = LATTICES[cfg.fmdq_lattice] if cfg.encoding is Encoding.FMDQ else token_lattice
+    return lattice(x, cfg.lattice_bits)
+
+
 class StepResult:
     """One step's output ``y`` (float64 ``(N, M)``), clipped target ``X_int`` ``(N, K)``, whether
     it was a key step, the counts of its encoded difference (``Coding.count``: v1's
@@ -214,9 +222,7 @@ class DiffLinear:
         cfg = self.cfg
         refine = None
         if key:
-            lattice = (LATTICES[cfg.fmdq_lattice] if cfg.encoding is Encoding.FMDQ
-                       else token_lattice)
-            self.d = lattice(x, cfg.lattice_bits)
+            self.d = key_lattice(x, cfg)
             self.xs = np.zeros(x.shape, dtype=np.int64)
             self._y = np.zeros((x.shape[0], self.w_q.shape[1]), dtype=np.float64)
             self.refined = np.zeros(x.shape[0], np.int64)

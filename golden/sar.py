@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dstar.config import Encoding
+
 from .attention import (
     _attend,
     expand_mask,
@@ -494,7 +496,7 @@ def sar_hooks(cfg, model, linear=None, masks: MaskSet | None = None, *, measure:
                                measure_batch=measure_batch)
     sar.masks_meta = {**ms.meta, "source": ms.source, "theta_used": cfg.theta}
     passes = None
-    if getattr(linear, "cfg", None) is not None and str(linear.cfg.encoding) == "nibble" \
+    if getattr(linear, "cfg", None) is not None and linear.cfg.encoding == Encoding.NIBBLE \
             and hasattr(linear, "on_result"):
         last = {}
         linear.on_result = lambda name, step, res: last.update(

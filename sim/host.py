@@ -42,10 +42,10 @@ from dstar.golden.attention import (
     select_blocks,
     theta_fixed,
 )
-from dstar.golden.difflinear import encode_step
+from dstar.golden.difflinear import encode_step, key_lattice
 from dstar.golden.dit import apply
 from dstar.golden.fmdq_pe import linear_step
-from dstar.golden.quant import exact_matmul, quantize_weights, to_lattice_float, token_lattice
+from dstar.golden.quant import exact_matmul, quantize_weights, to_lattice_float
 from dstar.golden.sar import sar_cache_step, sar_reuse_step
 from dstar.golden.schedule import is_key_step
 from dstar.golden.softmax import logit_multiplier
@@ -272,7 +272,7 @@ class BlockHost:
                                    "b": None if b is None else np.asarray(b, np.float64)}
         key = self._is_key(st, step, cfg.refresh_linear)
         if key:
-            st["d"] = token_lattice(x, cfg.lattice_bits)
+            st["d"] = key_lattice(x, cfg)
         target = to_lattice_float(x, st["d"], cfg.target_max).astype(np.int64)
         y_int = await self.engine.linear(name, st["w_q"], target, key)
         y64 = y_int.astype(np.float64) * st["d"][:, None]       # DiffLinear's float output

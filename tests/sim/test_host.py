@@ -51,8 +51,11 @@ def golden_records(cfg, model, block, steps, samples):
     return tap.records
 
 
-def test_the_golden_engine_reproduces_a_bundled_block():
-    cfg = preset("default")
+@pytest.mark.parametrize("fields", [{}, {"encoding": "fmdq", "fmdq_lattice": "layer"}],
+                         ids=["default", "fmdq-layer-lattice"])
+def test_the_golden_engine_reproduces_a_bundled_block(fields):
+    """The host's float work is the golden pipeline's, whatever its key-step lattice."""
+    cfg = preset("default").replace(**fields)
     model = DiT.bundled()
     recs = golden_records(cfg, model, 3, steps=4, samples=1)
     host = BlockHost(cfg, model, GoldenEngine(cfg))
