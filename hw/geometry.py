@@ -11,7 +11,9 @@ the value), every derived width, depth and latency a property, ``to_dict()`` for
 * ``DenseGeometry``: the dense INT8 datapaths (``dstar.hw.dense.DenseLinearLayer``,
   ``dstar.hw.int8.Int8LinearLayer``);
 * ``SoftmaxGeometry``: the softmax unit and normalizer (``dstar.hw.softmax``);
-* ``AttentionGeometry``: the attention engine (``dstar.hw.attention.AttentionEngine``).
+* ``AttentionGeometry``: the attention engine (``dstar.hw.attention.AttentionEngine``);
+* the accelerator top's, ``dstar.hw.accelerator_geometry.AcceleratorGeometry``, is built from
+  these but lives beside its command protocol (its word and command layouts are Amaranth's).
 
 Linear datapath. A layer run is cut into *passes*: one weight tile of ``k_tile`` reduction rows by
 ``n_arrays * m_tile`` output columns (array ``a`` holds columns ``a*m_tile .. (a+1)*m_tile-1`` of
