@@ -45,7 +45,8 @@ from .schedule import is_key_step
 from .stats import OpStats, count_encoded
 
 __all__ = ["DiffLinear", "InvariantError", "StepResult", "encode_step", "lattice_refinements",
-           "CHECK_VECTORS", "ENCODINGS", "Coding", "LATTICES", "key_lattice"]
+           "CHECK_VECTORS", "ENCODINGS", "Coding", "LATTICES", "key_lattice",
+           "linear_output"]
 
 #: Random sign vectors of the invariant check.
 CHECK_VECTORS = 4
@@ -130,6 +131,20 @@ ENCODINGS = {
 
 #: Each ``FmdqLattice``'s key-step lattice: ``(x, extra_bits) -> d`` (float64 ``(N,)``).
 LATTICES = {FmdqLattice.TOKEN: token_lattice, FmdqLattice.LAYER: layer_lattice}
+
+
+def linear_output(y_int, d, s_w, bias, y) -> None:
+    """A differential linear layer's float output into ``y`` ``(N, M)``: ``Y_int * d * s_w +
+    bias`` (``d`` the rows' lattice ``(N,)``, ``s_w`` the weights' per-column scale, ``bias``
+    float64 or None), in float64, cast to ``y``'s type as the last step. The one statement of
+    it, for ``DiffLinear`` and the accelerator's host (``dstar.sim.host``)."""
+    y64 = y if y.dtype == np.float64 else np.empty(y.shape, np.float64)
+    np.multiply(y_int, d[:, None], out=y64)
+    y64 *= s_w[None, :]
+    if bias is not None:
+        np.add(y64, bias, out=y)
+    elif y64 is not y:
+        y[...] = y64
 
 
 def key_lattice(x, cfg):
@@ -275,13 +290,7 @@ class DiffLinear:
         y_int += dec.astype(dt) @ self._w[dt]                          # exact integers
         np.add(self.xs[c], dec, out=xs)
         self._check(y_int, xs, diff - dec, enc)
-        y64 = y if y.dtype == np.float64 else np.empty(y.shape, np.float64)
-        np.multiply(y_int, self.d[c, None], out=y64)
-        y64 *= self.s_w[None, :]
-        if self.bias is not None:
-            np.add(y64, self.bias, out=y)             # to y's type as the last step
-        elif y64 is not y:
-            y[...] = y64
+        linear_output(y_int, self.d[c], self.s_w, self.bias, y)
         return enc
 
     def _check(self, y_int, xs, err, enc):

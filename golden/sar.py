@@ -32,11 +32,12 @@ from dstar.config import Encoding
 
 from .attention import (
     _attend,
+    dequantize_output,
     expand_mask,
     float_attention,
     n_blocks,
     quantize_per_head,
-    quantize_per_token,
+    quantize_qk,
     select_blocks,
     theta_fixed,
 )
@@ -49,7 +50,6 @@ from .softmax import (
     DEFAULT_OUT_FRAC_BITS,
     P_MAX,
     RECIP_BITS,
-    logit_multiplier,
     normalize,
 )
 
@@ -326,9 +326,7 @@ class SparseAttentionReuse:
         v_int, s_v = quantize_per_head(v)
         if cache:
             q, k = np.asarray(q), np.asarray(k)
-            q_int, s_q = quantize_per_token(q)
-            k_int, s_k = quantize_per_head(k)
-            m, sh = logit_multiplier(s_q * s_k[..., None] / math.sqrt(dh), self.kw["frac_bits"])
+            q_int, k_int, m, sh = quantize_qk(q, k, self.kw["frac_bits"])
             o_int, w, lsum = sar_cache_step(q_int, k_int, v_int, m, sh, mask, **self.kw)
             self.state[name] = {"w": w.astype(np.uint16), "l": lsum, "shape": v.shape}
         else:
@@ -338,7 +336,7 @@ class SparseAttentionReuse:
                                  f"{st['shape']}")
             o_int = sar_reuse_step(st["w"], st["l"], v_int, e_max=self.kw["e_max"],
                                    out_frac_bits=self.kw["out_frac_bits"])
-        out = o_int * (s_v[..., None, None] / float(1 << self.kw["out_frac_bits"]))
+        out = dequantize_output(o_int, s_v, self.kw["out_frac_bits"])
         kept = _work(mask, n, dh, self.block_q, self.block_k) * b
         rec = {"name": name, "step": step, "cache": cache, "dense": 2 * b * h * n * n * dh,
                "qk": kept * dh if cache else 0, "pv": kept * dh, "softmax": kept if cache else 0,

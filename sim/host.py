@@ -28,27 +28,25 @@ pipeline's (a V-only ``qkv`` needs a catch-up of Q and K at the next cache step,
 never waits on a simulator (the golden engine) to its result.
 """
 
-import math
-
 import numpy as np
 
 from dstar.config import Attention, Encoding
 from dstar.golden.attention import (
+    dequantize_output,
     key_step_head,
     quantize_on,
     quantize_per_head,
-    quantize_per_token,
+    quantize_qk,
     reuse_step_head,
     select_blocks,
     theta_fixed,
 )
-from dstar.golden.difflinear import encode_step, key_lattice
+from dstar.golden.difflinear import encode_step, key_lattice, linear_output
 from dstar.golden.dit import apply
 from dstar.golden.fmdq_pe import linear_step
 from dstar.golden.quant import exact_matmul, quantize_weights, to_lattice_float
 from dstar.golden.sar import sar_cache_step, sar_reuse_step
 from dstar.golden.schedule import is_key_step
-from dstar.golden.softmax import logit_multiplier
 
 from .accel_io import AttentionStep, counters
 from .fmdq_accel_io import linear_step_of
@@ -275,11 +273,9 @@ class BlockHost:
             st["d"] = key_lattice(x, cfg)
         target = to_lattice_float(x, st["d"], cfg.target_max).astype(np.int64)
         y_int = await self.engine.linear(name, st["w_q"], target, key)
-        y64 = y_int.astype(np.float64) * st["d"][:, None]       # DiffLinear's float output
-        y64 *= st["s_w"][None, :]
-        if st["b"] is not None:
-            y64 += st["b"]
-        return y64.astype(np.float32)
+        y = np.empty(y_int.shape, np.float32)
+        linear_output(y_int, st["d"], st["s_w"], st["b"], y)
+        return y
 
     async def _attention(self, name, q, k, v, step):
         cfg = self.cfg
@@ -291,9 +287,7 @@ class BlockHost:
         q_int = k_int = m = sh = masks = None
         if key or not sar:                  # SAR's reuse steps read no Q or K
             q, k = np.asarray(q), np.asarray(k)
-            q_int, s_q = quantize_per_token(q)
-            k_int, s_k = quantize_per_head(k)
-            m, sh = logit_multiplier(s_q * s_k[..., None] / math.sqrt(dh), cfg.attn_frac_bits)
+            q_int, k_int, m, sh = quantize_qk(q, k, cfg.attn_frac_bits)
         if sar and key:
             if name not in self.masks:
                 raise ValueError(f"{name}: no masks for this attention layer")
@@ -313,5 +307,4 @@ class BlockHost:
                 if hw_key != key:
                     raise RuntimeError(f"{name}: the engine's step kind ({hw_key}) differs "
                                        f"from the host's ({key}) at step {step}")
-        scale = st["s_v"][..., None, None] / float(1 << cfg.attn_out_frac_bits)
-        return (o_int * scale).astype(np.float32)
+        return dequantize_output(o_int, st["s_v"], cfg.attn_out_frac_bits).astype(np.float32)
