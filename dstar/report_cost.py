@@ -28,10 +28,13 @@ import math
 from collections import Counter
 
 from dstar.golden.dit_models import operations
+from dstar.golden.schedule import is_key_step
 
 from .report_designs import (
     DESIGNS,
     EXION_FFN_INTERVAL,
+    AttentionKind,
+    DesignName,
     attention_work,
     linear_work,
 )
@@ -62,7 +65,7 @@ def step_contexts(steps: int, refresh_attn: int) -> Counter:
     """``{(phase, attention key step, EXION dense FFN step, first step): count}`` over a run."""
     out = Counter()
     for i in range(steps):
-        key = i == 0 or (refresh_attn > 0 and i % refresh_attn == 0)
+        key = is_key_step(i, refresh_attn)
         out[(phase_of(i, steps), key, i % EXION_FFN_INTERVAL == 0, i == 0)] += 1
     return out
 
@@ -71,7 +74,7 @@ def _linear(design, op, ctx, mix, m, b, dense=False):
     phase, _key, ffn_dense, first = ctx
     w, e, diff = linear_work(design, op.layer_type, phase, mix, first=first,
                              ffn_dense=ffn_dense, dense=dense)
-    if DESIGNS[design].attention == "sar" and not _key and op.layer_type == "qkv":
+    if DESIGNS[design].attention is AttentionKind.SAR and not _key and op.layer_type == "qkv":
         w, e = (0.0, 0.0) if op.name.endswith("xq") else (w / 3, e / 3)   # no Q, K
     cyc = dense_cycles(m, b * op.m, op.k, op.n, op.count) * w
     act_b = m.act_bits / 8
@@ -83,7 +86,7 @@ def _linear(design, op, ctx, mix, m, b, dense=False):
         by["act"] = b * op.count * op.m * op.k * act_b if spill else 0.0
         xy = b * op.count * op.m * (op.k * m.x_bits + op.n * m.y_bits) / 8
         by["state"] = xy if first else 2 * xy
-    if design == "exion_like" and op.layer_type == "fc1":
+    if design == DesignName.EXION_LIKE and op.layer_type == "fc1":
         by["cache"] = b * op.count * op.m * op.n / 8
     macs = b * op.m * op.k * op.n * op.count
     en = {"compute": macs * e, "qpu": b * op.count * op.m * op.k * value("qpu_element")
@@ -111,12 +114,12 @@ def _attention(design, op, ctx, mix, m, b):
     by = {"weights": 0.0, "state": 0.0, "cache": 0.0,
           "act": inst * moved * act_b if w > 0 else 0.0}
     att = DESIGNS[design].attention
-    if att == "sar" and op.kind == "qk":
+    if att is AttentionKind.SAR and op.kind == "qk":
         by["cache"] = inst * op.m * op.n * mix.mask_fraction()       # 8-bit probabilities
-    elif att == "v1" and op.kind == "pv":
+    elif att is AttentionKind.V1 and op.kind == "pv":
         by["cache"] = inst * op.m * op.n * 2                         # residual, 16 bits
     macs = inst * op.m * op.k * op.n
-    e_mac = value("simd4_cycle") if design == "fmdq" else value("mac_int8")
+    e_mac = value("simd4_cycle") if design == DesignName.FMDQ else value("mac_int8")
     en = {"compute": macs * w * e_mac, "qpu": 0.0, "sram_feed": macs * w / 32,
           "vpu": inst * op.m * op.n * soft * VPU_OPS["softmax"] * value("vpu_op")
           if op.kind == "qk" else 0.0}
@@ -126,7 +129,7 @@ def _attention(design, op, ctx, mix, m, b):
 def _op_cost(design, op, ctx, mix, m, b, area):
     if op.kind == "linear":
         best = _linear(design, op, ctx, mix, m, b)
-        if design == "ditto_like" and op.layer_type != "adaln":      # Defo
+        if design == DesignName.DITTO_LIKE and op.layer_type != "adaln":      # Defo
             alt = _linear(design, op, ctx, mix, m, b, dense=True)
             if _time(alt, m, area) < _time(best, m, area):
                 best = alt

@@ -31,11 +31,13 @@ its work, the fraction of scores that pass the softmax, and its reuse cache's tr
 """
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from .report_energy import value
 
-__all__ = ["DESIGNS", "Design", "EXION_FFN_INTERVAL", "EXION_FFN_SKIP", "EXION_PREDICT",
-           "CAMBRICON_OUTLIERS", "linear_work", "attention_work"]
+__all__ = ["DESIGNS", "Design", "DesignName", "AttentionKind", "EXION_FFN_INTERVAL",
+           "EXION_FFN_SKIP", "EXION_PREDICT", "CAMBRICON_OUTLIERS", "linear_work",
+           "attention_work"]
 
 #: EXION: one dense FFN iteration in this many steps (ours: the paper's N is not in our notes).
 EXION_FFN_INTERVAL = 5
@@ -48,28 +50,52 @@ EXION_PREDICT = 0.25
 CAMBRICON_OUTLIERS = 4 / 64
 
 
+class DesignName(StrEnum):
+    """A design ``dstar report`` compares (module docstring; ``DESIGNS``)."""
+    FMDQ = "fmdq"
+    NIBBLE = "nibble"
+    INT8_SA = "int8_sa"
+    DITTO_LIKE = "ditto_like"
+    CAMBRICON_D_LIKE = "cambricon_d_like"
+    EXION_LIKE = "exion_like"
+
+
+class AttentionKind(StrEnum):
+    """How a design computes attention (``attention_work``)."""
+    #: Every score, every step.
+    DENSE = "dense"
+    #: v1's reuse: the residual of the blocks outside the mask, cached on key steps.
+    V1 = "v1"
+    #: SAR: the cache steps' probabilities, reused on the others.
+    SAR = "sar"
+    #: EXION's eager prediction of the mask.
+    EXION = "exion"
+
+
 @dataclass(frozen=True)
 class Design:
-    name: str
+    name: DesignName
     title: str
     differential: bool
-    attention: str          # dense, v1, sar, exion
+    attention: AttentionKind
     how: str
 
 
-DESIGNS: dict[str, Design] = {d.name: d for d in (
-    Design("fmdq", "DSTAR v2 (FMDQ + SAR), ours", True, "sar",
+DESIGNS: dict[DesignName, Design] = {d.name: d for d in (
+    Design(DesignName.FMDQ, "DSTAR v2 (FMDQ + SAR), ours", True, AttentionKind.SAR,
            "FMDQ cycles from sim.fmdq_cycles on the bundled DiT; SAR modelled with the measured "
            "mask density"),
-    Design("nibble", "DSTAR v1 (nibble lanes + residual reuse), ours", True, "v1",
+    Design(DesignName.NIBBLE, "DSTAR v1 (nibble lanes + residual reuse), ours", True,
+           AttentionKind.V1,
            "compact dispatcher cycles from sim.cycle_model; attention from "
            "sim.attention_cycles"),
-    Design("int8_sa", "INT8 systolic array", False, "dense", "dense W8A8 every step"),
-    Design("ditto_like", "Ditto-like", True, "dense",
+    Design(DesignName.INT8_SA, "INT8 systolic array", False, AttentionKind.DENSE,
+           "dense W8A8 every step"),
+    Design(DesignName.DITTO_LIKE, "Ditto-like", True, AttentionKind.DENSE,
            "zero/4b/8b element classes (our v1 mix) at the element-level ideal, Defo"),
-    Design("cambricon_d_like", "Cambricon-D-like", True, "dense",
+    Design(DesignName.CAMBRICON_D_LIKE, "Cambricon-D-like", True, AttentionKind.DENSE,
            "INT3 inliers (one nibble pass), <= 4/64 outliers (two), no zero skip"),
-    Design("exion_like", "EXION-like", False, "exion",
+    Design(DesignName.EXION_LIKE, "EXION-like", False, AttentionKind.EXION,
            f"FFN-Reuse (skip {EXION_FFN_SKIP:.0%} of FFN ops, dense every "
            f"{EXION_FFN_INTERVAL} steps), eager attention prediction"),
 )}
@@ -81,22 +107,22 @@ def linear_work(design: str, lt: str, phase: str, mix, *, first: bool, ffn_dense
     ``phase`` (``dense``: Ditto's Defo fallback)."""
     mac, nib = value("mac_int8"), value("nibble_pass")
     diff = DESIGNS[design].differential and lt != "adaln"
-    if lt == "adaln" or design == "int8_sa" or dense:
-        return 1.0, value("simd4_cycle") if design == "fmdq" else mac, False
-    if design == "exion_like":
+    if lt == "adaln" or design == DesignName.INT8_SA or dense:
+        return 1.0, value("simd4_cycle") if design == DesignName.FMDQ else mac, False
+    if design == DesignName.EXION_LIKE:
         if lt in ("fc1", "fc2") and not ffn_dense:
             return 1 - EXION_FFN_SKIP, (1 - EXION_FFN_SKIP) * mac, False
         return 1.0, mac, False
-    if design == "fmdq":
+    if design == DesignName.FMDQ:
         w = mix.ratio("fmdq", lt, phase)
         return w, w * value("simd4_cycle"), diff
     zero, low, high = mix.classes(lt, phase)
     passes = low + 2 * high
-    if design == "nibble":
+    if design == DesignName.NIBBLE:
         return mix.ratio("nibble", lt, phase), passes * nib, diff
-    if design == "ditto_like":
+    if design == DesignName.DITTO_LIKE:
         return passes / 2, passes * nib, diff
-    if design == "cambricon_d_like":
+    if design == DesignName.CAMBRICON_D_LIKE:
         if first:
             return 1.0, mac, diff
         p = 1 + min(high, CAMBRICON_OUTLIERS)
@@ -109,14 +135,14 @@ def attention_work(design: str, kind: str, key: bool, mix) -> tuple[float, float
     attention key (cache) step or a reuse step."""
     att = DESIGNS[design].attention
     d = mix.mask_fraction()
-    if att == "dense":
+    if att is AttentionKind.DENSE:
         return 1.0, 1.0
-    if att == "exion":
+    if att is AttentionKind.EXION:
         return (d + EXION_PREDICT if kind == "qk" else d), d
-    if att == "v1":
+    if att is AttentionKind.V1:
         r = mix.attention_ratio(key)
         return r, 1.0 if key else d
-    if att == "sar":
+    if att is AttentionKind.SAR:
         if kind == "qk":
             return (d, d) if key else (0.0, 0.0)
         return d, d if key else 0.0

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from .config import Packing, Workload
 from .outputs import write_atomic
 
 __all__ = ["Result", "RESULTS", "ResultsError", "checkout_root", "results_dir", "run", "render",
@@ -308,8 +309,8 @@ def _cell(v, fmt: str) -> str:
 
 
 #: The analyze and bench-cycles entries of each workload, in the side-by-side column order.
-WORKLOAD_ENTRIES = {"digits": ("analyze", "bench_cycles"),
-                    "photos": ("analyze_photos", "bench_cycles_photos")}
+WORKLOAD_ENTRIES = {Workload.DIGITS: ("analyze", "bench_cycles"),
+                    Workload.PHOTOS: ("analyze_photos", "bench_cycles_photos")}
 
 
 def workloads_table(reps: dict[str, dict], cycles: dict[str, dict] | None = None) -> str:
@@ -332,7 +333,7 @@ def workloads_table(reps: dict[str, dict], cycles: dict[str, dict] | None = None
     row("nibble passes vs W8A8, element-level ideal", ".2f", "ops_ratio_vs_w8a8")
     row("nibble passes vs W8A8, lockstep", ".2f", "lockstep_ops_ratio_vs_w8a8")
     if cycles:
-        for p in ("compact", "lockstep"):
+        for p in (Packing.COMPACT, Packing.LOCKSTEP):
             row(f"cycles vs lean dense INT8, {p} datapath (cycle model, default preset)", ".2f",
                 "total", "strategies", p, "speedup_vs_dense", src=cycles)
     row("PSNR vs FP32, W8A8 (dB)", ".2f", "w8a8", "psnr_vs_fp32_db")

@@ -43,6 +43,7 @@ import math
 import numpy as np
 
 from .quant import exact_matmul, exact_matmul_float
+from .schedule import is_key_step
 from .softmax import (
     DEFAULT_E_MAX,
     DEFAULT_FRAC_BITS,
@@ -55,7 +56,8 @@ from .softmax import (
     softmax_exp_float,
 )
 
-__all__ = ["THETA_BITS", "quantize_per_token", "quantize_per_head", "quantize_on", "theta_fixed",
+__all__ = ["THETA_BITS", "quantize_per_token", "quantize_per_head", "quantize_on", "quantize_qk",
+           "dequantize_output", "theta_fixed",
            "n_blocks", "expand_mask", "block_mass", "select_blocks", "row_max_blocks",
            "attention_head",
            "key_step_head", "reuse_step_head", "float_attention", "AttentionReuse"]
@@ -118,6 +120,23 @@ def quantize_on(x, s):
     u = _on_lattice(_float(x), s[..., None, None])
     n_clipped = int(np.count_nonzero(u > 127) + np.count_nonzero(u < -127))
     return np.clip(u, -127, 127).astype(np.int64), n_clipped
+
+
+def quantize_qk(q, k, frac_bits: int):
+    """The integer side of ``q`` and ``k`` ``(..., N, Dh)``: INT8 Q per token, K per head, and
+    each query row's logit multiplier ``(m, sh)`` of ``s_q * s_k / sqrt(Dh)``
+    (``logit_multiplier``): ``(q_int, k_int, m, sh)``. The one statement of it, for the golden
+    hooks, the accelerator's host (``dstar.sim.host``) and the benches."""
+    q_int, s_q = quantize_per_token(q)
+    k_int, s_k = quantize_per_head(k)
+    m, sh = logit_multiplier(s_q * s_k[..., None] / math.sqrt(q.shape[-1]), frac_bits)
+    return q_int, k_int, m, sh
+
+
+def dequantize_output(o_int, s_v, out_frac_bits: int):
+    """The float64 attention output of the integer one ``o_int`` ``(..., N, Dh)`` (``out_frac_bits``
+    fraction bits) on V's per-head lattice ``s_v`` ``(...)``."""
+    return o_int * (np.asarray(s_v)[..., None, None] / float(1 << out_frac_bits))
 
 
 def theta_fixed(theta: float) -> int:
@@ -372,8 +391,7 @@ class AttentionReuse:
         self.records.clear()
 
     def is_key(self, name: str, step: int) -> bool:
-        r = self.refresh
-        return name not in self.state or step == 0 or (r > 0 and step % r == 0)
+        return name not in self.state or is_key_step(step, self.refresh)
 
     def _kw(self):
         return dict(block_q=self.block_q, block_k=self.block_k, frac_bits=self.frac_bits,
@@ -388,10 +406,7 @@ class AttentionReuse:
         st = self.state.get(name)
         if not key and st["shape"] != q.shape:
             raise ValueError(f"{name}: shape {q.shape} differs from the key step's {st['shape']}")
-        dh = q.shape[-1]
-        q_int, s_q = quantize_per_token(q)
-        k_int, s_k = quantize_per_head(k)
-        m, sh = logit_multiplier(s_q * s_k[..., None] / math.sqrt(dh), self.frac_bits)
+        q_int, k_int, m, sh = quantize_qk(q, k, self.frac_bits)
         n_clip = 0
         if key:
             v_int, s_v = quantize_per_head(v)
@@ -403,8 +418,7 @@ class AttentionReuse:
             v_int, n_clip = quantize_on(v, st["s_v"])
             o_int = _attend(q_int, k_int, v_int, m, sh, st["mask"], **self._kw())["o"]
             o_int += st["r"]
-        scale = st["s_v"][..., None, None] / float(1 << self.out_frac_bits)
-        out = o_int * scale
+        out = dequantize_output(o_int, st["s_v"], self.out_frac_bits)
         sel = float(st["mask"].mean())
         rec = {"name": name, "step": step, "key": key, "selected_fraction": sel,
                "blocks_computed": 1.0 if key else sel,

@@ -41,10 +41,12 @@ from .quant import (
     to_lattice_float,
     token_lattice,
 )
+from .schedule import is_key_step
 from .stats import OpStats, count_encoded
 
 __all__ = ["DiffLinear", "InvariantError", "StepResult", "encode_step", "lattice_refinements",
-           "CHECK_VECTORS", "ENCODINGS", "Coding", "LATTICES"]
+           "CHECK_VECTORS", "ENCODINGS", "Coding", "LATTICES", "key_lattice",
+           "linear_output"]
 
 #: Random sign vectors of the invariant check.
 CHECK_VECTORS = 4
@@ -131,6 +133,28 @@ ENCODINGS = {
 LATTICES = {FmdqLattice.TOKEN: token_lattice, FmdqLattice.LAYER: layer_lattice}
 
 
+def linear_output(y_int, d, s_w, bias, y) -> None:
+    """A differential linear layer's float output into ``y`` ``(N, M)``: ``Y_int * d * s_w +
+    bias`` (``d`` the rows' lattice ``(N,)``, ``s_w`` the weights' per-column scale, ``bias``
+    float64 or None), in float64, cast to ``y``'s type as the last step. The one statement of
+    it, for ``DiffLinear`` and the accelerator's host (``dstar.sim.host``)."""
+    y64 = y if y.dtype == np.float64 else np.empty(y.shape, np.float64)
+    np.multiply(y_int, d[:, None], out=y64)
+    y64 *= s_w[None, :]
+    if bias is not None:
+        np.add(y64, bias, out=y)
+    elif y64 is not y:
+        y[...] = y64
+
+
+def key_lattice(x, cfg):
+    """The lattice ``d`` (float64 ``(N,)``) a key step fixes for the rows ``x``: per token
+    (``token_lattice``), or with ``encoding = "fmdq"`` ``fmdq_lattice``'s (``LATTICES``). The
+    one choice of it, for ``DiffLinear`` and the accelerator's host (``dstar.sim.host``)."""
+    lattice = LATTICES[cfg.fmdq_lattice] if cfg.encoding is Encoding.FMDQ else token_lattice
+    return lattice(x, cfg.lattice_bits)
+
+
 class StepResult:
     """One step's output ``y`` (float64 ``(N, M)``), clipped target ``X_int`` ``(N, K)``, whether
     it was a key step, the counts of its encoded difference (``Coding.count``: v1's
@@ -197,8 +221,7 @@ class DiffLinear:
         self._y = np.asarray(value, dtype=np.int64).astype(np.float64)
 
     def is_key(self, step: int) -> bool:
-        r = self.cfg.refresh_linear
-        return self.xs is None or step == 0 or (r > 0 and step % r == 0)
+        return self.xs is None or is_key_step(step, self.cfg.refresh_linear)
 
     def __call__(self, x, step: int, dtype=np.float64) -> StepResult:
         """One step on the rows ``x`` ``(N, K)``; the result's ``y`` is ``dtype`` (computed in
@@ -214,9 +237,7 @@ class DiffLinear:
         cfg = self.cfg
         refine = None
         if key:
-            lattice = (LATTICES[cfg.fmdq_lattice] if cfg.encoding is Encoding.FMDQ
-                       else token_lattice)
-            self.d = lattice(x, cfg.lattice_bits)
+            self.d = key_lattice(x, cfg)
             self.xs = np.zeros(x.shape, dtype=np.int64)
             self._y = np.zeros((x.shape[0], self.w_q.shape[1]), dtype=np.float64)
             self.refined = np.zeros(x.shape[0], np.int64)
@@ -269,13 +290,7 @@ class DiffLinear:
         y_int += dec.astype(dt) @ self._w[dt]                          # exact integers
         np.add(self.xs[c], dec, out=xs)
         self._check(y_int, xs, diff - dec, enc)
-        y64 = y if y.dtype == np.float64 else np.empty(y.shape, np.float64)
-        np.multiply(y_int, self.d[c, None], out=y64)
-        y64 *= self.s_w[None, :]
-        if self.bias is not None:
-            np.add(y64, self.bias, out=y)             # to y's type as the last step
-        elif y64 is not y:
-            y[...] = y64
+        linear_output(y_int, self.d[c], self.s_w, self.bias, y)
         return enc
 
     def _check(self, y_int, xs, err, enc):

@@ -49,8 +49,8 @@ def pos_embed_2d(dim: int, grid: int) -> np.ndarray:
     return emb.astype(np.float32)
 
 
-__all__ += ["DiT", "drive", "LINEAR_TYPES", "BLOCK_OPS", "load_weights", "bundled_weights_path",
-            "ATTN_SUFFIX"]
+__all__ += ["DiT", "drive", "apply", "LinearOp", "AttentionOp", "LINEAR_TYPES", "BLOCK_OPS",
+            "load_weights", "bundled_weights_path", "ATTN_SUFFIX"]
 
 #: A block's linear layer types (the last part of their names).
 LINEAR_TYPES = ("qkv", "proj", "fc1", "fc2")
@@ -136,14 +136,44 @@ def float_attention(name, q, k, v, step):
     return out
 
 
+@dataclass(frozen=True)
+class LinearOp:
+    """A linear layer's work in a block (``DiT.block_ops``): ``x @ w.T + b`` of layer
+    ``name`` (``x`` ``(rows, K)``, ``w`` ``(M, K)``, ``b`` ``(M,)`` or None)."""
+    name: str
+    x: np.ndarray
+    w: np.ndarray
+    b: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class AttentionOp:
+    """An attention layer's work in a block (``DiT.block_ops``): softmax attention of layer
+    ``name`` on ``q``, ``k``, ``v`` ``(B, H, N, Dh)``."""
+    name: str
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+
+
+def apply(op: LinearOp | AttentionOp, linear, attention, step):
+    """``op``'s result by the hooks: ``linear(name, x, w, b, step)`` or ``attention(name, q,
+    k, v, step)`` (the host's are coroutines: then this is one to await)."""
+    match op:
+        case LinearOp(name, x, w, b):
+            return linear(name, x, w, b, step)
+        case AttentionOp(name, q, k, v):
+            return attention(name, q, k, v, step)
+    raise TypeError(f"not a block operation: {op!r}")
+
+
 def drive(ops, linear, attention, step):
     """Run a generator of accelerator operations (``DiT.block_ops``) with the hooks ``linear``
-    and ``attention`` at sampling step ``step``; returns the generator's result."""
+    and ``attention`` at sampling step ``step`` (``apply``); returns the generator's result."""
     try:
         op = next(ops)
         while True:
-            hook = linear if op[0] == "linear" else attention
-            op = ops.send(hook(*op[1:], step))
+            op = ops.send(apply(op, linear, attention, step))
     except StopIteration as done:
         return done.value
 
@@ -212,8 +242,8 @@ class DiT:
     def block_ops(self, i, h, sc):
         """Block ``i`` on the hidden states ``h`` ``(B, N, D)`` with the conditioning ``sc``
         (``silu(c)``, ``(B, D)``), as a generator of its accelerator operations: it yields
-        ``("linear", name, x, w, b)`` (``x`` ``(rows, K)``) and ``("attention", name, q, k, v)``
-        (``(B, H, N, Dh)``), is sent each one's result, and returns the block's output. Everything
+        ``LinearOp`` and ``AttentionOp``, is sent each one's result (``apply``), and returns the
+        block's output. Everything
         between them (adaLN modulation, LayerNorm, GELU, the gated residual adds) runs here in
         float32 (``drive`` runs it with hooks; ``dstar.sim.host`` on the accelerator)."""
         s, w = self.shape, self.w
@@ -234,13 +264,13 @@ class DiT:
 
         def lin(path, a):
             name = f"{pre}.{path}"
-            out = yield ("linear", name, a.reshape(-1, a.shape[-1]), w[name + ".weight"],
-                         w[name + ".bias"])
+            out = yield LinearOp(name, a.reshape(-1, a.shape[-1]), w[name + ".weight"],
+                                 w[name + ".bias"])
             return np.asarray(out, dtype=np.float32).reshape(*a.shape[:-1], -1)
 
         a = _modulate(_layernorm(h), sh1, sc1)
         qkv = (yield from lin("attn.qkv", a)).reshape(b, n, 3, heads, dh).transpose(2, 0, 3, 1, 4)
-        o = yield ("attention", f"{pre}.{ATTN_SUFFIX}", qkv[0], qkv[1], qkv[2])
+        o = yield AttentionOp(f"{pre}.{ATTN_SUFFIX}", qkv[0], qkv[1], qkv[2])
         o = np.asarray(o, dtype=np.float32).transpose(0, 2, 1, 3).reshape(b, n, dim)
         h = h + g1[:, None, :] * (yield from lin("attn.proj", o))
         a = _modulate(_layernorm(h), sh2, sc2)

@@ -28,17 +28,21 @@ from pathlib import Path
 
 import numpy as np
 
+from dstar.config import Encoding
+
 from .attention import (
     _attend,
+    dequantize_output,
     expand_mask,
     float_attention,
     n_blocks,
     quantize_per_head,
-    quantize_per_token,
+    quantize_qk,
     select_blocks,
     theta_fixed,
 )
 from .quant import exact_matmul
+from .schedule import is_key_step
 from .softmax import (
     DEFAULT_E_MAX,
     DEFAULT_FRAC_BITS,
@@ -46,7 +50,6 @@ from .softmax import (
     DEFAULT_OUT_FRAC_BITS,
     P_MAX,
     RECIP_BITS,
-    logit_multiplier,
     normalize,
 )
 
@@ -307,9 +310,8 @@ class SparseAttentionReuse:
         self.masks_meta: dict = {}          # what the masks were profiled on (sar_hooks)
 
     def is_cache(self, name: str, step: int) -> bool:
-        r = self.refresh
-        return (name not in self.state or step == 0 or step < self.reuse_from
-                or (r > 0 and step % r == 0))
+        return (name not in self.state or step < self.reuse_from
+                or is_key_step(step, self.refresh))
 
     def __call__(self, name: str, q, k, v, step: int):
         v = np.asarray(v)
@@ -324,9 +326,7 @@ class SparseAttentionReuse:
         v_int, s_v = quantize_per_head(v)
         if cache:
             q, k = np.asarray(q), np.asarray(k)
-            q_int, s_q = quantize_per_token(q)
-            k_int, s_k = quantize_per_head(k)
-            m, sh = logit_multiplier(s_q * s_k[..., None] / math.sqrt(dh), self.kw["frac_bits"])
+            q_int, k_int, m, sh = quantize_qk(q, k, self.kw["frac_bits"])
             o_int, w, lsum = sar_cache_step(q_int, k_int, v_int, m, sh, mask, **self.kw)
             self.state[name] = {"w": w.astype(np.uint16), "l": lsum, "shape": v.shape}
         else:
@@ -336,7 +336,7 @@ class SparseAttentionReuse:
                                  f"{st['shape']}")
             o_int = sar_reuse_step(st["w"], st["l"], v_int, e_max=self.kw["e_max"],
                                    out_frac_bits=self.kw["out_frac_bits"])
-        out = o_int * (s_v[..., None, None] / float(1 << self.kw["out_frac_bits"]))
+        out = dequantize_output(o_int, s_v, self.kw["out_frac_bits"])
         kept = _work(mask, n, dh, self.block_q, self.block_k) * b
         rec = {"name": name, "step": step, "cache": cache, "dense": 2 * b * h * n * n * dh,
                "qk": kept * dh if cache else 0, "pv": kept * dh, "softmax": kept if cache else 0,
@@ -494,7 +494,7 @@ def sar_hooks(cfg, model, linear=None, masks: MaskSet | None = None, *, measure:
                                measure_batch=measure_batch)
     sar.masks_meta = {**ms.meta, "source": ms.source, "theta_used": cfg.theta}
     passes = None
-    if getattr(linear, "cfg", None) is not None and str(linear.cfg.encoding) == "nibble" \
+    if getattr(linear, "cfg", None) is not None and linear.cfg.encoding == Encoding.NIBBLE \
             and hasattr(linear, "on_result"):
         last = {}
         linear.on_result = lambda name, step, res: last.update(

@@ -1,14 +1,15 @@
-"""Generation: deterministic Verilog of the linear-layer wrapper and of the attention engine,
-and their ``params.json``.
+"""Generation: deterministic Verilog of the linear-layer wrapper, the attention engine and the
+accelerator top, and their ``params.json``.
 
 The manifest holds everything a testbench or report needs so that none restates a width: the
-resolved config's hardware fields (``config``, ``Config.hardware()``; the others under ``run``)
-and its derived values, the hardware geometry, every top-level port with its
-direction and width, and the payload and memory-word layouts as field lists
+resolved config's hardware fields (``config``, ``Config.hardware()``; the others under ``run``,
+in the file's top level) and its derived values, the hardware geometry, every top-level port
+with its direction and width, and the payload and memory-word layouts as field lists
 (``name``/``offset``/``width``/``signed``, LSB-first offsets into the flat vector). Every top
-describes itself: ``top.geometry.to_dict()`` and ``top.layouts()`` (a dict of
-``lib.data`` layouts by name) are all this module reads, so a new block's layouts reach the
-testbenches through its own ``layouts()``.
+describes itself, and one ``manifest(top)`` serves them all: ``top.geometry.to_dict()``,
+``top.geometry.sections()`` (if it has more to say) and ``top.layouts()`` (a dict of
+``lib.data`` layouts by name) are all it reads, so a new block's layouts reach the testbenches
+through its own ``layouts()``.
 """
 
 import json
@@ -21,18 +22,17 @@ from amaranth.back import verilog
 from amaranth.lib import data, wiring
 
 from dstar.config import Config, ConfigError, Datapath, Encoding
-from dstar.golden.attention import THETA_BITS
 from dstar.outputs import write_atomic
 
 from .dense import DenseLinearLayer
 from .fmdq.geometry import FmdqGeometry
 from .fmdq.linear import FmdqLinear
-from .geometry import COUNTER_BITS, AttentionGeometry, Geometry
+from .geometry import AttentionGeometry, Geometry
 from .int8 import Int8LinearLayer
 from .linear import LinearLayer
 
 __all__ = ["generate", "build", "build_accelerator", "check_buildable", "generate_block",
-           "manifest", "attention_manifest", "accelerator_manifest", "top_of", "TOP_NAME",
+           "manifest", "top_name", "top_of", "TOP_NAME",
            "ATTN_TOP_NAME", "ACCEL_TOP_NAME", "OUTPUTS", "Tops", "TOPS", "ENCODED_TOPS",
            "MAX_MEMORY_WORDS", "LARGE_MEMORY_WORDS"]
 
@@ -130,243 +130,37 @@ def _layouts(lays: dict) -> dict:
             for name, lay in lays.items()}
 
 
-def manifest(cfg, top: wiring.Component) -> dict:
-    """The ``params.json`` content for ``cfg`` and its built top (``top_of(cfg)``): the ports,
-    geometry and layouts are read from ``top``, which is not built here so that none is left
-    unused."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "top": TOP_NAME,
-        "config": cfg.hardware(),
-        "run": cfg.run_params(),
-        "derived": cfg.derived(),
-        "geometry": top.geometry.to_dict(),
-        "ports": _ports(top),
-        "layouts": _layouts(top.layouts()),
-    }
-
-
-def attention_manifest(cfg, top=None) -> dict:
-    """The ``attention`` section of ``params.json``: the attention engine's geometry, ports and
-    memory-word layouts (``top``: an already built ``AttentionEngine``)."""
+def top_name(top: wiring.Component) -> str:
+    """The module name ``build`` gives ``top``: ``ACCEL_TOP_NAME`` for the accelerator,
+    ``ATTN_TOP_NAME`` for the attention engine, ``TOP_NAME`` for a linear top."""
+    from .accelerator import Accelerator
     from .attention import AttentionEngine
 
-    top = top if top is not None else AttentionEngine(cfg)
-    man = {
-        "top": ATTN_TOP_NAME,
-        "verilog": f"{ATTN_TOP_NAME}.v",
-        "config": cfg.hardware(),
-        "geometry": top.geometry.to_dict(),
-        "softmax": top.geometry.softmax.to_dict(),
-        "ports": _ports(top),
-        "layouts": _layouts(top.layouts()),
-        "addresses": {
-            "q": (_Q_TILE if top.geometry.fmdq else "i * rows_q + r (elements r*group ..)"),
-            "kt": "d * n_kc + kc, array a: keys kc*block_cols + a*m_tile ..",
-            "v": "j * n_cp + cp, array a: columns cp*block_cols + a*m_tile ..",
-            "ms": "i",
-            "o": "i * n_cp + cp (columns cp*block_cols ..)",
-            "res": "(slot * n_max + i) * n_cp + cp (columns cp*block_cols ..)",
-            "mask": "slot * nqb + I, bit J: key block J selected for query block I",
-            "slot": "slot (host_slot_addr to read, host_addr to write)",
-        },
-    }
-    if top.geometry.sar:
-        del man["addresses"]["res"]
-        man["addresses"].update(_SAR_ADDRESSES)
-    return man
+    return {Accelerator: ACCEL_TOP_NAME, AttentionEngine: ATTN_TOP_NAME}.get(type(top), TOP_NAME)
 
 
-#: SAR's memories (``attention = "sar"``: no residual cache; the score cache, dense per slot).
-_SAR_ADDRESSES = {
-    "mask": "slot * nqb + I, bit J: key block J kept for query block I (the host's; the engine "
-            "only reads it)",
-    "sc": "((slot * sc_rows + i) // p_banks * n_kg + kg) * p_banks + i % p_banks: the P word of "
-          "row i, key group kg (host_addr to write, host_sc_addr to read)",
-    "rl": "slot * sc_rows + i: (r, L) of row i (host_addr to write, host_rl_addr to read)",
-}
-
-
-#: The Q address rule of the engine on the FMDQ arrays (a word: 4 dimensions of a token tile).
-_Q_TILE = ("(i // q_tokens) * head_dim / 4 + c (rows of the token tile, dimensions 4c .., "
-           "element [t][d]: row t of the tile)")
-
-
-def accelerator_manifest(cfg, top=None) -> dict:
-    """The manifest of the accelerator top (``dstar.hw.accelerator.Accelerator``; ``top``: one
-    already built): everything a driver needs, in any language. Ports (clock ``clk`` and
-    reset ``rst``, synchronous, active high, included), the command word's and every
-    memory word's layout (``layouts``: ``command`` and each memory by name), the opcodes, the
-    memories (id, depth, access, address rule), the read latency, the ``din`` /
-    ``dout`` beat width, the counters ``READ_COUNTERS`` sends, in order, and the rules of
-    driving the top (``driver``: ``_driver_rules``)."""
-    from . import accelerator as acc
-
-    top = top if top is not None else acc.Accelerator(cfg)
+def manifest(top: wiring.Component, name: str | None = None) -> dict:
+    """The manifest of a built top (a linear top, the attention engine, the accelerator), read
+    from the top alone (which is not elaborated here, so that none is left unused): its name
+    (``name``, default ``top_name(top)``) and Verilog file, its configuration's hardware fields
+    (``config``) and derived values, its geometry (``top.geometry.to_dict()``), ports and
+    layouts (``top.layouts()``), and the sections its geometry adds (``sections()``, if it has
+    any: the engine's softmax sizes and address rules; the accelerator's command protocol,
+    ``dstar.hw.accelerator_manifest``)."""
     geo = top.geometry
-    words, depths = geo.words, geo.depths
-    fmdq = cfg.encoding is Encoding.FMDQ
-    rules = {
-        "TARGET": "token * n_kt_max + kt (elements kt*k_tile ..; clipped to +-target_max)",
-        "STATE": "token * n_kt_max + kt",
-        "WEIGHTS": "w_base + (kt * n_mt + mt) * k_tile + r for row kt * k_tile + r, columns "
-                   "mt * block_cols .. (a run's n_kt * n_mt tiles in run order, K tiles outer; "
-                   "rows beyond K zero)",
-        "Y": "token * n_mt_max + mt (columns mt * block_cols ..)",
-        "Q": "i * rows_q + r (elements r*group ..)",
-        "KT": "d * n_kc + kc (keys kc * block_cols ..)",
-        "V": "j * n_cp + cp (columns cp * block_cols ..)",
-        "MS": "i", "O": "i * n_cp + cp (columns cp * block_cols ..)",
-        "RES": "(slot * n_max + i) * n_cp + cp (columns cp * block_cols ..)",
-        "MASK": "slot * nqb + I, bit J: key block J selected for query block I",
-        "SLOT": "slot (valid: stepped since CLEAR_SLOTS or reset; phase: calls mod refresh)",
-    }
-    if fmdq:                  # FmdqLinear's sub-channel words and packed column blocks
-        rules.update({
-            "Q": _Q_TILE,
-            "TARGET": "tile * max_k + k (tokens tile*token_tile ..; clipped to +-target_max)",
-            "STATE": "tile * max_k + k (tokens tile*token_tile ..)",
-            "WEIGHTS": "w_base + mt * K + k for row k, columns mt * block_cols .. (a run's "
-                       "n_mt blocks of K rows)",
-        })
-    if top.attention_geometry.sar:        # the score cache instead of the residual cache
-        rules.update(MASK=_SAR_ADDRESSES["mask"],
-                     SC="((slot * sc_rows + i) // p_banks * n_kg + kg) * p_banks + i % p_banks: "
-                        "the P word of row i, key group kg",
-                     RL="slot * sc_rows + i: (r, L) of row i")
-    mems = {}
-    for mm in acc.Mem:
-        if mm.name not in depths:           # v1: no score cache; SAR: no residual cache
-            continue
-        access = ("rw" if mm in geo.writable and mm in geo.readable else
-                  "w" if mm in geo.writable else "r")
-        mems[mm.name] = {"id": int(mm), "depth": depths[mm.name], "access": access,
-                         "address": rules[mm.name]}
-    lin = top.linear_geometry
+    name = name or top_name(top)
+    sections = geo.sections() if hasattr(geo, "sections") else {}
     return {
         "schema_version": SCHEMA_VERSION,
-        "top": ACCEL_TOP_NAME,
-        "verilog": f"{ACCEL_TOP_NAME}.v",
-        "clock": {"port": "clk", "edge": "rising"},
-        "reset": {"port": "rst", "synchronous": True, "active": "high"},
-        "config": cfg.hardware(),
-        "derived": cfg.derived(),
-        "geometry": lin.to_dict(),
-        "attention_geometry": top.attention_geometry.to_dict(),
+        "top": name,
+        "verilog": f"{name}.v",
+        "config": geo.cfg.hardware(),
+        "derived": geo.cfg.derived(),
+        "geometry": geo.to_dict(),
         "ports": _ports(top),
-        "layouts": _layouts({"command": geo.command, **words}),
-        "opcodes": {op.name: int(op) for op in acc.Opcode},
-        "memories": mems,
-        "data_bits": geo.data_bits,
-        "read_latency": "a READ's words leave on dout in address order; the first no earlier "
-                        "than 2 cycles after the command is taken",
-        "counters": list(geo.counters),
-        "counter_bits": COUNTER_BITS,
-        "driver": _driver_rules(cfg, top),
+        "layouts": _layouts(top.layouts()),
+        **sections,
     }
-
-
-#: What clears a counter of ``READ_COUNTERS``, by name prefix (the others: reset only).
-_COUNTER_RUNS = {"linear_": "RUN_LINEAR", "attention_": "RUN_ATTENTION"}
-#: Cycles a run command adds to its block's counter, from the cycle it is taken to ``done``.
-RUN_OVERHEAD_CYCLES = 2
-
-
-def _driver_rules(cfg, top) -> dict:
-    """The ``driver`` section of the accelerator's manifest: the rules of driving the top
-    beyond ports and layouts, as data (docs/design/accelerator.md, "Driving the top", says
-    them in words; ``tests/hw/test_accelerator_docs.py`` checks each on the RTL). Word counts
-    are arithmetic expressions in ``N`` (``n_tokens``), ``ceil`` and the names of ``config``
-    and ``attention_geometry``.
-
-    - ``beat``: a memory word sits in the low bits of its ``din`` / ``dout`` beat, one word a
-      beat (above it: 0 on ``dout``, ignored on ``din``); in the arrays' memories array ``a``'s
-      element ``e`` is the word's element ``a * m_tile + e``.
-    - ``read_counters``: one counter a beat, in ``counters`` order, wrapping at
-      ``2**counter_bits``.
-    - ``counter_cleared_by``: each counter's lifetime: ``reset`` (counts from reset), or the
-      run opcode whose start clears it (it then holds the last such run's value).
-    - ``done``: the opcodes that pulse ``done`` (for one cycle), never for a refused command;
-      ``run_overhead_cycles``: a run's cycles from taken to ``done`` beyond its counter.
-    - ``key``: the ``key`` output is the counter ``counter`` of the last ``set_by`` run (set
-      when it starts, held until the next; ``after_reset`` after reset).
-    - ``error``: rises ``latency`` cycles after a refused command is taken, blocks nothing,
-      one ``ACK_ERROR`` clears it whatever the number of refusals, ``errors`` keeps counting.
-    - ``accepted``: per opcode, each argument's accepted range ``[lo, hi]``, bounds that are
-      strings being expressions in the other arguments, ``depth`` (the memory's) and the
-      names of ``config`` and ``geometry``; outside it the command is refused (a memory must
-      also have the access: ``memories``). ``empty_run``: the ``RUN_LINEAR`` fields of which
-      any one 0 makes an accepted run that writes nothing, leaves its counters 0 and is done
-      ``done_after`` cycles after it is taken (``n_tokens`` 0 is refused instead). With
-      ``encoding = "fmdq"`` only ``n_tokens`` is listed for ``RUN_LINEAR``, and no
-      ``empty_run``: ``FmdqLinear``'s run limits are its own.
-    - ``theta_q``: its meaningful range, and how the top treats the values outside it.
-    - ``run_attention``: the words it needs loaded, those it needs on a reuse step, what it
-      writes and overwrites, and its tile counts (the cycles: ``dstar.sim.attention_cycles``).
-    """
-    from . import accelerator as acc
-
-    ag, lin = top.attention_geometry, top.linear_geometry
-    tokens = [1, cfg.max_tokens]
-    linear = {"n_tokens": tokens}
-    mem = {"addr": [0, "depth - 1"], "count": [1, "depth - addr"]}
-    rules = {
-        "beat": {"words_per_beat": 1, "word_lsb": 0, "dout_above_word": 0,
-                 "din_above_word": "ignored", "array_element": "a * m_tile + e"},
-        "read_counters": {"beats": len(top.geometry.counters), "counters_per_beat": 1,
-                          "order": "counters", "wraps_at": 1 << COUNTER_BITS},
-        "counter_cleared_by": {
-            name: next((op for pre, op in _COUNTER_RUNS.items() if name.startswith(pre)),
-                       "reset")
-            for name in top.geometry.counters},
-        "done": {"opcodes": [acc.Opcode.RUN_LINEAR.name, acc.Opcode.RUN_ATTENTION.name],
-                 "pulse_cycles": 1, "on_refused": False},
-        "run_overhead_cycles": RUN_OVERHEAD_CYCLES,
-        "key": {"counter": "attention_key", "set_by": acc.Opcode.RUN_ATTENTION.name,
-                "after_reset": 0},
-        "error": {"latency": 1, "blocks_commands": False, "cleared_by": "ACK_ERROR",
-                  "acks_to_clear": 1, "counted_in": "errors", "ack_clears_count": False},
-        "accepted": {
-            "LOAD": mem, "READ": mem,
-            "RUN_LINEAR": linear,
-            "RUN_ATTENTION": {"n_tokens": tokens, "slot": [0, cfg.attn_slots - 1],
-                              "theta_q": [0, (1 << ag.theta_bits) - 1],
-                              "refresh": [0, (1 << ag.REFRESH_BITS) - 1]},
-        },
-        "theta_q": {"meaningful": [1, 1 << THETA_BITS], "below_as": 1,
-                    "every_block_from": 1 << THETA_BITS, "read_on": "key steps"},
-        "run_attention": {
-            "needs": {"Q": ("ceil(N / q_tokens) * head_dim / 4" if ag.fmdq else "N * rows_q"),
-                      "MS": "N", "KT": "head_dim * ceil(N / block_cols)",
-                      "V": "ceil(N / group) * group * n_cp"},
-            "needs_on_reuse": [acc.Mem.MASK.name, acc.Mem.RES.name, acc.Mem.SLOT.name],
-            "writes": {"O": "N * n_cp"},
-            "writes_on_key": [acc.Mem.MASK.name, acc.Mem.RES.name],
-            "advances": acc.Mem.SLOT.name,
-            "overwrites": [acc.Mem.Y.name],
-            "tiles": {"nqb": "ceil(N / block_q)", "nkb": "ceil(N / block_k)",
-                      "key_step": "nqb * nkb", "reuse_step": "mask bits set in rows < nqb"},
-            "cycles": "dstar.sim.attention_cycles.predict",
-        },
-    }
-    if ag.sar:                                # cache steps and V-only reuse steps
-        rules["run_attention"].update({
-            "needs_on_reuse": [acc.Mem.MASK.name, acc.Mem.SC.name, acc.Mem.RL.name,
-                               acc.Mem.SLOT.name],
-            "reads_on_reuse": [acc.Mem.V.name],
-            "needs_always": [acc.Mem.MASK.name],
-            "writes_on_key": [acc.Mem.SC.name, acc.Mem.RL.name],
-            "tiles": {"nqb": "ceil(N / block_q)", "nkb": "ceil(N / block_k)",
-                      "key_step": "mask bits set in rows < nqb (QK^T and PV)",
-                      "reuse_step": "mask bits set in rows < nqb (PV only)"}})
-        rules["theta_q"]["read_on"] = "never (SAR: the host's masks)"
-    if cfg.encoding is Encoding.NIBBLE:       # FmdqLinear's run limits are its own
-        linear |= {"n_kt": [0, lin.n_kt_max], "n_mt": [0, lin.n_mt_max],
-                   "w_base": [0, "weight_depth - n_kt * n_mt * k_tile"]}
-        rules["empty_run"] = {"opcode": acc.Opcode.RUN_LINEAR.name,
-                              "zero_fields": ["n_kt", "n_mt"], "done_after": RUN_OVERHEAD_CYCLES,
-                              "writes": [], "counters": 0}
-    return rules
 
 
 def generate_block(component: wiring.Component, name: str, cfg, layouts_: dict,
@@ -429,12 +223,11 @@ def build(cfg, *, attention: bool = True, accelerator: bool = False
         raise ConfigError(f"datapath={cfg.datapath}: the accelerator top needs the DSTAR "
                           "datapath (its attention engine runs on the nibble lanes)")
     top = top_of(cfg)
-    att = AttentionEngine(cfg) if attention and TOPS[cfg.datapath].attention else None
-    man = manifest(cfg, top)
+    man = manifest(top) | {"run": cfg.run_params()}
     files = {f"{TOP_NAME}.v": verilog.convert(top, name=TOP_NAME, emit_src=False)}
-    man["verilog"] = f"{TOP_NAME}.v"
-    if att is not None:
-        man["attention"] = attention_manifest(cfg, att)
+    if attention and TOPS[cfg.datapath].attention:
+        att = AttentionEngine(cfg)
+        man["attention"] = manifest(att)
         files[f"{ATTN_TOP_NAME}.v"] = verilog.convert(att, name=ATTN_TOP_NAME, emit_src=False)
     if accelerator:
         man["accelerator"], files[f"{ACCEL_TOP_NAME}.v"] = _accelerator(cfg)
@@ -460,9 +253,8 @@ def _accelerator(cfg) -> tuple[dict, str]:
     from .accelerator import Accelerator
 
     acc = Accelerator(cfg)
-    return accelerator_manifest(cfg, acc), verilog.convert(acc, name=ACCEL_TOP_NAME,
-                                                           emit_src=False,
-                                                           ports=_port_signals(acc))
+    return manifest(acc), verilog.convert(acc, name=ACCEL_TOP_NAME, emit_src=False,
+                                          ports=_port_signals(acc))
 
 
 def generate(cfg, outdir, *, attention: bool = True, accelerator: bool = False) -> dict:

@@ -11,7 +11,9 @@ the value), every derived width, depth and latency a property, ``to_dict()`` for
 * ``DenseGeometry``: the dense INT8 datapaths (``dstar.hw.dense.DenseLinearLayer``,
   ``dstar.hw.int8.Int8LinearLayer``);
 * ``SoftmaxGeometry``: the softmax unit and normalizer (``dstar.hw.softmax``);
-* ``AttentionGeometry``: the attention engine (``dstar.hw.attention.AttentionEngine``).
+* ``AttentionGeometry``: the attention engine (``dstar.hw.attention.AttentionEngine``);
+* the accelerator top's, ``dstar.hw.accelerator_geometry.AcceleratorGeometry``, is built from
+  these but lives beside its command protocol (its word and command layouts are Amaranth's).
 
 Linear datapath. A layer run is cut into *passes*: one weight tile of ``k_tile`` reduction rows by
 ``n_arrays * m_tile`` output columns (array ``a`` holds columns ``a*m_tile .. (a+1)*m_tile-1`` of
@@ -743,3 +745,46 @@ class AttentionGeometry:
             names = [n for n in names if n != "res_depth"] + ["sar", "p_banks", "sc_rows",
                                                              "sc_depth", "rl_depth"]
         return {n: getattr(self, n) for n in names}
+
+    def addresses(self) -> dict[str, str]:
+        """The address rule of each memory the host loads or reads (by the memory's name: ``q``,
+        ``kt``, ... as in ``dstar.hw.attention.layouts.memory_layouts``; SAR: ``sc`` and ``rl``
+        instead of ``res``), an expression in the names of ``to_dict()`` and ``config``: the one
+        statement of them, which the engine's manifest and the accelerator's (``Mem``) share. In
+        the arrays' memories (``kt``, ``v``) array ``a`` holds the ``m_tile`` keys or columns from
+        ``a * m_tile`` on of the word's ``block_cols``."""
+        rules = {
+            "q": (_Q_TILE if self.fmdq else "i * rows_q + r (elements r * group ..)"),
+            "kt": "d * n_kc + kc (keys kc * block_cols ..; array a: kc * block_cols + a * m_tile "
+                  "..)",
+            "v": "j * n_cp + cp (columns cp * block_cols ..; array a: cp * block_cols + a * "
+                 "m_tile ..)",
+            "ms": "i",
+            "o": "i * n_cp + cp (columns cp * block_cols ..)",
+            "res": "(slot * n_max + i) * n_cp + cp (columns cp * block_cols ..)",
+            "mask": "slot * nqb + I, bit J: key block J selected for query block I",
+            "slot": "slot (valid: stepped since the slots were cleared or reset; phase: calls "
+                    "mod refresh)",
+        }
+        if self.sar:            # the score cache instead of the residual cache
+            del rules["res"]
+            rules.update(_SAR_ADDRESSES)
+        return rules
+
+    def sections(self) -> dict:
+        """The engine's manifest sections beyond ``geometry``: ``softmax`` (its
+        ``SoftmaxGeometry``) and ``addresses``."""
+        return {"softmax": self.softmax.to_dict(), "addresses": self.addresses()}
+
+
+#: The Q address rule of the engine on the FMDQ arrays (a word: 4 dimensions of a token tile).
+_Q_TILE = ("(i // q_tokens) * head_dim / 4 + c (rows of the token tile, dimensions 4c .., "
+           "element [t][d]: row t of the tile)")
+#: SAR's memories (``attention = "sar"``: no residual cache; the score cache, dense per slot).
+_SAR_ADDRESSES = {
+    "mask": "slot * nqb + I, bit J: key block J kept for query block I (the host's; the engine "
+            "only reads it)",
+    "sc": "((slot * sc_rows + i) // p_banks * n_kg + kg) * p_banks + i % p_banks: the P word of "
+          "row i, key group kg",
+    "rl": "slot * sc_rows + i: (r, L) of row i",
+}

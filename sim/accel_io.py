@@ -5,7 +5,7 @@ attention step.
 The driver talks to the design through the three-call adapter of ``dstar.sim.layer_io``
 (``set(name, int)``, ``get(name) -> int``, ``await tick()``) with ports named as in the
 Verilog (``cmd__payload``), so that the same code drives Amaranth's simulator and cocotb. The
-manifest is ``dstar.hw.generate.accelerator_manifest``'s.
+manifest is ``dstar.hw.generate.manifest``'s.
 """
 
 import numpy as np

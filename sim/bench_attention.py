@@ -17,7 +17,6 @@ measured steps (by default every step of the config's run) the same ratio and th
 utilization.
 """
 
-import math
 import time
 
 import numpy as np
@@ -27,13 +26,13 @@ from dstar.golden.attention import (
     key_step_head,
     quantize_on,
     quantize_per_head,
-    quantize_per_token,
+    quantize_qk,
     reuse_step_head,
     select_blocks,
     theta_fixed,
 )
 from dstar.golden.dit import bundled_weights_path, float_attention, load_weights
-from dstar.golden.softmax import logit_multiplier
+from dstar.golden.schedule import is_key_step
 from dstar.outputs import check_work_dir
 from dstar.sim.attention_cycles import dense_cycles, predict
 from dstar.sim.traces import cache_path, read_cache, sample_first_steps, write_cache
@@ -85,11 +84,9 @@ class HeadSteps:
 
     def step(self, q, k, v) -> dict:
         q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
-        key = self.calls == 0 or (self.refresh > 0 and self.calls % self.refresh == 0)
+        key = is_key_step(self.calls, self.refresh)
         self.calls += 1
-        q_int, s_q = quantize_per_token(q)
-        k_int, s_k = quantize_per_head(k)
-        m, sh = logit_multiplier(s_q * s_k / math.sqrt(q.shape[-1]), self.kw["frac_bits"])
+        q_int, k_int, m, sh = quantize_qk(q, k, self.kw["frac_bits"])
         if key:
             v_int, self.s_v = quantize_per_head(v)
             res = key_step_head(q_int, k_int, v_int, m, sh, theta=self.theta, **self.kw)
@@ -109,12 +106,12 @@ def _rtl_check(cfg, steps, theta, refresh):
     mismatch with the golden output or the model."""
 
     from dstar.hw.attention import AttentionEngine
-    from dstar.hw.generate import attention_manifest
+    from dstar.hw.generate import manifest
     from dstar.sim.pysim_driver import simulate
     from dstar.sim.tb_attention import HeadImage, run_head
 
     dut = AttentionEngine(cfg)
-    img = HeadImage(attention_manifest(cfg, dut), steps[0]["q"].shape[0])
+    img = HeadImage(manifest(dut), steps[0]["q"].shape[0])
     outs = []
 
     async def bench(ctx):

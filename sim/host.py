@@ -28,25 +28,25 @@ pipeline's (a V-only ``qkv`` needs a catch-up of Q and K at the next cache step,
 never waits on a simulator (the golden engine) to its result.
 """
 
-import math
-
 import numpy as np
 
 from dstar.config import Attention, Encoding
 from dstar.golden.attention import (
+    dequantize_output,
     key_step_head,
     quantize_on,
     quantize_per_head,
-    quantize_per_token,
+    quantize_qk,
     reuse_step_head,
     select_blocks,
     theta_fixed,
 )
-from dstar.golden.difflinear import encode_step
+from dstar.golden.difflinear import encode_step, key_lattice, linear_output
+from dstar.golden.dit import apply
 from dstar.golden.fmdq_pe import linear_step
-from dstar.golden.quant import exact_matmul, quantize_weights, to_lattice_float, token_lattice
+from dstar.golden.quant import exact_matmul, quantize_weights, to_lattice_float
 from dstar.golden.sar import sar_cache_step, sar_reuse_step
-from dstar.golden.softmax import logit_multiplier
+from dstar.golden.schedule import is_key_step
 
 from .accel_io import AttentionStep, counters
 from .fmdq_accel_io import linear_step_of
@@ -127,8 +127,7 @@ class GoldenEngine:
         kw = dict(block_q=cfg.block_q, block_k=cfg.block_k, frac_bits=cfg.attn_frac_bits,
                   group=cfg.group, e_max=cfg.e_max)
         st = self.slots.setdefault(slot, {"calls": 0})
-        r = cfg.refresh_attn
-        key = st["calls"] == 0 or (r > 0 and st["calls"] % r == 0)
+        key = is_key_step(st["calls"], cfg.refresh_attn)
         st["calls"] += 1
         if cfg.attention is Attention.SAR:
             if not key:
@@ -222,8 +221,7 @@ class AcceleratorEngine:
         return o, bool(cnt["attention_key"])
 
     def _next_is_key(self, slot: int) -> bool:
-        r, c = self.cfg.refresh_attn, self.calls.get(slot, 0)
-        return c == 0 or (r > 0 and c % r == 0)
+        return is_key_step(self.calls.get(slot, 0), self.cfg.refresh_attn)
 
 
 class BlockHost:
@@ -256,16 +254,12 @@ class BlockHost:
             op = next(ops)
             self.rows = rows
             while True:
-                if op[0] == "linear":
-                    res = await self._linear(*op[1:], step)
-                else:
-                    res = await self._attention(*op[1:], step)
-                op = ops.send(res)
+                op = ops.send(await apply(op, self._linear, self._attention, step))
         except StopIteration as done:
             return done.value
 
     def _is_key(self, st, step: int, refresh: int) -> bool:
-        return st.get("d") is None or step == 0 or (refresh > 0 and step % refresh == 0)
+        return st.get("d") is None or is_key_step(step, refresh)
 
     async def _linear(self, name, x, w, b, step):
         cfg = self.cfg
@@ -276,29 +270,24 @@ class BlockHost:
                                    "b": None if b is None else np.asarray(b, np.float64)}
         key = self._is_key(st, step, cfg.refresh_linear)
         if key:
-            st["d"] = token_lattice(x, cfg.lattice_bits)
+            st["d"] = key_lattice(x, cfg)
         target = to_lattice_float(x, st["d"], cfg.target_max).astype(np.int64)
         y_int = await self.engine.linear(name, st["w_q"], target, key)
-        y64 = y_int.astype(np.float64) * st["d"][:, None]       # DiffLinear's float output
-        y64 *= st["s_w"][None, :]
-        if st["b"] is not None:
-            y64 += st["b"]
-        return y64.astype(np.float32)
+        y = np.empty(y_int.shape, np.float32)
+        linear_output(y_int, st["d"], st["s_w"], st["b"], y)
+        return y
 
     async def _attention(self, name, q, k, v, step):
         cfg = self.cfg
         sar = self.masks is not None
         v = np.asarray(v)
         st = self.att.setdefault(name, {"slot0": len(self.att) * v.shape[0] * v.shape[1]})
-        key = "s_v" not in st or step == 0 or (cfg.refresh_attn > 0
-                                               and step % cfg.refresh_attn == 0)
+        key = "s_v" not in st or is_key_step(step, cfg.refresh_attn)
         nb, nh, _, dh = v.shape
         q_int = k_int = m = sh = masks = None
         if key or not sar:                  # SAR's reuse steps read no Q or K
             q, k = np.asarray(q), np.asarray(k)
-            q_int, s_q = quantize_per_token(q)
-            k_int, s_k = quantize_per_head(k)
-            m, sh = logit_multiplier(s_q * s_k[..., None] / math.sqrt(dh), cfg.attn_frac_bits)
+            q_int, k_int, m, sh = quantize_qk(q, k, cfg.attn_frac_bits)
         if sar and key:
             if name not in self.masks:
                 raise ValueError(f"{name}: no masks for this attention layer")
@@ -318,5 +307,4 @@ class BlockHost:
                 if hw_key != key:
                     raise RuntimeError(f"{name}: the engine's step kind ({hw_key}) differs "
                                        f"from the host's ({key}) at step {step}")
-        scale = st["s_v"][..., None, None] / float(1 << cfg.attn_out_frac_bits)
-        return (o_int * scale).astype(np.float32)
+        return dequantize_output(o_int, st["s_v"], cfg.attn_out_frac_bits).astype(np.float32)

@@ -48,7 +48,7 @@ def run_layer_pysim(cfg, w_q, steps, state=None):
     of ``StepOutcome``. Any datapath's top (``top_of(cfg)``); a dense INT8 top takes its INT8
     activations as the targets (``run_step``)."""
     dut = top_of(cfg)
-    man = manifest(cfg, dut)
+    man = manifest(dut)
     n, k = steps[0][0].shape
     img = LayerImage(man, k, w_q.shape[1], n)
     outs = []

@@ -92,7 +92,7 @@ def selftest(cfg=None, workload: Workload | None = None) -> SelfTest:
     cfg = cfg or board_config()
     layer = LinearLayer(cfg)
     wl = workload if workload is not None else make_workload(cfg)
-    return SelfTest(layer, program_ops(manifest(cfg, layer), wl))
+    return SelfTest(layer, program_ops(manifest(layer), wl))
 
 
 def simulate(cfg=None, workload: Workload | None = None, max_cycles: int = 200_000) -> dict:

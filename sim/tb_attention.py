@@ -1,7 +1,7 @@
 """Host driver of ``dstar.hw.attention.AttentionEngine`` (any simulator) and its cocotb testbench.
 
 ``run_head`` loads one head's Q, K, V and row multipliers into the engine's memories (layouts
-from the manifest's ``attention`` section, ``dstar.hw.generate.attention_manifest``), runs one step
+from the manifest's ``attention`` section, ``dstar.hw.generate.manifest``), runs one step
 of a slot and reads the output, the slot's residual cache and mask back, through a three-call
 adapter (``set(name, int)``, ``get(name) -> int`` (unsigned), ``await tick()``), as
 ``dstar.sim.layer_io`` does for the linear wrapper.

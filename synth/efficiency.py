@@ -46,6 +46,7 @@ cycle model).
 import hashlib
 import json
 import time
+from enum import StrEnum
 
 from dstar.config import Config, Datapath, Encoding, Packing
 from dstar.paths import build_dir
@@ -58,21 +59,34 @@ from .flows import SynthTarget, synth_module, yosys_version
 from .fmax_runs import FMAX_FLOW, FMAX_KINDS, run_fmax
 from .report import config_hash, preset_name
 
-__all__ = ["STRATEGIES", "BASELINE", "BIT_FUSION_PE_UM2", "DEFAULT_STEPS", "run",
+__all__ = ["Strategy", "STRATEGIES", "BASELINE", "BIT_FUSION_PE_UM2", "DEFAULT_STEPS", "run",
            "format_text", "strategy_config"]
 
+class Strategy(StrEnum):
+    """A datapath the report compares (``STRATEGIES``: the config fields each sets; its value
+    names its row in the report)."""
+
+    #: v1's DSTAR datapath, compact packing (of the nibble encoding's elements).
+    COMPACT = "compact"
+    #: v1's DSTAR datapath, lockstep packing.
+    LOCKSTEP = "lockstep"
+    #: The heavier dense INT8 top (``datapath = "dense"``).
+    DENSE = "dense"
+    #: The lean dense INT8 datapath (``datapath = "int8"``): the baseline.
+    INT8 = "int8"
+
+
 #: The strategies compared: config fields each sets on the base configuration.
-STRATEGIES: dict[str, dict] = {
-    # v1's datapath: its packings are of the nibble encoding's elements.
-    "compact": {"datapath": Datapath.DSTAR, "packing": Packing.COMPACT,
-                "encoding": Encoding.NIBBLE},
-    "lockstep": {"datapath": Datapath.DSTAR, "packing": Packing.LOCKSTEP,
-                 "encoding": Encoding.NIBBLE},
-    "dense": {"datapath": Datapath.DENSE},
-    "int8": {"datapath": Datapath.INT8},
+STRATEGIES: dict[Strategy, dict] = {
+    Strategy.COMPACT: {"datapath": Datapath.DSTAR, "packing": Packing.COMPACT,
+                       "encoding": Encoding.NIBBLE},
+    Strategy.LOCKSTEP: {"datapath": Datapath.DSTAR, "packing": Packing.LOCKSTEP,
+                        "encoding": Encoding.NIBBLE},
+    Strategy.DENSE: {"datapath": Datapath.DENSE},
+    Strategy.INT8: {"datapath": Datapath.INT8},
 }
 #: The strategy every ratio is measured against.
-BASELINE = "int8"
+BASELINE = Strategy.INT8
 #: Bit Fusion's synthesized fixed 8-bit PE at 45 nm, um^2 (per PE of a 16x1 array, and 1x1;
 #: ``hsharma35/bitfusion`` results/systolic_array_synth.csv).
 BIT_FUSION_PE_UM2 = (443.5, 687.6)

@@ -1,8 +1,9 @@
 """Every per-layer registry of a closed choice covers each member of its enum, and nothing else:
 adding a packing strategy, a datapath, a weight store, a synthesis target, a workload, an
-encoding, a sampling run of the main job or a sweep's linears means one enum member and one
-entry per registry, and this test names the registry that lacks it (the training registry,
-which needs PyTorch, is checked in ``tests/torch``)."""
+encoding, a sampling run of the main job, a sweep's linears, an HDL simulator, an efficiency
+strategy or a design of ``dstar report`` means one enum member and one entry per registry, and
+this test names the registry that lacks it (the training registry, which needs PyTorch, is
+checked in ``tests/torch``)."""
 
 import pytest
 
@@ -16,9 +17,15 @@ from dstar.golden.workloads import WORKLOADS
 from dstar.hw.dispatcher import DISPATCHERS
 from dstar.hw.generate import ENCODED_TOPS, TOPS
 from dstar.hw.pe_array import WEIGHT_STORES
+from dstar.report_designs import DESIGNS, DesignName
+from dstar.report_energy import AREA_PER_MAC
+from dstar.results import WORKLOAD_ENTRIES
 from dstar.sim.cycle_model import EVENT_MODELS
 from dstar.sim.cycle_reference import LANE_QUEUES
 from dstar.sim.layer_cycles import LAYER_CYCLES
+from dstar.sim.simulators import SIMULATORS, Simulator
+from dstar.synth.efficiency import STRATEGIES as EFFICIENCY
+from dstar.synth.efficiency import Strategy
 from dstar.synth.flows import TARGETS, SynthTarget
 
 REGISTRIES = [
@@ -37,6 +44,10 @@ REGISTRIES = [
     ("dstar.hw.generate.ENCODED_TOPS", ENCODED_TOPS, Encoding),
     ("dstar.golden.runs.PATH_HOOKS", PATH_HOOKS, RunPath),
     ("dstar.analyze.LINEAR_HOOKS", LINEAR_HOOKS, LinearsMode),
+    ("dstar.sim.simulators.SIMULATORS", SIMULATORS, Simulator),
+    ("dstar.synth.efficiency.STRATEGIES", EFFICIENCY, Strategy),
+    ("dstar.results.WORKLOAD_ENTRIES", WORKLOAD_ENTRIES, Workload),
+    ("dstar.report_designs.DESIGNS", DESIGNS, DesignName),
 ]
 
 
@@ -50,3 +61,9 @@ def test_every_encoding_has_its_linears_run():
     """``analyze`` shows the encodings side by side: each has a ``<encoding>-linear`` run."""
     assert [p.value for p in ENCODING_PATHS] == [f"{e.value}-linear" for e in Encoding]
     assert all(isinstance(p, RunPath) for p in ENCODING_PATHS)
+
+
+def test_every_report_design_has_its_area():
+    """``report_energy.AREA_PER_MAC`` (keyed by name: ``report_designs`` imports that module) has
+    an area for every design ``dstar report`` compares, and no other."""
+    assert set(AREA_PER_MAC) == {d.value for d in DesignName}

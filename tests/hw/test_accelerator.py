@@ -8,7 +8,7 @@ import pytest
 
 from dstar.config import preset
 from dstar.hw.accelerator import Accelerator
-from dstar.hw.generate import accelerator_manifest
+from dstar.hw.generate import manifest
 from dstar.sim.accel_io import LinearStep, command, counters, read, receive, send
 from dstar.sim.pysim_driver import io_adapter, simulate
 from dstar.sim.tb_accelerator import run_case
@@ -26,7 +26,7 @@ def cfg():
 def run_bench(cfg, body):
     """Simulate a fresh accelerator with the testbench ``body(io, man)``; returns its result."""
     dut = Accelerator(cfg)
-    man = accelerator_manifest(cfg, dut)
+    man = manifest(dut)
     out = {}
 
     async def bench(ctx):

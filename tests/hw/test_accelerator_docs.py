@@ -19,7 +19,7 @@ from dstar.golden.attention import (
 )
 from dstar.golden.softmax import logit_multiplier
 from dstar.hw.accelerator import Accelerator
-from dstar.hw.generate import accelerator_manifest
+from dstar.hw.generate import manifest
 from dstar.sim.accel_io import AttentionStep, LinearStep, command, receive, send
 from dstar.sim.attention_cycles import predict
 from dstar.sim.pysim_driver import io_adapter, simulate
@@ -50,7 +50,7 @@ async def _watch(io, cycles):
 def test_the_top_behaves_as_its_manifest_and_the_docs_say():
     cfg = preset("tiny", encoding="nibble")
     dut = Accelerator(cfg)
-    man = accelerator_manifest(cfg, dut)
+    man = manifest(dut)
     names = man["counters"]
     out = {}
 
@@ -152,7 +152,7 @@ def test_the_manifest_states_the_driver_rules_the_top_follows():
     the empty run, and what ``RUN_ATTENTION`` needs, writes and counts."""
     cfg = preset("tiny", encoding="nibble")
     dut = Accelerator(cfg)
-    man = accelerator_manifest(cfg, dut)
+    man = manifest(dut)
     rules, names = man["driver"], man["counters"]
     acc = rules["accepted"]
     out = {}

@@ -11,7 +11,7 @@ import numpy as np
 from dstar.config import preset
 from dstar.golden.fmdq_pe import linear_step
 from dstar.hw.accelerator import FMDQ_COUNTERS, Accelerator
-from dstar.hw.generate import accelerator_manifest
+from dstar.hw.generate import manifest
 from dstar.sim.accel_io import AttentionStep, counters
 from dstar.sim.attention_cycles import predict
 from dstar.sim.fmdq_accel_io import FmdqLinearStep
@@ -39,7 +39,7 @@ def test_two_layers_save_and_restore():
                                  for _ in range(2)], 0.5, 2)
     assert [e["key"] for e in exp] == [True, False] and not exp[0]["mask"].all()
     dut = Accelerator(cfg)
-    man = accelerator_manifest(cfg, dut)
+    man = manifest(dut)
     assert man["counters"] == list(FMDQ_COUNTERS)
     fails = []
 

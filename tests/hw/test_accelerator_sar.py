@@ -9,7 +9,7 @@ import pytest
 
 from dstar.config import preset
 from dstar.hw.accelerator import Accelerator, AcceleratorGeometry, Mem
-from dstar.hw.generate import accelerator_manifest
+from dstar.hw.generate import manifest
 from dstar.sim.accel_io import AttentionStep, command, counters, load, send
 from dstar.sim.attention_cycles import predict
 from dstar.sim.pysim_driver import io_adapter, simulate
@@ -49,7 +49,7 @@ def test_cache_and_reuse_steps_and_a_saved_slot(encoding):
     other = random_step(rng, n, cfg.head_dim, 2.0)
     (_, o_other, _, _), = golden_steps(cfg, [other], other_mask, refresh)
     dut = Accelerator(cfg)
-    man = accelerator_manifest(cfg, dut)
+    man = manifest(dut)
     got = {}
 
     async def bench(ctx):

@@ -12,7 +12,7 @@ import pytest
 from dstar.config import ConfigError, preset
 from dstar.golden.attention import AttentionReuse
 from dstar.hw.attention import AttentionEngine, AttentionGeometry
-from dstar.hw.generate import attention_manifest
+from dstar.hw.generate import manifest
 from dstar.sim.attention_cycles import dense_cycles, predict
 from dstar.sim.pysim_driver import simulate
 from dstar.sim.tb_attention import HeadImage, run_head
@@ -31,7 +31,7 @@ def run_calls(cfg, calls):
     """Run ``calls`` (dicts: q, k, v, m, sh, slot, theta_q, refresh, optional ``clear``) in
     order on one simulated engine; returns their ``HeadOutcome``s."""
     dut = AttentionEngine(cfg)
-    man = attention_manifest(cfg, dut)
+    man = manifest(dut)
     outs = []
 
     async def bench(ctx):

@@ -10,9 +10,10 @@ import pytest
 
 from dstar.config import preset
 from dstar.golden.sar import sar_cache_step, sar_reuse_step, score_cache_bits
+from dstar.golden.schedule import is_key_step
 from dstar.golden.softmax import reciprocal
 from dstar.hw.attention import AttentionEngine, AttentionGeometry
-from dstar.hw.generate import ATTN_TOP_NAME, attention_manifest
+from dstar.hw.generate import ATTN_TOP_NAME, manifest
 from dstar.paths import build_dir
 from dstar.sim.attention_cycles import dense_cycles, predict
 from dstar.sim.layer_io import pack_named, unpack_named
@@ -34,7 +35,7 @@ def golden_steps(cfg, steps, mask, refresh):
               out_frac_bits=cfg.attn_out_frac_bits, group=cfg.group, e_max=cfg.e_max)
     out, w, lsum = [], None, None
     for i, (q, k, v, m, sh) in enumerate(steps):
-        cache = i == 0 or (refresh > 0 and i % refresh == 0)
+        cache = is_key_step(i, refresh)
         if cache:
             o, w, lsum = sar_cache_step(q, k, v, m, sh, mask, **kw)
         else:
@@ -59,7 +60,7 @@ def run_sar(cfg, script, zero=None):
     gave (``HeadOutcome``, the saved state, ``(sc, rl)`` words). ``zero = (slot, kg)``: the
     restored P word of the slot's row 0, key group ``kg``, has its ``p`` zeroed."""
     dut = AttentionEngine(cfg)
-    man = attention_manifest(cfg, dut)
+    man = manifest(dut)
     outs, saved = [], {}
 
     async def bench(ctx):
@@ -188,7 +189,7 @@ def test_score_cache_size_ports_and_model(encoding):
     dense = score_cache_bits(np.ones((ag.nqb, ag.nkb), dtype=bool), n, cfg.block_q,
                              cfg.block_k, cfg.group, cfg.e_max)
     assert ag.score_cache_bits() == cfg.attn_slots * dense
-    man = attention_manifest(cfg, _unelaborated(cfg))
+    man = manifest(_unelaborated(cfg))
     assert {"sc_word", "rl_word"} <= set(man["layouts"]) and "res_word" not in man["layouts"]
     names = set(man["ports"])
     assert {"host_sc_we", "host_sc_addr", "host_rl_we", "host_rl_addr"} <= names

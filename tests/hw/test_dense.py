@@ -151,7 +151,7 @@ def test_same_top_and_ports_as_dstar(tmp_path, datapath):
         (tmp_path / "b" / "dstar_linear.v").read_bytes()
     assert a == b and a["top"] == "dstar_linear"
     v1 = preset("tiny", encoding="nibble")
-    dstar = manifest(v1, LinearLayer(v1))
+    dstar = manifest(LinearLayer(v1))
     assert set(a["ports"]) < set(dstar["ports"])
     assert "host_state_wdata" not in a["ports"] and "key" not in a["ports"]
     assert a["layouts"]["target_row"]["width"] == 8 * cfg.k_tile

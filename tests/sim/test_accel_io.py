@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 
 from dstar.config import load_config
-from dstar.hw.generate import accelerator_manifest
+from dstar.hw.accelerator import Accelerator
+from dstar.hw.generate import manifest
 from dstar.sim import accel_io as A
 from dstar.sim.layer_io import unpack, unpack_named
 
 
 @pytest.fixture(scope="module")
 def man():
-    return accelerator_manifest(load_config(None, "tiny", encoding="nibble"))
+    return manifest(Accelerator(load_config(None, "tiny", encoding="nibble")))
 
 
 def _field(man, word, name):

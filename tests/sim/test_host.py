@@ -13,7 +13,7 @@ from dstar.golden.dit import BLOCK_OPS, LINEAR_TYPES, DiT, DiTShape
 from dstar.golden.hooks import DStarLinears
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
 from dstar.hw.accelerator import Accelerator
-from dstar.hw.generate import accelerator_manifest
+from dstar.hw.generate import manifest
 from dstar.sim.block_run import (
     CheckedEngine,
     block_inputs,
@@ -51,8 +51,11 @@ def golden_records(cfg, model, block, steps, samples):
     return tap.records
 
 
-def test_the_golden_engine_reproduces_a_bundled_block():
-    cfg = preset("default")
+@pytest.mark.parametrize("fields", [{}, {"encoding": "fmdq", "fmdq_lattice": "layer"}],
+                         ids=["default", "fmdq-layer-lattice"])
+def test_the_golden_engine_reproduces_a_bundled_block(fields):
+    """The host's float work is the golden pipeline's, whatever its key-step lattice."""
+    cfg = preset("default").replace(**fields)
     model = DiT.bundled()
     recs = golden_records(cfg, model, 3, steps=4, samples=1)
     host = BlockHost(cfg, model, GoldenEngine(cfg))
@@ -146,7 +149,7 @@ def test_a_whole_block_on_the_accelerator_equals_the_golden_block(small_cfg):
     recs = golden_records(cfg, model, 0, steps=3, samples=1)   # CFG: batch 2, 32 rows
     assert recs[0][0].shape == (2, 16, 32)
     dut = Accelerator(cfg)
-    man = accelerator_manifest(cfg, dut)
+    man = manifest(dut)
     got = []
 
     engine = None

@@ -10,7 +10,7 @@ import pytest
 
 from dstar.config import preset
 from dstar.hw.accelerator import Accelerator
-from dstar.hw.generate import accelerator_manifest
+from dstar.hw.generate import manifest
 from dstar.sim.coverage import FMDQ_REFUSALS, REFUSALS, Coverage, bin_names, refusals
 from dstar.sim.regress import format_report, inject_mismatch, make_case, report
 
@@ -18,7 +18,7 @@ from dstar.sim.regress import format_report, inject_mismatch, make_case, report
 @pytest.fixture(scope="module", params=["fmdq", "nibble"])
 def setup(request):
     cfg = preset("tiny", encoding=request.param)
-    return cfg, accelerator_manifest(cfg, Accelerator(cfg))
+    return cfg, manifest(Accelerator(cfg))
 
 
 def _same(a, b) -> bool:
@@ -110,7 +110,7 @@ def test_fmdq_cases_reach_every_width_shift_and_shape():
     tile, the widest M's column blocks, a re-key, junk the top must ignore; each step has a
     beat per sub-channel."""
     cfg = preset("tiny")
-    man = accelerator_manifest(cfg, Accelerator(cfg))
+    man = manifest(Accelerator(cfg))
     cov = Coverage(bin_names(cfg))
     for i in range(20):
         for op in make_case(cfg, man, 9, i)["ops"]:

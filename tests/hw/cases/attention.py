@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from dstar.golden.attention import theta_fixed
+from dstar.golden.schedule import is_key_step
 from dstar.golden.softmax import logit_multiplier, softmax_groups
 from dstar.sim.attention_cycles import predict
 from dstar.sim.bench_attention import HeadSteps
@@ -30,7 +31,7 @@ def int_calls(cfg, steps, theta, refresh, slot=0):
               group=cfg.group, e_max=cfg.e_max)
     exp, mask, r = [], None, None
     for i, (q, k, v, m, sh) in enumerate(steps):
-        key = i == 0 or (refresh > 0 and i % refresh == 0)
+        key = is_key_step(i, refresh)
         if key:
             res = key_step_head(q, k, v, m, sh, theta=theta, **kw)
             mask, r, o = res["mask"], res["r"], res["o_full"]
