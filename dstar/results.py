@@ -63,15 +63,9 @@ _ATTENTION_BLOCKS = ("softmax", "normalizer", "tile_runner", "softmax_feed", "ma
                      "accelerator.command_processor", "accelerator.out_q")
 
 
-#: v1's linear datapath, whose blocks (``encoder``, ``dispatcher``) FMDQ's top does not have.
-_V1 = ("--set", "encoding=nibble")
-
-
-def _sky130_argv(preset: str, blocks: tuple[str, ...], jobs: int, *extra: str,
-                 pin: tuple[str, ...] = ()) -> tuple:
-    """``dstar synth`` of ``blocks`` at ``preset`` (``pin``: ``--set`` fields) on the CMOS
-    estimate and sky130 HD."""
-    return ("synth", "--preset", preset, *pin, "--target", "cmos", "--target", "sky130",
+def _sky130_argv(preset: str, blocks: tuple[str, ...], jobs: int, *extra: str) -> tuple:
+    """``dstar synth`` of ``blocks`` at ``preset`` on the CMOS estimate and sky130 HD."""
+    return ("synth", "--preset", preset, "--target", "cmos", "--target", "sky130",
             *(a for b in blocks for a in ("--block", b)), *extra, "--reuse", "--jobs",
             str(jobs), "--json")
 
@@ -131,21 +125,15 @@ RESULTS: dict[str, Result] = {
         "The same for the attention engine's blocks (its PE arrays are the linear datapath's) "
         "and the accelerator top's own: its command processor and output queue (the top's "
         "other blocks are the kinds above again)."),
-    "synth_default_sky130": Result(
-        "Standard-cell area per block (`default` preset, v1's `encoding = nibble`): sky130 HD "
-        "beside the transistor estimate",
-        _sky130_argv("default", _LINEAR_BLOCKS, 1, pin=_V1),
-        _synth_text,
-        "The same as for `tiny`, at the `default` preset: v1's linear datapath's blocks and its "
-        "lean dense INT8 baseline's on sky130 HD cells, with `vs cmos`, the logic's NAND2 "
-        "equivalents over the 45 nm transistor estimate's."),
     "synth_default_sky130_attention": Result(
         "Standard-cell area per block (`default` preset): the attention engine and the "
         "accelerator top's own blocks on sky130 HD",
         _sky130_argv("default", _ATTENTION_BLOCKS, 1, "--no-dense"),
         _synth_text,
         "The same for the `default` preset's attention engine and the accelerator top's own "
-        "blocks."),
+        "blocks. The `default` preset's linear datapath (FMDQ) and its lean INT8 baseline on "
+        "sky130 cells, by part, are in the throughput-per-area table below; v1's blocks are "
+        "measured at `tiny` (above)."),
     "synth_tiny_osu018": Result(
         "Standard-cell timing (`tiny` preset, v1's `encoding = nibble`): OSU 0.18 um Fmax of the "
         "PE array, the dispatcher and the accelerator top's own logic",
