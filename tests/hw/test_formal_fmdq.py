@@ -7,9 +7,11 @@ The bucket ordering stage's permutation proof and the tile runner's streams are 
 ``test_formal.py``. Depth 20 everywhere; seconds measured on a loaded 2-core machine
 (``nice -n 5``) in each test's comment."""
 
+from unittest import mock
+
 import pytest
-from amaranth import Signal
-from amaranth.hdl import Cover
+from amaranth import Cat, Signal, signed
+from amaranth.hdl import Assert, Assume, Cover
 
 from dstar.config import preset
 from dstar.hw.accelerator import Opcode
@@ -143,4 +145,92 @@ def test_fmdq_accelerator_refusal_then_counters_is_reachable():
 def test_fmdq_accelerator_mutant_executing_refused_command_fails():
     res = check(RefusalHarness(fmdq_attention_cfg(), refused_writes=True),
                 "fmdq_accel_refusal_mutant")
+    assert not res.passed and res.trace is not None, str(res)
+
+
+# The encoder's part of issue 27 for FMDQ: every code the quantization unit offers lies in its
+# class's range, and FmdqLinear's new state stays within +-state_max for targets within
+# +-target_max and states within +-state_max (the golden model's invariants).
+def _codes_quant_unit():
+    """Differences wider than ``e_max`` shifts can hold, so saturation is reachable."""
+    return QuantUnit(tokens=2, window=4, e_max=2, tau=1, diff_bits=12, channel_bits=3)
+
+
+def _codes_in_class(m, dut):
+    """On every offered update: ``shift <= e_max``, a width of 0, 2, 4, 6 or 8 bits, and every
+    code within its signed width (0 at width 0)."""
+    u, e_max = dut.u.payload.sub[0], 2
+    fits = [(u.width == 0) & Cat(*(q == 0 for q in u.q)).all()]
+    for w in (2, 4, 6, 8):
+        lo, hi = -(1 << (w - 1)), (1 << (w - 1)) - 1
+        fits.append((u.width == w) & Cat(*((q >= lo) & (q <= hi) for q in u.q)).all())
+    with m.If(dut.u.valid):
+        m.d.comb += [Assert(u.shift <= e_max, "shift beyond e_max"),
+                     Assert(Cat(*fits).any(), "a code outside its width's range")]
+    m.d.comb += Cover(dut.u.valid & (u.width == 8) & u.saturated)
+
+
+def _wrapping_quantize(self, m, d, p, half, name):
+    """The mutant: ``(d + half) >> p`` wrapped to 8 bits instead of saturated."""
+    r = Signal(signed(self.diff_bits + 1), name=f"{name}_rs")
+    q = Signal(signed(8), name=name)
+    m.d.comb += [r.eq((d + half) >> p), q.eq(r[:8])]
+    return q
+
+
+def test_fmdq_codes_stay_in_their_class():
+    """bmc 20 over any inputs and back-pressure (seconds)."""
+    res = check(StreamHarness(_codes_quant_unit(), constrain=_codes_in_class), "fmdq_codes")
+    assert res.passed, f"{res}\n{res.summary}"
+
+
+def test_fmdq_saturated_width_8_update_is_reachable():
+    res = check(StreamHarness(_codes_quant_unit(), constrain=_codes_in_class), "fmdq_codes",
+                mode="cover")
+    assert res.passed, f"{res}\n{res.summary}"
+
+
+def test_fmdq_codes_mutant_wrapping_instead_of_saturating_fails():
+    with mock.patch.object(QuantUnit, "_quantize", _wrapping_quantize):
+        res = check(StreamHarness(_codes_quant_unit(), constrain=_codes_in_class),
+                    "fmdq_codes_mutant")
+    assert not res.passed and res.trace is not None, str(res)
+
+
+#: The state proof's depth: what finishes in minutes (see its test).
+STATE_DEPTH = 16
+
+
+def _state_in_width(cfg, wide_targets=False):
+    """Targets within ``+-target_max`` (beyond it with ``wide_targets``: the mutant's input)
+    and old states within ``+-state_max`` assumed on every ``i_sub`` beat; every new state
+    offered on ``o_state`` asserted within ``+-state_max``."""
+    t_max = cfg.target_max + (64 if wide_targets else 0)
+
+    def constrain(m, dut):
+        p = dut.i_sub.payload
+        for t in range(cfg.token_tile):
+            m.d.comb += [Assume((p.target[t] <= t_max) & (p.target[t] >= -t_max)),
+                         Assume((p.state[t] <= cfg.state_max) & (p.state[t] >= -cfg.state_max))]
+            s = dut.o_state.payload[t]
+            with m.If(dut.o_state.valid):
+                m.d.comb += Assert((s <= cfg.state_max) & (s >= -cfg.state_max),
+                                   "a new state beyond state_max")
+    return constrain
+
+
+@pytest.mark.slow
+def test_fmdq_state_stays_within_its_width():
+    """bmc to depth 16 (about 2 min quiet), any run parameters, beats and back-pressure: step
+    17 alone took more than 5 minutes, so depth 20 is not on record (docs/design/formal.md)."""
+    cfg = linear_cfg()
+    res = check(StreamHarness(FmdqLinear(cfg), constrain=_state_in_width(cfg)), "fmdq_state",
+                depth=STATE_DEPTH)
+    assert res.passed, f"{res}\n{res.summary}"
+
+
+def test_fmdq_state_mutant_with_targets_beyond_target_max_fails():
+    cfg = linear_cfg()                                      # 6 s
+    res = check(StreamHarness(FmdqLinear(cfg), constrain=_state_in_width(cfg, True)),
+                "fmdq_state_mutant")
     assert not res.passed and res.trace is not None, str(res)
