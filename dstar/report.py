@@ -38,7 +38,7 @@ from dstar.golden.dit_models import (
 from .report_a100 import calibrate, run_a100
 from .report_cost import run_model
 from .report_designs import DESIGNS
-from .report_energy import AREA_PER_MAC, area_per_mac, table
+from .report_energy import area_per_mac, table
 from .report_machine import Machine, ReportError
 
 __all__ = ["run", "format_text", "format_md", "write_outputs", "resolve_models", "OURS",
@@ -189,7 +189,7 @@ def run(shapes, machine: Machine, mix, *, mix_note: str) -> dict:
                     "config": mix.rep["config"]},
             "a100": cal,
             "designs": {d: {"title": v.title, "how": v.how,
-                            "area_per_mac_vs_int8": AREA_PER_MAC[d].value,
+                            "area_per_mac_vs_int8": area_per_mac(d),
                             "area_per_mac_vs_int8_cmos": area_per_mac(d, "cmos")}
                         for d, v in DESIGNS.items()},
             "models": models, "summary": summary, "paper": PAPER, "constants": table(),

@@ -38,7 +38,7 @@ from .report_designs import (
     attention_work,
     linear_work,
 )
-from .report_energy import AREA_PER_MAC, NODE_ENERGY, VPU_OPS, value
+from .report_energy import NODE_ENERGY, VPU_OPS, area_per_mac, value
 from .report_mix import phase_of
 
 __all__ = ["dense_cycles", "run_model", "TIME_PARTS", "ENERGY_PARTS", "step_contexts",
@@ -57,7 +57,7 @@ def dense_cycles(machine, rows: int, k: int, n: int, inst: int) -> int:
 def peak_macs_per_cycle(design: str, machine, equal_area: bool = False) -> float:
     """A design's peak 8-bit MACs per cycle: the machine's (equal TOPS), or the INT8 array's
     PE area's worth of the design's PEs (equal area)."""
-    area = AREA_PER_MAC[design].value if equal_area else 1.0
+    area = area_per_mac(design) if equal_area else 1.0
     return machine.macs_per_cycle / area
 
 

@@ -70,6 +70,12 @@ def _sky130_argv(preset: str, blocks: tuple[str, ...], jobs: int, *extra: str) -
             str(jobs), "--json")
 
 
+def _fmax_fmdq_argv(what: str, timeout_min: int) -> tuple:
+    """``dstar synth --fmax what`` of the ``tiny`` FMDQ configuration, place and route only."""
+    return ("synth", "--preset", "tiny", "--set", "encoding=fmdq", "--target", "none", "--fmax",
+            what, "--fmax-timeout", str(timeout_min), "--reuse", "--json")
+
+
 #: The results page's sections, in page order.
 RESULTS: dict[str, Result] = {
     "analyze": Result(
@@ -171,8 +177,7 @@ RESULTS: dict[str, Result] = {
         "them are not timed). The command processor alone is the block row."),
     "fmax_tiny_fmdq": Result(
         "Routed ECP5 Fmax of the FMDQ linear datapath (`tiny` preset, `encoding = fmdq`)",
-        ("synth", "--preset", "tiny", "--set", "encoding=fmdq", "--target", "none", "--fmax",
-         "top", "--fmax-timeout", "180", "--reuse", "--json"),
+        _fmax_fmdq_argv("top", 180),
         _synth_text,
         "`FmdqLinear` (`hw/fmdq/linear.py`: quantization unit, group memory, two SIMD-4 PE "
         "arrays, `Y`; the top `dstar generate` writes as `dstar_linear` with `encoding = fmdq`) "
@@ -183,8 +188,7 @@ RESULTS: dict[str, Result] = {
         "for, is the next entry."),
     "fmax_tiny_accelerator": Result(
         "Routed ECP5 Fmax of the accelerator top (`tiny` preset, `encoding = fmdq`)",
-        ("synth", "--preset", "tiny", "--set", "encoding=fmdq", "--target", "none", "--fmax",
-         "accelerator", "--fmax-timeout", "75", "--reuse", "--json"),
+        _fmax_fmdq_argv("accelerator", 75),
         _synth_text,
         "The accelerator top (`dstar.v`: FMDQ's linear datapath, the attention engine on the "
         "same SIMD-4 PE arrays and the command processor) synthesized whole for the ECP5 with "
@@ -193,8 +197,7 @@ RESULTS: dict[str, Result] = {
         "minutes, nextpnr's estimate after placement. Issue 28's target: 50 MHz."),
     "fmax_tiny_fmdq_pe_array": Result(
         "Routed ECP5 Fmax of one FMDQ PE array (`tiny` preset, `encoding = fmdq`)",
-        ("synth", "--preset", "tiny", "--set", "encoding=fmdq", "--target", "none", "--fmax",
-         "pe_array", "--fmax-timeout", "15", "--reuse", "--json"),
+        _fmax_fmdq_argv("pe_array", 15),
         _synth_text,
         "The first SIMD-4 PE array of `FmdqLinear` (`hw/fmdq/pe_array.py`) placed and routed "
         "alone, as above: its routed Fmax and critical path."),

@@ -159,7 +159,7 @@ def _codes_quant_unit():
 def _codes_in_class(m, dut):
     """On every offered update: ``shift <= e_max``, a width of 0, 2, 4, 6 or 8 bits, and every
     code within its signed width (0 at width 0)."""
-    u, e_max = dut.u.payload.sub[0], 2
+    u, e_max = dut.u.payload.sub[0], dut.e_max
     fits = [(u.width == 0) & Cat(*(q == 0 for q in u.q)).all()]
     for w in (2, 4, 6, 8):
         lo, hi = -(1 << (w - 1)), (1 << (w - 1)) - 1
