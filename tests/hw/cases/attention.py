@@ -7,16 +7,15 @@ import math
 import numpy as np
 
 from dstar.golden.attention import theta_fixed
+from dstar.golden.host import HeadSteps
 from dstar.golden.schedule import is_key_step
 from dstar.golden.softmax import logit_multiplier, softmax_groups
 from dstar.sim.attention_cycles import predict
-from dstar.sim.bench_attention import HeadSteps
 
 
 def head_calls(cfg, steps, theta, refresh, slot=0):
     """Golden steps of one slot for float ``(q, k, v)`` per step, and the engine's calls."""
-    hs = HeadSteps(theta, refresh, block_q=cfg.block_q, block_k=cfg.block_k,
-                   frac_bits=cfg.attn_frac_bits, group=cfg.group, e_max=cfg.e_max)
+    hs = HeadSteps(cfg.replace(theta=theta, refresh_attn=refresh))
     exp = [hs.step(*s) for s in steps]
     calls = [{**{k: e[k] for k in ("q", "k", "v", "m", "sh")}, "slot": slot,
               "theta_q": theta_fixed(theta), "refresh": refresh} for e in exp]
