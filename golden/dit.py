@@ -267,9 +267,9 @@ class DiT:
         """Block ``i`` on the hidden states ``h`` ``(B, N, D)`` with the conditioning ``sc``
         (``silu(c)``, ``(B, D)``), as a generator of its accelerator operations: it yields
         ``LinearOp`` and ``AttentionOp``, is sent each one's result (``apply``), and returns the
-        block's output. Everything
-        between them (adaLN modulation, LayerNorm, GELU, the gated residual adds) runs here in
-        float32 (``drive`` runs it with hooks; ``dstar.sim.host`` on the accelerator)."""
+        block's output. Everything between them (adaLN modulation, LayerNorm, GELU, the gated
+        residual adds) runs here in float32 (``drive`` runs it with hooks, such as
+        ``golden.host.BlockHost``'s on an engine)."""
         s, w = self.shape, self.w
         h, sc = np.asarray(h), np.asarray(sc)
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < s.depth:
