@@ -30,13 +30,14 @@ import os
 import numpy as np
 
 from dstar.config import Datapath, Encoding, Workload
+from dstar.golden.dit import LINEAR_TYPES
 from dstar.paths import build_dir
 
 __all__ = ["PHASES", "phase_of", "measure", "measure_trace", "measure_attention",
            "LAYER_TYPES", "mix_key", "Mix"]
 
 PHASES = ("key", "q1", "q2", "q3", "q4")
-LAYER_TYPES = ("qkv", "proj", "fc1", "fc2")
+LAYER_TYPES = LINEAR_TYPES
 #: Bump when what is measured changes (old caches are then ignored).
 VERSION = 2
 

@@ -42,8 +42,15 @@ import math
 
 import numpy as np
 
+from .host_side import (
+    AttentionSide,
+    dequantize_output,
+    quantize_on,
+    quantize_per_head,
+    quantize_per_token,
+    quantize_qk,
+)
 from .quant import exact_matmul, exact_matmul_float
-from .schedule import is_key_step
 from .softmax import (
     DEFAULT_E_MAX,
     DEFAULT_FRAC_BITS,
@@ -51,7 +58,6 @@ from .softmax import (
     DEFAULT_OUT_FRAC_BITS,
     P_MAX,
     block_fraction,
-    logit_multiplier,
     normalize,
     softmax_exp_float,
 )
@@ -63,80 +69,6 @@ __all__ = ["THETA_BITS", "quantize_per_token", "quantize_per_head", "quantize_on
            "key_step_head", "reuse_step_head", "float_attention", "AttentionReuse"]
 
 THETA_BITS = 16
-
-
-# ----- quantization (host side) -----
-def _amax_scale(amax):
-    return np.where(amax > 0, amax / 127.0, 1.0)
-
-
-def _float(x, name: str = "x"):
-    """``x`` as a float array ``(..., N, D)`` with ``N, D >= 1`` and finite values; a
-    ``ValueError`` naming ``name`` and the first bad value or the shape otherwise (a NaN would
-    quantize to INT64_MIN with only a warning)."""
-    x = np.asarray(x)
-    if x.ndim < 2 or 0 in x.shape[-2:]:
-        raise ValueError(f"{name} must be (..., N, D) with N, D >= 1, got shape {x.shape}")
-    x = x if np.issubdtype(x.dtype, np.floating) else x.astype(np.float64)
-    bad = ~np.isfinite(x)
-    if bad.any():
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"{name} has a non-finite value {x[idx]} at index {idx}")
-    return x
-
-
-def _absmax(x, axis):
-    """``max|x|`` over ``axis`` in ``x``'s own float type (exact), as float64."""
-    return np.maximum(x.max(axis=axis), -x.min(axis=axis)).astype(np.float64)
-
-
-def _on_lattice(x, s):
-    """``rint(x / s)`` in float64 (``s`` broadcast), ``x`` in its own float type."""
-    u = np.divide(x, s, dtype=np.float64)
-    return np.rint(u, out=u)
-
-
-def quantize_per_token(x):
-    """``(..., N, D)`` float -> ``(x_int, s)``: INT8 per row, ``s`` ``(..., N)`` float64."""
-    x = _float(x)
-    s = _amax_scale(_absmax(x, -1))
-    return np.clip(_on_lattice(x, s[..., None]), -127, 127).astype(np.int64), s
-
-
-def quantize_per_head(x):
-    """``(..., N, D)`` float -> ``(x_int, s)``: INT8 with one scale per head, ``s`` ``(...)``."""
-    x = _float(x)
-    s = _amax_scale(_absmax(x, (-2, -1)))
-    return np.clip(_on_lattice(x, s[..., None, None]), -127, 127).astype(np.int64), s
-
-
-def quantize_on(x, s):
-    """``clip(rint(x / s), -127, 127)`` on a given per-head lattice ``s`` ``(...)``; returns
-    ``(x_int, n_clipped)``."""
-    s = np.asarray(s, dtype=np.float64)
-    if not (np.isfinite(s).all() and (s > 0).all()):
-        bad = s[~(np.isfinite(s) & (s > 0))].flat[0]
-        raise ValueError(f"the lattice steps s must be finite and > 0, got {bad}")
-    u = _on_lattice(_float(x), s[..., None, None])
-    n_clipped = int(np.count_nonzero(u > 127) + np.count_nonzero(u < -127))
-    return np.clip(u, -127, 127).astype(np.int64), n_clipped
-
-
-def quantize_qk(q, k, frac_bits: int):
-    """The integer side of ``q`` and ``k`` ``(..., N, Dh)``: INT8 Q per token, K per head, and
-    each query row's logit multiplier ``(m, sh)`` of ``s_q * s_k / sqrt(Dh)``
-    (``logit_multiplier``): ``(q_int, k_int, m, sh)``. The one statement of it, for the golden
-    hooks, the accelerator's host (``dstar.sim.host``) and the benches."""
-    q_int, s_q = quantize_per_token(q)
-    k_int, s_k = quantize_per_head(k)
-    m, sh = logit_multiplier(s_q * s_k[..., None] / math.sqrt(q.shape[-1]), frac_bits)
-    return q_int, k_int, m, sh
-
-
-def dequantize_output(o_int, s_v, out_frac_bits: int):
-    """The float64 attention output of the integer one ``o_int`` ``(..., N, Dh)`` (``out_frac_bits``
-    fraction bits) on V's per-head lattice ``s_v`` ``(...)``."""
-    return o_int * (np.asarray(s_v)[..., None, None] / float(1 << out_frac_bits))
 
 
 def theta_fixed(theta: float) -> int:
@@ -383,15 +315,18 @@ class AttentionReuse:
         self.measure = measure
         self.measure_batch = measure_batch
         self.state: dict[str, dict] = {}
+        self.sides: dict[str, AttentionSide] = {}   # float side per layer
         self.records: list[dict] = []
 
     def reset(self):
         """Forget every layer's state and record (a new sampling run)."""
         self.state.clear()
+        self.sides.clear()
         self.records.clear()
 
     def is_key(self, name: str, step: int) -> bool:
-        return name not in self.state or is_key_step(step, self.refresh)
+        side = self.sides.get(name)
+        return side is None or side.is_key(step)
 
     def _kw(self):
         return dict(block_q=self.block_q, block_k=self.block_k, frac_bits=self.frac_bits,
@@ -406,19 +341,18 @@ class AttentionReuse:
         st = self.state.get(name)
         if not key and st["shape"] != q.shape:
             raise ValueError(f"{name}: shape {q.shape} differs from the key step's {st['shape']}")
-        q_int, k_int, m, sh = quantize_qk(q, k, self.frac_bits)
-        n_clip = 0
+        side = self.sides.setdefault(name, AttentionSide(
+            self.cfg, frac_bits=self.frac_bits, out_frac_bits=self.out_frac_bits))
+        q_int, k_int, m, sh, v_int, n_clip = side.quantize(q, k, v, key)
         if key:
-            v_int, s_v = quantize_per_head(v)
             res = _attend(q_int, k_int, v_int, m, sh, None, self.theta, **self._kw())
-            st = self.state[name] = {"shape": q.shape, "s_v": s_v, "mask": res["mask"],
+            st = self.state[name] = {"shape": q.shape, "s_v": side.s_v, "mask": res["mask"],
                                      "r": res["o_full"] - res["o_sel"], "key_step": step}
             o_int = res["o_full"]
         else:
-            v_int, n_clip = quantize_on(v, st["s_v"])
             o_int = _attend(q_int, k_int, v_int, m, sh, st["mask"], **self._kw())["o"]
             o_int += st["r"]
-        out = dequantize_output(o_int, st["s_v"], self.out_frac_bits)
+        out = side.output(o_int)
         sel = float(st["mask"].mean())
         rec = {"name": name, "step": step, "key": key, "selected_fraction": sel,
                "blocks_computed": 1.0 if key else sel,

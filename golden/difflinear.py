@@ -28,20 +28,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dstar.config import Encoding, FmdqLattice
+from dstar.config import Encoding
 
 from .encoder import Encoded, encode, encode_narrow
 from .fmdq import FmdqEncoded, fmdq_encode
 from .fmdq_stats import FmdqStats, count_fmdq
+from .host_side import LATTICES, LinearSide, key_lattice, linear_output
 from .quant import (
     amax_rows,
     exact_dtype,
-    layer_lattice,
-    quantize_weights,
-    to_lattice_float,
-    token_lattice,
 )
-from .schedule import is_key_step
 from .stats import OpStats, count_encoded
 
 __all__ = ["DiffLinear", "InvariantError", "StepResult", "encode_step", "lattice_refinements",
@@ -129,32 +125,6 @@ ENCODINGS = {
 }
 
 
-#: Each ``FmdqLattice``'s key-step lattice: ``(x, extra_bits) -> d`` (float64 ``(N,)``).
-LATTICES = {FmdqLattice.TOKEN: token_lattice, FmdqLattice.LAYER: layer_lattice}
-
-
-def linear_output(y_int, d, s_w, bias, y) -> None:
-    """A differential linear layer's float output into ``y`` ``(N, M)``: ``Y_int * d * s_w +
-    bias`` (``d`` the rows' lattice ``(N,)``, ``s_w`` the weights' per-column scale, ``bias``
-    float64 or None), in float64, cast to ``y``'s type as the last step. The one statement of
-    it, for ``DiffLinear`` and the accelerator's host (``dstar.sim.host``)."""
-    y64 = y if y.dtype == np.float64 else np.empty(y.shape, np.float64)
-    np.multiply(y_int, d[:, None], out=y64)
-    y64 *= s_w[None, :]
-    if bias is not None:
-        np.add(y64, bias, out=y)
-    elif y64 is not y:
-        y[...] = y64
-
-
-def key_lattice(x, cfg):
-    """The lattice ``d`` (float64 ``(N,)``) a key step fixes for the rows ``x``: per token
-    (``token_lattice``), or with ``encoding = "fmdq"`` ``fmdq_lattice``'s (``LATTICES``). The
-    one choice of it, for ``DiffLinear`` and the accelerator's host (``dstar.sim.host``)."""
-    lattice = LATTICES[cfg.fmdq_lattice] if cfg.encoding is Encoding.FMDQ else token_lattice
-    return lattice(x, cfg.lattice_bits)
-
-
 class StepResult:
     """One step's output ``y`` (float64 ``(N, M)``), clipped target ``X_int`` ``(N, K)``, whether
     it was a key step, the counts of its encoded difference (``Coding.count``: v1's
@@ -189,14 +159,14 @@ class DiffLinear:
     def __init__(self, w, b, cfg, name: str = "linear"):
         self.name, self.cfg = name, cfg
         self.coding = ENCODINGS[cfg.encoding]
-        self.w_q, self.s_w = quantize_weights(w)
+        self.side = LinearSide(w, b, cfg)          # w_q, s_w, bias, the lattice d
+        self.w_q, self.s_w = self.side.w_q, self.side.s_w
         # Every operand of the float BLAS products in both float types (exact integers).
         self._w = {dt: self.w_q.astype(dt) for dt in (np.float32, np.float64)}
-        self.bias = None if b is None else np.asarray(b, dtype=np.float64)
         k = self.w_q.shape[0]
         if k % cfg.group and cfg.encoding is Encoding.NIBBLE:
             raise ValueError(f"{name}: K={k} is not a multiple of group={cfg.group}")
-        self.d = self.xs = self._y = None
+        self.xs = self._y = None
         self.refined = None                   # halvings of each token's lattice since its key
         self.steps_done = 0
         # The check's vectors are fixed per layer name, so a run is reproducible.
@@ -210,6 +180,20 @@ class DiffLinear:
         self._w_absmax = max(int(self.w_q.max(initial=0)), -int(self.w_q.min(initial=0)))
 
     @property
+    def bias(self):
+        """The bias (float64 ``(M,)``) or None."""
+        return self.side.bias
+
+    @property
+    def d(self):
+        """The rows' lattice (float64 ``(N,)``; ``None`` before the first step)."""
+        return self.side.d
+
+    @d.setter
+    def d(self, value):
+        self.side.d = value
+
+    @property
     def y_int(self):
         """The accumulator ``Y_int`` ``(N, M)`` as int64 (a copy: the layer holds it as float64
         of exact integers, ``|Y_int| < 2**53`` as ``Config.acc_bits <= 48``); assign to replace
@@ -221,7 +205,7 @@ class DiffLinear:
         self._y = np.asarray(value, dtype=np.int64).astype(np.float64)
 
     def is_key(self, step: int) -> bool:
-        return self.xs is None or is_key_step(step, self.cfg.refresh_linear)
+        return self.side.is_key(step)
 
     def __call__(self, x, step: int, dtype=np.float64) -> StepResult:
         """One step on the rows ``x`` ``(N, K)``; the result's ``y`` is ``dtype`` (computed in
@@ -237,7 +221,7 @@ class DiffLinear:
         cfg = self.cfg
         refine = None
         if key:
-            self.d = key_lattice(x, cfg)
+            self.side.fix_lattice(x)
             self.xs = np.zeros(x.shape, dtype=np.int64)
             self._y = np.zeros((x.shape[0], self.w_q.shape[1]), dtype=np.float64)
             self.refined = np.zeros(x.shape[0], np.int64)
@@ -278,7 +262,7 @@ class DiffLinear:
         """One step on the rows ``c``: fills ``target``, the new state ``xs`` and ``y`` (views
         of the step's arrays), updates ``Y_int[c]``, checks the invariants; returns the code."""
         cfg = self.cfg
-        np.copyto(target, to_lattice_float(x, self.d[c], cfg.target_max), casting="unsafe")
+        np.copyto(target, self.side.targets(x, c), casting="unsafe")
         diff = np.subtract(target, self.xs[c], dtype=self._diff_dtype, casting="unsafe")
         enc, dec = self.coding.encode(diff, cfg)
         y_int = self._y[c]
@@ -290,7 +274,7 @@ class DiffLinear:
         y_int += dec.astype(dt) @ self._w[dt]                          # exact integers
         np.add(self.xs[c], dec, out=xs)
         self._check(y_int, xs, diff - dec, enc)
-        linear_output(y_int, self.d[c], self.s_w, self.bias, y)
+        self.side.output(y_int, y, c)
         return enc
 
     def _check(self, y_int, xs, err, enc):

@@ -4,6 +4,7 @@ Shapes and module names follow facebookresearch/DiT ``models.py``; ``dstar.torch
 PyTorch twin used for training, and the two are checked against each other in the tests.
 """
 
+import inspect
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,8 +50,8 @@ def pos_embed_2d(dim: int, grid: int) -> np.ndarray:
     return emb.astype(np.float32)
 
 
-__all__ += ["DiT", "drive", "apply", "LinearOp", "AttentionOp", "LINEAR_TYPES", "BLOCK_OPS",
-            "load_weights", "bundled_weights_path", "ATTN_SUFFIX"]
+__all__ += ["DiT", "drive", "drive_async", "run_sync", "apply", "LinearOp", "AttentionOp",
+            "LINEAR_TYPES", "BLOCK_OPS", "load_weights", "bundled_weights_path", "ATTN_SUFFIX"]
 
 #: A block's linear layer types (the last part of their names).
 LINEAR_TYPES = ("qkv", "proj", "fc1", "fc2")
@@ -169,13 +170,36 @@ def apply(op: LinearOp | AttentionOp, linear, attention, step):
 
 def drive(ops, linear, attention, step):
     """Run a generator of accelerator operations (``DiT.block_ops``) with the hooks ``linear``
-    and ``attention`` at sampling step ``step`` (``apply``); returns the generator's result."""
+    and ``attention`` at sampling step ``step`` (``apply``); returns the generator's result.
+    The sync face of ``drive_async``: hooks that are coroutines must never wait on a
+    simulator (``run_sync``)."""
+    return run_sync(drive_async(ops, linear, attention, step))
+
+
+async def drive_async(ops, linear, attention, step):
+    """``drive`` as a coroutine, the one loop over a block's operations: each hook's result is
+    awaited when it is awaitable (the host's hooks, ``dstar.golden.host.BlockHost``, inside a
+    simulator's testbench), else sent as it is (the golden pipeline's plain hooks)."""
     try:
         op = next(ops)
         while True:
-            op = ops.send(apply(op, linear, attention, step))
+            res = apply(op, linear, attention, step)
+            if inspect.isawaitable(res):
+                res = await res
+            op = ops.send(res)
     except StopIteration as done:
         return done.value
+
+
+def run_sync(coro):
+    """The result of a coroutine that never suspends (``drive_async`` with plain hooks, or
+    ``BlockHost`` on ``GoldenEngine``); a ``RuntimeError`` if it waits on something."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise RuntimeError("the coroutine waited on something: it needs an event loop")
 
 
 class DiT:
@@ -243,9 +267,9 @@ class DiT:
         """Block ``i`` on the hidden states ``h`` ``(B, N, D)`` with the conditioning ``sc``
         (``silu(c)``, ``(B, D)``), as a generator of its accelerator operations: it yields
         ``LinearOp`` and ``AttentionOp``, is sent each one's result (``apply``), and returns the
-        block's output. Everything
-        between them (adaLN modulation, LayerNorm, GELU, the gated residual adds) runs here in
-        float32 (``drive`` runs it with hooks; ``dstar.sim.host`` on the accelerator)."""
+        block's output. Everything between them (adaLN modulation, LayerNorm, GELU, the gated
+        residual adds) runs here in float32 (``drive`` runs it with hooks, such as
+        ``golden.host.BlockHost``'s on an engine)."""
         s, w = self.shape, self.w
         h, sc = np.asarray(h), np.asarray(sc)
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < s.depth:

@@ -32,17 +32,14 @@ from dstar.config import Encoding
 
 from .attention import (
     _attend,
-    dequantize_output,
     expand_mask,
     float_attention,
     n_blocks,
-    quantize_per_head,
-    quantize_qk,
     select_blocks,
     theta_fixed,
 )
+from .host_side import AttentionSide
 from .quant import exact_matmul
-from .schedule import is_key_step
 from .softmax import (
     DEFAULT_E_MAX,
     DEFAULT_FRAC_BITS,
@@ -306,12 +303,13 @@ class SparseAttentionReuse:
         self.masks = dict(zip(layer_names, masks, strict=True))
         self.measure, self.measure_batch = measure, measure_batch
         self.state: dict[str, dict] = {}
+        self.sides: dict[str, AttentionSide] = {}   # float side per layer
         self.records: list[dict] = []
         self.masks_meta: dict = {}          # what the masks were profiled on (sar_hooks)
 
     def is_cache(self, name: str, step: int) -> bool:
-        return (name not in self.state or step < self.reuse_from
-                or is_key_step(step, self.refresh))
+        side = self.sides.get(name)
+        return side is None or side.is_key(step) or step < self.reuse_from
 
     def __call__(self, name: str, q, k, v, step: int):
         v = np.asarray(v)
@@ -323,10 +321,9 @@ class SparseAttentionReuse:
             raise MaskError(f"{name}: masks of shape {mask.shape} for {h} heads of {n} tokens "
                             f"in blocks of {self.block_q} x {self.block_k}")
         cache = self.is_cache(name, step)
-        v_int, s_v = quantize_per_head(v)
+        side = self.sides.setdefault(name, AttentionSide(self.cfg, sar=True))
+        q_int, k_int, m, sh, v_int, _ = side.quantize(q, k, v, cache)
         if cache:
-            q, k = np.asarray(q), np.asarray(k)
-            q_int, k_int, m, sh = quantize_qk(q, k, self.kw["frac_bits"])
             o_int, w, lsum = sar_cache_step(q_int, k_int, v_int, m, sh, mask, **self.kw)
             self.state[name] = {"w": w.astype(np.uint16), "l": lsum, "shape": v.shape}
         else:
@@ -336,7 +333,7 @@ class SparseAttentionReuse:
                                  f"{st['shape']}")
             o_int = sar_reuse_step(st["w"], st["l"], v_int, e_max=self.kw["e_max"],
                                    out_frac_bits=self.kw["out_frac_bits"])
-        out = dequantize_output(o_int, s_v, self.kw["out_frac_bits"])
+        out = side.output(o_int)
         kept = _work(mask, n, dh, self.block_q, self.block_k) * b
         rec = {"name": name, "step": step, "cache": cache, "dense": 2 * b * h * n * n * dh,
                "qk": kept * dh if cache else 0, "pv": kept * dh, "softmax": kept if cache else 0,

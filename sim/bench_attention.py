@@ -7,14 +7,14 @@ of real heads, and the ratio to dense attention on the same engine.
 
 For every chosen layer and head it quantizes the head's Q, K, V of each of the first ``take``
 steps of a ``steps``-step DDIM run (one sample, label 3, no guidance) as
-``golden.attention.AttentionReuse`` does, runs the golden key / reuse steps (the slot's mask and
-residual carried over, ``refresh`` from the options), and predicts the engine's cycles with the
-exact model ``dstar.sim.attention_cycles``. ``--rtl N`` also runs the first ``N`` steps of the first
-layer/head on the Amaranth simulator and checks cycles and outputs against the model and the
-golden model (slow: about 1 k cycles per second). Figures per step kind: mean cycles, QK^T and
-PV tiles, and ``vs dense`` = cycles / dense cycles (dense: one pass over every tile); over all
-measured steps (by default every step of the config's run) the same ratio and the PE lanes'
-utilization.
+``golden.attention.AttentionReuse`` does and runs the golden key / reuse steps (the slot's mask
+and residual carried over, ``refresh`` from the options): ``golden.host.HeadSteps``. It predicts
+the engine's cycles with the exact model ``dstar.sim.attention_cycles``. ``--rtl N`` also runs
+the first ``N`` steps of the first layer/head on the Amaranth simulator and checks cycles and
+outputs against the model and the golden model (slow: about 1 k cycles per second). Figures per
+step kind: mean cycles, QK^T and PV tiles, and ``vs dense`` = cycles / dense cycles (dense: one
+pass over every tile); over all measured steps (by default every step of the config's run) the
+same ratio and the PE lanes' utilization.
 """
 
 import time
@@ -22,17 +22,9 @@ import time
 import numpy as np
 
 from dstar.config import ConfigError, Workload
-from dstar.golden.attention import (
-    key_step_head,
-    quantize_on,
-    quantize_per_head,
-    quantize_qk,
-    reuse_step_head,
-    select_blocks,
-    theta_fixed,
-)
+from dstar.golden.attention import theta_fixed
 from dstar.golden.dit import bundled_weights_path, float_attention, load_weights
-from dstar.golden.schedule import is_key_step
+from dstar.golden.host import HeadSteps
 from dstar.outputs import check_work_dir
 from dstar.sim.attention_cycles import dense_cycles, predict
 from dstar.sim.traces import cache_path, read_cache, sample_first_steps, write_cache
@@ -66,39 +58,6 @@ def attention_inputs(layer: int = 0, steps: int = 20, take: int = 3, label: int 
     q, k, v = (np.stack([r[i] for r in rec]).astype(np.float32) for i in range(3))
     write_cache(cache, q=q, k=k, v=v)
     return q, k, v
-
-
-class HeadSteps:
-    """One head (or any ``(N, Dh)`` float q, k, v per step) through DSTAR's integer attention
-    with a slot's refresh policy, as ``AttentionReuse`` quantizes it: per step the integer
-    inputs, ``key``, the expected output, residual and mask (the golden model's; ``group`` /
-    ``e_max``: the probabilities' exponent groups, ``dstar.golden.softmax``)."""
-
-    def __init__(self, theta: float = 0.9, refresh: int = 2, *, block_q: int = 16,
-                 block_k: int = 16, frac_bits: int = 6, group: int = 16, e_max: int = 7):
-        self.theta, self.refresh = theta, refresh
-        self.kw = dict(block_q=block_q, block_k=block_k, frac_bits=frac_bits, group=group,
-                       e_max=e_max)
-        self.calls = 0
-        self.s_v = self.mask = self.r = None
-
-    def step(self, q, k, v) -> dict:
-        q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
-        key = is_key_step(self.calls, self.refresh)
-        self.calls += 1
-        q_int, k_int, m, sh = quantize_qk(q, k, self.kw["frac_bits"])
-        if key:
-            v_int, self.s_v = quantize_per_head(v)
-            res = key_step_head(q_int, k_int, v_int, m, sh, theta=self.theta, **self.kw)
-            self.mask, self.r = res["mask"], res["r"]
-            o = res["o_full"]
-            picks = select_blocks(res["mass"], self.theta).sum(axis=-1)
-        else:
-            v_int, _ = quantize_on(v, self.s_v)
-            o = reuse_step_head(q_int, k_int, v_int, m, sh, self.mask, self.r, **self.kw)
-            picks = None
-        return {"q": q_int, "k": k_int, "v": v_int, "m": m, "sh": sh, "key": key, "o": o,
-                "r": self.r, "mask": self.mask, "picks": picks, "s_v": float(self.s_v)}
 
 
 def _rtl_check(cfg, steps, theta, refresh):
@@ -158,8 +117,7 @@ def run(cfg, *, steps: int | None = None, take: int | None = None, layers=(0, 3,
                               f"{cfg.max_tokens}, head_dim={cfg.head_dim}")
         dense = dense_cycles(cfg, n)
         for h in heads:
-            hs = HeadSteps(theta, refresh, block_q=cfg.block_q, block_k=cfg.block_k,
-                           frac_bits=cfg.attn_frac_bits, group=cfg.group, e_max=cfg.e_max)
+            hs = HeadSteps(cfg)
             head_steps = [hs.step(q[s, h], k[s, h], v[s, h]) for s in range(q.shape[0])]
             if first is None:
                 first = head_steps

@@ -27,13 +27,13 @@ from dstar.golden.dit import ATTN_SUFFIX, LINEAR_TYPES, DiT, drive
 from dstar.golden.encoder import HIGH, LOW, ZERO
 from dstar.golden.fmdq import fmdq_encode
 from dstar.golden.hooks import DStarLinears
+from dstar.golden.host import GoldenEngine
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
 from dstar.golden.sar import SparseAttentionReuse, masks_for
 
 from .attention_cycles import predict as predict_attention
 from .cycle_model import predict as predict_linear
 from .fmdq_cycles import linear_cycles
-from .host import GoldenEngine
 
 __all__ = ["block_inputs", "block_masks", "check_request", "check_fits", "golden_block",
            "CheckedEngine", "op_kind", "run_cycles", "summarize", "step_kind",

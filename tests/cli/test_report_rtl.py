@@ -31,6 +31,7 @@ import pytest
 
 from dstar.config import Encoding, preset
 from dstar.golden.dit import DiT
+from dstar.golden.host import BlockHost, GoldenEngine, run_sync
 from dstar.report_mix import LAYER_TYPES, PHASES, _linears
 from dstar.sim.block_run import (
     ATTENTION_COUNTERS,
@@ -40,7 +41,6 @@ from dstar.sim.block_run import (
     block_inputs,
     summarize,
 )
-from dstar.sim.host import BlockHost, GoldenEngine, run_sync
 
 pytestmark = pytest.mark.unit
 
@@ -82,9 +82,9 @@ class RecordingHost(BlockHost):
         super().__init__(cfg, model, engine)
         self.xs: dict[str, list] = {}
 
-    async def _linear(self, name, x, w, b, step):
+    async def linear(self, name, x, w, b, step):
         self.xs.setdefault(name, []).append(np.array(x, np.float64))
-        return await super()._linear(name, x, w, b, step)
+        return await super().linear(name, x, w, b, step)
 
 
 def block_cycles(cfg, block: int, steps: int, tokens: int | None) -> tuple[dict, dict]:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from dstar.config import preset
+from dstar.golden.dit import BLOCK_OPS
 from dstar.paths import BUILD_DIR_ENV
 from dstar.run import run_block
 from dstar.sim.simulators import Simulator
@@ -50,7 +51,7 @@ def test_dstar_run_on_icarus(icarus_run):
     assert rep["sim"] == "icarus" and rep["steps"] == 3 and rep["tokens"] == TOKENS
     assert rep["bit_exact"] and rep["counters_equal"] and rep["outputs_equal"] == [True] * 3
     assert rep["cycles"] == rep["predicted_cycles"] > 0
-    assert list(rep["per_op"]) == ["qkv", "attention", "proj", "fc1", "fc2"]
+    assert list(rep["per_op"]) == list(BLOCK_OPS)
     for d in rep["per_op"].values():
         assert d["runs"] == 3 and d["cycles"] == d["predicted_cycles"] > 0
     assert [r["key"] for r in ops if r["op"] == "attention"] == [True, False, True]

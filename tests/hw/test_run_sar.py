@@ -20,7 +20,7 @@ import pytest
 
 from dstar.cli import main
 from dstar.config import preset
-from dstar.golden.dit import DiT
+from dstar.golden.dit import BLOCK_OPS, DiT
 from dstar.paths import BUILD_DIR_ENV
 from dstar.run import run_block
 from dstar.sim.block_run import block_masks
@@ -41,7 +41,7 @@ def check_sar_report(rep, cfg, ops, tokens):
     assert rep["steps"] == 3 and rep["tokens"] == tokens and rep["batch"] == 2
     assert rep["bit_exact"] and rep["counters_equal"] and rep["outputs_equal"] == [True] * 3
     assert rep["cycles"] == rep["predicted_cycles"] > 0
-    assert list(rep["per_op"]) == ["qkv", "attention", "proj", "fc1", "fc2"]
+    assert list(rep["per_op"]) == list(BLOCK_OPS)
     for d in rep["per_op"].values():                 # qkv whole on reuse steps too
         assert d["runs"] == 3 and d["cycles"] == d["predicted_cycles"] > 0
     assert [r["kind"] for r in ops if r["op"] == "attention"] == ["cache", "reuse", "cache"]

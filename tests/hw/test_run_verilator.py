@@ -34,7 +34,7 @@ def check_report(rep, steps, tokens):
     assert rep["bit_exact"] and rep["counters_equal"] and rep["outputs_equal"] == [True] * steps
     assert rep["cycles"] == rep["predicted_cycles"] > 0
     assert rep["clock_cycles"] > rep["cycles"]          # the host's loads and reads besides
-    assert list(rep["per_op"]) == ["qkv", "attention", "proj", "fc1", "fc2"]
+    assert list(rep["per_op"]) == list(BLOCK_OPS)
     for d in rep["per_op"].values():
         assert d["runs"] == steps and d["cycles"] == d["predicted_cycles"] > 0
     assert sum(rep["per_op"][op]["cycles"] for op in rep["per_op"]) == rep["cycles"]

@@ -1,8 +1,10 @@
-"""The host side of a DiT block (``dstar.sim.host``): with the golden engine, a block of the
-bundled DiT over a real sampling run equals the golden pipeline's block bit for bit; with the
-accelerator engine (the accelerator top on Amaranth's simulator), a whole block of a small DiT
-(its four linears, every head's attention, two heads to a slot of the top) over a linear and
-attention key step and two more steps equals it too."""
+"""The host of a DiT block (``dstar.golden.host.BlockHost``, the one float pipeline of the
+golden hooks and the accelerator's host): with the golden engine, a block of the bundled DiT
+over a real sampling run equals the golden pipeline's block bit for bit
+(``tests/golden/test_host.py`` pins both to the numbers before they shared their float side);
+with the accelerator engine (the accelerator top on Amaranth's simulator), a whole block of a
+small DiT (its four linears, every head's attention, two heads to a slot of the top) over a
+linear and attention key step and two more steps equals it too."""
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from dstar.config import preset
 from dstar.golden.attention import AttentionReuse
 from dstar.golden.dit import BLOCK_OPS, LINEAR_TYPES, DiT, DiTShape
 from dstar.golden.hooks import DStarLinears
+from dstar.golden.host import BlockHost, GoldenEngine, run_sync
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
 from dstar.hw.accelerator import Accelerator
 from dstar.hw.generate import manifest
@@ -21,7 +24,7 @@ from dstar.sim.block_run import (
     check_fits,
     golden_block,
 )
-from dstar.sim.host import AcceleratorEngine, BlockHost, GoldenEngine, run_sync
+from dstar.sim.host import AcceleratorEngine
 from dstar.sim.pysim_driver import io_adapter, simulate
 
 

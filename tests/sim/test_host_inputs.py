@@ -7,8 +7,8 @@ import pytest
 
 from dstar.config import load_config
 from dstar.golden.dit import DiT
+from dstar.golden.host import BlockHost, GoldenEngine, run_sync
 from dstar.golden.softmax import logit_multiplier
-from dstar.sim.host import BlockHost, GoldenEngine, run_sync
 
 
 @pytest.fixture(scope="module")

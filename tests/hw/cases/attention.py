@@ -6,17 +6,16 @@ import math
 
 import numpy as np
 
+from dstar.config import Attention
 from dstar.golden.attention import theta_fixed
-from dstar.golden.schedule import is_key_step
+from dstar.golden.host import GoldenEngine, HeadSteps, run_sync
 from dstar.golden.softmax import logit_multiplier, softmax_groups
 from dstar.sim.attention_cycles import predict
-from dstar.sim.bench_attention import HeadSteps
 
 
 def head_calls(cfg, steps, theta, refresh, slot=0):
     """Golden steps of one slot for float ``(q, k, v)`` per step, and the engine's calls."""
-    hs = HeadSteps(theta, refresh, block_q=cfg.block_q, block_k=cfg.block_k,
-                   frac_bits=cfg.attn_frac_bits, group=cfg.group, e_max=cfg.e_max)
+    hs = HeadSteps(cfg.replace(theta=theta, refresh_attn=refresh))
     exp = [hs.step(*s) for s in steps]
     calls = [{**{k: e[k] for k in ("q", "k", "v", "m", "sh")}, "slot": slot,
               "theta_q": theta_fixed(theta), "refresh": refresh} for e in exp]
@@ -24,21 +23,16 @@ def head_calls(cfg, steps, theta, refresh, slot=0):
 
 
 def int_calls(cfg, steps, theta, refresh, slot=0):
-    """Like ``head_calls`` for integer steps ``(q, k, v, m, sh)`` (V given on its lattice)."""
-    from dstar.golden.attention import key_step_head, reuse_step_head, select_blocks
-
-    kw = dict(block_q=cfg.block_q, block_k=cfg.block_k, frac_bits=cfg.attn_frac_bits,
-              group=cfg.group, e_max=cfg.e_max)
-    exp, mask, r = [], None, None
-    for i, (q, k, v, m, sh) in enumerate(steps):
-        key = is_key_step(i, refresh)
-        if key:
-            res = key_step_head(q, k, v, m, sh, theta=theta, **kw)
-            mask, r, o = res["mask"], res["r"], res["o_full"]
-            picks = select_blocks(res["mass"], theta).sum(axis=-1)
-        else:
-            o, picks = reuse_step_head(q, k, v, m, sh, mask, r, **kw), None
-        exp.append({"key": key, "o": o, "r": r, "mask": mask, "picks": picks})
+    """Like ``head_calls`` for integer steps ``(q, k, v, m, sh)`` (V given on its lattice): the
+    golden slot of ``golden.host.GoldenEngine``."""
+    eng = GoldenEngine(cfg.replace(theta=theta, refresh_attn=refresh,
+                                   attention=Attention.RESIDUAL))
+    exp = []
+    for q, k, v, m, sh in steps:
+        o, key = run_sync(eng.attention(0, q, k, v, m, sh))
+        st = eng.slots[0]
+        exp.append({"key": key, "o": o, "r": st["r"], "mask": st["mask"],
+                    "picks": st["picks"] if key else None})
     calls = [{"q": q, "k": k, "v": v, "m": m, "sh": sh, "slot": slot,
               "theta_q": theta_fixed(theta), "refresh": refresh}
              for q, k, v, m, sh in steps]
