@@ -83,12 +83,26 @@ def _bit_length(m: Module, v, width: int, name: str) -> Signal:
     return out
 
 
-def _max_tree(vals):
-    """Signed maximum of ``vals`` (a balanced tree of comparisons)."""
-    while len(vals) > 1:
-        pairs = [Mux(a > b, a, b) for a, b in zip(vals[::2], vals[1::2], strict=False)]
-        vals = pairs + vals[2 * len(pairs):]
-    return vals[0]
+def _winners(m: Module, vals, name: str) -> list:
+    """One-hot: the first of ``vals`` (signed) that holds their maximum, from one level of
+    pairwise comparisons."""
+    n = len(vals)
+    win = []
+    for i in range(n):
+        w = Signal(name=f"{name}_win{i}")
+        m.d.comb += w.eq(Cat(*[(vals[i] > vals[k]) if k < i else (vals[i] >= vals[k])
+                               for k in range(n) if k != i], Const(1, 1)).all())
+        win.append(w)
+    return win
+
+
+def _or_tree(values):
+    """The OR of ``values`` (a balanced tree)."""
+    values = list(values)
+    while len(values) > 1:
+        values = [values[k] | values[k + 1] if k + 1 < len(values) else values[k]
+                  for k in range(0, len(values), 2)]
+    return values[0]
 
 
 def _sfx(j: int, lanes: int) -> str:
@@ -131,7 +145,8 @@ class SoftmaxUnit(wiring.Component):
       its set along; with ``P = 1`` it has one set and drains between rows;
     * the *divider* takes ``l`` and runs a restoring division of ``2**(L+16) - 1`` by ``l``,
       ``b = min(P, 8)`` quotient bits per cycle (``b`` chained trial subtractions) in ``D =
-      ceil(17 / b)`` cycles, then offers ``(l, r, L)`` on ``o_sum``; with ``P > 1`` it takes
+      ceil(17 / b)`` cycles, then offers ``(l, r, L)`` on ``o_sum``; it takes ``l`` from the
+      row set's register the cycle after the row's last beat completed it, and with ``P > 1``
       the next ``l`` in the cycle ``o_sum`` is taken.
 
     The loader fills one half while the exponent pass reads the other, and the exponent pass of
@@ -139,17 +154,17 @@ class SoftmaxUnit(wiring.Component):
 
     Timing with inputs always valid and outputs always ready (``dstar.sim.softmax_cycles`` is the
     exact model; cycle 0 is the first header's beat): a lone row has its header at 0, beats at
-    ``1 .. W``, is handed to the exponent pass at ``W + 1``, gives beat ``j`` of ``p`` at ``W +
-    9 + j`` and ``(l, r, L)`` at ``2W + 9 + D`` (latency ``2W + 10 + D`` cycles including the
-    header beat; ``2n + 27`` for ``P = 1``). Back to back, rows of ``W`` beats flow at:
+    ``1 .. W``, is handed to the exponent pass at ``W + 2``, gives beat ``j`` of ``p`` at ``W +
+    10 + j`` and ``(l, r, L)`` at ``2W + 11 + D`` (latency ``2W + 12 + D`` cycles including the
+    header beat; ``2n + 29`` for ``P = 1``). Back to back, rows of ``W`` beats flow at:
 
-    * ``P = 1``: ``max(n + 8, 19)`` cycles per row (the exponent pass holds a row ``n + 8``
+    * ``P = 1``: ``max(n + 9, 19)`` cycles per row (the exponent pass holds a row ``n + 9``
       cycles, the divider 19);
-    * ``P > 1``: ``max(W + 2, D + 1, (W + 8) / 2)`` cycles per row: the loader takes ``W + 2``
+    * ``P > 1``: ``max(W + 3, D + 1, (W + 9) / 2)`` cycles per row: the loader takes ``W + 3``
       per row, the divider ``D + 1``, and a memory half is free again once its row's ``l`` went
-      to the divider (``W + 8`` cycles after the hand-off). So a 16-row block of 256 keys
-      takes about ``16 * (256 / P + 2)`` cycles, and for ``P <= 8`` rows of 16 keys or more
-      are never held by the divider (``D + 1 <= W + 2``; ``P = 4``: ``D = 5``).
+      to the divider (``W + 9`` cycles after the hand-off). So a 16-row block of 256 keys
+      takes about ``16 * (256 / P + 3)`` cycles, and for ``P <= 8`` rows of 16 keys or more
+      are never held by the divider (``D + 1 <= W + 3``; ``P = 4``: ``D = 5``).
 
     Back-pressure: every stream is valid/ready, no beat is dropped or duplicated. ``o_p.ready``
     low freezes the exponent pipeline (the memory read port holds its data); ``o_sum.ready`` low
@@ -287,11 +302,7 @@ class SoftmaxUnit(wiring.Component):
         log_p = lanes.bit_length() - 1
         s_in = self.i_logit.payload.s
         base, gbase = self._bases(a_bank)
-        m.d.comb += [
-            wr.addr.eq(base + a_cnt),
-            wr.data.eq(s_in),
-            handoff.eq(a_wait & may_take),
-        ]
+        m.d.comb += handoff.eq(a_wait & may_take)
         # Plain comparisons rather than m.FSM: Icarus (-g2012) never runs an ``always @*``
         # whose inputs do not change, so FSM-decoded outputs would stay X after reset.
         a_head = Signal(init=1)             # loader states: HEAD, LOAD, else WAIT (a_wait)
@@ -301,21 +312,42 @@ class SoftmaxUnit(wiring.Component):
             self.i_row.ready.eq(a_head),
             self.i_logit.ready.eq(a_load),
             take_logit.eq(a_load & self.i_logit.valid),
-            wr.en.eq(take_logit),
         ]
-        # The beat's max over its keys (lanes past the row's end repeat lane 0); the group's
-        # running max is written with every word of the group: the last write (the group's
-        # last word) leaves the group's max.
+        # Stage L: a taken beat is registered with its addresses and flags before anything
+        # uses it, so the logits' source (the PE arrays' accumulator read, through the feed's
+        # beat multiplexer) feeds one register (the Fmax path). The stage writes the word,
+        # takes the beat's max over its keys (lanes past the row's end repeat lane 0) and
+        # writes the group's running max with every word of the group: the last write (the
+        # group's last word) leaves the group's max.
         last_word = a_cnt == a_nw - 1
+        l_v, l_first, l_gfirst, l_last = Signal(), Signal(), Signal(), Signal()
+        l_s = Signal.like(s_in)
+        l_ok = Signal(lanes)
+        l_addr, l_gaddr = Signal.like(wr.addr), Signal(range(2 * ng_max))
+        m.d.sync += l_v.eq(take_logit)
+        with m.If(take_logit):
+            m.d.sync += [l_s.eq(s_in), l_first.eq(a_cnt == 0), l_gfirst.eq(a_gcnt == 0),
+                         l_last.eq(last_word), l_addr.eq(base + a_cnt),
+                         l_gaddr.eq(gbase + a_gidx),
+                         l_ok.eq(Cat(~last_word | (a_rem >= j) for j in range(lanes)))]
+        m.d.comb += [wr.addr.eq(l_addr), wr.data.eq(l_s), wr.en.eq(l_v)]
+        # The beat's max and its compares with the row's and the group's running maxima in one
+        # level of comparators (a tournament, not a tree), so the stage fits one cycle.
+        vals = [l_s[0]] + [Mux(l_ok[j], l_s[j], l_s[0]) for j in range(1, lanes)]
+        win = _winners(m, vals, "beat")
         beat_max = Signal(signed(w))
-        m.d.comb += beat_max.eq(_max_tree(
-            [s_in[0]] + [Mux(~last_word | (a_rem >= j), s_in[j], s_in[0])
-                         for j in range(1, lanes)]))
+        m.d.comb += beat_max.eq(_or_tree([Mux(win[j], vals[j], 0) for j in range(lanes)]))
+        above_max = _or_tree([win[j] & (vals[j] > a_max) for j in range(lanes)])
+        above_gmax = _or_tree([win[j] & (vals[j] > a_gmax) for j in range(lanes)])
         gmax_new = Signal(signed(w))
-        m.d.comb += gmax_new.eq(Mux((a_gcnt == 0) | (beat_max > a_gmax), beat_max, a_gmax))
+        m.d.comb += gmax_new.eq(Mux(l_gfirst | above_gmax, beat_max, a_gmax))
         if gwr is not None:
-            m.d.comb += [gwr.addr.eq(gbase + a_gidx), gwr.data.eq(gmax_new),
-                         gwr.en.eq(take_logit)]
+            m.d.comb += [gwr.addr.eq(l_gaddr), gwr.data.eq(gmax_new), gwr.en.eq(l_v)]
+        with m.If(l_v):
+            m.d.sync += [a_gmax.eq(gmax_new),
+                         a_max.eq(Mux(l_first | above_max, beat_max, a_max))]
+            with m.If(l_last):
+                m.d.sync += a_wait.eq(1)
         with m.If(a_head & self.i_row.valid):
             m.d.sync += [a_m.eq(self.i_row.payload.m), a_sh.eq(self.i_row.payload.sh),
                          a_nw.eq((n_clamped + (lanes - 1)) >> log_p), a_cnt.eq(0),
@@ -323,13 +355,12 @@ class SoftmaxUnit(wiring.Component):
             if lanes > 1:
                 m.d.sync += a_rem.eq((n_clamped - 1)[:log_p])
         with m.If(take_logit):
-            m.d.sync += [a_cnt.eq(a_cnt + 1), a_gmax.eq(gmax_new),
-                         a_max.eq(Mux((a_cnt == 0) | (beat_max > a_max), beat_max, a_max)),
+            m.d.sync += [a_cnt.eq(a_cnt + 1),
                          a_gcnt.eq(Mux(a_gcnt == wpg - 1, 0, a_gcnt + 1))]
             with m.If(a_gcnt == wpg - 1):
                 m.d.sync += a_gidx.eq(a_gidx + 1)
             with m.If(last_word):
-                m.d.sync += [a_load.eq(0), a_wait.eq(1)]
+                m.d.sync += a_load.eq(0)
         with m.If(handoff):
             m.d.sync += [a_wait.eq(0), a_bank.eq(~a_bank), a_head.eq(1)]
         return {"bank": a_bank, "nw": a_nw, "rem": a_rem, "m": a_m, "sh": a_sh, "max": a_max,
@@ -372,8 +403,9 @@ class SoftmaxUnit(wiring.Component):
             p_new = Signal(P_BITS, name=f"p_new{sfx}")
             # k = 9 rounds to 0 by itself (LUT < 2**16); larger k are cut off before the shifter.
             k_cut = Mux(k_off > 9, 9, k_off)[:4]
-            m.d.comb += p_new.eq((lut_rd.data + (Const(1, 1) << (k_cut + (EXP_EXTRA_BITS - 1))))
-                                 >> (k_cut + EXP_EXTRA_BITS))
+            # (v + 2**(s-1)) >> s == ((v >> (s-1)) + 1) >> 1: a narrow adder after the shifter
+            # instead of a wide one before it (the Fmax path).
+            m.d.comb += p_new.eq(((lut_rd.data >> (k_cut + (EXP_EXTRA_BITS - 1))) + 1) >> 1)
             out.append(p_new)
         return out
 
@@ -498,7 +530,7 @@ class SoftmaxUnit(wiring.Component):
         set."""
         sg = self._geo
         lb, steps, k_bits = sg.sum_bits, sg.div_steps, sg.div_bits
-        sets, row_end, o_tag, l_final = ex["sets"], ex["row_end"], ex["o_tag"], ex["l_final"]
+        sets, row_end, o_tag = ex["sets"], ex["row_end"], ex["o_tag"]
         c_busy = Signal()
         c_l = Signal(lb)
         c_rem = Signal(lb)
@@ -508,8 +540,10 @@ class SoftmaxUnit(wiring.Component):
         taken = Signal()
         transfer = Signal()
         ready_l = Signal()                  # the next row's l is complete
+        # The next l is taken from its row set's register once complete (not from the adder that
+        # completes it), so the transfer's smear starts from flip-flops.
         m.d.comb += [taken.eq(self.o_sum.valid & self.o_sum.ready),
-                     ready_l.eq(self._pick(sets, c_ptr, "done") | (row_end & (o_tag == c_ptr)))]
+                     ready_l.eq(self._pick(sets, c_ptr, "done"))]
         # With overlapping rows the next l enters as o_sum is taken.
         free = (~c_busy | taken) if sg.overlap else ~c_busy
         m.d.comb += transfer.eq(ready_l & free)
@@ -518,28 +552,33 @@ class SoftmaxUnit(wiring.Component):
         for k, s in enumerate(sets):
             with m.If(row_end & (o_tag == k)):
                 m.d.sync += s["done"].eq(1)
+        l_in = Signal(lb)                   # the l entering the divider
+        m.d.comb += l_in.eq(self._pick(sets, c_ptr, "l"))
+        # Restoring division of 2**(L+16) - 1 (all ones) by l, k_bits trials per cycle. Its
+        # first trial is 2**L - 1, l with every bit below its leading one set (an OR smear, no
+        # priority encoder), preceded by ``extra`` trials of the ones below it that give 0 bits
+        # (2**i - 1 < 2**(L-1) <= l): the division starts from smear >> (extra + 1), which the
+        # transfer registers, so the trials' chain starts from flip-flops.
+        smear = l_in
+        k = 1
+        while k < lb:
+            smear = smear | (smear >> k)
+            k *= 2
+        extra = k_bits * steps - sg.DIV_CYCLES
         with m.If(transfer):
-            m.d.sync += [c_busy.eq(1), c_step.eq(0),
-                         c_l.eq(Mux(self._pick(sets, c_ptr, "done"),
-                                    self._pick(sets, c_ptr, "l"), l_final))]
+            m.d.sync += [c_busy.eq(1), c_step.eq(0), c_l.eq(l_in),
+                         c_rem.eq(smear >> (extra + 1))]
             for k, s in enumerate(sets):
                 with m.If(c_ptr == k):
                     m.d.sync += [s["done"].eq(0), s["busy"].eq(0)]
             if len(sets) > 1:
                 m.d.sync += c_ptr.eq(~c_ptr)
 
-        big_l = _bit_length(m, c_l, lb, "big_l")
-        # Restoring division of 2**(L+16) - 1 (all ones) by l, k_bits trials per cycle. Its
-        # first trial is 2**L - 1, l with every bit below its leading one set (an OR smear, no
-        # priority encoder on this path), preceded by ``extra`` trials of the ones below it that
-        # give 0 bits (2**i - 1 < 2**(L-1) <= l): the first cycle starts from smear >> (extra+1).
-        smear = c_l
-        k = 1
-        while k < lb:
-            smear = smear | (smear >> k)
-            k *= 2
-        extra = k_bits * steps - sg.DIV_CYCLES
-        rem = Mux(c_step == 0, smear >> (extra + 1), c_rem)
+        # L = bit_length(l), registered in the division's first cycle (o_sum is offered later).
+        c_big_l = Signal(range(lb + 1))
+        with m.If(c_busy & (c_step == 0)):
+            m.d.sync += c_big_l.eq(_bit_length(m, c_l, lb, "big_l"))
+        rem = c_rem
         q = c_q
         for i in range(k_bits):
             sfx = "" if k_bits == 1 else str(i)
@@ -556,7 +595,7 @@ class SoftmaxUnit(wiring.Component):
             self.o_sum.valid.eq(c_busy & (c_step == steps)),
             self.o_sum.payload.l.eq(c_l),
             self.o_sum.payload.r.eq(c_q),
-            self.o_sum.payload.big_l.eq(big_l),
+            self.o_sum.payload.big_l.eq(c_big_l),
         ]
 
 

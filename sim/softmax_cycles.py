@@ -5,15 +5,17 @@ The unit runs three processes on consecutive rows (loader, exponent pass, divide
 component's docstring) with ``P = lanes`` keys per beat. With no stall anywhere, row ``k`` of
 ``n_k`` keys, ``W_k = ceil(n_k / P)`` beats, goes:
 
-* loader: header beat at ``h_k``, logit beats at ``h_k + 1 .. h_k + W_k``, waiting from
-  ``h_k + W_k + 1``; handed to the exponent pass at ``w_k = max(h_k + W_k + 1, b_free_k)``;
+* loader: header beat at ``h_k``, logit beats at ``h_k + 1 .. h_k + W_k``, each written
+  (stage L) the cycle after it is taken, waiting from ``h_k + W_k + 2``; handed to the
+  exponent pass at ``w_k = max(h_k + W_k + 2, b_free_k)``;
   the next header at ``h_{k+1} = w_k + 1``;
 * exponent pass: reads word ``j`` at ``w_k + 1 + j``, beat ``j`` of ``p`` is on ``o_p`` at
   ``w_k + 8 + j``; the last beat enters the output register at ``w_k + W_k + 6``, ``l`` is
-  complete at ``e_k = w_k + W_k + 7`` and goes to the divider at ``t_k = max(e_k,
-  c_free_k)``. ``b_free_k``: with ``P = 1`` (one row set, drained between rows) ``t_{k-1} +
-  1``; with ``P > 1`` (two row sets, one per memory half) the later of ``w_{k-1} + W_{k-1} +
-  1`` (the previous row is read out) and ``t_{k-2} + 1`` (the set of row ``k - 2`` is free);
+  complete in its row set's register at the end of ``e_k = w_k + W_k + 7`` and goes to the
+  divider at ``t_k = max(e_k + 1, c_free_k)``. ``b_free_k``: with ``P = 1`` (one row set,
+  drained between rows) ``t_{k-1} + 1``; with ``P > 1`` (two row sets, one per memory half)
+  the later of ``w_{k-1} + W_{k-1} + 1`` (the previous row is read out) and ``t_{k-2} + 1``
+  (the set of row ``k - 2`` is free);
 * divider: ``D = ceil(17 / min(P, 8))`` steps at ``t_k + 1 .. t_k + D``, ``(l, r, L)`` on
   ``o_sum`` at ``t_k + D + 1``; free for the next row at ``t_k + D + 2`` (``P = 1``) or, as
   it takes the next ``l`` while ``o_sum`` is taken, at ``t_k + D + 1`` (``P > 1``).
@@ -72,9 +74,9 @@ def schedule(lengths, lanes: int = 1) -> SoftmaxSchedule:
         head.append(h)
         logits.append(list(range(h + 1, h + words + 1)))
         s = k % 2 if overlap else 0
-        w = max(h + words + 1, read_free, set_free[s])
+        w = max(h + words + 2, read_free, set_free[s])
         p.append(list(range(w + 1 + EXP_STAGES, w + 1 + EXP_STAGES + words)))
-        t = max(w + words + EXP_STAGES, c_free)
+        t = max(w + words + EXP_STAGES + 1, c_free)
         sums.append(t + d_steps + 1)
         read_free, set_free[s] = w + words + 1, t + 1
         c_free = t + d_steps + (1 if overlap else 2)
@@ -84,13 +86,13 @@ def schedule(lengths, lanes: int = 1) -> SoftmaxSchedule:
 
 def row_latency(n: int, lanes: int = 1) -> int:
     """Cycles from a lone row's header beat to its ``o_sum`` beat, both included
-    (``2 W + 10 + D``; ``2n + 27`` for one lane)."""
+    (``2 W + 12 + D``; ``2n + 29`` for one lane)."""
     return schedule([n], lanes).cycles
 
 
 def row_period(n: int, rows: int = 8, lanes: int = 1) -> float:
     """Steady-state cycles per row of back-to-back rows of ``n`` keys, over the last two rows
-    (the row sets alternate): ``max(n + 8, DIV_CYCLES + 2)`` for one lane; ``max(W + 2, D + 1,
-    (W + 8) / 2)`` with more."""
+    (the row sets alternate): ``max(n + 9, DIV_CYCLES + 2)`` for one lane; ``max(W + 3, D + 1,
+    (W + 9) / 2)`` with more."""
     s = schedule([n] * rows, lanes)
     return float(np.diff(s.sums)[-2:].mean())
