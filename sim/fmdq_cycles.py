@@ -153,7 +153,9 @@ def linear_cycles(enc: FmdqEncoded, window: int, n_mt: int, *, sort_latency: int
         if not issued[j].any():                     # nothing to replay
             continue
         handed = enc_end + 1                        # the loader and the replayer see it
-        valid_at = handed + 1 if prev_l is None else max(handed + 1, prev_l + 1)
+        # The replayer's read register, then its second register (stage S) in front of the
+        # arrays: a handed window's first group is offered two cycles after it is seen.
+        valid_at = handed + 2 if prev_l is None else max(handed + 2, prev_l + 1)
         for _ in range(n_mt):
             p = len(accept_last)
             c = max(load_free, handed, accept_last[p - 2] + 1 if p >= 2 else handed)

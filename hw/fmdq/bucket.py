@@ -116,11 +116,16 @@ class BucketOrder(wiring.Component):
                      fifo.w_en.eq(self.i.valid & ~bypass),
                      self.i.ready.eq(bypass | fifo.w_rdy),
                      fifo.r_en.eq(hfree)]
+        # Which of the head's levels hold entries, registered with it (and ``rest_nz`` with the
+        # window being taken apart), so the extraction's level pick starts from flip-flops.
+        head_nz = Signal(L)
+        f_head = data.View(in_l, fifo.r_data)
         with m.If(hfree):
             with m.If(fifo.r_rdy):
-                m.d.sync += [head.eq(fifo.r_data), hv.eq(1)]
+                m.d.sync += [head.eq(fifo.r_data), hv.eq(1), head_nz.eq(_levels(f_head.masks))]
             with m.Else():
-                m.d.sync += [head.eq(self.i.payload), hv.eq(self.i.valid)]
+                m.d.sync += [head.eq(self.i.payload), hv.eq(self.i.valid),
+                             head_nz.eq(_levels(self.i.payload.masks))]
         cb = uwidth(C + 1)                              # holds a count of 0 .. C entries
 
         # (1) Extraction, one level a cycle: the lowest non-empty level of the window in
@@ -128,11 +133,14 @@ class BucketOrder(wiring.Component):
         # loop is the level pick and its clearing; the lanes' work is in the stages after it.
         fv = Signal()
         rest = Signal(data.ArrayLayout(unsigned(C), L))
+        rest_nz = Signal(L)
         tag = Signal(self.tag_layout)
         src = Signal(data.ArrayLayout(unsigned(C), L))
         stag = Signal(self.tag_layout)
-        m.d.comb += [src.eq(Mux(fv, rest, head.masks)), stag.eq(Mux(fv, tag, head.tag))]
-        nz, first, bits = _first_level(m, src, C, L, "next")
+        nz = Signal(L, name="next_nz")
+        m.d.comb += [src.eq(Mux(fv, rest, head.masks)), stag.eq(Mux(fv, tag, head.tag)),
+                     nz.eq(Mux(fv, rest_nz, head_nz))]
+        first, bits = _first_level(m, src, nz, C, L, "next")
         more = Signal()                                 # a later level holds entries
         m.d.comb += more.eq((nz & ~first).any())
 
@@ -171,6 +179,7 @@ class BucketOrder(wiring.Component):
                          r_lvl.eq(_encode(first, len(r_lvl))), r_last.eq(~more),
                          r_empty.eq(~nz.any()), r_tag.eq(stag)]
             m.d.sync += [rest[lv].eq(src[lv] & ~first[lv].replicate(C)) for lv in range(L)]
+            m.d.sync += rest_nz.eq(nz & ~first)
         with m.Elif(take_r):
             m.d.sync += r_v.eq(0)
 
@@ -206,15 +215,18 @@ def _prefix_counts(m: Module, bits, width: int):
     return ranks, p[-1]
 
 
-def _first_level(m: Module, masks, channels: int, levels: int, name: str):
-    """The levels of ``masks`` that hold entries, the lowest of them one-hot (0 if none; the
-    pick is named ``first_level``) and its channels."""
-    nz = Signal(levels, name=f"{name}_nz")
-    m.d.comb += nz.eq(Cat(*[masks[lv].any() for lv in range(levels)]))
+def _levels(masks):
+    """Which levels of ``masks`` hold entries (bit ``l`` set when ``masks[l]`` is not zero)."""
+    return Cat(*[masks[lv].any() for lv in range(len(masks))])
+
+
+def _first_level(m: Module, masks, nz, channels: int, levels: int, name: str):
+    """The lowest of the levels ``nz`` marks (those of ``masks`` that hold entries), one-hot (0
+    if none; the pick is named ``first_level``), and its channels."""
     first = _lowest(m, nz, "first_level")
     bits = Signal(channels, name=f"{name}_bits")
     m.d.comb += bits.eq(_or(masks[lv] & first[lv].replicate(channels) for lv in range(levels)))
-    return nz, first, bits
+    return first, bits
 
 
 def _or(values):

@@ -76,15 +76,18 @@ class FmdqLinear(wiring.Component):
        always ready, each encode takes the unit's own cycles from idle
        (``dstar.sim.fmdq_qu_cycles.predict``); a gap on ``i_sub`` or back-pressure on
        ``o_state`` only stalls it (no beat is lost or repeated).
-       ``i_sub.ready`` depends on the design's state only, and is low while no window is
-       being encoded (waiting for a bank, or after the last window).
+       ``i_sub.ready`` is a function of registers alone (a skid entry holds one beat taken
+       while the unit stalls), and is low while no window is being encoded (waiting for a
+       bank, or after the last window).
     2. *Replay*, the handed windows in order, each as soon as it is handed and the previous
        window's last group has been accepted: each column block is a *pass*: the window's rows
        (``min(W, K - j W)``) are loaded, one per cycle, from the weight memory into the
        arrays' double-buffered weight window (pass ``p`` of the run into bank ``p % 2`` once
        pass ``p - 2``'s last group is accepted: the loader runs ahead into the next handed
        window's first pass), and the window's groups are replayed from its bank into every
-       array (``FmdqPEArray``), a pass's first group once its rows are written. A unit adds its
+       array (``FmdqPEArray``; a group reaches the arrays two cycles after its window is
+       handed, through the bank's read register and a second register), a pass's first group
+       once its rows are written. A unit adds its
        sum into ``Y`` rows ``(tile * T + t) * n_mt_max + mt``, or overwrites them in the first
        window of a key step. A window's bank is free once its last group is accepted.
 
@@ -238,12 +241,20 @@ class FmdqLinear(wiring.Component):
         m.submodules.pending = pend = SyncFIFO(
             width=len(r_tile) + len(r_win) + sub_l.size, depth=4)
         advance = ~r_valid | accept
+        # The window's end channel, registered as the window moves (not an adder and a compare
+        # on the feeder's path into ``k``: the Fmax path).
         w_end = Signal.like(k)
-        m.d.comb += w_end.eq(Mux(c0 + W < run["n_k"], c0 + W, run["n_k"]))
         last_k, last_tile = k + 1 == w_end, tok0 + T >= run["n_tokens"]
         take = Signal()
+        # A skid entry (``k_*``): a beat taken while the beat register cannot advance waits in
+        # it, so ``i_sub.ready`` is a register and the quantization unit's ready does not run
+        # through the top's ``din`` into the feeder's counters (the Fmax path). The unit sees
+        # the same beats in the same cycles.
+        k_valid, k_last, k_k = Signal(), Signal(), Signal.like(k)
+        k_tile, k_win = Signal.like(r_tile), Signal.like(r_win)
+        k_d, k_old = Signal.like(r_d), Signal.like(r_old)
         m.d.comb += [
-            self.i_sub.ready.eq(in_enc & advance & f_more),
+            self.i_sub.ready.eq(in_enc & f_more & ~k_valid),
             take.eq(self.i_sub.valid & self.i_sub.ready),
             qu.i.valid.eq(r_valid & pend.w_rdy),
             accept.eq(qu.i.valid & qu.i.ready),
@@ -252,19 +263,26 @@ class FmdqLinear(wiring.Component):
         sub = self.i_sub.payload
         n_tok = Signal(range(T + 1))            # the tile's tokens, the rest taken as 0
         m.d.comb += [n_tok.eq(Mux(last_tile, run["n_tokens"] - tok0, T)), beat.d[0].eq(r_d)]
+        # What a taken beat registers: its place, ``D`` and the old state.
+        b_d, b_old = Signal.like(r_d), Signal.like(r_old)
+        for t in range(T):
+            s_t = Mux(run["key"], 0, sub.state[t])
+            m.d.comb += [b_old[t].eq(s_t), b_d[t].eq(Mux(t < n_tok, sub.target[t] - s_t, 0))]
+        beat_in = [(r_last, k_last, last_k), (r_k, k_k, k), (r_tile, k_tile, tile),
+                   (r_win, k_win, c0[W.bit_length() - 1:]), (r_d, k_d, b_d), (r_old, k_old, b_old)]
         with m.If(in_enc & advance):
-            m.d.sync += [r_valid.eq(take), r_last.eq(last_k), r_k.eq(k), r_tile.eq(tile),
-                         r_win.eq(c0[W.bit_length() - 1:])]
-            for t in range(T):
-                s_t = Mux(run["key"], 0, sub.state[t])
-                m.d.sync += [r_old[t].eq(s_t),
-                             r_d[t].eq(Mux(t < n_tok, sub.target[t] - s_t, 0))]
-            with m.If(take):
-                m.d.sync += k.eq(k + 1)
-                with m.If(last_k):
-                    m.d.sync += [k.eq(c0), tile.eq(tile + 1), tok0.eq(tok0 + T)]
-                    with m.If(last_tile):
-                        m.d.sync += [tile.eq(0), tok0.eq(0), f_more.eq(0)]
+            with m.If(k_valid):
+                m.d.sync += [r_valid.eq(1), k_valid.eq(0), *[r.eq(kk) for r, kk, _ in beat_in]]
+            with m.Else():
+                m.d.sync += [r_valid.eq(take), *[r.eq(b) for r, _, b in beat_in]]
+        with m.Elif(take):
+            m.d.sync += [k_valid.eq(1), *[kk.eq(b) for _, kk, b in beat_in]]
+        with m.If(take):
+            m.d.sync += k.eq(k + 1)
+            with m.If(last_k):
+                m.d.sync += [k.eq(c0), tile.eq(tile + 1), tok0.eq(tok0 + T)]
+                with m.If(last_tile):
+                    m.d.sync += [tile.eq(0), tok0.eq(0), f_more.eq(0)]
         m.d.comb += [pend.w_en.eq(accept), pend.w_data.eq(Cat(r_tile, r_win, r_old))]
 
         # --- new state out: Xs' = old + q << p, one update per beat, in beat order ---
@@ -294,13 +312,15 @@ class FmdqLinear(wiring.Component):
         # --- the window's end: its bank handed to the replay, the next window's start ---
         n_groups = self._collect(m, qu, gmem, tags, banks, restart)
         enc_done = Signal()
-        m.d.comb += enc_done.eq(in_enc & ~f_more & ~r_valid & ~pend.r_rdy & ~tags.r_rdy)
+        m.d.comb += enc_done.eq(in_enc & ~f_more & ~r_valid & ~k_valid & ~pend.r_rdy
+                                & ~tags.r_rdy)
         issued = n_groups != 0
         handed = banks["handed"] + issued          # after this window's hand-over
         free = handed < banks["replayed"] + 2      # the next window's bank
         more = c0 + W < run["n_k"]
         with m.If(enc_done):
-            m.d.sync += [n_groups.eq(0), in_enc.eq(0), c0.eq(c0 + W)]
+            m.d.sync += [n_groups.eq(0), in_enc.eq(0), c0.eq(c0 + W),
+                         w_end.eq(Mux(c0 + 2 * W < run["n_k"], c0 + 2 * W, run["n_k"]))]
             with m.If(issued):
                 for b in range(2):
                     with m.If(banks["handed"][0] == b):
@@ -314,7 +334,9 @@ class FmdqLinear(wiring.Component):
             m.d.sync += [waiting.eq(0), in_enc.eq(1), k.eq(c0), f_more.eq(1)]
         with m.If(restart):
             m.d.sync += [c0.eq(0), k.eq(0), tile.eq(0), tok0.eq(0), f_more.eq(1),
-                         r_valid.eq(0), in_enc.eq(~empty), waiting.eq(0), n_groups.eq(0)]
+                         w_end.eq(Mux(self.n_k > W, W, self.n_k)),
+                         r_valid.eq(0), k_valid.eq(0), in_enc.eq(~empty), waiting.eq(0),
+                         n_groups.eq(0)]
 
     def _collect(self, m, qu, gmem, tags, banks, restart):
         """The window's groups into its bank of the group memory with their tags. Returns the
@@ -388,10 +410,20 @@ class FmdqLinear(wiring.Component):
         f_mt, f_p = Signal.like(l_mt), Signal(32)
         r_valid, r_p, r_lastp, r_lastw = Signal(), Signal(32), Signal(), Signal()
         r_mt = Signal.like(l_mt)
+        # Stage S: the read entry and its fields copied into flip-flops, so the arrays' op (and
+        # their ready, which depends on it) starts from registers, not from the block RAM's
+        # output (the Fmax path); R (the read port's register) refills while S waits.
+        s_valid, s_p, s_lastp, s_lastw = Signal(), Signal(32), Signal(), Signal()
+        s_mt = Signal.like(l_mt)
+        s_ent = Signal.like(rd.data)
         ok, accept = Signal(), Signal()
-        m.d.comb += [ok.eq(r_valid & (r_p < l_ok)),
+        m.d.comb += [ok.eq(s_valid & (s_p < l_ok)),
                      accept.eq(ok & arrays[0].i_op.ready)]
-        advance = ~r_valid | accept
+        s_adv = ~s_valid | accept
+        advance = ~r_valid | s_adv
+        with m.If(s_adv):
+            m.d.sync += [s_valid.eq(r_valid), s_p.eq(r_p), s_lastp.eq(r_lastp),
+                         s_lastw.eq(r_lastw), s_mt.eq(r_mt), s_ent.eq(rd.data)]
         m.d.comb += [rd.addr.eq(Mux(f_win[0], geo.bank_depth, 0) + a_ptr), rd.en.eq(advance)]
         live = f_win < banks["handed"]
         end_pass, end_win = a_ptr + 1 == f_groups, f_mt + 1 == run["n_mt"]
@@ -404,32 +436,32 @@ class FmdqLinear(wiring.Component):
                     m.d.sync += [a_ptr.eq(0), f_p.eq(f_p + 1), f_mt.eq(f_mt + 1)]
                     with m.If(end_win):
                         m.d.sync += [f_mt.eq(0), f_win.eq(f_win + 1)]
-        ent = rd.data
+        ent = s_ent
         tok0 = Signal(uwidth(cfg.max_tokens + T))
         m.d.comb += tok0.eq(ent.tile * T)
         n_tok = Signal(range(T + 1))
         m.d.comb += n_tok.eq(Mux(run["n_tokens"] - tok0 >= T, T, run["n_tokens"] - tok0))
         for arr in arrays:
             op = arr.i_op.payload
-            m.d.comb += [arr.i_op.valid.eq(ok), op.group.eq(ent.group), op.bank.eq(r_p[0]),
-                         op.y_addr.eq(tok0 * geo.n_mt_max + r_mt), op.n_tok.eq(n_tok),
+            m.d.comb += [arr.i_op.valid.eq(ok), op.group.eq(ent.group), op.bank.eq(s_p[0]),
+                         op.y_addr.eq(tok0 * geo.n_mt_max + s_mt), op.n_tok.eq(n_tok),
                          op.overwrite.eq(run["key"] & (ent.window == 0))]
             if self._shared:            # the attention's fields of the shared arrays' ops
                 m.d.comb += [op.y_step.eq(geo.n_mt_max), op.tok_shift.eq(0)]
         u_iss, u_done = Signal(32), Signal(32)
         with m.If(accept):
-            with m.If(r_lastp):
+            with m.If(s_lastp):
                 m.d.sync += d_p.eq(d_p + 1)
-            with m.If(r_lastw):
+            with m.If(s_lastw):
                 m.d.sync += banks["replayed"].eq(banks["replayed"] + 1)
             with m.If(ent.group.last):
                 m.d.sync += u_iss.eq(u_iss + 1)
         with m.If(arrays[0].o_unit_done):
             m.d.sync += u_done.eq(u_done + 1)
-        with m.If(r_valid & ~(r_p < l_ok)):
+        with m.If(s_valid & ~(s_p < l_ok)):
             m.d.sync += self.stall_load.eq(self.stall_load + 1)
         m.d.comb += drained.eq(u_done == u_iss)
         with m.If(restart):
             m.d.sync += [l_p.eq(0), d_p.eq(0), l_win.eq(0), l_mt.eq(0), l_base.eq(self.w_base),
                          l_row.eq(0), l_active.eq(0), a_ptr.eq(0), f_win.eq(0), f_mt.eq(0),
-                         f_p.eq(0), r_valid.eq(0), u_iss.eq(0), u_done.eq(0)]
+                         f_p.eq(0), r_valid.eq(0), s_valid.eq(0), u_iss.eq(0), u_done.eq(0)]

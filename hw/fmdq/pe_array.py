@@ -88,6 +88,7 @@ def lend_signature(args: dict) -> wiring.Signature:
         "i_wrow": Out(stream.Signature(weight_window_row_layout(args["columns"], args["window"]),
                                        always_ready=True)),
         "o_unit_done": In(1),
+        "o_hold": In(1),
         **({"rd_addr": Out(uwidth(args["y_depth"])).array(readers),
             "rd_data": In(y_row).array(readers)} if readers else {}),
     })
@@ -147,6 +148,11 @@ class FmdqPEArray(wiring.Component):
     i_op : In(stream.Signature(group_op_layout))
     i_wrow : In(stream.Signature(weight_window_row_layout, always_ready=True))
     o_unit_done : Out(1)
+    o_hold : Out(1)
+        High while a unit's last group would wait (the previous unit's rows are still being
+        written out): a source whose groups never wait for a bubble (each shift at most
+        ``MAX_STEP`` below its predecessor's in a unit) may take ``~(last & o_hold)`` as
+        ``i_op.ready``, from registers alone.
     host_y_addr, host_y_rdata
     rd_addr : In(range(y_depth)).array(readers), rd_data : Out(Y row).array(readers)
     """
@@ -175,6 +181,7 @@ class FmdqPEArray(wiring.Component):
             "i_wrow": In(stream.Signature(weight_window_row_layout(columns, window),
                                           always_ready=True)),
             "o_unit_done": Out(1),
+            "o_hold": Out(1),
             "host_y_addr": In(uwidth(y_depth)),
             "host_y_rdata": Out(y_row),
             **({"host_y_we": In(1), "host_y_wdata": In(y_row)} if host_writes else {}),
@@ -198,7 +205,7 @@ class FmdqPEArray(wiring.Component):
         bubble = self.i_op.valid & ~fresh & (gap > MAX_STEP)
         take = ~bubble & (~grp.last | (hold == 0))
         accept = self.i_op.valid & take
-        m.d.comb += self.i_op.ready.eq(take)
+        m.d.comb += [self.i_op.ready.eq(take), self.o_hold.eq(hold != 0)]
         with m.If(hold != 0):
             m.d.sync += hold.eq(hold - 1)
         with m.If(accept):

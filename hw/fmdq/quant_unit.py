@@ -248,13 +248,18 @@ class QuantUnit(wiring.Component):
             vals, level = nxt, level + 1
         return vals[0]
 
-    def _quantize(self, m, d, p, half, name):
-        """``sat8((d + half) >> p)``, round half up (``half = 2**(p-1)``, 0 at ``p = 0``)."""
+    def _shifted(self, m, d, p, half, name):
+        """``(d + half) >> p``, round half up (``half = 2**(p-1)``, 0 at ``p = 0``)."""
         s = Signal(signed(self.diff_bits + 1), name=f"{name}_sum")
         r = Signal(signed(self.diff_bits + 1), name=f"{name}_rs")
+        m.d.comb += [s.eq(d + half), r.eq(s >> p)]
+        return r
+
+    def _quantize(self, m, d, p, half, name):
+        """``sat8((d + half) >> p)``, round half up (``half = 2**(p-1)``, 0 at ``p = 0``)."""
+        r = self._shifted(m, d, p, half, name)
         q = Signal(signed(8), name=name)
-        m.d.comb += [s.eq(d + half), r.eq(s >> p),
-                     q.eq(Mux(r > 127, 127, Mux(r < -128, -128, r)))]
+        m.d.comb += q.eq(Mux(r > 127, 127, Mux(r < -128, -128, r)))
         return q
 
     def _dead(self, d):
@@ -328,13 +333,17 @@ class QuantUnit(wiring.Component):
             for t in range(T):
                 q = self._quantize(m, d2[i][t], p, half, f"q{i}_{t}")
                 qs.append(Mux(self._dead(d2[i][t]), 0, q) if tau else q)
-            qmax = self._quantize(m, x2[i].emax, p, half, f"qmax{i}")
-            qmin = self._quantize(m, x2[i].emin, p, half, f"qmin{i}")
+            # The width from the extremes' codes before saturation (the same for every width
+            # below 8), by bit tests rather than comparisons: the Fmax path.
+            rmax = self._shifted(m, x2[i].emax, p, half, f"rmax{i}")
+            rmin = self._shifted(m, x2[i].emin, p, half, f"rmin{i}")
             n = MAX_SLICES
             for k in reversed(range(1, MAX_SLICES)):      # slices = width / 2
                 w = SLICE_BITS * k
-                n = Mux((qmax <= (1 << (w - 1)) - 1) & (qmin >= -(1 << (w - 1))), k, n)
-            n = Mux((qmax == 0) & (qmin == 0), 0, n)
+                fits = ((rmax[-1] | ~rmax[w - 1:].any()) &    # rmax <= 2**(w-1) - 1
+                        (~rmin[-1] | rmin[w - 1:].all()))     # rmin >= -2**(w-1)
+                n = Mux(fits, k, n)
+            n = Mux(~rmax.any() & ~rmin.any(), 0, n)
             with m.If(fadv):
                 m.d.sync += [x3[i].p.eq(p), x3[i].n.eq(n), x3[i].clipped.eq(x2[i].clipped),
                              x3[i].saturated.eq(x2[i].saturated)]
