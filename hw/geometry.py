@@ -396,8 +396,9 @@ class AttentionGeometry:
     #: is seen written: op -> psum queued -> reduction -> accumulator written -> seen.
     WAIT_CYCLES: ClassVar[int] = 4
     #: Cycles after the last accumulator read of NORM until the sequencer moves on:
-    #: accumulator read, the normalizer (``SoftmaxGeometry.NORM_STAGES``), output write, seen.
-    NORM_DRAIN: ClassVar[int] = 4
+    #: accumulator read, its register, the normalizer (``SoftmaxGeometry.NORM_STAGES``), output
+    #: write, seen.
+    NORM_DRAIN: ClassVar[int] = 5
     #: Cycles per row of ``SelReciprocal``: the masked sum, the 17 division steps, the write.
     SEL_RECIP_CYCLES: ClassVar[int] = 19
     #: Block masses ``MaskSelector`` compares per cycle of a scan.

@@ -3,7 +3,7 @@ of linear and attention steps, refused commands and stream patterns, each checke
 against the golden model (v1, ``encoding = "nibble"``: ``golden.difflinear.encode_step`` with
 ``golden.quant.exact_matmul``, as the hardware tests' golden step; FMDQ, the default:
 ``golden.fmdq_pe.linear_step``, its steps built and driven by ``sim.fmdq_regress``; attention
-through ``dstar.sim.host.GoldenEngine``) and the cycle models (``sim.cycle_model`` or
+through ``dstar.golden.host.GoldenEngine``) and the cycle models (``sim.cycle_model`` or
 ``sim.fmdq_cycles.linear_cycles``, ``sim.attention_cycles``), with functional coverage
 (``sim.coverage``).
 

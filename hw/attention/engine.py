@@ -303,7 +303,11 @@ class AttentionEngine(wiring.Component):
                      tr.base_t.eq(tr.base_i >> tb),
                      mem["q_rd"].addr.eq(tr.q_addr), mem["q_rd"].en.eq(tr.rd_en),
                      tr.q_data.eq(mem["q_rd"].data),
-                     tr.o_group.ready.eq(Cat(*[arr.i_op.ready for arr in arrays]).all())]
+                     # The runner's groups never wait for a bubble (a unit's slices descend one
+                     # at a time), so the arrays take them unless a unit's last group must wait
+                     # for the write-out: the ready from registers, not through the arrays'
+                     # shift compare from the shared op multiplexer (the Fmax path).
+                     tr.o_group.ready.eq(~(tr.o_group.payload.group.last & arrays[0].o_hold))]
         pa = self._p_access(m, feed, tr, mem, st)
         for b, (wr, rd) in enumerate(zip(mem["p_wr"], mem["p_rd"], strict=True)):
             m.d.comb += [wr.en.eq(pa.we & (pa.wbank == b)), wr.addr.eq(pa.waddr),

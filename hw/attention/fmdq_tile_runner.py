@@ -47,7 +47,9 @@ class FmdqTileRunner(wiring.Component):
     Latency (``dstar.sim.attention_cycles`` is the exact model): a tile loads in its row count
     plus one cycle; its groups issue one per cycle from the cycle after its load is counted,
     plus one cycle for the reads. Back-pressure: ``o_group`` waits for ``ready`` (the arrays
-    never stall units of at least ``T`` groups whose shifts step by 2). Reset stops a phase.
+    never stall units of at least ``T`` groups whose shifts step by 2). A unit's shifts never
+    step down by more than 2, so its groups never wait for an array's bubble: the engine takes
+    ``ready`` from the arrays' ``o_hold`` and the group's ``last`` alone. Reset stops a phase.
 
     Parameters
     ----------

@@ -140,42 +140,53 @@ class NormStage(wiring.Component):
                              & ~fetched)
         emit = Signal()
         m.d.comb += emit.eq(n_on & ~fetch)
-        v1, v2 = Signal(), Signal()
+        v1, va, vp = Signal(), Signal(), Signal()
         i1 = Signal(range(bq))
         a1, col1 = Signal.like(n_a), Signal.like(n_col)
-        oa1, oa2, oa3 = (Signal.like(n_oaddr, name=f"oaddr{k}") for k in (1, 2, 3))
+        oa1, oa2, oa3, oa4 = (Signal.like(n_oaddr, name=f"oaddr{k}") for k in (1, 2, 3, 4))
         el0 = Signal(range(ag.block_cols))        # the element of the word: column d % bc
         m.d.comb += el0.eq(n_a * mt + n_col)
-        el1, el2, el3 = (Signal.like(el0, name=f"el{k}") for k in (1, 2, 3))
+        el1, el2, el3, el4 = (Signal.like(el0, name=f"el{k}") for k in (1, 2, 3, 4))
         word = Signal.like(self.y_addr)
         m.d.comb += [word.eq(n_i * ag.n_cp + n_cp),
                      self.y_addr.eq(Mux(fetch | (src == NormSource.S), s_base, u_base) + word)]
         fetch1 = Signal()
         s_word = Signal.like(self.y_data)
         m.d.sync += [fetch1.eq(fetch), v1.eq(emit), i1.eq(n_i), a1.eq(n_a), col1.eq(n_col),
-                     oa1.eq(n_oaddr), v2.eq(v1), oa2.eq(oa1), oa3.eq(oa2),
-                     el1.eq(el0), el2.eq(el1), el3.eq(el2)]
+                     oa1.eq(n_oaddr), va.eq(v1), vp.eq(va), oa2.eq(oa1), oa3.eq(oa2),
+                     oa4.eq(oa3), el1.eq(el0), el2.eq(el1), el3.eq(el2), el4.eq(el3)]
         with m.If(fetch1):
             m.d.sync += s_word.eq(self.y_data)
         acc = Array(self.y_data[a][col1] for a in range(n_arr))[a1]
         acc_s = Array(s_word[a][col1] for a in range(n_arr))[a1]
+        # Stage A: the accumulator (S + U added) and the row's (r, L) registered in front of the
+        # normalizer, so its multiplier starts from flip-flops, not from the arrays' Y read (the
+        # Fmax path).
+        acc_a = Signal.like(n_in.payload.acc)
+        r_a, big_l_a = Signal.like(self.r), Signal.like(self.big_l)
+        m.d.sync += [acc_a.eq(Mux(src == NormSource.S_PLUS_U, acc + acc_s, acc)),
+                     r_a.eq(self.r), big_l_a.eq(self.big_l)]
         m.d.comb += [self.row.eq(i1),
-                     n_in.valid.eq(v1),
-                     n_in.payload.acc.eq(Mux(src == NormSource.S_PLUS_U, acc + acc_s, acc)),
-                     n_in.payload.r.eq(self.r), n_in.payload.big_l.eq(self.big_l),
+                     n_in.valid.eq(va),
+                     n_in.payload.acc.eq(acc_a),
+                     n_in.payload.r.eq(r_a), n_in.payload.big_l.eq(big_l_a),
                      n_out.ready.eq(1)]
         res_base = Signal(uwidth(ag.res_depth + 1))
         m.d.comb += res_base.eq(slot * (ag.n_max * ag.n_cp))
         o_new = n_out.payload.o
+        # The residual is read a stage early and its element registered, so the write-back's
+        # sum starts from flip-flops, not from the memory's output (the Fmax path). Each element
+        # is written once per pass, by its own output, so the early read sees its old value.
         r_old = Signal(signed(ag.res_bits))
         onehot = Signal(ag.block_cols)
-        m.d.comb += [r_old.eq(self.r_rdata[el3]), onehot.eq(1 << el3)]
+        m.d.sync += r_old.eq(self.r_rdata[el3])
+        m.d.comb += onehot.eq(1 << el4)
         m.d.comb += [self.r_raddr.eq(res_base + oa2),
-                     self.o_waddr.eq(oa3), self.r_waddr.eq(res_base + oa3),
+                     self.o_waddr.eq(oa4), self.r_waddr.eq(res_base + oa4),
                      self.o_we.eq(Mux(n_out.valid & (out != OutMode.NONE), onehot, 0)),
                      self.o_wdata.eq(Mux(out == OutMode.O_PLUS_R, o_new + r_old, o_new)),
                      self.r_we.eq(Mux(n_out.valid & (res != ResMode.NONE), onehot, 0)),
-                     self.busy.eq(n_on | v1 | v2 | n_out.valid)]
+                     self.busy.eq(n_on | v1 | va | vp | n_out.valid)]
         m.d.comb += self.r_wdata.eq(Mux(res == ResMode.NEG, -o_new, r_old + o_new))
         with m.If(fetch):
             m.d.sync += fetched.eq(1)

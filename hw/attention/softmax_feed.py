@@ -31,7 +31,8 @@ class SoftmaxFeed(wiring.Component):
     * per row the block sums ``b`` of the applied weights ``p << shift`` (two banks by row
       parity, as the next row's ``p`` arrive while the divider works on this row's ``(r,
       L)``); with the row's ``(r, L)`` (``i_sum``) and ``full``, its share ``(b * r) >> L``
-      (16-bit, truncating) is added to the block masses ``mass``;
+      (16-bit, truncating) is added to the block masses ``mass`` two cycles later (the last
+      row's in the cycle after ``done`` rises: ``mass`` is complete from then on);
     * ``(r, L)`` of every row into table ``bank`` (of two, one per query-block parity), looked
       up combinationally by ``norm_bank`` and ``norm_row`` on ``norm_r`` / ``norm_big_l`` for
       the normalization (which reads one table while the next block writes the other);
@@ -329,22 +330,27 @@ class SoftmaxFeed(wiring.Component):
                 with m.If(p_q == per_group - 1):
                     m.d.sync += p_kg.eq(p_kg + 1)
         rsum, lsum = i_sum.payload.r, i_sum.payload.big_l
+        # q = (b * r) >> L, the row's share of block j (truncating), in two registered steps
+        # (the product, then the shift and the sum; the Fmax path): a row's share is in ``mass``
+        # two cycles after its (r, L), the last row's one cycle after ``done`` rises.
+        sh_v, sh_l = Signal(), Signal.like(lsum)
+        prods = [Signal(ag.b_bits + len(rsum), name=f"share_prod{j}") for j in range(nkb)]
+        m.d.sync += sh_v.eq(i_sum.valid & self.full)
         with m.If(i_sum.valid):
-            m.d.sync += [s_row.eq(s_row + 1),
+            m.d.sync += [s_row.eq(s_row + 1), sh_l.eq(lsum),
                          *([r_row[at].eq(rsum), big_l_row[at].eq(lsum)] if tables else [])]
             for k in range(2 if sel else 0):
                 with m.If(s_row[0] == k):
                     for j in range(nkb):
-                        # q = (b * r) >> L, the row's share of block j (truncating).
-                        share = (b_sum[k][j] * rsum) >> lsum
-                        m.d.sync += b_sum[k][j].eq(0)
+                        m.d.sync += [b_sum[k][j].eq(0), prods[j].eq(b_sum[k][j] * rsum)]
                         with m.Switch(s_row):
                             for i in range(bq):
                                 if i % 2 == k:
                                     with m.Case(i):
                                         m.d.sync += self.b_rows[i][j].eq(b_sum[k][j])
-                        with m.If(self.full):
-                            m.d.sync += mass[j].eq(mass[j] + share[:ag.share_bits])
+        with m.If(sh_v):
+            m.d.sync += [mass[j].eq(mass[j] + (prods[j] >> sh_l)[:ag.share_bits])
+                         for j in range(nkb if sel else 0)]
         with m.If(self.start):
             m.d.sync += [p_row.eq(0), p_li.eq(0), p_off.eq(0), p_q.eq(0), pbuf.eq(0),
                          p_kg.eq(sel_j[0] * ag.kg_per_block), s_row.eq(0),

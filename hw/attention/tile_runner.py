@@ -30,13 +30,19 @@ class _Walk:
         self.more = Signal(name=f"{name}_more")
         self.bank = Signal(name=f"{name}_bank")
         self.count = Signal(ag.TILE_COUNT_BITS, name=f"{name}_count")   # tiles finished
+        # The block ``li`` and its length, registered as ``li`` moves (the list holds still
+        # during a phase), so the walk's compares start from flip-flops.
         self.j = Signal(jb, name=f"{name}_j")
         self.len = Signal(range(bk + 1), name=f"{name}_len")
-        m.d.comb += [self.j.eq(runner.sel_j[self.li]), self.len.eq(runner.sel_len[self.li])]
+
+    def _at(self, li):
+        """``li`` and the registered block and length that go with it."""
+        r = self._r
+        return [self.li.eq(li), self.j.eq(r.sel_j[li]), self.len.eq(r.sel_len[li])]
 
     def start(self):
         ag, r = self._r.geometry, self._r
-        return [self.li.eq(0), self.cpos.eq(0), self.cp.eq(0), self.more.eq(1),
+        return [*self._at(0), self.cpos.eq(0), self.cp.eq(0), self.more.eq(1),
                 self.kc.eq(r.sel_j[0] * ag.kc_per_block), self.bank.eq(0), self.count.eq(0)]
 
     def advance(self, pv):
@@ -49,10 +55,10 @@ class _Walk:
         with m.If(~pv & (self.cpos + bc < self.len)):
             m.d.sync += [self.cpos.eq(self.cpos + bc), self.kc.eq(self.kc + 1)]
         with m.Elif(nxt < r.n_sel):
-            m.d.sync += [self.li.eq(nxt), self.cpos.eq(0),
+            m.d.sync += [*self._at(nxt), self.cpos.eq(0),
                          self.kc.eq(r.sel_j[nxt] * ag.kc_per_block)]
         with m.Elif(pv & (self.cp + 1 < ag.n_cp)):
-            m.d.sync += [self.li.eq(0), self.cpos.eq(0), self.cp.eq(self.cp + 1),
+            m.d.sync += [*self._at(0), self.cpos.eq(0), self.cp.eq(self.cp + 1),
                          self.kc.eq(r.sel_j[0] * ag.kc_per_block)]
         with m.Else():
             m.d.sync += self.more.eq(0)
