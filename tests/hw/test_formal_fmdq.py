@@ -2,10 +2,11 @@
 configurations, as ``tests/hw/test_formal.py`` does for v1's blocks: the stream rule on every
 output stream of the quantization unit, of ``FmdqLinear`` and of the FMDQ accelerator's
 command processor (its ``dout``, which also carries a ``RUN_LINEAR``'s new state), the
-accelerator's ``READ`` order and refusals; each with a cover and a mutant that must fail.
-The bucket ordering stage's permutation proof and the tile runner's streams are in
-``test_formal.py``. Depth 20 everywhere; seconds measured on a loaded 2-core machine
-(``nice -n 5``) in each test's comment."""
+accelerator's ``READ`` order and refusals, the quantization unit's codes and ``FmdqLinear``'s
+state width; each with a cover and a mutant that must fail. The bucket ordering stage's
+permutation proof and the tile runner's streams are in ``test_formal.py``. Bmc to depth 20 or
+k-induction (every depth); seconds measured on a loaded 2-core machine in each test's
+comment."""
 
 from unittest import mock
 
@@ -199,22 +200,23 @@ def state_cfg():
 
 
 def test_fmdq_state_stays_within_its_width():
-    """k-induction (k = 4, yices, 13 to 22 s at load 2 to 5; k = 20: see docs/design/
-    formal.md) with ``StateWidthHarness``'s invariants on every register holding a beat's old
-    state or difference, for every depth: any run parameters, beats and back-pressure."""
+    """k-induction (k = 4, yices, 13 to 32 s at load 2 to 6; k = 20: 248 s; plain bmc of the
+    property alone reached depth 17 only) with ``StateWidthHarness``'s invariants on every
+    register holding a beat's old state or difference, for every depth: any run parameters,
+    beats and back-pressure."""
     res = check(StateWidthHarness(state_cfg()), "fmdq_state", mode="prove", depth=PROCESSOR_K)
     assert res.passed, f"{res}\n{res.summary}"
 
 
 def test_fmdq_state_beyond_target_max_and_saturated_are_reachable():
     res = check(StateWidthHarness(state_cfg()), "fmdq_state", mode="cover")
-    assert res.passed, f"{res}\n{res.summary}"         # 6 to 16 s
+    assert res.passed, f"{res}\n{res.summary}"         # 6 to 22 s
 
 
 @pytest.mark.parametrize("mutant", ["wide_targets", "narrow", "wrapping"])
 def test_fmdq_state_mutant_fails(mutant):
     """Targets up to ``target_max + 64`` (the input contract broken), the pending FIFO of old
     states one bit narrower, the quantizer wrapping instead of saturating: each pushes a new
-    state beyond ``state_max`` (bmc, each 8 to 13 s)."""
+    state beyond ``state_max`` (bmc 20, each 9 to 23 s)."""
     res = check(StateWidthHarness(state_cfg(), **{mutant: True}), f"fmdq_state_{mutant}")
     assert not res.passed and res.trace is not None, str(res)
