@@ -119,6 +119,7 @@ def unnamed_signals(module, names, where: str):
             made.append(s)
         return s
 
+    recording.like = real.like          # ``Signal.like`` copies a name or infers its own
     with mock.patch.object(module, "Signal", recording):
         yield found
     if len(made) != len(names):
