@@ -209,7 +209,7 @@ def test_fmdq_state_stays_within_its_width():
 
 
 def test_fmdq_state_beyond_target_max_and_saturated_are_reachable():
-    res = check(StateWidthHarness(state_cfg()), "fmdq_state", mode="cover")
+    res = check(StateWidthHarness(state_cfg()), "fmdq_state_cover", mode="cover")
     assert res.passed, f"{res}\n{res.summary}"         # 6 to 22 s
 
 
