@@ -200,7 +200,7 @@ def state_cfg():
 
 
 def test_fmdq_state_stays_within_its_width():
-    """k-induction (k = 4, yices, 13 to 32 s at load 2 to 6; k = 20: 248 s; plain bmc of the
+    """k-induction (k = 4, yices, 7 to 32 s at load 3 to 6; k = 20: 248 s; plain bmc of the
     property alone reached depth 17 only) with ``StateWidthHarness``'s invariants on every
     register holding a beat's old state or difference, for every depth: any run parameters,
     beats and back-pressure."""
