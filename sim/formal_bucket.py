@@ -222,7 +222,6 @@ class BucketHarness(Elaboratable):
                           "a window with two groups of one level leaves after a stall")
         return m
 
-
     def _invariant(self, m, body, r, sym, taken, popped, ended, got, rec, rec_tag, issued):
         """Where each window is (the FIFO, the head, the extraction's ``rest``, R, G, by the
         counters: every window taken and not popped waits in the head or the FIFO, every one
