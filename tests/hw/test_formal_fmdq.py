@@ -2,16 +2,17 @@
 configurations, as ``tests/hw/test_formal.py`` does for v1's blocks: the stream rule on every
 output stream of the quantization unit, of ``FmdqLinear`` and of the FMDQ accelerator's
 command processor (its ``dout``, which also carries a ``RUN_LINEAR``'s new state), the
-accelerator's ``READ`` order and refusals; each with a cover and a mutant that must fail.
-The bucket ordering stage's permutation proof and the tile runner's streams are in
-``test_formal.py``. Depth 20 everywhere; seconds measured on a loaded 2-core machine
-(``nice -n 5``) in each test's comment."""
+accelerator's ``READ`` order and refusals, the quantization unit's codes and ``FmdqLinear``'s
+state width; each with a cover and a mutant that must fail. The bucket ordering stage's
+permutation proof and the tile runner's streams are in ``test_formal.py``. Bmc to depth 20 or
+k-induction (every depth); seconds measured on a loaded 2-core machine in each test's
+comment."""
 
 from unittest import mock
 
 import pytest
-from amaranth import Cat, Signal, signed
-from amaranth.hdl import Assert, Assume, Cover
+from amaranth import Cat, Signal
+from amaranth.hdl import Assert, Cover
 
 from dstar.config import preset
 from dstar.hw.accelerator import Opcode
@@ -24,6 +25,7 @@ from dstar.sim.formal_accel import (
     command_valid,
     drive_free,
 )
+from dstar.sim.formal_fmdq_state import StateWidthHarness, wrapping_quantize
 from dstar.sim.formal_streams import StreamHarness
 
 from .test_formal import PROCESSOR_K, check, fmdq_attention_cfg
@@ -150,7 +152,8 @@ def test_fmdq_accelerator_mutant_executing_refused_command_fails():
 
 # The encoder's part of issue 27 for FMDQ: every code the quantization unit offers lies in its
 # class's range, and FmdqLinear's new state stays within +-state_max for targets within
-# +-target_max and states within +-state_max (the golden model's invariants).
+# +-target_max and states within +-state_max (the golden model's invariants;
+# dstar.sim.formal_fmdq_state).
 def _codes_quant_unit():
     """Differences wider than ``e_max`` shifts can hold, so saturation is reachable."""
     return QuantUnit(tokens=2, window=4, e_max=2, tau=1, diff_bits=12, channel_bits=3)
@@ -170,14 +173,6 @@ def _codes_in_class(m, dut):
     m.d.comb += Cover(dut.u.valid & (u.width == 8) & u.saturated)
 
 
-def _wrapping_quantize(self, m, d, p, half, name):
-    """The mutant: ``(d + half) >> p`` wrapped to 8 bits instead of saturated."""
-    r = Signal(signed(self.diff_bits + 1), name=f"{name}_rs")
-    q = Signal(signed(8), name=name)
-    m.d.comb += [r.eq((d + half) >> p), q.eq(r[:8])]
-    return q
-
-
 def test_fmdq_codes_stay_in_their_class():
     """bmc 20 over any inputs and back-pressure (seconds)."""
     res = check(StreamHarness(_codes_quant_unit(), constrain=_codes_in_class), "fmdq_codes")
@@ -191,46 +186,37 @@ def test_fmdq_saturated_width_8_update_is_reachable():
 
 
 def test_fmdq_codes_mutant_wrapping_instead_of_saturating_fails():
-    with mock.patch.object(QuantUnit, "_quantize", _wrapping_quantize):
+    with mock.patch.object(QuantUnit, "_quantize", wrapping_quantize):
         res = check(StreamHarness(_codes_quant_unit(), constrain=_codes_in_class),
                     "fmdq_codes_mutant")
     assert not res.passed and res.trace is not None, str(res)
 
 
-#: The state proof's depth: what finishes in minutes (see its test).
-STATE_DEPTH = 16
+def state_cfg():
+    """``linear_cfg`` with a 10-bit state: differences up to ``delta_max = 1020`` exceed what
+    shift ``e_max = 2`` fits in INT8 (509), so the saturating path is in the proof (at 9 bits
+    it is unreachable)."""
+    return linear_cfg().replace(state_bits=10)
 
 
-def _state_in_width(cfg, wide_targets=False):
-    """Targets within ``+-target_max`` (beyond it with ``wide_targets``: the mutant's input)
-    and old states within ``+-state_max`` assumed on every ``i_sub`` beat; every new state
-    offered on ``o_state`` asserted within ``+-state_max``."""
-    t_max = cfg.target_max + (64 if wide_targets else 0)
-
-    def constrain(m, dut):
-        p = dut.i_sub.payload
-        for t in range(cfg.token_tile):
-            m.d.comb += [Assume((p.target[t] <= t_max) & (p.target[t] >= -t_max)),
-                         Assume((p.state[t] <= cfg.state_max) & (p.state[t] >= -cfg.state_max))]
-            s = dut.o_state.payload[t]
-            with m.If(dut.o_state.valid):
-                m.d.comb += Assert((s <= cfg.state_max) & (s >= -cfg.state_max),
-                                   "a new state beyond state_max")
-    return constrain
-
-
-@pytest.mark.slow
 def test_fmdq_state_stays_within_its_width():
-    """bmc to depth 16 (about 2 min quiet), any run parameters, beats and back-pressure: step
-    17 alone took more than 5 minutes, so depth 20 is not on record (docs/design/formal.md)."""
-    cfg = linear_cfg()
-    res = check(StreamHarness(FmdqLinear(cfg), constrain=_state_in_width(cfg)), "fmdq_state",
-                depth=STATE_DEPTH)
+    """k-induction (k = 4, yices, 7 to 32 s at load 3 to 6; k = 20: 248 s; plain bmc of the
+    property alone reached depth 17 only) with ``StateWidthHarness``'s invariants on every
+    register holding a beat's old state or difference, for every depth: any run parameters,
+    beats and back-pressure."""
+    res = check(StateWidthHarness(state_cfg()), "fmdq_state", mode="prove", depth=PROCESSOR_K)
     assert res.passed, f"{res}\n{res.summary}"
 
 
-def test_fmdq_state_mutant_with_targets_beyond_target_max_fails():
-    cfg = linear_cfg()                                      # 6 s
-    res = check(StreamHarness(FmdqLinear(cfg), constrain=_state_in_width(cfg, True)),
-                "fmdq_state_mutant")
+def test_fmdq_state_beyond_target_max_and_saturated_are_reachable():
+    res = check(StateWidthHarness(state_cfg()), "fmdq_state_cover", mode="cover")
+    assert res.passed, f"{res}\n{res.summary}"         # 6 to 22 s
+
+
+@pytest.mark.parametrize("mutant", ["wide_targets", "narrow", "wrapping"])
+def test_fmdq_state_mutant_fails(mutant):
+    """Targets up to ``target_max + 64`` (the input contract broken), the pending FIFO of old
+    states one bit narrower, the quantizer wrapping instead of saturating: each pushes a new
+    state beyond ``state_max`` (bmc 20, each 9 to 23 s)."""
+    res = check(StateWidthHarness(state_cfg(), **{mutant: True}), f"fmdq_state_{mutant}")
     assert not res.passed and res.trace is not None, str(res)
