@@ -56,10 +56,10 @@ from .formal_sorter import _driven
 __all__ = ["BucketHarness", "STAGE_NAMES"]
 
 #: The signals ``BucketOrder.elaborate`` creates without a ``name`` argument, in order.
-STAGE_NAMES = ("hv", "head", "pop", "hfree", "bypass", "fv", "rest", "tag", "src", "stag",
-               "more", "r_v", "r_bits", "r_lvl", "r_last", "r_empty", "r_tag", "g_v",
-               "g_bits", "g_lvl", "g_last", "g_empty", "g_tag", "g_rank", "left",
-               "level_end", "step", "take_r", "ext")
+STAGE_NAMES = ("hv", "head", "pop", "hfree", "bypass", "head_nz", "fv", "rest", "rest_nz",
+               "tag", "src", "stag", "more", "r_v", "r_bits", "r_lvl", "r_last", "r_empty",
+               "r_tag", "g_v", "g_bits", "g_lvl", "g_last", "g_empty", "g_tag", "g_rank",
+               "left", "level_end", "step", "take_r", "ext")
 
 #: Bits of the harness's window counters (more than any proof depth).
 _COUNT_BITS = 6
@@ -244,6 +244,9 @@ class BucketHarness(Elaboratable):
             return Cat(*[(lv < lev).replicate(C) for lev in range(L)])
 
         inv = []
+        # The registered non-empty levels: those of the head's masks and of ``rest``.
+        inv += [r["head_nz"] == Cat(*[r["head"].masks[lv].any() for lv in range(L)]),
+                r["rest_nz"] == Cat(*[r["rest"][lv].any() for lv in range(L)])]
         # The stages by themselves.
         inv += [fifo.consistent(), (fifo.level == 0) | hv,
                 ~r_v | (r["r_last"] == ~fv), ~r_v | (r["r_empty"] == (r["r_bits"] == 0)),

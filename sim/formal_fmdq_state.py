@@ -21,8 +21,9 @@ its invariant (asserted in every cycle, so that the proof is k-inductive):
   the unit's front end) is a ``RegisterFIFO`` (``SyncFIFO``'s logic with its words in
   registers; ``FifoMatchHarness`` proves the two alike), its pointers consistent and its level
   the number of valid front-end stages;
-* the feeder's register (``r_old``, and its ``D``, which is the unit's input beat) and the
-  unit's three front-end stages (``QuantUnit._front``: ``D`` in stages 1 and 2, the shift in
+* the feeder's register (``r_old``, and its ``D``, which is the unit's input beat), its skid
+  entry (``k_old``, ``k_d``: a beat taken while the unit stalls) and the unit's three
+  front-end stages (``QuantUnit._front``: ``D`` in stages 1 and 2, the shift in
   stages 2 and 3, the codes in stage 3), each paired with its FIFO word in order (the head
   word with the oldest valid stage): a valid one holds ``|old| <= state_max`` and ``D = 0`` or
   ``|old + D| <= target_max``, a shift at most ``e_max`` and, in stage 3, ``|old + (q << p)|
@@ -47,7 +48,7 @@ from unittest import mock
 from amaranth import Array, Elaboratable, Module, Mux, Signal, Value, signed
 from amaranth.asserts import AnySeq
 from amaranth.hdl import Assert, Assume, Cover
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 
 import dstar.hw.fmdq.linear as linear_mod
 import dstar.hw.fmdq.quant_unit as qu_mod
@@ -206,11 +207,16 @@ class StateWidthHarness(Elaboratable):
         # Ahead of each stage in the FIFO: the valid stages after it.
         w3, w2, w1 = word(0, 3), word(v3, 2), word(v3 + v2, 1)
         r_old = _driven(body, "r_old")
+        k_valid, k_old, k_d = (_driven(body, n) for n in ("k_valid", "k_old", "k_d"))
+        k_d = data.View(qu.i.payload.d[0].shape(), k_d)      # the element view of its D
         e_max = cfg.e_max
         for t in range(T):
             with m.If(qu.i.valid):                    # the feeder's register (the unit's input)
                 m.d.comb += Assert(pair_ok(old_of(r_old, t), qu.i.payload.d[0][t]),
                                    "feeder register: old state or target out of range")
+            with m.If(k_valid):                       # the feeder's skid entry
+                m.d.comb += Assert(pair_ok(old_of(k_old, t), k_d[t]),
+                                   "feeder skid entry: old state or target out of range")
             with m.If(v1):
                 m.d.comb += Assert(pair_ok(old_of(w1, t), d1[0][t]),
                                    "stage 1: old state or target out of range")

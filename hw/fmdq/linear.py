@@ -250,9 +250,10 @@ class FmdqLinear(wiring.Component):
         # it, so ``i_sub.ready`` is a register and the quantization unit's ready does not run
         # through the top's ``din`` into the feeder's counters (the Fmax path). The unit sees
         # the same beats in the same cycles.
-        k_valid, k_last, k_k = Signal(), Signal(), Signal.like(k)
-        k_tile, k_win = Signal.like(r_tile), Signal.like(r_win)
-        k_d, k_old = Signal.like(r_d), Signal.like(r_old)
+        k_valid, k_last = Signal(name="k_valid"), Signal(name="k_last")
+        k_k = Signal.like(k, name="k_k")
+        k_tile, k_win = Signal.like(r_tile, name="k_tile"), Signal.like(r_win, name="k_win")
+        k_d, k_old = Signal.like(r_d, name="k_d"), Signal.like(r_old, name="k_old")
         m.d.comb += [
             self.i_sub.ready.eq(in_enc & f_more & ~k_valid),
             take.eq(self.i_sub.valid & self.i_sub.ready),
