@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 from ..geometry import COUNTER_BITS, uwidth
 from .geometry import FmdqGeometry
 from .layouts import slice_group_layout
-from .pe_array import FmdqPEArray, lend_signature
+from .pe_array import FmdqPEArray, issue_gap, lend_signature, must_wait
 from .quant_unit import QuantUnit
 
 __all__ = ["FmdqLinear", "sub_word_layout", "sub_pair_layout", "group_entry_layout"]
@@ -418,8 +418,13 @@ class FmdqLinear(wiring.Component):
         s_mt = Signal.like(l_mt)
         s_ent = Signal.like(rd.data)
         ok, accept = Signal(), Signal()
+        # The arrays take the group as they would decide it (``must_wait``, ``o_hold``), from
+        # stage S and the arrays' issue state, not back through their ready from the op
+        # multiplexer an owner puts in front of shared arrays (the Fmax path).
+        arr0 = arrays[0]
+        wait = must_wait(arr0.o_fresh, issue_gap(m, arr0.o_sprev, s_ent.group.shift, "replay"))
         m.d.comb += [ok.eq(s_valid & (s_p < l_ok)),
-                     accept.eq(ok & arrays[0].i_op.ready)]
+                     accept.eq(ok & ~wait & ~(s_ent.group.last & arr0.o_hold))]
         s_adv = ~s_valid | accept
         advance = ~r_valid | s_adv
         with m.If(s_adv):

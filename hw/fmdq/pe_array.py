@@ -21,8 +21,8 @@ from dstar.golden.fmdq_pe import MAX_STEP, acc_bits
 from ..geometry import uwidth
 from .layouts import slice_group_layout, total_shift_bits
 
-__all__ = ["weight_window_row_layout", "group_op_layout", "token_shift_bits", "lend_signature",
-           "FmdqPEArray"]
+__all__ = ["issue_gap", "must_wait", "weight_window_row_layout", "group_op_layout",
+           "token_shift_bits", "lend_signature", "FmdqPEArray"]
 
 #: Bits of one lane's multiple of a weight (``3 * -128`` .. ``3 * 127``).
 _MULT_BITS = 10
@@ -73,6 +73,21 @@ def _delayed(m: Module, value, name: str) -> Signal:
     return reg
 
 
+def issue_gap(m: Module, s_prev, shift, name: str) -> Signal:
+    """The accumulators' total shift ``s_prev`` less a group's ``shift`` (one bit wider)."""
+    gap = Signal(len(s_prev) + 1, name=f"{name}_gap")
+    m.d.comb += gap.eq(s_prev - shift)
+    return gap
+
+
+def must_wait(fresh, gap):
+    """Whether a group waits for a bubble: its shift more than ``MAX_STEP`` below the
+    accumulators' (``gap``, ``issue_gap``) in a unit (not ``fresh``). One rule for the array and
+    for a source that decides from its own registers and the array's ``o_sprev`` / ``o_fresh``
+    whether the array takes its group (``FmdqLinear``)."""
+    return ~fresh & (gap > MAX_STEP)
+
+
 def lend_signature(args: dict) -> wiring.Signature:
     """What a user of an ``FmdqPEArray(**args)`` it does not own drives (``FmdqLinear`` and
     ``AttentionEngine`` with ``shared``; the owner, ``dstar.hw.accelerator.Accelerator``,
@@ -89,6 +104,8 @@ def lend_signature(args: dict) -> wiring.Signature:
                                        always_ready=True)),
         "o_unit_done": In(1),
         "o_hold": In(1),
+        "o_sprev": In(total_shift_bits(args["e_max"])),
+        "o_fresh": In(1),
         **({"rd_addr": Out(uwidth(args["y_depth"])).array(readers),
             "rd_data": In(y_row).array(readers)} if readers else {}),
     })
@@ -153,6 +170,10 @@ class FmdqPEArray(wiring.Component):
         written out): a source whose groups never wait for a bubble (each shift at most
         ``MAX_STEP`` below its predecessor's in a unit) may take ``~(last & o_hold)`` as
         ``i_op.ready``, from registers alone.
+    o_sprev, o_fresh : Out
+        The issue state (the accumulators' total shift, a unit starts next): with ``o_hold``
+        and ``issue_gap`` / ``must_wait`` a source computes ``i_op.ready`` from its own group's
+        registers.
     host_y_addr, host_y_rdata
     rd_addr : In(range(y_depth)).array(readers), rd_data : Out(Y row).array(readers)
     """
@@ -182,6 +203,8 @@ class FmdqPEArray(wiring.Component):
                                           always_ready=True)),
             "o_unit_done": Out(1),
             "o_hold": Out(1),
+            "o_sprev": Out(total_shift_bits(e_max)),
+            "o_fresh": Out(1),
             "host_y_addr": In(uwidth(y_depth)),
             "host_y_rdata": Out(y_row),
             **({"host_y_we": In(1), "host_y_wdata": In(y_row)} if host_writes else {}),
@@ -200,12 +223,12 @@ class FmdqPEArray(wiring.Component):
         s_prev = Signal(sh_bits)               # the accumulators' current total shift
         fresh = Signal(init=1)                 # the next group starts a unit
         hold = Signal(range(max(n_t, 2)))      # cycles before a unit's last group may issue
-        gap = Signal(sh_bits + 1)
-        m.d.comb += gap.eq(s_prev - grp.shift)
-        bubble = self.i_op.valid & ~fresh & (gap > MAX_STEP)
+        gap = issue_gap(m, s_prev, grp.shift, "issue")
+        bubble = self.i_op.valid & must_wait(fresh, gap)
         take = ~bubble & (~grp.last | (hold == 0))
         accept = self.i_op.valid & take
-        m.d.comb += [self.i_op.ready.eq(take), self.o_hold.eq(hold != 0)]
+        m.d.comb += [self.i_op.ready.eq(take), self.o_hold.eq(hold != 0),
+                     self.o_sprev.eq(s_prev), self.o_fresh.eq(fresh)]
         with m.If(hold != 0):
             m.d.sync += hold.eq(hold - 1)
         with m.If(accept):
