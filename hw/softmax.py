@@ -329,7 +329,8 @@ class SoftmaxUnit(wiring.Component):
             m.d.sync += [l_s.eq(s_in), l_first.eq(a_cnt == 0), l_gfirst.eq(a_gcnt == 0),
                          l_last.eq(last_word), l_addr.eq(base + a_cnt),
                          l_gaddr.eq(gbase + a_gidx),
-                         l_ok.eq(Cat(~last_word | (a_rem >= j) for j in range(lanes)))]
+                         l_ok.eq(Cat(Const(1, 1),     # lane 0 always holds a key
+                                     *[~last_word | (a_rem >= j) for j in range(1, lanes)]))]
         m.d.comb += [wr.addr.eq(l_addr), wr.data.eq(l_s), wr.en.eq(l_v)]
         # The beat's max and its compares with the row's and the group's running maxima in one
         # level of comparators (a tournament, not a tree), so the stage fits one cycle.

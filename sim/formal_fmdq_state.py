@@ -95,22 +95,25 @@ def _elaborate_recording_front(qu: QuantUnit, platform, quantize=None):
     return body, front
 
 
-def _narrow_fifo(state_bits_total: int):
-    """The mutant's FIFO factory: a ``RegisterFIFO`` that keeps one bit less of each word
-    (its top bit, the last token's old state's sign, written as 0) when the words hold old
-    states (at least ``state_bits_total`` bits): the pending FIFO one bit narrower."""
+class _NarrowFIFO(RegisterFIFO):
+    """A ``RegisterFIFO`` that keeps one bit less of each word (its top bit, the last token's
+    old state's sign, written as 0)."""
 
-    class Narrow(RegisterFIFO):
-        def elaborate(self, platform):
-            outer = self.w_data
-            self.w_data = Signal(self.width, name="w_data_narrow")
-            m = super().elaborate(platform)
-            m.d.comb += self.w_data.eq(outer[:-1])
-            self.w_data = outer
-            return m
+    def elaborate(self, platform):
+        outer = self.w_data
+        self.w_data = Signal(self.width, name="w_data_narrow")
+        m = super().elaborate(platform)
+        m.d.comb += self.w_data.eq(outer[:-1])
+        self.w_data = outer
+        return m
+
+
+def _narrow_fifo(state_bits_total: int):
+    """The mutant's FIFO factory: ``_NarrowFIFO`` when the words hold old states (at least
+    ``state_bits_total`` bits), else a ``RegisterFIFO``: the pending FIFO one bit narrower."""
 
     def make(*, width, depth):
-        cls = Narrow if width >= state_bits_total else RegisterFIFO
+        cls = _NarrowFIFO if width >= state_bits_total else RegisterFIFO
         return cls(width=width, depth=depth)
     return make
 

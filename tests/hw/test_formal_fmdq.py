@@ -25,7 +25,7 @@ from dstar.sim.formal_accel import (
     command_valid,
     drive_free,
 )
-from dstar.sim.formal_fmdq_state import StateWidthHarness, wrapping_quantize
+from dstar.sim.formal_fmdq_state import StateWidthHarness
 from dstar.sim.formal_streams import StreamHarness
 
 from .test_formal import PROCESSOR_K, check, fmdq_attention_cfg
@@ -185,8 +185,18 @@ def test_fmdq_saturated_width_8_update_is_reachable():
     assert res.passed, f"{res}\n{res.summary}"
 
 
-def test_fmdq_codes_mutant_wrapping_instead_of_saturating_fails():
-    with mock.patch.object(QuantUnit, "_quantize", wrapping_quantize):
+def test_fmdq_codes_mutant_width_one_bit_short_fails():
+    """The width decided from the extremes one bit short (an off-by-one in the width's bit
+    tests): a code outside its width. (A quantizer wrapping instead of saturating keeps every
+    code within width 8, which the width takes from the unsaturated extremes: the state-width
+    proof catches that one, ``test_fmdq_state_mutant_fails``.)"""
+    real = QuantUnit._shifted
+
+    def short_width(self, m, d, p, half, name):
+        r = real(self, m, d, p, half, name)
+        return r >> 1 if name.startswith(("rmax", "rmin")) else r
+
+    with mock.patch.object(QuantUnit, "_shifted", short_width):
         res = check(StreamHarness(_codes_quant_unit(), constrain=_codes_in_class),
                     "fmdq_codes_mutant")
     assert not res.passed and res.trace is not None, str(res)
