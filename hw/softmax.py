@@ -6,6 +6,9 @@ Ref: dstar-spec.md section 4 (fixed-point softmax); the bit-exact contract is
 ``dstar.golden.softmax.normalize``; ``golden/ATTENTION.md`` restates it with widths.
 """
 
+import operator
+from functools import reduce
+
 from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -94,15 +97,6 @@ def _winners(m: Module, vals, name: str) -> list:
                                for k in range(n) if k != i], Const(1, 1)).all())
         win.append(w)
     return win
-
-
-def _or_tree(values):
-    """The OR of ``values`` (a balanced tree)."""
-    values = list(values)
-    while len(values) > 1:
-        values = [values[k] | values[k + 1] if k + 1 < len(values) else values[k]
-                  for k in range(0, len(values), 2)]
-    return values[0]
 
 
 def _sfx(j: int, lanes: int) -> str:
@@ -337,9 +331,10 @@ class SoftmaxUnit(wiring.Component):
         vals = [l_s[0]] + [Mux(l_ok[j], l_s[j], l_s[0]) for j in range(1, lanes)]
         win = _winners(m, vals, "beat")
         beat_max = Signal(signed(w))
-        m.d.comb += beat_max.eq(_or_tree([Mux(win[j], vals[j], 0) for j in range(lanes)]))
-        above_max = _or_tree([win[j] & (vals[j] > a_max) for j in range(lanes)])
-        above_gmax = _or_tree([win[j] & (vals[j] > a_gmax) for j in range(lanes)])
+        m.d.comb += beat_max.eq(reduce(operator.or_, [Mux(win[j], vals[j], 0)
+                                                     for j in range(lanes)]))
+        above_max = Cat(*[win[j] & (vals[j] > a_max) for j in range(lanes)]).any()
+        above_gmax = Cat(*[win[j] & (vals[j] > a_gmax) for j in range(lanes)]).any()
         gmax_new = Signal(signed(w))
         m.d.comb += gmax_new.eq(Mux(l_gfirst | above_gmax, beat_max, a_gmax))
         if gwr is not None:

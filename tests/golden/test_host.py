@@ -6,7 +6,6 @@ before the host and the hooks shared their float side (``golden.host_side``); so
 integer contract or of the host's float work: run this file with ``DSTAR_PRINT_PINS=1`` and
 ``-s`` and paste the printed digests."""
 
-import hashlib
 import os
 
 import numpy as np
@@ -18,6 +17,7 @@ from dstar.golden.dit import LINEAR_TYPES, DiT, drive
 from dstar.golden.hooks import DStarLinears
 from dstar.golden.host import BlockHost, GoldenEngine, HeadSteps, run_sync
 from dstar.golden.sar import SparseAttentionReuse
+from tests.golden.test_pinned_run import _digest
 
 BLOCK, STEPS, TOKENS = 2, 4, 40
 NAME = f"blocks.{BLOCK}.attn"
@@ -33,15 +33,6 @@ PINS = {
 }
 #: refresh: digest of ``HeadSteps``' steps
 HEAD_PINS = {0: "ee5e756b75edb1c2", 2: "91735713c1dd8591"}
-
-
-def _digest(arrays) -> str:
-    h = hashlib.sha256()
-    for a in arrays:
-        a = np.ascontiguousarray(a)
-        h.update(str((a.dtype.str, a.shape)).encode())
-        h.update(a.tobytes())
-    return h.hexdigest()[:16]
 
 
 def _check(name, got, want):
