@@ -314,8 +314,10 @@ class SoftmaxGeometry:
     EXP_STAGES: ClassVar[int] = 7
     #: Restoring divider: quotient bits of ``r`` (one per cycle with one lane).
     DIV_CYCLES: ClassVar[int] = RECIP_BITS + 1
-    #: Most quotient bits per cycle (more would need ``L`` above 8, see ``div_bits``).
-    DIV_BITS_MAX: ClassVar[int] = 8
+    #: Most quotient bits per cycle: three chained trials keep the divider's step off the tiny
+    #: top's critical path at 50 MHz (four set it at 49.18 MHz); more than 8 would need ``L``
+    #: above 8, see ``div_bits``.
+    DIV_BITS_MAX: ClassVar[int] = 3
     #: Normalizer stages (product register, output register).
     NORM_STAGES: ClassVar[int] = 2
     P_BITS: ClassVar[int] = 8
@@ -363,9 +365,9 @@ class SoftmaxGeometry:
 
     @property
     def div_bits(self) -> int:
-        """Quotient bits per divider cycle: ``min(P, 8)``. The ``div_bits * div_steps - 17``
-        leading trials that give no quotient bit need ``L >= div_bits * div_steps - 16``, which
-        ``l >= 255`` gives up to 8."""
+        """Quotient bits per divider cycle: ``min(P, DIV_BITS_MAX)``. The ``div_bits *
+        div_steps - 17`` leading trials that give no quotient bit need ``L >= div_bits *
+        div_steps - 16``, which ``l >= 255`` gives up to 8."""
         return min(self.lanes, self.DIV_BITS_MAX)
 
     @property

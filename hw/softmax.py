@@ -138,7 +138,7 @@ class SoftmaxUnit(wiring.Component):
       row registers (``Smax``, ``m``, ``sh``, ``l``; one per memory half) and each word carries
       its set along; with ``P = 1`` it has one set and drains between rows;
     * the *divider* takes ``l`` and runs a restoring division of ``2**(L+16) - 1`` by ``l``,
-      ``b = min(P, 8)`` quotient bits per cycle (``b`` chained trial subtractions) in ``D =
+      ``b = min(P, 3)`` quotient bits per cycle (``b`` chained trial subtractions) in ``D =
       ceil(17 / b)`` cycles, then offers ``(l, r, L)`` on ``o_sum``; it takes ``l`` from the
       row set's register the cycle after the row's last beat completed it, and with ``P > 1``
       the next ``l`` in the cycle ``o_sum`` is taken.

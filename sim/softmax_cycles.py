@@ -16,7 +16,7 @@ component's docstring) with ``P = lanes`` keys per beat. With no stall anywhere,
   drained between rows) ``t_{k-1} + 1``; with ``P > 1`` (two row sets, one per memory half)
   the later of ``w_{k-1} + W_{k-1} + 1`` (the previous row is read out) and ``t_{k-2} + 1``
   (the set of row ``k - 2`` is free);
-* divider: ``D = ceil(17 / min(P, 8))`` steps at ``t_k + 1 .. t_k + D``, ``(l, r, L)`` on
+* divider: ``D = ceil(17 / min(P, 3))`` steps at ``t_k + 1 .. t_k + D``, ``(l, r, L)`` on
   ``o_sum`` at ``t_k + D + 1``; free for the next row at ``t_k + D + 2`` (``P = 1``) or, as
   it takes the next ``l`` while ``o_sum`` is taken, at ``t_k + D + 1`` (``P > 1``).
 

@@ -118,11 +118,11 @@ def test_the_top_behaves_as_its_manifest_and_the_docs_say():
     assert key["counter"] == "attention_key" and key["set_by"] == "RUN_ATTENTION"
     assert mask.all() and out["key_port"] == 1 and cnt["attention_key"] == 1
     assert (cnt["attention_cycles"], cnt["attention_qk_tiles"], cnt["attention_pv_tiles"]) == (
-        819, 1, 1)
+        827, 1, 1)
     o, _, _, cnt = out["reuse"]
     np.testing.assert_array_equal(o, want)               # unchanged inputs: the same output
     assert out["reuse_port"] == cnt[key["counter"]] == 0
-    assert cnt["attention_cycles"] == 496 and cnt["errors"] == 2
+    assert cnt["attention_cycles"] == 504 and cnt["errors"] == 2
     _, _, mask, cnt = out["theta0"]
     assert cnt["errors"] == 2 and mask.any(axis=1).all()     # theta_q 0 is accepted
 

@@ -56,7 +56,7 @@ def test_generate_is_deterministic_and_manifest_matches(tmp_path):
     assert att["verilog"] == attn_a.name and att["config"] == cfg.hardware()
     # The default softmax (auto): 4 keys per cycle, 4 quotient bits per division step.
     assert att["softmax"]["lanes"] == cfg.softmax_keys_per_cycle == 4
-    assert att["softmax"]["div_steps"] == 5
+    assert att["softmax"]["div_steps"] == 6
     assert _ports(attn_a.read_text(), ATTN_TOP_NAME) == att["ports"]
     # Layout field lists tile their vectors exactly.
     for name, lay in [*man["layouts"].items(), *att["layouts"].items()]:

@@ -64,8 +64,8 @@ def test_softmax_and_dense_geometry():
     assert sg.max_row == cfg.max_tokens and sg.DIV_CYCLES == 17 and sg.EXP_STAGES == 7
     assert (sg.lanes, sg.row_words, sg.div_bits, sg.div_steps, sg.overlap) == (1, 32, 1, 17, False)
     wide = [SoftmaxGeometry(cfg.replace(softmax_lanes=p), max_row=20) for p in (4, 8, 16)]
-    assert [(g.row_words, g.div_bits, g.div_steps) for g in wide] == [(5, 4, 5), (3, 8, 3),
-                                                                      (2, 8, 3)]
+    assert [(g.row_words, g.div_bits, g.div_steps) for g in wide] == [(5, 3, 6), (3, 3, 6),
+                                                                      (2, 3, 6)]
     assert AttentionGeometry(cfg.replace(softmax_lanes=8)).softmax.lanes == 8   # 8 columns
     with pytest.raises(ConfigError, match=r"^softmax_lanes=16 must divide m_tile \* n_arrays=8 "):
         AttentionGeometry(cfg.replace(softmax_lanes=16))
