@@ -42,8 +42,9 @@ import math
 
 import numpy as np
 
+from dstar.config import Attention
+
 from .host_side import (
-    AttentionSide,
     dequantize_output,
     quantize_on,
     quantize_per_head,
@@ -289,74 +290,72 @@ def _rel_err(a, ref) -> float:
 # ----- the DiT hook -----
 class AttentionReuse:
     """The ``attn(name, q, k, v, step) -> out`` hook of ``dstar.golden.dit``: DSTAR sparse attention
-    with reuse, one state (mask, residual, V lattice) per layer ``name``, covering every batch
-    element and head of that layer. ``q, k, v``: float ``(B, H, N, Dh)`` before the 1/sqrt(Dh)
-    scale; returns float32 ``(B, H, N, Dh)``.
+    with reuse, the host's attention step (``golden.host.BlockHost.attention_step``) on the
+    golden engine (``golden.host.GoldenEngine``), the path the accelerator's host takes: one
+    state (the slots' masks and residuals, V's lattice) per layer ``name``, a slot per batch
+    element and head. ``q, k, v``: float ``(B, H, N, Dh)`` before the 1/sqrt(Dh) scale, every
+    step of a layer of one shape; returns float32 ``(B, H, N, Dh)``.
 
-    Parameters come from ``cfg`` (``block_q``, ``block_k``, ``theta``, ``refresh_attn``, and, if
-    the config has them, ``attn_frac_bits`` / ``attn_out_frac_bits`` and the probabilities'
-    exponent groups ``group`` / ``e_max``); keyword arguments override.
-    With ``measure`` each call also computes float attention and dense integer attention and
-    records the relative L2 errors of the output against them, over the first ``measure_batch``
-    batch elements (``None``: all of them)."""
+    Parameters come from ``cfg`` (``block_q``, ``block_k``, ``theta``, ``refresh_attn``,
+    ``attn_frac_bits``, ``attn_out_frac_bits`` and the probabilities' exponent groups ``group``
+    / ``e_max``; v1's residual reuse whatever its ``attention``). With ``measure`` each call
+    also computes float attention and dense integer attention and records the relative L2
+    errors of the output against them, over the first ``measure_batch`` batch elements
+    (``None``: all of them)."""
 
-    def __init__(self, cfg, *, frac_bits: int | None = None, out_frac_bits: int | None = None,
-                 measure: bool = True, measure_batch: int | None = None):
+    def __init__(self, cfg, *, measure: bool = True, measure_batch: int | None = None):
+        theta_fixed(cfg.theta)
+        if cfg.attention is not Attention.RESIDUAL:
+            cfg = cfg.replace(attention=Attention.RESIDUAL)
         self.cfg = cfg
-        self.block_q, self.block_k = cfg.block_q, cfg.block_k
-        self.theta, self.refresh = cfg.theta, cfg.refresh_attn
-        theta_fixed(self.theta)
-        self.frac_bits = frac_bits if frac_bits is not None else getattr(
-            cfg, "attn_frac_bits", DEFAULT_FRAC_BITS)
-        self.out_frac_bits = out_frac_bits if out_frac_bits is not None else getattr(
-            cfg, "attn_out_frac_bits", DEFAULT_OUT_FRAC_BITS)
-        self.group = getattr(cfg, "group", DEFAULT_GROUP)
-        self.e_max = getattr(cfg, "e_max", DEFAULT_E_MAX)
         self.measure = measure
         self.measure_batch = measure_batch
-        self.state: dict[str, dict] = {}
-        self.sides: dict[str, AttentionSide] = {}   # float side per layer
         self.records: list[dict] = []
+        self.reset()
 
     def reset(self):
         """Forget every layer's state and record (a new sampling run)."""
-        self.state.clear()
-        self.sides.clear()
+        # golden.host builds on this module's integer attention, so it is imported here.
+        from .host import BlockHost, GoldenEngine
+
+        self.host = BlockHost(self.cfg, None, GoldenEngine(self.cfg))
         self.records.clear()
 
+    @property
+    def state(self) -> dict[str, dict]:
+        """Per layer: its steps' ``shape``, V's lattice ``s_v`` and its slots' ``mask``
+        ``(B, H, nqb, nkb)`` and residual ``r`` ``(B, H, N, Dh)`` (stacked from the engine)."""
+        out = {}
+        for name, (side, slot0, shape) in self.host.att.items():
+            sts = [self.host.engine.slots[slot0 + i] for i in range(shape[0] * shape[1])]
+            out[name] = {"shape": shape, "s_v": side.s_v,
+                         **{f: np.stack([st[f] for st in sts]).reshape(
+                             shape[:2] + sts[0][f].shape) for f in ("mask", "r")}}
+        return out
+
     def is_key(self, name: str, step: int) -> bool:
-        side = self.sides.get(name)
-        return side is None or side.is_key(step)
+        side = self.host.att.get(name)
+        return side is None or side[0].is_key(step)
 
     def _kw(self):
-        return dict(block_q=self.block_q, block_k=self.block_k, frac_bits=self.frac_bits,
-                    out_frac_bits=self.out_frac_bits, group=self.group, e_max=self.e_max)
+        c = self.cfg
+        return dict(block_q=c.block_q, block_k=c.block_k, frac_bits=c.attn_frac_bits,
+                    out_frac_bits=c.attn_out_frac_bits, group=c.group, e_max=c.e_max)
 
     def __call__(self, name: str, q, k, v, step: int):
+        from .host import run_sync
+
         q, k, v = (np.asarray(a) for a in (q, k, v))
         if q.ndim != 4 or q.shape != k.shape or q.shape != v.shape:
             raise ValueError(f"{name}: q, k, v must share one (B, H, N, Dh) shape, got "
                              f"{q.shape}, {k.shape}, {v.shape}")
-        key = self.is_key(name, step)
-        st = self.state.get(name)
-        if not key and st["shape"] != q.shape:
-            raise ValueError(f"{name}: shape {q.shape} differs from the key step's {st['shape']}")
-        side = self.sides.setdefault(name, AttentionSide(
-            self.cfg, frac_bits=self.frac_bits, out_frac_bits=self.out_frac_bits))
-        q_int, k_int, m, sh, v_int, n_clip = side.quantize(q, k, v, key)
-        if key:
-            res = _attend(q_int, k_int, v_int, m, sh, None, self.theta, **self._kw())
-            st = self.state[name] = {"shape": q.shape, "s_v": side.s_v, "mask": res["mask"],
-                                     "r": res["o_full"] - res["o_sel"], "key_step": step}
-            o_int = res["o_full"]
-        else:
-            o_int = _attend(q_int, k_int, v_int, m, sh, st["mask"], **self._kw())["o"]
-            o_int += st["r"]
-        out = side.output(o_int)
-        sel = float(st["mask"].mean())
+        res = run_sync(self.host.attention_step(name, q, k, v, step))
+        key, out = res.key, res.out
+        engine = self.host.engine
+        sel = float(np.stack([engine.slots[int(s)]["mask"] for s in res.slots.flat]).mean())
         rec = {"name": name, "step": step, "key": key, "selected_fraction": sel,
                "blocks_computed": 1.0 if key else sel,
-               "pv_blocks": 1.0 if key else sel, "v_clipped": n_clip / v.size}
+               "pv_blocks": 1.0 if key else sel, "v_clipped": res.n_clipped / v.size}
         if self.measure:
             b = slice(0, self.measure_batch)
             ref = float_attention(q[b], k[b], v[b])
@@ -365,9 +364,11 @@ class AttentionReuse:
                 rec["err_dense_int"] = rec["err_vs_float"]
             else:
                 v_fresh, s_fresh = quantize_per_head(v[b])
-                dense = _attend(q_int[b], k_int[b], v_fresh, m[b], sh[b], **self._kw())["o"]
+                dense = _attend(res.q[b], res.k[b], v_fresh, res.m[b], res.sh[b],
+                                **self._kw())["o"]
                 rec["err_dense_int"] = _rel_err(
-                    dense * s_fresh[..., None, None] / float(1 << self.out_frac_bits), ref)
+                    dense * s_fresh[..., None, None] / float(1 << self.cfg.attn_out_frac_bits),
+                    ref)
         self.records.append(rec)
         return out.astype(np.float32)
 

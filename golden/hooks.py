@@ -4,6 +4,7 @@ import numpy as np
 
 from .difflinear import ENCODINGS, DiffLinear
 from .dit import LINEAR_TYPES
+from .host import BlockHost, GoldenEngine
 from .quant import quantize_weights, w8a8_linear
 
 __all__ = ["layer_type", "W8A8Linears", "DStarLinears"]
@@ -29,12 +30,16 @@ class W8A8Linears:
 
 
 class DStarLinears:
-    """One ``DiffLinear`` per layer name, created on first use; counts operations per step
-    (``stats``: the ``cfg.encoding``'s, ``golden.stats.OpStats`` or
-    ``golden.fmdq_stats.FmdqStats``)."""
+    """The linear hook of the host (``golden.host.BlockHost.linear_step``) on the golden engine
+    (``host``: one ``BlockHost`` on one ``GoldenEngine`` for every layer, as the accelerator's
+    host runs the DiT's blocks), each layer seen as a ``DiffLinear`` (``layers``, created on
+    first use); counts operations per step (``stats``: the ``cfg.encoding``'s,
+    ``golden.stats.OpStats`` or ``golden.fmdq_stats.FmdqStats``) and hands each step's
+    ``StepResult`` to ``on_result(name, step, res)``."""
 
     def __init__(self, cfg, layer_types=LINEAR_TYPES, on_result=None):
         self.cfg = cfg
+        self.host = BlockHost(cfg, None, GoldenEngine(cfg))
         self.layers: dict[str, DiffLinear] = {}
         self.stats = ENCODINGS[cfg.encoding].stats(layer_types)
         self.on_result = on_result
@@ -42,7 +47,7 @@ class DStarLinears:
     def __call__(self, name, x, w, b, step):
         layer = self.layers.get(name)
         if layer is None:
-            layer = self.layers[name] = DiffLinear(w, b, self.cfg, name)
+            layer = self.layers[name] = DiffLinear(w, b, self.cfg, name, self.host)
         res = layer(x, step, dtype=np.float32)
         self.stats.add_counts(step, layer_type(name), res.counts)
         if self.on_result is not None:

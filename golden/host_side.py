@@ -22,12 +22,13 @@ import numpy as np
 
 from dstar.config import Encoding, FmdqLattice
 
-from .quant import layer_lattice, quantize_weights, to_lattice_float, token_lattice
+from .quant import amax_rows, layer_lattice, quantize_weights, to_lattice_float, token_lattice
 from .schedule import is_key_step
 from .softmax import logit_multiplier
 
-__all__ = ["LATTICES", "key_lattice", "linear_output", "quantize_per_token", "quantize_per_head",
-           "quantize_on", "quantize_qk", "dequantize_output", "LinearSide", "AttentionSide"]
+__all__ = ["LATTICES", "key_lattice", "lattice_refinements", "linear_output",
+           "quantize_per_token", "quantize_per_head", "quantize_on", "quantize_qk",
+           "dequantize_output", "LinearSide", "AttentionSide"]
 
 #: Each ``FmdqLattice``'s key-step lattice: ``(x, extra_bits) -> d`` (float64 ``(N,)``).
 LATTICES = {FmdqLattice.TOKEN: token_lattice, FmdqLattice.LAYER: layer_lattice}
@@ -38,6 +39,25 @@ def key_lattice(x, cfg):
     (``token_lattice``), or with ``encoding = "fmdq"`` ``fmdq_lattice``'s (``LATTICES``)."""
     lattice = LATTICES[cfg.fmdq_lattice] if cfg.encoding is Encoding.FMDQ else token_lattice
     return lattice(x, cfg.lattice_bits)
+
+
+def lattice_refinements(peak, refined, xs_peak, cfg) -> np.ndarray:
+    """Halvings ``k`` (int64 ``(N,)``) of each token's lattice before a delta step: while the
+    token's ``peak`` (``max|X[n]| / d[n]``, float, on its current lattice) times ``2**k`` is at
+    most ``cfg.refine_at * 127 * 2**cfg.lattice_bits``, its halvings since the key step
+    (``refined + k``) stay within ``cfg.refine_max`` and the doubled state peak
+    (``xs_peak << (k + 1)``) within ``cfg.state_max``, ``k`` grows by one. All-zero rows
+    (``peak == 0``) keep their lattice."""
+    limit = cfg.refine_at * (127 << cfg.lattice_bits)
+    peak = np.asarray(peak, np.float64)
+    k = np.zeros(peak.shape, np.int64)
+    for _ in range(cfg.refine_max):
+        more = ((peak * 2.0 ** k <= limit) & (peak > 0) & (refined + k < cfg.refine_max)
+                & ((xs_peak << (k + 1)) <= cfg.state_max))
+        if not more.any():
+            break
+        k += more
+    return k
 
 
 def linear_output(y_int, d, s_w, bias, y) -> None:
@@ -130,15 +150,23 @@ def dequantize_output(o_int, s_v, out_frac_bits: int):
 # ----- the sides of a layer -----
 class LinearSide:
     """The float side of linear layer ``y = x @ w.T + b`` (``w`` ``(M, K)`` float, PyTorch
-    layout): ``w_q`` (INT8 ``(K, M)``), ``s_w``, ``bias`` (float64 or None) and the rows'
-    lattice ``d`` (``None`` before the first key step; the golden layer may refine it between
-    key steps, ``golden.difflinear``)."""
+    layout): ``w_q`` (INT8 ``(K, M)``), ``s_w``, ``bias`` (float64 or None), the rows'
+    lattice ``d`` (``None`` before the first key step) and each row's halvings of it since
+    (``refined``, int64 ``(N,)``).
+
+    Lattice refinement (``Config.refine_max`` > 0): before a delta step, a token whose values
+    have shrunk since its key step gets a finer lattice, by powers of two, exactly: ``d[n] /=
+    2**k`` here, and the engine's ``Xs_int[n] <<= k``, ``Y_int[n] <<= k`` (``refine`` gives
+    ``k``), so the layer's invariant holds and its float output is unchanged, while the new
+    targets land on the finer lattice. The lattice never coarsens between key steps (that would
+    not be exact)."""
 
     def __init__(self, w, b, cfg):
         self.cfg = cfg
         self.w_q, self.s_w = quantize_weights(w)
         self.bias = None if b is None else np.asarray(b, dtype=np.float64)
         self.d = None
+        self.refined = None
 
     def is_key(self, step: int) -> bool:
         """Whether the call at sampling step ``step`` is a key step (``Config.refresh_linear``):
@@ -148,6 +176,17 @@ class LinearSide:
     def fix_lattice(self, x) -> None:
         """A key step's lattice for the rows ``x`` (``key_lattice``)."""
         self.d = key_lattice(x, self.cfg)
+        self.refined = np.zeros(len(self.d), np.int64)
+
+    def refine(self, x, xs_peak):
+        """Before a delta step on the rows ``x``: each row's halvings ``k`` (int64 ``(N,)``,
+        ``lattice_refinements`` of the engine's state peak ``xs_peak``), applied to ``d``; the
+        engine must shift its state by the same ``k``."""
+        k = lattice_refinements(amax_rows(x) / self.d, self.refined, xs_peak, self.cfg)
+        if k.any():
+            self.d = self.d / np.ldexp(1.0, k)      # exact powers of two
+            self.refined = self.refined + k
+        return k
 
     def targets(self, x, rows=slice(None)):
         """The integer targets of rows ``x`` (those ``rows`` of the lattice): float64 holding
@@ -175,8 +214,10 @@ class AttentionSide:
 
     def is_key(self, step: int) -> bool:
         """Whether the call at sampling step ``step`` is a key step (SAR: a cache step;
-        ``Config.refresh_attn``): the layer's first call always is."""
-        return self.s_v is None or is_key_step(step, self.cfg.refresh_attn)
+        ``Config.refresh_attn``, and with SAR every step before ``Config.sar_reuse_from``): the
+        layer's first call always is."""
+        return (self.s_v is None or is_key_step(step, self.cfg.refresh_attn)
+                or (self.sar and step < self.cfg.sar_reuse_from))
 
     def quantize(self, q, k, v, key: bool):
         """``(q_int, k_int, m, sh, v_int, n_clipped)`` of a step (``key``: whether it is a key

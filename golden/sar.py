@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dstar.config import Encoding
+from dstar.config import Attention, Encoding
 
 from .attention import (
     _attend,
@@ -38,7 +38,6 @@ from .attention import (
     select_blocks,
     theta_fixed,
 )
-from .host_side import AttentionSide
 from .quant import exact_matmul
 from .softmax import (
     DEFAULT_E_MAX,
@@ -280,9 +279,12 @@ def _work(mask, n: int, dh: int, block_q: int, block_k: int) -> int:
 
 class SparseAttentionReuse:
     """The ``attn(name, q, k, v, step) -> out`` hook of ``golden.dit`` running SAR with the
-    static masks ``masks`` (``(L, H, nqb, nkb)``, layers in ``layer_names`` order). One score
-    cache (``w``, ``l``) per layer, for every batch element and head. On reuse steps ``q`` and
-    ``k`` are not read (``None`` is fine: ``QKSkip`` hands NaN columns).
+    static masks ``masks`` (``(L, H, nqb, nkb)``, layers in ``layer_names`` order): the host's
+    attention step (``golden.host.BlockHost.attention_step``) on the golden engine
+    (``golden.host.GoldenEngine``), the path the accelerator's host takes; one score cache
+    (``w``, ``l``) per slot, a slot per batch element and head of a layer. Every step before
+    ``cfg.sar_reuse_from`` is a cache step too. On reuse steps ``q`` and ``k`` are not read
+    (``None`` is fine: ``QKSkip`` hands NaN columns).
 
     Work counted per call, in multiply-accumulates: ``qk`` (logits of kept pairs, cache steps),
     ``pv`` (kept pairs times ``Dh``, every step) against dense attention's ``2 N**2 Dh``
@@ -291,27 +293,44 @@ class SparseAttentionReuse:
 
     def __init__(self, cfg, masks, layer_names, *, measure: bool = False,
                  measure_batch: int | None = None):
+        # golden.host builds on this module's cache and reuse steps, so it is imported here.
+        from .host import BlockHost, GoldenEngine
+
         masks = np.asarray(masks, bool)
         if len(layer_names) != masks.shape[0]:
             raise MaskError(f"{masks.shape[0]} layers of masks for {len(layer_names)} "
                             "attention layers")
+        if cfg.attention is not Attention.SAR:
+            cfg = cfg.replace(attention=Attention.SAR)
         self.cfg = cfg
         self.block_q, self.block_k, self.refresh = cfg.block_q, cfg.block_k, cfg.refresh_attn
         self.reuse_from = cfg.sar_reuse_from
         self.kw = dict(block_q=cfg.block_q, block_k=cfg.block_k, frac_bits=cfg.attn_frac_bits,
                        out_frac_bits=cfg.attn_out_frac_bits, group=cfg.group, e_max=cfg.e_max)
         self.masks = dict(zip(layer_names, masks, strict=True))
+        self.host = BlockHost(cfg, None, GoldenEngine(cfg), masks=self.masks)
         self.measure, self.measure_batch = measure, measure_batch
-        self.state: dict[str, dict] = {}
-        self.sides: dict[str, AttentionSide] = {}   # float side per layer
         self.records: list[dict] = []
         self.masks_meta: dict = {}          # what the masks were profiled on (sar_hooks)
 
+    @property
+    def state(self) -> dict[str, dict]:
+        """Per layer: its steps' ``shape`` and its slots' score cache ``w`` ``(B, H, N, N)``
+        and ``l`` ``(B, H, N)`` (stacked from the engine)."""
+        out = {}
+        for name, (_, slot0, shape) in self.host.att.items():
+            sts = [self.host.engine.slots[slot0 + i] for i in range(shape[0] * shape[1])]
+            out[name] = {"shape": shape, **{f: np.stack([st[f] for st in sts]).reshape(
+                shape[:2] + sts[0][f].shape) for f in ("w", "l")}}
+        return out
+
     def is_cache(self, name: str, step: int) -> bool:
-        side = self.sides.get(name)
-        return side is None or side.is_key(step) or step < self.reuse_from
+        side = self.host.att.get(name)
+        return side is None or side[0].is_key(step)
 
     def __call__(self, name: str, q, k, v, step: int):
+        from .host import run_sync
+
         v = np.asarray(v)
         if name not in self.masks:
             raise MaskError(f"no mask for attention layer {name!r}")
@@ -320,20 +339,8 @@ class SparseAttentionReuse:
         if mask.shape != (h, n_blocks(n, self.block_q), n_blocks(n, self.block_k)):
             raise MaskError(f"{name}: masks of shape {mask.shape} for {h} heads of {n} tokens "
                             f"in blocks of {self.block_q} x {self.block_k}")
-        cache = self.is_cache(name, step)
-        side = self.sides.setdefault(name, AttentionSide(self.cfg, sar=True))
-        q_int, k_int, m, sh, v_int, _ = side.quantize(q, k, v, cache)
-        if cache:
-            o_int, w, lsum = sar_cache_step(q_int, k_int, v_int, m, sh, mask, **self.kw)
-            self.state[name] = {"w": w.astype(np.uint16), "l": lsum, "shape": v.shape}
-        else:
-            st = self.state[name]
-            if st["shape"] != v.shape:
-                raise ValueError(f"{name}: shape {v.shape} differs from the cache step's "
-                                 f"{st['shape']}")
-            o_int = sar_reuse_step(st["w"], st["l"], v_int, e_max=self.kw["e_max"],
-                                   out_frac_bits=self.kw["out_frac_bits"])
-        out = side.output(o_int)
+        res = run_sync(self.host.attention_step(name, q, k, v, step))
+        cache, out = res.key, res.out
         kept = _work(mask, n, dh, self.block_q, self.block_k) * b
         rec = {"name": name, "step": step, "cache": cache, "dense": 2 * b * h * n * n * dh,
                "qk": kept * dh if cache else 0, "pv": kept * dh, "softmax": kept if cache else 0,

@@ -27,7 +27,7 @@ from dstar.golden.dit import ATTN_SUFFIX, LINEAR_TYPES, DiT, drive
 from dstar.golden.encoder import HIGH, LOW, ZERO
 from dstar.golden.fmdq import fmdq_encode
 from dstar.golden.hooks import DStarLinears
-from dstar.golden.host import GoldenEngine
+from dstar.golden.host import GoldenEngine, HeadLoop
 from dstar.golden.sampler import ddim_sample, initial_noise, sample_labels
 from dstar.golden.sar import SparseAttentionReuse, masks_for
 
@@ -171,7 +171,7 @@ def op_kind(name: str) -> str:
     return "attention" if last == ATTN_SUFFIX else last
 
 
-class CheckedEngine:
+class CheckedEngine(HeadLoop):
     """``hw`` (an ``AcceleratorEngine``) checked run by run: each operation also runs on a
     ``GoldenEngine`` and the cycle models, and ``ops`` gets a record of it (``step``, ``op``,
     ``layer``, ``key``, ``bit_exact``, ``counters`` (the top's, summed over its runs) and
@@ -197,7 +197,7 @@ class CheckedEngine:
         self._flush_heads()
         cfg = self.cfg
         prev = self.golden.layers.get(name)
-        xs0 = np.zeros_like(target) if key or prev is None else prev[0]
+        xs0 = np.zeros_like(target) if key or prev is None or prev.xs is None else prev.xs
         want = await self.golden.linear(name, w_q, target, key)
         first = len(self.hw.runs)
         got = await self.hw.linear(name, w_q, target, key)

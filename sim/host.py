@@ -14,7 +14,7 @@ golden model) and are importable from here too.
 import numpy as np
 
 from dstar.golden.attention import theta_fixed
-from dstar.golden.host import BlockHost, GoldenEngine, run_sync
+from dstar.golden.host import BlockHost, GoldenEngine, HeadLoop, run_sync
 from dstar.golden.schedule import is_key_step
 
 from .accel_io import AttentionStep, counters
@@ -23,7 +23,7 @@ from .fmdq_accel_io import linear_step_of
 __all__ = ["AcceleratorEngine", "BlockHost", "GoldenEngine", "run_sync"]
 
 
-class AcceleratorEngine:
+class AcceleratorEngine(HeadLoop):
     """The accelerator top through ``dstar.sim.accel_io`` (``io``: a ``(set, get, tick)``
     adapter of a reset design, ``man``: its manifest's ``accelerator`` section), attention at
     ``cfg``'s ``theta`` and ``refresh_attn``. ``runs`` lists the counters (``READ_COUNTERS``,

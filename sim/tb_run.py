@@ -1,5 +1,6 @@
 """The cocotb testbench of ``dstar run``: one DiT block on the accelerator top (``dstar.v``),
-step after step, through ``dstar.golden.host.BlockHost`` with a ``dstar.sim.block_run.CheckedEngine``.
+step after step, through ``dstar.golden.host.BlockHost`` with a
+``dstar.sim.block_run.CheckedEngine``.
 
 It reads the folder ``DSTAR_RUN_DIR``: ``params.json`` (the manifest), ``plan.json`` (``config``:
 the full configuration, ``block``, ``workload``) and ``inputs.npz`` (``h{s}``, ``sc{s}`` per

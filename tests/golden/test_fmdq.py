@@ -5,8 +5,8 @@ restatement or an independent product, on random and adversarial differences."""
 import numpy as np
 import pytest
 
-from dstar.config import ConfigError, FmdqRule, preset
-from dstar.golden import difflinear
+from dstar.config import ConfigError, Encoding, FmdqRule, preset
+from dstar.golden import linear_state
 from dstar.golden.difflinear import DiffLinear, InvariantError
 from dstar.golden.encoder import round_shift
 from dstar.golden.fmdq import (
@@ -245,7 +245,7 @@ def test_difflinear_keeps_the_invariant(rule, tau, refresh):
 
 
 def test_difflinear_catches_a_wrong_fmdq_decode(monkeypatch):
-    real = difflinear.ENCODINGS[difflinear.Encoding.FMDQ]
+    real = linear_state.ENCODINGS[Encoding.FMDQ]
 
     def off_by_one(diff, cfg):
         enc, dec = real.encode(diff, cfg)
@@ -255,9 +255,9 @@ def test_difflinear_catches_a_wrong_fmdq_decode(monkeypatch):
 
     cfg = _fmdq_cfg(lattice_bits=0)        # every value fits INT8: nothing is clipped
     DiffLinear(np.ones((8, 32)), None, cfg)(np.full((20, 32), 0.5), 0)
-    bad = difflinear.Coding(off_by_one, real.lossy, real.count, real.stats, real.parts,
+    bad = linear_state.Coding(off_by_one, real.lossy, real.count, real.stats, real.parts,
                             real.rows)
-    monkeypatch.setitem(difflinear.ENCODINGS, difflinear.Encoding.FMDQ, bad)
+    monkeypatch.setitem(linear_state.ENCODINGS, Encoding.FMDQ, bad)
     with pytest.raises(InvariantError, match="closed-loop error exceeds tau=0"):
         DiffLinear(np.ones((8, 32)), None, cfg)(np.full((20, 32), 0.5), 0)
 

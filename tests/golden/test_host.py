@@ -96,3 +96,94 @@ def test_head_steps_are_pinned(refresh):
         arrays += [np.array([st["key"], st["s_v"]]),
                    np.asarray(st["picks"] if st["picks"] is not None else -1)]
     _check(f"head steps, refresh {refresh}", _digest(arrays), HEAD_PINS[refresh])
+
+
+def test_the_golden_hooks_run_on_the_host(monkeypatch):
+    """The golden pipeline's hooks are ``BlockHost``'s on a ``GoldenEngine``: a change of the
+    host's linear or attention step shows in their outputs (so the path cannot fork again)."""
+    cfg = preset("default")
+    rng = np.random.default_rng(5)
+    w, x = rng.standard_normal((24, 32)), rng.standard_normal((2 * 8, 32))
+    q, k, v = (rng.standard_normal((2, 2, 16, 8)).astype(np.float32) for _ in range(3))
+    masks = np.ones((2, 1, 1), bool)
+    lin = DStarLinears(cfg, LINEAR_TYPES)
+    att = AttentionReuse(cfg, measure=False)
+    sar = SparseAttentionReuse(cfg.replace(attention="sar"), masks[None], ["a"])
+    for hook in (lin, att, sar):
+        assert isinstance(hook.host, BlockHost) and type(hook.host.engine) is GoldenEngine
+    want = (lin("l.qkv", x, w, None, 0), att("a", q, k, v, 0), sar("a", q, k, v, 0))
+    lin, att = DStarLinears(cfg, LINEAR_TYPES), AttentionReuse(cfg, measure=False)
+    sar = SparseAttentionReuse(cfg.replace(attention="sar"), masks[None], ["a"])
+    step, astep = BlockHost.linear_step, BlockHost.attention_step
+
+    async def off_by_one(self, *a, **kw):
+        res = await step(self, *a, **kw)
+        return res._replace(y=res.y + 1)
+
+    async def scaled(self, *a, **kw):
+        res = await astep(self, *a, **kw)
+        return res._replace(out=res.out * 2)
+
+    monkeypatch.setattr(BlockHost, "linear_step", off_by_one)
+    monkeypatch.setattr(BlockHost, "attention_step", scaled)
+    got = (lin("l.qkv", x, w, None, 0), att("a", q, k, v, 0), sar("a", q, k, v, 0))
+    for g, w_ in zip(got, want, strict=True):
+        assert not np.array_equal(g, w_)
+
+
+class _NoCommands:
+    """An engine with only the top's commands (no ``refine``, no ``clear_slots``)."""
+
+    async def linear(self, name, w_q, target, key):
+        raise AssertionError("not reached")
+
+
+def test_a_host_refuses_what_its_engine_cannot_do():
+    cfg = preset("default")
+    with pytest.raises(ValueError, match=r"^refine_max=2 needs an engine .*_NoCommands"):
+        BlockHost(cfg.replace(refine_max=2), None, _NoCommands())
+    with pytest.raises(ValueError, match=r"^sar_reuse_from=3 needs an engine .*clear_slots"):
+        BlockHost(cfg.replace(attention="sar", sar_reuse_from=3), None, _NoCommands())
+    BlockHost(cfg.replace(refine_max=2, attention="sar", sar_reuse_from=3), None,
+              GoldenEngine(cfg))
+
+
+def test_the_engine_and_the_host_name_a_layer_they_cannot_continue():
+    cfg = preset("default")
+    g = GoldenEngine(cfg)
+    w = np.random.default_rng(2).integers(-127, 128, (32, 16))
+    run_sync(g.linear("p", w, np.ones((2, 32), np.int64), True))
+    with pytest.raises(ValueError, match="a non-key step on other weights"):
+        run_sync(g.linear("p", w[::-1].copy(), np.ones((2, 32), np.int64), False))
+    run_sync(g.linear("p", w[::-1].copy(), np.ones((2, 32), np.int64), True))   # a key step may
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 2, 16, 8)) for _ in range(3))
+    host = BlockHost(cfg, None, GoldenEngine(cfg))
+    run_sync(host.attention("a", q, k, v, 0))
+    with pytest.raises(ValueError, match=r"a: shape \(1, 2, 12, 8\) differs from the layer's"):
+        run_sync(host.attention("a", q[:, :, :12], k[:, :, :12], v[:, :, :12], 1))
+    # A second layer of more heads takes the slots after the first one's.
+    q4, k4, v4 = (rng.standard_normal((1, 4, 16, 8)) for _ in range(3))
+    run_sync(host.attention("b", q4, k4, v4, 0))
+    assert [host.att[n][1] for n in ("a", "b")] == [0, 2] and sorted(host.engine.slots) == [
+        0, 1, 2, 3, 4, 5]
+    # Slots of one call at different step kinds are run apart, never mixed.
+    eng = host.engine
+    run_sync(eng.clear_slots([0]))
+    qi = rng.integers(-127, 128, (2, 16, 8))
+    m, sh = np.full((2, 16), 1 << 14), np.full((2, 16), 20)
+    with pytest.raises(ValueError, match=r"slots \[0, 1\] are at different step kinds"):
+        run_sync(eng.attention_heads(np.array([0, 1]), qi, qi, qi, m, sh))
+
+
+def test_forced_cache_steps_clear_the_engines_slots():
+    """``sar_reuse_from``: every step before it is a cache step; the host clears the slots
+    the engine would run a reuse step on (the golden engine's ``clear_slots``)."""
+    cfg = preset("default").replace(attention="sar", sar_reuse_from=3, refresh_attn=2)
+    rng = np.random.default_rng(6)
+    masks = np.ones((2, 1, 1), bool)
+    hook = SparseAttentionReuse(cfg, masks[None], ["a"])
+    for s in range(6):
+        q, k, v = (rng.standard_normal((1, 2, 16, 8)).astype(np.float32) for _ in range(3))
+        hook("a", q, k, v, s)
+    assert [r["cache"] for r in hook.records] == [True, True, True, False, True, False]

@@ -180,16 +180,20 @@ def test_a_whole_block_on_the_accelerator_equals_the_golden_block(small_cfg):
 
 
 class Spy(GoldenEngine):
-    """A golden engine that records what each attention call was handed."""
+    """A golden engine that records what each head's attention step was handed."""
 
     def __init__(self, cfg):
         super().__init__(cfg)
         self.calls = []
 
-    async def attention(self, slot, q, k, v, m, sh, mask=None):
-        self.calls.append({"slot": slot, "q": q is not None, "k": k is not None,
-                           "m": m is not None, "mask": mask})
-        return await super().attention(slot, q, k, v, m, sh, mask)
+    async def attention_heads(self, slots, q, k, v, m, sh, masks=None):
+        lead = np.shape(slots)
+        mk = None if masks is None else np.broadcast_to(masks, lead + np.shape(masks)[-2:])
+        for idx in np.ndindex(lead):
+            self.calls.append({"slot": int(slots[idx]), "q": q is not None,
+                               "k": k is not None, "m": m is not None,
+                               "mask": None if mk is None else mk[idx]})
+        return await super().attention_heads(slots, q, k, v, m, sh, masks)
 
 
 @pytest.mark.parametrize("encoding", ["nibble", "fmdq"])
