@@ -143,7 +143,7 @@ class Accelerator(wiring.Component):
             else:
                 arr = PEArray(geo, host_writes=True)
             m.submodules[f"array_{a}"] = arr
-            _share(m, arr, [lin.pe[a], att.pe[a]], st.mode_att)
+            _share(m, arr, [lin.pe[a], att.pe[a]], st.mode_att, ISSUE_STATE)
             st.arrays.append(arr)
         m.d.comb += [self.busy.eq(st.state != _IDLE), self.key.eq(att.key)]
         self._commands(m, st)
@@ -405,6 +405,13 @@ class Accelerator(wiring.Component):
             m.d.sync += st.state.eq(_IDLE)
 
 
+#: The FMDQ arrays' issue state (``FmdqPEArray``: ``o_hold``, ``o_sprev``, ``o_fresh``): every
+#: owner sees it unmuxed, so that an owner's acceptance, which decides from it, does not wait
+#: on the owner select (it fans out to every op input of the arrays: the routed Fmax path). An
+#: owner reads it only with its own group offered, so only while it holds the arrays.
+ISSUE_STATE = ("o_hold", "o_sprev", "o_fresh")
+
+
 def _member_of(value, members) -> "Signal":
     out = Const(0)
     for mm in members:
@@ -418,10 +425,11 @@ def _at(obj, path):
     return obj
 
 
-def _share(m, arr, owners, sel) -> None:
+def _share(m, arr, owners, sel, shared=()) -> None:
     """Connect ``arr`` to the owner ``sel`` (an index) of ``owners``, interfaces of
     ``pe_array_signature(..., driver=True)``: the array's inputs come from that owner, its
-    outputs reach that owner only (the others see zeros). Members the owners do not have (the
+    outputs reach that owner only (the others see zeros), but for the outputs named in
+    ``shared``, which reach every owner as they are. Members the owners do not have (the
     accumulators' host write port) are left to the caller."""
     for path, member, value in arr.signature.flatten(arr):
         v = value.as_value() if isinstance(value, data.View) else value
@@ -434,7 +442,8 @@ def _share(m, arr, owners, sel) -> None:
                 for i, s in enumerate(srcs):
                     with m.Case(i):
                         m.d.comb += v.eq(s)
+        elif path[0] in shared:
+            m.d.comb += [s.eq(v) for s in srcs]
         else:
             for i, s in enumerate(srcs):
                 m.d.comb += s.eq(Mux(sel == i, v, 0))
-

@@ -554,12 +554,13 @@ class SoftmaxUnit(wiring.Component):
         # first trial is 2**L - 1, l with every bit below its leading one set (an OR smear, no
         # priority encoder), preceded by ``extra`` trials of the ones below it that give 0 bits
         # (2**i - 1 < 2**(L-1) <= l): the division starts from smear >> (extra + 1), which the
-        # transfer registers, so the trials' chain starts from flip-flops.
-        smear = l_in
-        k = 1
-        while k < lb:
-            smear = smear | (smear >> k)
-            k *= 2
+        # transfer registers, so the trials' chain starts from flip-flops. Each set's smear is
+        # taken from its own l register, a wide OR per bit, and the set picked after it: the
+        # transfer's path is a few LUTs deep, not a chain of shifted ORs behind the pick.
+        smear = Signal(lb, name="smear")
+        m.d.comb += smear.eq(self._pick(
+            [{"smear": Cat(s["l"][i:].any() for i in range(lb))} for s in sets], c_ptr,
+            "smear"))
         extra = k_bits * steps - sg.DIV_CYCLES
         with m.If(transfer):
             m.d.sync += [c_busy.eq(1), c_step.eq(0), c_l.eq(l_in),

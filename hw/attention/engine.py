@@ -549,6 +549,8 @@ class AttentionEngine(wiring.Component):
         m.d.comb += [in_x.eq(phase == _X), in_y.eq(phase == _Y)]
 
         s_valid, s_phase = self._slot_counters(m, run)
+        bump = Signal(name="slot_bump")     # the step's slot counter moves next cycle
+        refresh = Signal.like(self.refresh, name="refresh_r")
 
         with m.If(run):
             m.d.sync += self.cycles.eq(self.cycles + 1)
@@ -607,11 +609,16 @@ class AttentionEngine(wiring.Component):
             m.d.sync += [run.eq(1), key.eq(is_key), slot.eq(self.slot), n_tok.eq(self.n_tokens),
                          theta.eq(self.theta_q), qb.eq(0), base_i.eq(0),
                          self.cycles.eq(0), self.count_qk.eq(0), self.count_pv.eq(0),
-                         s_valid[self.slot].eq(1),
-                         s_phase[self.slot].eq(Mux((self.refresh == 0) |
-                                                   (ph + 1 == self.refresh), 0, ph + 1)),
+                         s_valid[self.slot].eq(1), bump.eq(1), refresh.eq(self.refresh),
                          phase.eq(_X), x_first.eq(1), pro.eq(1), n_pend.eq(0),
                          a_st.eq(_A_DONE), m_st.eq(_M_DONE), v_st.eq(_V_DONE)]
+        # The slot's counter moves in the step's first cycle, from registers (its slot and
+        # refresh), not behind the start's conditions and the command's arguments: nothing
+        # reads it during a step (the host's slot port is for idle steps).
+        with m.If(bump):
+            ph = s_phase[slot]
+            m.d.sync += [bump.eq(0),
+                         s_phase[slot].eq(Mux((refresh == 0) | (ph + 1 == refresh), 0, ph + 1))]
 
         # ----- X: QK^T of the next block beside the softmax (and selection) of this one -----
         start_norm = self._start_norm

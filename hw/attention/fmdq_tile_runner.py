@@ -39,8 +39,8 @@ class FmdqTileRunner(wiring.Component):
 
     ``start`` (a pulse; ``start_pv`` the kind) resets the walk; tiles then run while
     ``active``, over the selected blocks ``sel_j[0 .. n_sel - 1]`` (ascending, lengths
-    ``sel_len``) and the query rows ``base_i .. base_i + rows - 1`` (``base_i = base_t * T``).
-    ``last`` pulses when the arrays accept the phase's last group; ``idle`` is high once every
+    ``sel_len``) and the query rows ``base_i .. base_i + rows - 1`` (``base_i = base_t * T``;
+    ``rows`` is read as each tile's issue begins). ``last`` pulses when the arrays accept the phase's last group; ``idle`` is high once every
     unit accepted is written (``unit_done`` of one array, counted). ``qk_tile`` / ``pv_tile``
     pulse when the issue begins a query-block x key-block tile.
 
@@ -164,9 +164,10 @@ class FmdqTileRunner(wiring.Component):
         c = Signal(range(max(self.n_cg, self.n_sub) + 1))
         c_last, u_last, tt_last, j_last = Signal(), Signal(), Signal(), Signal()
         n_tok = Signal(range(t_n + 1))
-        left = Signal(range(cfg.block_q + 1))
-        m.d.comb += [left.eq(self.rows - tt * t_n),
-                     n_tok.eq(Mux(left >= t_n, t_n, left)),
+        # The query rows from token tile tt on: a register (rows at the tile's start, less T a
+        # tile), so the tile's end compares start from flip-flops, not from rows' arithmetic.
+        left = Signal(range(cfg.block_q + 1), name="rows_left")
+        m.d.comb += [n_tok.eq(Mux(left >= t_n, t_n, left)),
                      c_last.eq(c == Mux(pv, self.n_sub - 1, self.n_cg - 1)),
                      j_last.eq(j == 0),
                      u_last.eq(~pv | ((u + 1) * g >= xw.len)),
@@ -196,7 +197,8 @@ class FmdqTileRunner(wiring.Component):
         m.d.comb += self.last.eq(o_v & self.o_group.ready & o["phase_last"])
 
         with m.If(x_go):
-            m.d.sync += [x_busy.eq(1), tt.eq(0), u.eq(0), j.eq(MAX_SLICES - 1), c.eq(0)]
+            m.d.sync += [x_busy.eq(1), tt.eq(0), u.eq(0), j.eq(MAX_SLICES - 1), c.eq(0),
+                         left.eq(self.rows)]
         m.d.comb += [self.pv_tile.eq(x_go & pv & (xw.cp == 0)),
                      self.qk_tile.eq(x_go & ~pv & (xw.cpos == 0))]
         with m.If(go):
@@ -206,7 +208,7 @@ class FmdqTileRunner(wiring.Component):
                 with m.If(j_last):
                     m.d.sync += [j.eq(MAX_SLICES - 1), u.eq(u + 1)]
                     with m.If(u_last):
-                        m.d.sync += [u.eq(0), tt.eq(tt + 1)]
+                        m.d.sync += [u.eq(0), tt.eq(tt + 1), left.eq(left - t_n)]
                         with m.If(tt_last):
                             m.d.sync += x_busy.eq(0)
                             xw.advance(pv)
