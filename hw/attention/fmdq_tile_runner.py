@@ -40,9 +40,10 @@ class FmdqTileRunner(wiring.Component):
     ``start`` (a pulse; ``start_pv`` the kind) resets the walk; tiles then run while
     ``active``, over the selected blocks ``sel_j[0 .. n_sel - 1]`` (ascending, lengths
     ``sel_len``) and the query rows ``base_i .. base_i + rows - 1`` (``base_i = base_t * T``;
-    ``rows`` is read as each tile's issue begins). ``last`` pulses when the arrays accept the phase's last group; ``idle`` is high once every
-    unit accepted is written (``unit_done`` of one array, counted). ``qk_tile`` / ``pv_tile``
-    pulse when the issue begins a query-block x key-block tile.
+    ``rows`` is read as each tile's issue begins). ``last`` pulses when the arrays accept the
+    phase's last group; ``idle`` is high once every unit accepted is written (``unit_done`` of
+    one array, counted). ``qk_tile`` / ``pv_tile`` pulse when the issue begins a query-block x
+    key-block tile.
 
     Latency (``dstar.sim.attention_cycles`` is the exact model): a tile loads in its row count
     plus one cycle; its groups issue one per cycle from the cycle after its load is counted,
