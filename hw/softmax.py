@@ -6,8 +6,6 @@ Ref: dstar-spec.md section 4 (fixed-point softmax); the bit-exact contract is
 ``dstar.golden.softmax.normalize``; ``golden/ATTENTION.md`` restates it with widths.
 """
 
-import operator
-from functools import reduce
 
 from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
@@ -17,6 +15,7 @@ from amaranth.lib.wiring import In, Out
 from dstar.config import Config
 from dstar.golden.softmax import EXP_EXTRA_BITS, RECIP_BITS, exp_lut, sum_bits
 
+from .extremes import extremes, pick
 from .geometry import LOGIT_BITS, SoftmaxGeometry
 
 __all__ = ["row_cmd_layout", "logit_layout", "prob_layout", "row_sum_layout", "norm_in_layout",
@@ -86,17 +85,14 @@ def _bit_length(m: Module, v, width: int, name: str) -> Signal:
     return out
 
 
-def _winners(m: Module, vals, name: str) -> list:
-    """One-hot: the first of ``vals`` (signed) that holds their maximum, from one level of
-    pairwise comparisons."""
-    n = len(vals)
-    win = []
-    for i in range(n):
-        w = Signal(name=f"{name}_win{i}")
-        m.d.comb += w.eq(Cat(*[(vals[i] > vals[k]) if k < i else (vals[i] >= vals[k])
-                               for k in range(n) if k != i], Const(1, 1)).all())
-        win.append(w)
-    return win
+def _smear(m: Module, v, name: str) -> Signal:
+    """``v`` with every bit below its leading one set, by one carry chain: with ``r`` the
+    bit-reversed ``v``, ``r | -r`` sets every bit from ``r``'s lowest one up (an OR over a
+    prefix would map to a chain of LUTs)."""
+    r = Signal(len(v), name=f"{name}_rev")
+    out = Signal(len(v), name=name)
+    m.d.comb += [r.eq(v[::-1]), out.eq((r | (-r)[:len(v)])[::-1])]
+    return out
 
 
 def _sfx(j: int, lanes: int) -> str:
@@ -329,10 +325,9 @@ class SoftmaxUnit(wiring.Component):
         # The beat's max and its compares with the row's and the group's running maxima in one
         # level of comparators (a tournament, not a tree), so the stage fits one cycle.
         vals = [l_s[0]] + [Mux(l_ok[j], l_s[j], l_s[0]) for j in range(1, lanes)]
-        win = _winners(m, vals, "beat")
+        win, _ = extremes(m, vals, "beat", bottom=False)
         beat_max = Signal(signed(w))
-        m.d.comb += beat_max.eq(reduce(operator.or_, [Mux(win[j], vals[j], 0)
-                                                     for j in range(lanes)]))
+        m.d.comb += beat_max.eq(pick(win, vals))
         above_max = Cat(*[win[j] & (vals[j] > a_max) for j in range(lanes)]).any()
         above_gmax = Cat(*[win[j] & (vals[j] > a_gmax) for j in range(lanes)]).any()
         gmax_new = Signal(signed(w))
@@ -555,11 +550,11 @@ class SoftmaxUnit(wiring.Component):
         # priority encoder), preceded by ``extra`` trials of the ones below it that give 0 bits
         # (2**i - 1 < 2**(L-1) <= l): the division starts from smear >> (extra + 1), which the
         # transfer registers, so the trials' chain starts from flip-flops. Each set's smear is
-        # taken from its own l register, a wide OR per bit, and the set picked after it: the
-        # transfer's path is a few LUTs deep, not a chain of shifted ORs behind the pick.
+        # taken from its own l register (``_smear``: a carry chain) and the set picked after
+        # it: the transfer's path is not a chain of ORs behind the pick (the Fmax path).
         smear = Signal(lb, name="smear")
         m.d.comb += smear.eq(self._pick(
-            [{"smear": Cat(s["l"][i:].any() for i in range(lb))} for s in sets], c_ptr,
+            [{"smear": _smear(m, s["l"], f"smear{k}")} for k, s in enumerate(sets)], c_ptr,
             "smear"))
         extra = k_bits * steps - sg.DIV_CYCLES
         with m.If(transfer):

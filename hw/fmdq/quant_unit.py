@@ -5,7 +5,7 @@ Ref: dstar-spec.md sections 7.1, 7.2 and 7.4; the bit-exact contract is ``dstar.
 ``FmdqEncoded.slices`` for the slices). Design notes and measurements: docs/design/fmdq-qu.md.
 """
 
-from amaranth import Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -13,6 +13,7 @@ from amaranth.lib.wiring import In, Out
 from dstar.golden.encoder import _fit_bounds
 from dstar.golden.fmdq import LANES, MAX_SLICES, SLICE_BITS
 
+from ..extremes import extremes, pick
 from ..geometry import COUNTER_BITS, uwidth
 from .bucket import BucketOrder
 from .layouts import slice_group_layout, total_shift_bits
@@ -234,20 +235,6 @@ class QuantUnit(wiring.Component):
 
     # ----- front end: one beat of sub-channels per cycle -----
 
-    def _tree(self, m, vals, pick, name):
-        """Reduce ``vals`` pairwise with ``pick(a, b)`` (a balanced tree of comb signals)."""
-        level = 0
-        while len(vals) > 1:
-            nxt = []
-            for k in range(0, len(vals) - 1, 2):
-                s = Signal(vals[k].shape(), name=f"{name}_{level}_{k // 2}")
-                m.d.comb += s.eq(pick(vals[k], vals[k + 1]))
-                nxt.append(s)
-            if len(vals) % 2:
-                nxt.append(vals[-1])
-            vals, level = nxt, level + 1
-        return vals[0]
-
     def _shifted(self, m, d, p, half, name):
         """``(d + half) >> p``, round half up (``half = 2**(p-1)``, 0 at ``p = 0``)."""
         s = Signal(signed(self.diff_bits + 1), name=f"{name}_sum")
@@ -279,16 +266,21 @@ class QuantUnit(wiring.Component):
         ch1, ch2, ch3 = (Signal(self.channel_bits, name=f"ch{k}") for k in (1, 2, 3))
         for i in range(S):
             d = [beat.d[i][t] for t in range(T)]
-            dmax = self._tree(m, d, lambda a, b: Mux(a > b, a, b), f"dmax{i}")
-            dmin = self._tree(m, d, lambda a, b: Mux(a < b, a, b), f"dmin{i}")
+            # One level of comparators (``extremes``), not trees of compare-and-select: the
+            # stage is the Fmax path.
+            top, bottom = extremes(m, d, f"d{i}")
+            dmax, dmin = Signal(signed(db), name=f"dmax{i}"), Signal(signed(db), name=f"dmin{i}")
+            m.d.comb += [dmax.eq(pick(top, d)), dmin.eq(pick(bottom, d))]
             if tau:
-                e = []
-                for t in range(T):
-                    s = Signal(signed(db), name=f"dz{i}_{t}")
-                    m.d.comb += s.eq(Mux(self._dead(d[t]), 0, d[t]))
-                    e.append(s)
-                emax = self._tree(m, e, lambda a, b: Mux(a > b, a, b), f"emax{i}")
-                emin = self._tree(m, e, lambda a, b: Mux(a < b, a, b), f"emin{i}")
+                # The extremes of D with its dead zone zeroed: D's own, unless every value on
+                # that side is dead and one is (then 0), from per-value compares beside.
+                above = Cat(*[d[t] > tau for t in range(T)]).any()
+                below = Cat(*[d[t] < -tau for t in range(T)]).any()
+                dead = Cat(*[self._dead(d[t]) for t in range(T)]).any()
+                emax, emin = Signal(signed(db), name=f"emax{i}"), Signal(signed(db),
+                                                                       name=f"emin{i}")
+                m.d.comb += [emax.eq(Mux(above | ~dead, dmax, 0)),
+                             emin.eq(Mux(below | ~dead, dmin, 0))]
             else:
                 emax, emin = dmax, dmin
             with m.If(fadv):
