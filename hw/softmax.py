@@ -85,13 +85,13 @@ def _bit_length(m: Module, v, width: int, name: str) -> Signal:
     return out
 
 
-def _smear(m: Module, v, name: str) -> Signal:
-    """``v`` with every bit below its leading one set, by one carry chain: with ``r`` the
-    bit-reversed ``v``, ``r | -r`` sets every bit from ``r``'s lowest one up (an OR over a
-    prefix would map to a chain of LUTs)."""
+def _smear(m: Module, v, name: str, drop: int = 0) -> Signal:
+    """``v`` with every bit below its leading one set, shifted right by ``drop``, by one carry
+    chain: with ``r`` the bit-reversed ``v``, ``r | -r`` sets every bit from ``r``'s lowest one
+    up (an OR over a prefix would map to a chain of LUTs)."""
     r = Signal(len(v), name=f"{name}_rev")
-    out = Signal(len(v), name=name)
-    m.d.comb += [r.eq(v[::-1]), out.eq((r | (-r)[:len(v)])[::-1])]
+    out = Signal(len(v) - drop, name=name)
+    m.d.comb += [r.eq(v[::-1]), out.eq((r | (-r)[:len(v)])[::-1][drop:])]
     return out
 
 
@@ -552,14 +552,14 @@ class SoftmaxUnit(wiring.Component):
         # transfer registers, so the trials' chain starts from flip-flops. Each set's smear is
         # taken from its own l register (``_smear``: a carry chain) and the set picked after
         # it: the transfer's path is not a chain of ORs behind the pick (the Fmax path).
-        smear = Signal(lb, name="smear")
-        m.d.comb += smear.eq(self._pick(
-            [{"smear": _smear(m, s["l"], f"smear{k}")} for k, s in enumerate(sets)], c_ptr,
-            "smear"))
         extra = k_bits * steps - sg.DIV_CYCLES
+        rem0 = Signal(lb - extra - 1, name="rem0")     # the smear >> (extra + 1)
+        m.d.comb += rem0.eq(self._pick(
+            [{"rem0": _smear(m, s["l"], f"smear{k}", extra + 1)} for k, s in enumerate(sets)],
+            c_ptr, "rem0"))
         with m.If(transfer):
             m.d.sync += [c_busy.eq(1), c_step.eq(0), c_l.eq(l_in),
-                         c_rem.eq(smear >> (extra + 1))]
+                         c_rem.eq(rem0)]
             for k, s in enumerate(sets):
                 with m.If(c_ptr == k):
                     m.d.sync += [s["done"].eq(0), s["busy"].eq(0)]
