@@ -551,6 +551,7 @@ class AttentionEngine(wiring.Component):
         s_valid, s_phase = self._slot_counters(m, run)
         bump = Signal(name="slot_bump")     # the step's slot counter moves next cycle
         refresh = Signal.like(self.refresh, name="refresh_r")
+        phase_r = Signal.like(s_phase[0], name="slot_phase_r")   # its value at the start
 
         with m.If(run):
             m.d.sync += self.cycles.eq(self.cycles + 1)
@@ -610,15 +611,19 @@ class AttentionEngine(wiring.Component):
                          theta.eq(self.theta_q), qb.eq(0), base_i.eq(0),
                          self.cycles.eq(0), self.count_qk.eq(0), self.count_pv.eq(0),
                          s_valid[self.slot].eq(1), bump.eq(1), refresh.eq(self.refresh),
+                         phase_r.eq(ph),
                          phase.eq(_X), x_first.eq(1), pro.eq(1), n_pend.eq(0),
                          a_st.eq(_A_DONE), m_st.eq(_M_DONE), v_st.eq(_V_DONE)]
-        # The slot's counter moves in the step's first cycle, from registers (its slot and
-        # refresh), not behind the start's conditions and the command's arguments: nothing
-        # reads it during a step (the host's slot port is for idle steps).
+        # The slot's counter moves in the step's first cycle, from registers (its slot, value
+        # and refresh), not behind the start's conditions and the command's arguments: nothing
+        # reads it during a step (the host's slot port is for idle steps). Its value is the one
+        # read at the start, not a second read by the slot register: that read's Verilog
+        # (``always @*`` on registers that may not change from their initial values) is never
+        # evaluated in Icarus, and gave X.
         with m.If(bump):
-            ph = s_phase[slot]
             m.d.sync += [bump.eq(0),
-                         s_phase[slot].eq(Mux((refresh == 0) | (ph + 1 == refresh), 0, ph + 1))]
+                         s_phase[slot].eq(Mux((refresh == 0) | (phase_r + 1 == refresh), 0,
+                                              phase_r + 1))]
 
         # ----- X: QK^T of the next block beside the softmax (and selection) of this one -----
         start_norm = self._start_norm
