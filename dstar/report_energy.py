@@ -75,8 +75,8 @@ _CMOS = f"{EFFICIENCY_JSON} (the CMOS transistor estimate at 45 nm, PE-array lev
 AREA_PER_MAC: dict[str, Constant] = {
     "int8_sa": Constant(1.0, "x", f"the lean INT8 array, 407,940 um^2 for its 64 MACs, {_SKY}"),
     "nibble": Constant(3.589, "x", f"v1 compact nibble-lane arrays 1,464,167 um^2, {_SKY}"),
-    "fmdq": Constant(1.419, "x", f"FMDQ SIMD-4 arrays T 8, M 8 (PE logic, weight window, Y) "
-                     f"578,794 um^2, {_SKY}"),
+    "fmdq": Constant(1.420, "x", f"FMDQ SIMD-4 arrays T 8, M 8 (PE logic, weight window, Y) "
+                     f"579,092 um^2, {_SKY}"),
     "ditto_like": Constant(1.291, "x", "the ceiling of any nibble-lane array (lone multipliers, "
                            f"weights, column tree, no selection or control) 118,472 vs 91,743 "
                            f"um^2, {_CMOS}, not synthesized on sky130: a lower bound, in Ditto's "
@@ -90,7 +90,7 @@ AREA_PER_MAC: dict[str, Constant] = {
 #: that have no measured area keep their sky130 row's value).
 AREA_PER_MAC_CMOS: dict[str, Constant] = {
     "nibble": Constant(3.454, "x", f"316,849 vs 91,743 um^2, {_CMOS}"),
-    "fmdq": Constant(1.361, "x", f"124,868 vs 91,743 um^2, {_CMOS}"),
+    "fmdq": Constant(1.363, "x", f"125,050 vs 91,743 um^2, {_CMOS}"),
 }
 
 
