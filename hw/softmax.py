@@ -95,6 +95,15 @@ def _smear(m: Module, v, name: str, drop: int = 0) -> Signal:
     return out
 
 
+def _times(v, j: int):
+    """``v * j`` for a small odd constant ``j``: one adder (or subtractor) of shifted ``v``,
+    not a multiplier (which synthesis may map to a DSP block)."""
+    hi = j.bit_length()
+    if j == (1 << hi) - 1:                          # 2**hi - 1
+        return (v << hi) - v
+    return sum(v << b for b in range(hi) if j >> b & 1)
+
+
 def _sfx(j: int, lanes: int) -> str:
     """Name suffix of lane ``j``'s copy (none with one lane)."""
     return "" if lanes == 1 else f"_{j}"
@@ -557,6 +566,20 @@ class SoftmaxUnit(wiring.Component):
         m.d.comb += rem0.eq(self._pick(
             [{"rem0": _smear(m, s["l"], f"smear{k}", extra + 1)} for k, s in enumerate(sets)],
             c_ptr, "rem0"))
+        # A step's k_bits trials are one radix-2**k_bits digit: it compares against the
+        # multiples j * l (j < 2**k), the odd ones registered with l (each set's from its own l
+        # register), the even ones their shifts.
+        n_mul = 1 << k_bits
+        c_mul = [None, c_l]
+        for j in range(2, n_mul):
+            if j % 2:
+                x = Signal(lb + k_bits, name=f"c_l_x{j}")
+                with m.If(transfer):
+                    m.d.sync += x.eq(self._pick([{"x": _times(s["l"], j)} for s in sets],
+                                                c_ptr, "x"))
+                c_mul.append(x)
+            else:
+                c_mul.append(c_mul[j // 2] << 1)
         with m.If(transfer):
             m.d.sync += [c_busy.eq(1), c_step.eq(0), c_l.eq(l_in),
                          c_rem.eq(rem0)]
@@ -570,15 +593,28 @@ class SoftmaxUnit(wiring.Component):
         c_big_l = Signal(range(lb + 1))
         with m.If(c_busy & (c_step == 0)):
             m.d.sync += c_big_l.eq(_bit_length(m, c_l, lb, "big_l"))
-        rem = c_rem
-        q = c_q
-        for i in range(k_bits):
-            sfx = "" if k_bits == 1 else str(i)
-            trial = Signal(lb + 1, name=f"trial{sfx}")
-            ge = Signal(name=f"ge{sfx}")
-            m.d.comb += [trial.eq(Cat(Const(1, 1), rem)), ge.eq(trial >= c_l)]
-            rem = Mux(ge, trial - c_l, trial)[:lb]      # < l
-            q = Cat(ge, q)
+        # The step's k_bits restoring trials at once: with T = rem * 2**k + 2**k - 1 (the
+        # dividend's next bits are ones), the digit d = T // l is the number of multiples
+        # j * l <= T (T < 2**k * l), and the new remainder T - d * l. The differences are taken
+        # side by side and the digit's picked (one subtraction deep, not k in a chain).
+        trial = Signal(lb + k_bits, name="trial")
+        m.d.comb += trial.eq(Cat(Const(n_mul - 1, k_bits), c_rem))
+        ge = Signal(n_mul, name="ge")               # ge[j]: j * l <= T (a thermometer code)
+        diff = [trial] + [Signal(lb + k_bits + 1, name=f"trial_less{j}")
+                          for j in range(1, n_mul)]
+        m.d.comb += ge[0].eq(1)
+        for j in range(1, n_mul):
+            m.d.comb += [diff[j].eq(trial - c_mul[j]), ge[j].eq(~diff[j][-1])]
+        top = Signal(n_mul, name="digit_1hot")      # the largest j with ge[j]
+        m.d.comb += top.eq(ge & ~(ge >> 1))
+        digit = Signal(k_bits, name="digit")
+        rem = Signal(lb, name="rem_next")           # < l
+        m.d.comb += [
+            digit.eq(Cat(Cat(top[j] for j in range(n_mul) if j >> b & 1).any()
+                         for b in range(k_bits))),
+            rem.eq(Cat(Cat(top[j] & diff[j][i] for j in range(n_mul)).any()
+                       for i in range(lb)))]
+        q = Cat(digit, c_q)
         # c_q is not cleared per row: its k_bits * steps >= 17 shifts push the previous
         # quotient out.
         with m.If(c_busy & (c_step != steps)):
