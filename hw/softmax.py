@@ -600,11 +600,12 @@ class SoftmaxUnit(wiring.Component):
         trial = Signal(lb + k_bits, name="trial")
         m.d.comb += trial.eq(Cat(Const(n_mul - 1, k_bits), c_rem))
         ge = Signal(n_mul, name="ge")               # ge[j]: j * l <= T (a thermometer code)
-        diff = [trial] + [Signal(lb + k_bits + 1, name=f"trial_less{j}")
-                          for j in range(1, n_mul)]
+        # diff[j]: T - j * l below l's width (the remainder's bits when j is the digit).
+        diff = [trial[:lb]] + [Signal(lb, name=f"trial_less{j}") for j in range(1, n_mul)]
         m.d.comb += ge[0].eq(1)
         for j in range(1, n_mul):
-            m.d.comb += [diff[j].eq(trial - c_mul[j]), ge[j].eq(~diff[j][-1])]
+            d = trial - c_mul[j]
+            m.d.comb += [diff[j].eq(d[:lb]), ge[j].eq(~d[-1])]
         top = Signal(n_mul, name="digit_1hot")      # the largest j with ge[j]
         m.d.comb += top.eq(ge & ~(ge >> 1))
         digit = Signal(k_bits, name="digit")
