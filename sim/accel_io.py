@@ -155,7 +155,7 @@ async def run(io, man: dict, op: str, max_cycles: int = 1_000_000, **args) -> in
     if get("error") and not refused_before:          # it will never be done
         raise ValueError(f"{op} {args}: refused by the top (error set)")
     if getattr(io, "until", None) is not None:        # the simulator waits, not Python
-        await io.until("done")
+        await io.until("done", max_cycles)
         return None
     for i in range(max_cycles):
         if get("done"):

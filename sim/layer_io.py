@@ -82,8 +82,10 @@ def unpack(word, layout) -> list[int]:
 
 class SimIO(tuple):
     """The ``(set, get, tick)`` adapter, unpacked as those three, with an optional fourth call
-    ``await until(name)``: tick until the 1-bit port ``name`` has read 1 before a tick (as a
-    loop of ``get`` and ``tick`` would, without a call per cycle: a simulator's own trigger)."""
+    ``await until(name, max_cycles=None)``: tick until the 1-bit port ``name`` has read 1
+    before a tick (as a loop of ``get`` and ``tick`` would, without a call per cycle: a
+    simulator's own trigger), ``TimeoutError`` after ``max_cycles`` cycles where the adapter
+    can bound it (cocotb's)."""
 
     def __new__(cls, set_, get, tick, until=None):
         io = super().__new__(cls, (set_, get, tick))

@@ -36,7 +36,7 @@ def io_adapter(ctx, dut):
     def get(name):
         return int(ctx.get(port(name)))
 
-    async def until(name):
+    async def until(name, max_cycles=None):     # unbounded: Amaranth's trigger has no limit
         await ctx.tick().until(port(name))
 
     return SimIO(set_, get, ctx.tick, until)

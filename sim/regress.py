@@ -499,7 +499,7 @@ class Driver:
     async def _wait(self, port: str) -> None:
         """Tick until ``port`` has read 1 before a tick (the handshake of a valid beat)."""
         if self.until is not None and not self.get(port):     # a simulator's trigger
-            await self.until(port)
+            await self.until(port, MAX_WAIT)
             return
         for _ in range(MAX_WAIT):
             ready = self.get(port)

@@ -107,7 +107,7 @@ if cocotb is not None:
         folder = Path(os.environ["DSTAR_RUN_DIR"])
         with open(folder / "params.json") as f:
             ports = json.load(f)["accelerator"]["ports"]
-        io = dut_io(dut)
+        io = dut_io(dut, CLOCK_NS)
         await reset(dut, io, ports)
         ops = await run_plan(io, folder, cocotb.log.info,
                              clock=lambda: get_sim_time("ns") // CLOCK_NS)
