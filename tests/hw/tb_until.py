@@ -9,13 +9,20 @@ from cocotb.utils import get_sim_time
 from dstar.sim.cocotb_io import dut_io
 
 
+async def _start(dut, go: int):
+    """The clock started, ``go`` set and one tick taken; returns the port adapter."""
+    Clock(dut.clk, 10, unit="ns").start()
+    io = dut_io(dut)
+    set_, _, tick = io
+    set_("go", go)
+    await tick()
+    return io
+
+
 @cocotb.test()
 async def test_until_ends_at_its_bound(dut):
     """``done`` stays low (``go`` is 0): ``until`` raises after 50 cycles, not later."""
-    Clock(dut.clk, 10, unit="ns").start()
-    set_, _, tick = io = dut_io(dut)
-    set_("go", 0)
-    await tick()
+    io = await _start(dut, 0)
     t0 = get_sim_time("ns")
     try:
         await io.until("done", 50)
@@ -29,9 +36,7 @@ async def test_until_ends_at_its_bound(dut):
 @cocotb.test()
 async def test_until_returns_when_the_port_rises(dut):
     """With ``go`` high, ``done`` rises after 20 cycles: ``until`` returns within the bound."""
-    Clock(dut.clk, 10, unit="ns").start()
-    set_, get, tick = io = dut_io(dut)
-    set_("go", 1)
-    await tick()
+    io = await _start(dut, 1)
+    _, get, _ = io
     await io.until("done", 50)
     assert get("done") == 1
