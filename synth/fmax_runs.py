@@ -83,11 +83,13 @@ def top_misfit(results: list) -> str | None:
 
 def run_fmax(which, top: str, kinds: dict, fdir: Path, netdir: Path,
              jobs: int, reuse: bool, timeout_min: float | None = None,
-             skipped: dict | None = None) -> dict:
+             skipped: dict | None = None, seeds: int = 1) -> dict:
     """nextpnr on the netlists (``FMAX_FLOW``, per-block run) of the blocks ``which`` names
     (``kinds``: block kind -> module) and on the whole top (``TOP_FLOW``, flattened), unless
     ``skipped`` gives the reason it cannot fit; the same for the accelerator top (``dstar.v``,
-    its netlist written by ``dstar.synth.blocks.synth_blocks``)."""
+    its netlist written by ``dstar.synth.blocks.synth_blocks``). Each netlist is placed and
+    routed with the placer seeds ``1 .. seeds`` (``jobs`` runs at a time), its figure the
+    median over them (``dstar.synth.fmax.over_seeds``)."""
     from dstar.hw.generate import ACCEL_TOP_NAME
     skipped = skipped or {}
     runs = {k: netdir / f"{kinds[k]}.{FMAX_FLOW}.json" for k in FMAX_KINDS
@@ -99,9 +101,9 @@ def run_fmax(which, top: str, kinds: dict, fdir: Path, netdir: Path,
     out = {k: {"status": "does not fit", "fmax_mhz": None, "placed_estimate_mhz": None,
                "reason": why, "device": _fmax.DEVICE} for k, why in skipped.items()}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futs = {k: pool.submit(_fmax.place_and_route, net, fdir, reuse=reuse,
-                               timeout_min=timeout_min)
+        futs = {k: [pool.submit(_fmax.place_and_route, net, fdir, seed=s, reuse=reuse,
+                                timeout_min=timeout_min) for s in range(1, seeds + 1)]
                 for k, net in runs.items() if k not in skipped}
-        out.update({k: f.result() for k, f in futs.items()})
+        out.update({k: _fmax.over_seeds([f.result() for f in fs]) for k, fs in futs.items()})
     order = (*FMAX_KINDS, *FMAX_TOPS)
     return {k: out[k] for k in sorted(out, key=order.index)}

@@ -84,7 +84,7 @@ def preset_name(cfg: Config) -> str:
 def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = None,
         jobs: int = 1, flat_total: bool = False, reuse: bool = False,
         dense: bool | None = None, fmax_timeout_min: float | None = None,
-        blocks: tuple = (), flat_top: bool = False) -> dict:
+        blocks: tuple = (), flat_top: bool = False, fmax_seeds: int = 1) -> dict:
     """Synthesize ``cfg`` for ``targets`` (names of ``dstar.synth.flows.TARGETS``) and return the
     report (see ``REPORT_VERSION``); it is also written to ``<outdir>/report.json``.
 
@@ -96,7 +96,8 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
     the accelerator top's (see the module docstring). ``memories``: the SRAM macros of the cmos
     target. ``fmax`` (``True`` for both, or a tuple naming ``"pe_array"``
     and/or ``"top"``): nextpnr results of the PE array block and of the flat top, each nextpnr
-    run stopped after ``fmax_timeout_min`` minutes if given.
+    run stopped after ``fmax_timeout_min`` minutes if given, each placed with the seeds ``1 ..
+    fmax_seeds`` (the figure: their median, ``dstar.synth.fmax.over_seeds``).
     ``dense`` (default: unless ``cfg`` is itself a dense INT8 datapath): also synthesize, the
     same way, the lean dense INT8 baseline of the same tiles, arrays and peak 8-bit throughput
     (``cfg`` with ``datapath = "int8"``, ``hw.int8``) into ``dense_baseline`` (``config_hash``,
@@ -188,7 +189,7 @@ def run(cfg: Config, targets=ALL_TARGETS, fmax=False, *, outdir: Path | None = N
         report["nextpnr_version"] = _fmax.nextpnr_version()
         report["fmax"] = run_fmax(fmax, top, {k: m["module"] for k, m in modules.items()},
                                   fdir, outdir / FMAX_FLOW, jobs, reuse, fmax_timeout_min,
-                                  skipped)
+                                  skipped, fmax_seeds)
         if FMAX_FLOW in totals and "top" in report["fmax"]:
             totals[FMAX_FLOW]["fmax_mhz"] = report["fmax"]["top"].get("fmax_mhz")
         for kind, f in report["fmax"].items():

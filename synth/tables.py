@@ -219,7 +219,10 @@ def _fmax(report: dict) -> list[str]:
         if status == "does not fit":
             lines.append(f"  {what}: no figure: {f['reason']}")
             continue
-        if status == "routed":
+        if status == "routed" and f.get("seeds"):
+            fig = (f"{f['fmax_mhz']} MHz routed, the median of seeds 1..{len(f['seeds'])} "
+                   f"(worst {f['fmax_worst_mhz']}, best {f['fmax_best_mhz']})")
+        elif status == "routed":
             fig = f"{f['fmax_mhz']} MHz routed"
         else:
             fig = (f"no routed figure (routing unfinished after {f.get('timeout_min')} "
@@ -230,10 +233,17 @@ def _fmax(report: dict) -> list[str]:
         lines.append(f"  {what}: {fig} on LFE5U-{d['device'].upper()} "
                      f"speed {d['speed']} (router {f.get('router', 'router1')}, seed "
                      f"{f.get('seed')})")
-        if cp:
-            lines.append(f"    critical path {cp['delay_ns']} ns ({cp['levels']} logic "
-                         f"levels, {cp['routing_ns']} ns routing): "
-                         f"{_ep(cp['start'])} -> {_ep(cp['end'])}")
+        for run in f.get("seeds") or [{"seed": None, "critical_path": cp}]:
+            rcp = run.get("critical_path")
+            if run["seed"] is not None:
+                lines.append(f"    seed {run['seed']}: " + (
+                    f"{run['fmax_mhz']} MHz" if run["status"] == "routed" else
+                    f"{run['status']} (placement estimate {run['placed_estimate_mhz']} MHz)"))
+            if rcp:
+                lines.append(f"    {'  ' if run['seed'] is not None else ''}critical path "
+                             f"{rcp['delay_ns']} ns ({rcp['levels']} logic levels, "
+                             f"{rcp['routing_ns']} ns routing): "
+                             f"{_ep(rcp['start'])} -> {_ep(rcp['end'])}")
     return lines
 
 

@@ -554,3 +554,59 @@ def test_fmax_selection_places_each_named_block(tmp_path, monkeypatch):
     assert routes == [f"dstar_linear.{TOP_FLOW}.json"]
     assert ("dstar_linear.array_0", "ecp5_dsp", False) in synths
     assert ("dstar_linear", TOP_FLOW, True) in synths
+
+
+def test_fmax_over_seeds_reports_the_median_and_the_worst(tmp_path, monkeypatch):
+    """``--seeds N``: every netlist is placed with seeds 1..N, its figure the median, with the
+    worst and the best, the slowest seed's critical path, and every seed's run; a seed that did
+    not route leaves no figure (nextpnr stubbed)."""
+    from dstar.cli import main
+    from dstar.synth import blocks, flows
+    from dstar.synth import fmax as synth_fmax
+    from dstar.synth.fmax import over_seeds
+
+    def cp(ns):
+        return {"start": {"cell": f"s{ns}", "port": "Q"}, "end": {"cell": "e", "port": "CE"},
+                "delay_ns": ns, "levels": 9, "routing_ns": 12.0}
+
+    def routed(seed, mhz):
+        return {"status": "routed", "fmax_mhz": mhz, "placed_estimate_mhz": mhz - 3,
+                "critical_path": cp(round(1e3 / mhz, 3)), "seed": seed, "seconds": 60,
+                "device": {"device": "85k", "speed": 6}, "router": "router2"}
+
+    one = routed(1, 50.0)
+    assert over_seeds([one]) is one
+    got = over_seeds([routed(1, 53.36), routed(2, 47.45), routed(3, 51.0), routed(4, 52.0)])
+    assert (got["fmax_mhz"], got["fmax_worst_mhz"], got["fmax_best_mhz"]) == (51.5, 47.45, 53.36)
+    assert got["seed"] == 2 and got["critical_path"] == cp(round(1e3 / 47.45, 3))
+    assert [s["seed"] for s in got["seeds"]] == [1, 2, 3, 4]
+    assert got["seeds"][0]["fmax_mhz"] == 53.36
+    assert "device" not in got["seeds"][0]
+    late = {**routed(3, 1.0), "status": "placed", "fmax_mhz": None, "critical_path": None}
+    got = over_seeds([routed(1, 53.0), routed(2, 52.0), late])
+    assert got["status"] == "placed" and got["fmax_mhz"] is None and got["seed"] == 3
+    assert "fmax_worst_mhz" not in got and len(got["seeds"]) == 3
+
+    routes = []
+
+    def fake_route(net, fdir, seed=1, **kw):
+        routes.append((Path(net).name, seed))
+        return routed(seed, 40.0 + seed)
+
+    monkeypatch.setattr(blocks, "synth_module", lambda *a, **k: {"cells": 1, "dsps": 64})
+    monkeypatch.setattr(synth_fmax, "place_and_route", fake_route)
+    monkeypatch.setattr(synth_fmax, "nextpnr_version", lambda: "stub")
+    rep = run(_tiny(), (), ("top",), outdir=tmp_path, dense=False, fmax_seeds=3, jobs=2)
+    assert sorted(routes) == [(f"dstar_linear.{TOP_FLOW}.json", s) for s in (1, 2, 3)]
+    top = rep["fmax"]["top"]
+    assert (top["fmax_mhz"], top["fmax_worst_mhz"], top["fmax_best_mhz"]) == (42.0, 41.0, 43.0)
+    text = format_table(rep)
+    assert "42.0 MHz routed, the median of seeds 1..3 (worst 41.0, best 43.0)" in text
+    assert "seed 2: 42.0 MHz" in text and "s24.39.Q -> e.CE" in text
+
+    monkeypatch.setattr(flows, "have_yosys", lambda: True)
+    assert main(["synth", "--preset", "tiny", "--target", "none", "--seeds", "2"]) == 2
+    assert main(["synth", "--preset", "tiny", "--target", "ecp5", "--seeds", "2"]) == 2
+    with pytest.raises(SystemExit) as e:
+        main(["synth", "--preset", "tiny", "--fmax", "top", "--seeds", "0"])
+    assert e.value.code == 2
