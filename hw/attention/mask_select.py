@@ -21,11 +21,14 @@ class MaskSelector(wiring.Component):
     one block is always selected.
 
     ``start`` (a one-cycle pulse) begins a selection over the candidates ``0 .. n_blocks - 1``
-    (``1 .. nkb``); ``mass`` and ``theta_q`` must hold still until ``done``. Each pick takes
-    one scan over the masses, ``SCAN`` of them per cycle (``ceil(n_blocks / SCAN)`` cycles; the
-    first scan also sums ``T``), and a commit cycle, so a selection of ``k`` blocks takes ``k *
+    (``1 .. nkb``); ``n_blocks``, ``mass`` and ``theta_q`` must be valid from the cycle after
+    ``start`` and hold still until ``done`` (``mass`` may still change in the ``start`` cycle).
+    Each pick takes one scan over the masses, ``SCAN`` of them per cycle (``ceil(n_blocks /
+    SCAN)`` cycles), and a commit cycle, so a selection of ``k`` blocks takes ``k *
     (ceil(n_blocks / SCAN) + 1)`` cycles after ``start``, and one cycle with ``theta_q >=
-    2**16``.
+    2**16``. The threshold ``theta_q * T`` is registered, from all the candidates at once, in
+    the first scan cycle, so the commit's test is an addition and a comparison from registers
+    (the ECP5 Fmax: the product ran into the mask memory's write enables).
 
     ``done`` is high for one cycle, combinationally with ``mask``, the selected blocks (bit
     ``J``: block ``J``); ``busy`` is high from the cycle after ``start`` up to and including
@@ -75,14 +78,13 @@ class MaskSelector(wiring.Component):
         sc_best = Signal(jb)
         sc_bm = Signal(ag.mass_bits)
         c_acc = Signal(ag.total_bits)
-        t_acc = Signal(ag.total_bits)
-        pick0 = Signal()                    # the first scan (also sums T)
+        thr = Signal(ag.total_bits + theta_bits + 1)    # theta_q * T
         commit = Signal()                   # the cycle after a scan
         # This cycle's candidates sc_j .. sc_j + SCAN - 1: the largest unchosen one, the lower
         # index on ties.
         w = self.SCAN
         masses = Array(self.mass[j] for j in range(nkb))
-        cands, in_range = [], []
+        cands = []
         for k in range(w):
             jk = Signal(range(nkb + w), name=f"cand_j{k}")
             mk = Signal(ag.mass_bits, name=f"cand_m{k}")
@@ -91,7 +93,6 @@ class MaskSelector(wiring.Component):
                          mk.eq(masses[jk[:len(sc_j)]]),
                          vk.eq((jk < self.n_blocks) & ~chosen.bit_select(jk, 1))]
             cands.append((vk, mk, jk))
-            in_range.append(Mux(jk < self.n_blocks, mk, 0))
         while len(cands) > 1:
             nxt = []
             for a, b in zip(cands[0::2], cands[1::2], strict=True):
@@ -102,25 +103,27 @@ class MaskSelector(wiring.Component):
                 nxt.append((v, mm, jj))
             cands = nxt
         c_v, m_j, c_j = cands[0]
-        sum_w = Signal(ag.total_bits)
-        m.d.comb += sum_w.eq(sum(in_range))
+        # T over every candidate at once, and its threshold, registered each cycle: the masses
+        # are complete from the first scan cycle, whose product the first commit (one cycle
+        # later at the earliest) reads.
+        total = Signal(ag.total_bits)
+        m.d.comb += total.eq(sum(Mux(j < self.n_blocks, self.mass[j], 0) for j in range(nkb)))
+        m.d.sync += thr.eq(self.theta_q * total)
         c_new = Signal(ag.total_bits)
         m.d.comb += c_new.eq(c_acc + sc_bm)
         reached = Signal()
-        m.d.comb += reached.eq((c_new << theta_bits) >= self.theta_q * t_acc)
+        m.d.comb += reached.eq((c_new << theta_bits) >= thr)
 
         m.d.comb += self.mask.eq(chosen)
         with m.If(self.busy):
             with m.If(self.theta_q[theta_bits]):
                 m.d.comb += [self.done.eq(1), self.mask.eq((1 << nkb) - 1)]
             with m.Elif(commit):
-                m.d.sync += [commit.eq(0), pick0.eq(0), c_acc.eq(c_new), sc_j.eq(0),
+                m.d.sync += [commit.eq(0), c_acc.eq(c_new), sc_j.eq(0),
                              sc_first.eq(1), chosen.eq(chosen | (1 << sc_best))]
                 m.d.comb += [self.done.eq(reached), self.mask.eq(chosen | (1 << sc_best))]
             with m.Else():
                 m.d.sync += sc_j.eq(sc_j + w)
-                with m.If(pick0):
-                    m.d.sync += t_acc.eq(t_acc + sum_w)
                 with m.If(c_v & (sc_first | (m_j > sc_bm))):
                     m.d.sync += [sc_best.eq(c_j), sc_bm.eq(m_j), sc_first.eq(0)]
                 with m.If(sc_j + w >= self.n_blocks):
@@ -129,5 +132,5 @@ class MaskSelector(wiring.Component):
                 m.d.sync += self.busy.eq(0)
         with m.If(self.start):
             m.d.sync += [self.busy.eq(1), chosen.eq(0), sc_j.eq(0), sc_first.eq(1),
-                         c_acc.eq(0), t_acc.eq(0), pick0.eq(1), commit.eq(0)]
+                         c_acc.eq(0), commit.eq(0)]
         return m

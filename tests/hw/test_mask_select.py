@@ -1,6 +1,7 @@
 """MaskSelector on Amaranth's simulator against ``golden.attention.select_blocks``, by equality:
 random masses and thresholds, ties, all-zero and saturated masses, one candidate, theta = 1 and
-the smallest theta, fewer candidates than blocks; the cycles per selection as documented."""
+the smallest theta, fewer candidates than blocks, masses that settle only after ``start``; the
+cycles per selection as documented."""
 
 import numpy as np
 
@@ -42,13 +43,16 @@ def test_mask_selector_matches_golden():
     async def bench(ctx):
         garbage = (1 << ag.mass_bits) - 1              # masses past n_blocks are ignored
         for mass, theta in cases:
+            # As the softmax feed's: the masses are complete only from the cycle after start.
             for j in range(ag.nkb):
-                ctx.set(dut.mass[j], int(mass[j]) if j < len(mass) else garbage)
+                ctx.set(dut.mass[j], garbage)
             ctx.set(dut.n_blocks, len(mass))
             ctx.set(dut.theta_q, theta_fixed(theta))
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
+            for j in range(ag.nkb):
+                ctx.set(dut.mass[j], int(mass[j]) if j < len(mass) else garbage)
             cycles = 0
             while True:
                 assert ctx.get(dut.busy)
