@@ -536,6 +536,9 @@ class SoftmaxUnit(wiring.Component):
         c_rem = Signal(lb)
         c_q = Signal(R_BITS)
         c_step = Signal(range(steps + 1))
+        # c_step == steps, registered: o_sum.valid (which enables the softmax feed's row
+        # registers) starts from a flip-flop, not from the counter's comparison (the Fmax path).
+        c_fin = Signal()
         c_ptr = Signal()                    # the set of the next row to divide
         taken = Signal()
         transfer = Signal()
@@ -581,7 +584,7 @@ class SoftmaxUnit(wiring.Component):
             else:
                 c_mul.append(c_mul[j // 2] << 1)
         with m.If(transfer):
-            m.d.sync += [c_busy.eq(1), c_step.eq(0), c_l.eq(l_in),
+            m.d.sync += [c_busy.eq(1), c_step.eq(0), c_fin.eq(0), c_l.eq(l_in),
                          c_rem.eq(rem0)]
             for k, s in enumerate(sets):
                 with m.If(c_ptr == k):
@@ -618,10 +621,11 @@ class SoftmaxUnit(wiring.Component):
         q = Cat(digit, c_q)
         # c_q is not cleared per row: its k_bits * steps >= 17 shifts push the previous
         # quotient out.
-        with m.If(c_busy & (c_step != steps)):
-            m.d.sync += [c_rem.eq(rem), c_q.eq(q[:R_BITS]), c_step.eq(c_step + 1)]
+        with m.If(c_busy & ~c_fin):
+            m.d.sync += [c_rem.eq(rem), c_q.eq(q[:R_BITS]), c_step.eq(c_step + 1),
+                         c_fin.eq(c_step + 1 == steps)]
         m.d.comb += [
-            self.o_sum.valid.eq(c_busy & (c_step == steps)),
+            self.o_sum.valid.eq(c_busy & c_fin),
             self.o_sum.payload.l.eq(c_l),
             self.o_sum.payload.r.eq(c_q),
             self.o_sum.payload.big_l.eq(c_big_l),

@@ -370,7 +370,6 @@ class FmdqLinear(wiring.Component):
         T, W = geo.tokens, geo.window
         # --- loader: pass l_p (block l_mt of the l_win-th window) into bank l_p % 2 ---
         l_p, d_p = Signal(32), Signal(32)
-        l_ok = Signal(32)                    # passes whose rows are all written
         l_win = Signal.like(banks["handed"])
         l_c0 = Mux(l_win[0], banks["c0"][1], banks["c0"][0])
         l_mt = Signal.like(run["n_mt"])
@@ -392,7 +391,7 @@ class FmdqLinear(wiring.Component):
                          rd.addr.eq(w_addr),
                          arr.i_wrow.valid.eq(w_valid), arr.i_wrow.payload.bank.eq(w_bank),
                          arr.i_wrow.payload.row.eq(w_row), arr.i_wrow.payload.w.eq(rd.data)]
-        m.d.sync += [w_valid.eq(l_active), w_row.eq(l_row), w_bank.eq(l_p[0]), l_ok.eq(l_p)]
+        m.d.sync += [w_valid.eq(l_active), w_row.eq(l_row), w_bank.eq(l_p[0])]
         with m.If(l_active):
             m.d.sync += l_row.eq(l_row + 1)
             with m.If(l_row == rows - 1):
@@ -417,16 +416,22 @@ class FmdqLinear(wiring.Component):
         s_valid, s_p, s_lastp, s_lastw = Signal(), Signal(32), Signal(), Signal()
         s_mt = Signal.like(l_mt)
         s_ent = Signal.like(rd.data)
+        # S's pass has all its rows written (its number below the loader's ``l_p`` of the
+        # cycle before, as a row is written the cycle after the loader passes it), registered
+        # from S's next pass (``r_p`` when S advances): the 32-bit comparison is not on the
+        # way into the stages' enables (the Fmax path).
+        s_ok = Signal()
         ok, accept = Signal(), Signal()
         # The arrays take the group as they would decide it (``must_wait``, ``o_hold``), from
         # stage S and the arrays' issue state, not back through their ready from the op
         # multiplexer an owner puts in front of shared arrays (the Fmax path).
         arr0 = arrays[0]
         wait = must_wait(arr0.o_fresh, issue_gap(m, arr0.o_sprev, s_ent.group.shift, "replay"))
-        m.d.comb += [ok.eq(s_valid & (s_p < l_ok)),
+        m.d.comb += [ok.eq(s_valid & s_ok),
                      accept.eq(ok & ~wait & ~(s_ent.group.last & arr0.o_hold))]
         s_adv = ~s_valid | accept
         advance = ~r_valid | s_adv
+        m.d.sync += s_ok.eq(Mux(s_adv, r_p < l_p, s_p < l_p))
         with m.If(s_adv):
             m.d.sync += [s_valid.eq(r_valid), s_p.eq(r_p), s_lastp.eq(r_lastp),
                          s_lastw.eq(r_lastw), s_mt.eq(r_mt), s_ent.eq(rd.data)]
@@ -464,7 +469,7 @@ class FmdqLinear(wiring.Component):
                 m.d.sync += u_iss.eq(u_iss + 1)
         with m.If(arrays[0].o_unit_done):
             m.d.sync += u_done.eq(u_done + 1)
-        with m.If(s_valid & ~(s_p < l_ok)):
+        with m.If(s_valid & ~s_ok):
             m.d.sync += self.stall_load.eq(self.stall_load + 1)
         m.d.comb += drained.eq(u_done == u_iss)
         with m.If(restart):
