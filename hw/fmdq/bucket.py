@@ -111,10 +111,14 @@ class BucketOrder(wiring.Component):
         pop = Signal()                                  # the extraction takes the head
         hfree = Signal()
         bypass = Signal()
+        # With a FIFO of at least one entry, ``bypass | w_rdy`` is ``w_rdy`` (the bypass is
+        # taken only when the FIFO is empty, and an empty FIFO has room): ``i.ready`` is then
+        # the FIFO level's alone, not through the stages' hand-offs (the Fmax path: it is the
+        # quantization unit's ready, and its source's enables, behind it).
         m.d.comb += [hfree.eq(~hv | pop), bypass.eq(hfree & ~fifo.r_rdy),
                      fifo.w_data.eq(self.i.payload.as_value()),
                      fifo.w_en.eq(self.i.valid & ~bypass),
-                     self.i.ready.eq(bypass | fifo.w_rdy),
+                     self.i.ready.eq(fifo.w_rdy if self.depth > 1 else bypass),
                      fifo.r_en.eq(hfree)]
         # Which of the head's levels hold entries, registered with it (and ``rest_nz`` with the
         # window being taken apart), so the extraction's level pick starts from flip-flops.

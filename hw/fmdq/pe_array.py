@@ -223,18 +223,23 @@ class FmdqPEArray(wiring.Component):
         s_prev = Signal(sh_bits)               # the accumulators' current total shift
         fresh = Signal(init=1)                 # the next group starts a unit
         hold = Signal(range(max(n_t, 2)))      # cycles before a unit's last group may issue
+        # hold != 0, registered beside it: o_hold (which every owner's acceptance reads) starts
+        # from a flip-flop (the Fmax path runs on from it into the owners' enables).
+        holding = Signal()
         gap = issue_gap(m, s_prev, grp.shift, "issue")
         bubble = self.i_op.valid & must_wait(fresh, gap)
-        take = ~bubble & (~grp.last | (hold == 0))
+        take = ~bubble & (~grp.last | ~holding)
         accept = self.i_op.valid & take
-        m.d.comb += [self.i_op.ready.eq(take), self.o_hold.eq(hold != 0),
+        m.d.comb += [self.i_op.ready.eq(take), self.o_hold.eq(holding),
                      self.o_sprev.eq(s_prev), self.o_fresh.eq(fresh)]
-        with m.If(hold != 0):
-            m.d.sync += hold.eq(hold - 1)
+        with m.If(holding):
+            m.d.sync += [hold.eq(hold - 1), holding.eq(hold != 1)]
         with m.If(accept):
             m.d.sync += [s_prev.eq(grp.shift), fresh.eq(grp.last)]
             with m.If(grp.last):
-                m.d.sync += hold.eq(op.n_tok - 1)
+                nxt = Signal.like(hold, name="hold_next")
+                m.d.comb += nxt.eq(op.n_tok - 1)
+                m.d.sync += [hold.eq(nxt), holding.eq(nxt != 0)]
         with m.Elif(bubble):
             m.d.sync += s_prev.eq(s_prev - MAX_STEP)
 
