@@ -230,9 +230,9 @@ def _fmax(report: dict) -> list[str]:
             if report.get("config", {}).get("weight_store") == WeightStore.REGISTERS.value:
                 fig += ("; weight_store = lane_ram (the FPGA form: no weight-row "
                         "multiplexers) relieves routing congestion")
+        seed = "" if f.get("seeds") else f", seed {f.get('seed')}"      # else: per seed below
         lines.append(f"  {what}: {fig} on LFE5U-{d['device'].upper()} "
-                     f"speed {d['speed']} (router {f.get('router', 'router1')}, seed "
-                     f"{f.get('seed')})")
+                     f"speed {d['speed']} (router {f.get('router', 'router1')}{seed})")
         for run in f.get("seeds") or [{"seed": None, "critical_path": cp}]:
             rcp = run.get("critical_path")
             if run["seed"] is not None:

@@ -602,6 +602,7 @@ def test_fmax_over_seeds_reports_the_median_and_the_worst(tmp_path, monkeypatch)
     assert (top["fmax_mhz"], top["fmax_worst_mhz"], top["fmax_best_mhz"]) == (42.0, 41.0, 43.0)
     text = format_table(rep)
     assert "42.0 MHz routed, the median of seeds 1..3 (worst 41.0, best 43.0)" in text
+    assert "(router router2)" in text and "router2, seed" not in text
     assert "seed 2: 42.0 MHz" in text and "s24.39.Q -> e.CE" in text
 
     monkeypatch.setattr(flows, "have_yosys", lambda: True)
