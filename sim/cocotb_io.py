@@ -6,10 +6,13 @@ from cocotb.triggers import FallingEdge, RisingEdge, SimTimeoutError, with_timeo
 
 from dstar.sim.layer_io import SimIO
 
-__all__ = ["dut_io", "reset"]
+__all__ = ["CLOCK_NS", "dut_io", "reset"]
+
+#: The clock period of every testbench (ns); ``until`` bounds its waits in these periods.
+CLOCK_NS = 10
 
 
-def dut_io(dut, clock_ns: int = 10):
+def dut_io(dut, clock_ns: int = CLOCK_NS):
     """``(set_, get, tick)`` on ``dut``'s top-level ports: ``get`` reads unsigned (1-bit ports
     are Logic); ``tick`` waits for the falling clock edge, so writes land before the next rising
     edge and reads see its settled outputs."""

@@ -68,7 +68,7 @@ try:
     from cocotb.clock import Clock
 
     from dstar.sim.case_files import from_env
-    from dstar.sim.cocotb_io import dut_io, reset
+    from dstar.sim.cocotb_io import CLOCK_NS, dut_io, reset
 except ImportError:                         # the driver is usable without cocotb
     cocotb = None
 
@@ -77,7 +77,7 @@ if cocotb is not None:
     @cocotb.test()
     async def test_cases(dut):
         """Every case of ``DSTAR_ACC_CASES`` on a freshly reset design."""
-        Clock(dut.clk, 10, unit="ns").start()
+        Clock(dut.clk, CLOCK_NS, unit="ns").start()
         params, cases = from_env("DSTAR_ACC_PARAMS", "DSTAR_ACC_CASES")
         man = params["accelerator"]
         io = dut_io(dut)

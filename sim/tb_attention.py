@@ -256,7 +256,7 @@ try:
     from cocotb.clock import Clock
 
     from dstar.sim.case_files import from_env
-    from dstar.sim.cocotb_io import dut_io, reset
+    from dstar.sim.cocotb_io import CLOCK_NS, dut_io, reset
 except ImportError:                         # the driver is usable without cocotb
     cocotb = None
 
@@ -266,7 +266,7 @@ if cocotb is not None:
     async def test_cases(dut):
         """Every case of ``DSTAR_ATTN_CASES``: bit-exact O, R and mask, cycles equal to the
         model, on a freshly reset design per case."""
-        Clock(dut.clk, 10, unit="ns").start()
+        Clock(dut.clk, CLOCK_NS, unit="ns").start()
         man, cases = from_env("DSTAR_ATTN_PARAMS", "DSTAR_ATTN_CASES")
         att = man["attention"]
         io = dut_io(dut)

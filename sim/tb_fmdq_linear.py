@@ -14,14 +14,14 @@ import numpy as np
 from cocotb.clock import Clock
 
 from dstar.sim.case_files import from_env
-from dstar.sim.cocotb_io import dut_io, reset
+from dstar.sim.cocotb_io import CLOCK_NS, dut_io, reset
 from dstar.sim.fmdq_linear_io import COUNTERS, FmdqImage, run_fmdq_step
 
 
 @cocotb.test()
 async def test_cases(dut):
     """Every case of ``DSTAR_CASES``: bit-exact Y and state, counters equal to the model."""
-    Clock(dut.clk, 10, unit="ns").start()
+    Clock(dut.clk, CLOCK_NS, unit="ns").start()
     man, cases = from_env("DSTAR_PARAMS", "DSTAR_CASES")
     io = dut_io(dut)
     cfg = man["config"]

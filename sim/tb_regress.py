@@ -43,7 +43,7 @@ try:
     from cocotb.clock import Clock
     from cocotb.triggers import with_timeout
 
-    from dstar.sim.cocotb_io import dut_io, reset
+    from dstar.sim.cocotb_io import CLOCK_NS, dut_io, reset
 except ImportError:                         # the runner is usable without cocotb
     cocotb = None
 
@@ -52,7 +52,7 @@ if cocotb is not None:
     @cocotb.test()
     async def test_regress(dut):
         """The plan of ``DSTAR_REGRESS_DIR``, every case on a freshly reset design."""
-        Clock(dut.clk, 10, unit="ns").start()
+        Clock(dut.clk, CLOCK_NS, unit="ns").start()
         folder = Path(os.environ["DSTAR_REGRESS_DIR"])
         ports = json.loads((folder / "params.json").read_text())["accelerator"]["ports"]
         io = dut_io(dut)

@@ -91,11 +91,9 @@ try:
     from cocotb.clock import Clock
     from cocotb.utils import get_sim_time
 
-    from dstar.sim.cocotb_io import dut_io, reset
+    from dstar.sim.cocotb_io import CLOCK_NS, dut_io, reset
 except ImportError:                         # the runner is usable without cocotb
     cocotb = None
-
-CLOCK_NS = 10
 
 
 if cocotb is not None:
@@ -107,7 +105,7 @@ if cocotb is not None:
         folder = Path(os.environ["DSTAR_RUN_DIR"])
         with open(folder / "params.json") as f:
             ports = json.load(f)["accelerator"]["ports"]
-        io = dut_io(dut, CLOCK_NS)
+        io = dut_io(dut)
         await reset(dut, io, ports)
         ops = await run_plan(io, folder, cocotb.log.info,
                              clock=lambda: get_sim_time("ns") // CLOCK_NS)

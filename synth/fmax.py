@@ -16,6 +16,7 @@ nextpnr is not run: ``reason`` says which).
 import json
 import re
 import shutil
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -118,7 +119,6 @@ def over_seeds(runs: list[dict]) -> dict:
     ``placed_estimate_mhz``, ``critical_path`` and ``seconds``. One run is returned as it is."""
     if len(runs) == 1:
         return runs[0]
-    import statistics
     per = [{k: r.get(k) for k in ("seed", "status", "fmax_mhz", "placed_estimate_mhz",
                                   "critical_path", "seconds")} for r in runs]
     failed = [r for r in runs if r["status"] != "routed"]

@@ -233,18 +233,22 @@ def _fmax(report: dict) -> list[str]:
         seed = "" if f.get("seeds") else f", seed {f.get('seed')}"      # else: per seed below
         lines.append(f"  {what}: {fig} on LFE5U-{d['device'].upper()} "
                      f"speed {d['speed']} (router {f.get('router', 'router1')}{seed})")
-        for run in f.get("seeds") or [{"seed": None, "critical_path": cp}]:
-            rcp = run.get("critical_path")
-            if run["seed"] is not None:
-                lines.append(f"    seed {run['seed']}: " + (
-                    f"{run['fmax_mhz']} MHz" if run["status"] == "routed" else
-                    f"{run['status']} (placement estimate {run['placed_estimate_mhz']} MHz)"))
-            if rcp:
-                lines.append(f"    {'  ' if run['seed'] is not None else ''}critical path "
-                             f"{rcp['delay_ns']} ns ({rcp['levels']} logic levels, "
-                             f"{rcp['routing_ns']} ns routing): "
-                             f"{_ep(rcp['start'])} -> {_ep(rcp['end'])}")
+        if not f.get("seeds"):
+            lines += _path("    ", cp)
+        for run in f.get("seeds") or ():
+            lines.append(f"    seed {run['seed']}: " + (
+                f"{run['fmax_mhz']} MHz" if run["status"] == "routed" else
+                f"{run['status']} (placement estimate {run['placed_estimate_mhz']} MHz)"))
+            lines += _path("      ", run.get("critical_path"))
     return lines
+
+
+def _path(indent: str, cp: dict | None) -> list[str]:
+    """A routed critical path's line (none without one)."""
+    if not cp:
+        return []
+    return [f"{indent}critical path {cp['delay_ns']} ns ({cp['levels']} logic levels, "
+            f"{cp['routing_ns']} ns routing): {_ep(cp['start'])} -> {_ep(cp['end'])}"]
 
 
 def _ep(e: dict) -> str:

@@ -78,7 +78,7 @@ class MaskSelector(wiring.Component):
         sc_best = Signal(jb)
         sc_bm = Signal(ag.mass_bits)
         c_acc = Signal(ag.total_bits)
-        thr = Signal(ag.total_bits + theta_bits + 1)    # theta_q * T
+        thr = Signal(ag.total_bits + len(self.theta_q))  # theta_q * T
         commit = Signal()                   # the cycle after a scan
         # This cycle's candidates sc_j .. sc_j + SCAN - 1: the largest unchosen one, the lower
         # index on ties.

@@ -6,12 +6,12 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.utils import get_sim_time
 
-from dstar.sim.cocotb_io import dut_io
+from dstar.sim.cocotb_io import CLOCK_NS, dut_io
 
 
 async def _start(dut, go: int):
     """The clock started, ``go`` set and one tick taken; returns the port adapter."""
-    Clock(dut.clk, 10, unit="ns").start()
+    Clock(dut.clk, CLOCK_NS, unit="ns").start()
     io = dut_io(dut)
     set_, _, tick = io
     set_("go", go)
